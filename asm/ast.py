@@ -1,0 +1,310 @@
+"""The .sasm abstract syntax tree: what the parser (parse.py) hands to the expander (expand.py).
+
+Plain dataclasses; every node has a `span` pointing at its source text. Expressions of the macro
+layer and the insides of { } groups are already parsed here, so a syntax error in an untaken
+`.if` branch is still reported.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+from .source import Span
+
+
+# ---- expressions ---------------------------------------------------------------------------
+@dataclass
+class Num:
+    text: str          # as written, so plain PTX re-emits byte for byte (0f3F800000, 0xFFU, 1.5)
+    span: Span
+
+
+@dataclass
+class Name:
+    """An identifier. `parts` alternates literal text and {expr} interpolations: c{i*8+j}."""
+    parts: list["str | Expr"]
+    span: Span
+
+    @property
+    def plain(self) -> str | None:
+        return self.parts[0] if len(self.parts) == 1 and isinstance(self.parts[0], str) else None
+
+
+@dataclass
+class RegRef:
+    """A %-register as written: %r12, %tid.x, %r{i}."""
+    name: Name
+    span: Span
+
+
+@dataclass
+class Str:
+    value: str         # with the quotes
+    span: Span
+
+
+@dataclass
+class BinOp:
+    op: str
+    left: "Expr"
+    right: "Expr"
+    span: Span
+
+
+@dataclass
+class UnOp:
+    op: str            # '-', '+', '~', 'not', '!'
+    operand: "Expr"
+    span: Span
+
+
+@dataclass
+class Compare:
+    first: "Expr"
+    rest: list[tuple[str, "Expr"]]
+    span: Span
+
+
+@dataclass
+class Cond:
+    cond: "Expr"
+    then: "Expr"
+    other: "Expr"
+    span: Span
+
+
+@dataclass
+class Call:
+    func: str
+    args: list["Expr"]
+    span: Span
+
+
+@dataclass
+class NameRange:
+    """NAME<lo-hi>: the registers NAMElo ... NAMEhi (both ends included)."""
+    base: str
+    lo: "Expr"
+    hi: "Expr"
+    span: Span
+
+
+@dataclass
+class Brace:
+    """A { } group in an operand: a register vector {a, b}, or one interpolated value {4*k}."""
+    items: list["Expr | NameRange"]
+    span: Span
+
+
+@dataclass
+class Paren:
+    """( ) in an operand: call return/argument lists, or grouping."""
+    items: list["Expr"]
+    span: Span
+
+
+@dataclass
+class Pair:
+    """p|q: the two destinations of setp/shfl."""
+    first: "Expr"
+    second: "Expr"
+    span: Span
+
+
+@dataclass
+class MemRef:
+    """[address] or [tensor_map, {coords}]."""
+    items: list["Expr"]
+    span: Span
+
+
+Expr = Union[Num, Name, RegRef, Str, BinOp, UnOp, Compare, Cond, Call, Brace, Paren, Pair, MemRef]
+
+
+# ---- statements ----------------------------------------------------------------------------
+@dataclass
+class Version:
+    text: str
+    span: Span
+
+
+@dataclass
+class Target:
+    names: list[str]
+    span: Span
+
+
+@dataclass
+class AddressSize:
+    bits: int
+    span: Span
+
+
+@dataclass
+class RawDirective:
+    """.file / .loc / .section / .pragma: kept as written."""
+    keyword: str
+    text: str
+    span: Span
+
+
+@dataclass
+class Qualifier:
+    word: str                  # .align, .b32, .shared ...
+    arg: Expr | None           # the 16 of `.align 16`
+    span: Span
+
+
+@dataclass
+class Declarator:
+    name: Name | RegRef
+    count: int | None          # %r<291>
+    dims: list[Expr | None]    # [] or [4096]
+    init: str | None           # '= {1, 2}' as written
+    span: Span
+
+
+@dataclass
+class Decl:
+    qualifiers: list[Qualifier]
+    declarators: list[Declarator]
+    span: Span
+
+
+@dataclass
+class Param:
+    qualifiers: list[Qualifier]
+    name: Name
+    dims: list[Expr | None]
+    span: Span
+
+
+@dataclass
+class PerfDirective:
+    word: str
+    values: list[Expr]
+    span: Span
+
+
+@dataclass
+class Function:
+    qualifiers: list[Qualifier]
+    kind: str                  # 'entry' or 'func'
+    ret_params: list[Param]
+    name: Name
+    params: list[Param] | None
+    perf: list[PerfDirective]
+    body: list["Stmt"] | None  # None: a declaration (prototype)
+    span: Span
+
+
+@dataclass
+class Label:
+    name: Name
+    span: Span
+
+
+@dataclass
+class Guard:
+    negated: bool
+    reg: Name | RegRef
+    span: Span
+
+
+@dataclass
+class Instr:
+    guard: Guard | None
+    opcode: Name
+    operands: list[Expr]
+    pinned: bool
+    span: Span
+
+
+@dataclass
+class Scope:
+    body: list["Stmt"]
+    span: Span
+
+
+@dataclass
+class ConstDef:
+    name: str
+    overridable: bool          # `?=`: -D NAME=value may replace it
+    value: Expr
+    span: Span
+
+
+@dataclass
+class MacroDef:
+    name: str
+    params: list[str]
+    body: list["Stmt"]
+    span: Span
+
+
+@dataclass
+class MacroCall:
+    name: str
+    args: list[Expr]
+    span: Span
+
+
+@dataclass
+class For:
+    var: str
+    args: list[Expr]           # the arguments of range(...)
+    body: list["Stmt"]
+    span: Span
+
+
+@dataclass
+class If:
+    branches: list[tuple[Expr, list["Stmt"]]]
+    orelse: list["Stmt"] | None
+    span: Span
+
+
+@dataclass
+class Include:
+    path: str
+    span: Span
+
+
+@dataclass
+class Schedule:
+    body: list["Stmt"]
+    span: Span
+
+
+@dataclass
+class RegAttr:
+    name: str                  # bank, banks, vec2, vec4, align
+    args: list[Expr]
+    span: Span
+
+
+@dataclass
+class RegItem:
+    base: str
+    lo: Expr | None            # None: a single register named `base`
+    hi: Expr | None
+    span: Span
+
+
+@dataclass
+class RegsDecl:
+    kind: str                  # 'regs' (one register each, for the whole function) or 'temp'
+    types: list[str]           # ['.f32'] or ['.v4', '.f32']
+    items: list[RegItem]
+    attrs: list[RegAttr]
+    span: Span
+
+
+Stmt = Union[Version, Target, AddressSize, RawDirective, Decl, Function, Label, Instr, Scope,
+             ConstDef, MacroDef, MacroCall, For, If, Include, Schedule, RegsDecl]
+
+
+@dataclass
+class Module:
+    body: list[Stmt]
+    source: "object"           # SourceFile

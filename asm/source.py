@@ -1,0 +1,101 @@
+"""Source files and positions: the one place that turns offsets into `file:line:col`.
+
+Every later stage carries a `Span` so that an error anywhere in the pipeline (an undefined name in
+a macro body, a bank constraint that cannot be met, ptxas rejecting the emitted PTX) can point at
+the .sasm text the user wrote.
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    path: str
+    text: str
+    _line_starts: tuple[int, ...] = field(default=(), compare=False, repr=False)
+
+    @staticmethod
+    def from_text(path: str, text: str) -> "SourceFile":
+        starts = [0]
+        for i, ch in enumerate(text):
+            if ch == "\n":
+                starts.append(i + 1)
+        return SourceFile(path, text, tuple(starts))
+
+    def line_col(self, offset: int) -> tuple[int, int]:
+        """1-based line and column of a character offset."""
+        offset = max(0, min(offset, len(self.text)))
+        line = bisect.bisect_right(self._line_starts, offset) - 1
+        return line + 1, offset - self._line_starts[line] + 1
+
+    def line_text(self, line: int) -> str:
+        if line < 1 or line > len(self._line_starts):
+            return ""
+        start = self._line_starts[line - 1]
+        end = self.text.find("\n", start)
+        return self.text[start:] if end < 0 else self.text[start:end]
+
+
+@dataclass(frozen=True)
+class Span:
+    """A half-open character range [start, end) in one source file."""
+
+    source: SourceFile
+    start: int
+    end: int
+
+    @property
+    def line(self) -> int:
+        return self.source.line_col(self.start)[0]
+
+    @property
+    def col(self) -> int:
+        return self.source.line_col(self.start)[1]
+
+    @property
+    def path(self) -> str:
+        return self.source.path
+
+    def text(self) -> str:
+        return self.source.text[self.start:self.end]
+
+    def location(self) -> str:
+        return f"{self.path}:{self.line}:{self.col}"
+
+    def __repr__(self) -> str:  # keep AST dumps readable
+        return f"<{self.location()}>"
+
+
+def read_source(path: str | Path, *, shown_as: str | None = None) -> SourceFile:
+    """Read a .sasm/.ptx file as UTF-8; undecodable bytes are a user error with a position."""
+    from .errors import AsmError
+
+    p = Path(path)
+    name = shown_as or str(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise AsmError(f"no such file: {name}") from None
+    except IsADirectoryError:
+        raise AsmError(f"{name} is a directory, not a source file") from None
+    except OSError as exc:
+        raise AsmError(f"cannot read {name}: {exc.strerror}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        # Report the position of the bad byte in terms the editor shows: line and column.
+        good = data[: exc.start].decode("utf-8", errors="replace")
+        src = SourceFile.from_text(name, good + "\ufffd")
+        raise AsmError(
+            f"invalid UTF-8 byte 0x{data[exc.start]:02x} (source files must be UTF-8 text)",
+            Span(src, len(good), len(good) + 1),
+        ) from None
+    if "\x00" in text:
+        i = text.index("\x00")
+        src = SourceFile.from_text(name, text)
+        raise AsmError("NUL byte in source: this looks like a binary file, not .sasm/.ptx text",
+                       Span(src, i, i + 1))
+    return SourceFile.from_text(name, text)

@@ -1,0 +1,217 @@
+"""Finding and running NVIDIA's command-line tools (ptxas, nvdisasm).
+
+Search order, so that a user's own CUDA install wins over the pip wheels:
+  1. ASMGEMM_PTXAS / ASMGEMM_NVDISASM (a full path),
+  2. PATH,
+  3. the pip packages' bin folders (`site-packages/nvidia/cu13/bin`, and the older
+     `nvidia/cuda_nvcc/bin` / `nvidia/cuda_nvdisasm/bin` layouts),
+  4. CUDA_HOME/bin and /usr/local/cuda/bin.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from dataclasses import dataclass, field, asdict
+from pathlib import Path
+
+from .errors import ToolchainError
+
+_EXTRA_FOR = {"ptxas": "cuda-tools", "nvdisasm": "cuda-tools"}
+_PIP_PACKAGE_FOR = {"ptxas": "nvidia-cuda-nvcc==13.0.88", "nvdisasm": "nvidia-cuda-nvdisasm"}
+
+
+def _pip_bin_dirs() -> list[Path]:
+    roots: list[Path] = []
+    for key in ("purelib", "platlib"):
+        p = sysconfig.get_paths().get(key)
+        if p:
+            roots.append(Path(p))
+    roots.extend(Path(p) for p in sys.path if p.endswith("site-packages"))
+    dirs: list[Path] = []
+    for root in roots:
+        for sub in ("nvidia/cu13/bin", "nvidia/cuda_nvcc/bin", "nvidia/cuda_nvdisasm/bin"):
+            d = root / sub
+            if d.is_dir() and d not in dirs:
+                dirs.append(d)
+    return dirs
+
+
+def find_tool(name: str, required: bool = True) -> str | None:
+    """Absolute path of `name` (ptxas or nvdisasm), or a ToolchainError that says what to install."""
+    override = os.environ.get(f"ASMGEMM_{name.upper()}")
+    if override:
+        if Path(override).is_file():
+            return override
+        raise ToolchainError(f"ASMGEMM_{name.upper()}={override} does not name a file")
+    found = shutil.which(name)
+    if found:
+        return found
+    candidates = _pip_bin_dirs()
+    cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if cuda_home:
+        candidates.append(Path(cuda_home) / "bin")
+    candidates.append(Path("/usr/local/cuda/bin"))
+    for d in candidates:
+        exe = d / name
+        if exe.is_file() and os.access(exe, os.X_OK):
+            return str(exe)
+    if not required:
+        return None
+    raise ToolchainError(
+        f"{name} not found on PATH or in the NVIDIA pip packages",
+        hint=f"install it with: pip install 'asmgemm[{_EXTRA_FOR[name]}]'  "
+             f"(or pip install {_PIP_PACKAGE_FOR[name]}), or set ASMGEMM_{name.upper()}",
+    )
+
+
+def tool_version(name: str) -> str:
+    exe = find_tool(name)
+    out = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
+    m = re.search(r"release [\d.]+, (V[\d.]+)", out)
+    return m.group(1) if m else out.strip().splitlines()[-1] if out.strip() else "unknown"
+
+
+@dataclass
+class KernelResources:
+    """What `ptxas -v` reports for one function."""
+
+    name: str
+    target: str = ""
+    registers: int = 0
+    spill_stores: int = 0
+    spill_loads: int = 0
+    stack_frame: int = 0
+    shared_bytes: int = 0
+    constant_bytes: dict[str, int] = field(default_factory=dict)
+    barriers: int = 0
+    local_bytes: int = 0
+    compile_ms: float | None = None
+
+    @property
+    def spills(self) -> bool:
+        return self.spill_stores > 0 or self.spill_loads > 0 or self.local_bytes > 0
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["spills"] = self.spills
+        return d
+
+
+@dataclass
+class PtxasResult:
+    cubin: bytes
+    kernels: list[KernelResources]
+    log: str
+    warnings: list[str]
+
+
+@dataclass
+class PtxasDiagnostic:
+    """One `ptxas <file>, line N; error : text` line."""
+
+    line: int | None
+    severity: str
+    message: str
+
+
+_DIAG = re.compile(r"^ptxas\s+(?P<file>.*?), line (?P<line>\d+); (?P<sev>error|warning)\s*:\s*(?P<msg>.*)$")
+_DIAG_NOLINE = re.compile(r"^ptxas (?P<sev>error|warning|fatal)\s*:\s*(?P<msg>.*)$")
+
+
+def parse_diagnostics(log: str) -> list[PtxasDiagnostic]:
+    diags = []
+    for raw in log.splitlines():
+        m = _DIAG.match(raw.strip())
+        if m:
+            diags.append(PtxasDiagnostic(int(m["line"]), m["sev"], m["msg"].strip()))
+            continue
+        m = _DIAG_NOLINE.match(raw.strip())
+        if m:
+            sev = "error" if m["sev"] == "fatal" else m["sev"]
+            diags.append(PtxasDiagnostic(None, sev, m["msg"].strip()))
+    return diags
+
+
+def parse_resource_usage(log: str) -> list[KernelResources]:
+    """Parse the `-v` report. Formats seen from ptxas 12.x/13.x:
+
+    ptxas info    : Compiling entry function 'k' for 'sm_90'
+    ptxas info    : Function properties for k
+        8 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+    ptxas info    : Used 40 registers, used 1 barriers, 8192 bytes smem, 368 bytes cmem[0]
+    """
+    kernels: dict[str, KernelResources] = {}
+    order: list[str] = []
+    current: KernelResources | None = None
+    for raw in log.splitlines():
+        line = raw.strip()
+        m = re.search(r"Compiling entry function '([^']+)' for '([^']+)'", line) or \
+            re.search(r"Function properties for (\S+)", line)
+        if m:
+            name = m.group(1)
+            if name not in kernels:
+                kernels[name] = KernelResources(name)
+                order.append(name)
+            current = kernels[name]
+            if "Compiling entry" in line:
+                current.target = m.group(2)
+            continue
+        if current is None:
+            continue
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m:
+            current.stack_frame, current.spill_stores, current.spill_loads = map(int, m.groups())
+            continue
+        if line.startswith("ptxas info") and "Used" in line:
+            m = re.search(r"Used (\d+) registers", line)
+            if m:
+                current.registers = int(m.group(1))
+            m = re.search(r"used (\d+) barriers", line)
+            if m:
+                current.barriers = int(m.group(1))
+            m = re.search(r"(\d+) bytes smem", line)
+            if m:
+                current.shared_bytes = int(m.group(1))
+            m = re.search(r"(\d+) bytes lmem", line)
+            if m:
+                current.local_bytes = int(m.group(1))
+            for bank, size in re.findall(r"(\d+) bytes cmem\[(\d+)\]", line):
+                current.constant_bytes[f"cmem[{size}]"] = int(bank)
+            continue
+        m = re.search(r"Compile time = ([\d.]+) ms", line)
+        if m:
+            current.compile_ms = float(m.group(1))
+    return [kernels[n] for n in order]
+
+
+def run_ptxas(ptx: str, target: str = "sm_90", extra_args: list[str] | None = None,
+              ptx_name: str = "input.ptx") -> tuple[int, str, bytes | None]:
+    """Assemble PTX text; returns (exit code, combined log, cubin bytes or None)."""
+    exe = find_tool("ptxas")
+    with tempfile.TemporaryDirectory(prefix="asmgemm-") as tmp:
+        src = Path(tmp) / ptx_name
+        out = Path(tmp) / "out.cubin"
+        src.write_text(ptx)
+        cmd = [exe, f"-arch={target}", "-v", "-o", str(out), str(src)] + list(extra_args or [])
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        log = proc.stdout + proc.stderr
+        cubin = out.read_bytes() if proc.returncode == 0 and out.exists() else None
+        return proc.returncode, log, cubin
+
+
+def disassemble(cubin: bytes, extra_args: list[str] | None = None) -> str:
+    """nvdisasm text for a cubin (default flags: -hex for encodings, -c for code only)."""
+    exe = find_tool("nvdisasm")
+    with tempfile.TemporaryDirectory(prefix="asmgemm-") as tmp:
+        path = Path(tmp) / "in.cubin"
+        path.write_bytes(cubin)
+        args = extra_args if extra_args is not None else ["-hex", "-c"]
+        proc = subprocess.run([exe, *args, str(path)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise ToolchainError(f"nvdisasm failed: {proc.stderr.strip() or proc.stdout.strip()}")
+        return proc.stdout

@@ -153,6 +153,7 @@ class Instruction:
     span: Span | None = None             # the .sasm line it came from
     pinned: bool = False                 # the scheduler never moves it (.pin)
     expanded_from: tuple[Span, ...] = () # macro call sites, outermost first
+    note: str = ""                       # emitted as a trailing `// note` (scheduler annotations)
 
     @property
     def base(self) -> str:

@@ -1,0 +1,62 @@
+"""`asmgemm build`: .sasm/.ptx -> PTX (and optionally a cubin)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .common import build_options, emit_json, source_options, write_atomic
+
+
+@click.command("build")
+@click.argument("file")
+@click.option("-o", "--output", metavar="OUT.ptx",
+              help="Where to write the PTX. Default: <name>.ptx in the current folder; '-' for standard output.")
+@click.option("--cubin", metavar="OUT.cubin", help="Also run ptxas and write the cubin here.")
+@click.option("--trace", type=click.Choice(["none", "comments", "loc", "ptx-lines"]), default="none", show_default=True,
+              help="Tie PTX to the source: comments (// file:line), loc (.loc lines for ptxas -lineinfo), "
+                   "ptx-lines (.loc pointing at the PTX itself, for the SASS inspector).")
+@click.option("--no-schedule", is_flag=True, help="Keep .schedule regions in source order (for A/B timing).")
+@click.option("--annotate", is_flag=True, help="Write the scheduler's modelled control codes as comments.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON summary (outputs, target, kernels, ptxas figures).")
+@source_options
+def command(file, output, cubin, trace, no_schedule, annotate, as_json, defines, target, include_dirs):
+    """Assemble FILE (.sasm or plain .ptx, or a shipped kernel name) into PTX.
+
+    Every output is written only after the whole build succeeded, so a failed build leaves no
+    file behind. With --cubin, ptxas errors are reported at the .sasm line they came from.
+
+    \b
+    Examples:
+      asmgemm build sgemm_naive -o sgemm_naive.ptx
+      asmgemm build kernels_ptx/sgemm.sasm -D BK=16 --cubin sgemm.cubin
+      asmgemm build my.sasm -o - --trace comments | less
+    """
+    from ..pipeline import assemble, build_file
+
+    opts = build_options(defines, target, include_dirs, trace=trace, schedule=not no_schedule, annotate=annotate)
+    result = build_file(file, opts)
+    cubin_bytes = None
+    kernels = []
+    if cubin:
+        asm = assemble(result)
+        cubin_bytes = asm.cubin
+        kernels = [k.to_json() for k in asm.kernels]
+        for w in asm.warnings:
+            click.echo(f"ptxas warning: {w}", err=True)
+    if output is None:
+        output = Path(Path(result.source.path).name).with_suffix(".ptx").name
+    if output == "-":
+        if cubin_bytes is not None:
+            write_atomic(cubin, cubin_bytes)
+        click.echo(result.ptx, nl=False)
+        return
+    write_atomic(output, result.ptx)
+    if cubin_bytes is not None:
+        write_atomic(cubin, cubin_bytes)
+    if as_json:
+        emit_json({"source": result.source.path, "ptx": output, "cubin": cubin, "target": result.target,
+                   "kernels": result.kernel_names, "parameters": result.parameters, "ptxas": kernels})
+    else:
+        extra = f" and {cubin}" if cubin else ""
+        click.echo(f"wrote {output}{extra} ({result.target}; kernels: {', '.join(result.kernel_names) or 'none'})", err=True)

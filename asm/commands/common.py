@@ -1,0 +1,68 @@
+"""Options and helpers shared by the subcommands."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import click
+
+from ..errors import AsmError
+from ..isa.register_banks import SUPPORTED_TARGETS
+
+
+def parse_defines(values) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for v in values:
+        if "=" not in v:
+            raise AsmError(f"-D {v}: expected NAME=VALUE")
+        name, value = v.split("=", 1)
+        name = name.strip()
+        if not name.isidentifier():
+            raise AsmError(f"-D {v}: '{name}' is not a valid name")
+        if name in out:
+            raise AsmError(f"-D {name} given twice")
+        out[name] = value.strip()
+    return out
+
+
+def source_options(f):
+    """-D, --target and -I, for every command that builds a source."""
+    f = click.option("-I", "--include-dir", "include_dirs", multiple=True, type=click.Path(file_okay=False),
+                     help="Extra folder to search for .include files (after the including file's folder).")(f)
+    f = click.option("--target", type=click.Choice(SUPPORTED_TARGETS), default=None,
+                     help="GPU target. Default: the source's .target, else sm_90 (sm_90a when the source uses wgmma/setmaxnreg).")(f)
+    f = click.option("-D", "defines", multiple=True, metavar="NAME=VALUE",
+                     help="Override a parameter declared with `.const NAME ?= default`. Repeatable.")(f)
+    return f
+
+
+def build_options(defines, target, include_dirs, **kw):
+    from ..pipeline import BuildOptions
+    return BuildOptions(defines=parse_defines(defines), target=target, include_dirs=list(include_dirs), **kw)
+
+
+def write_atomic(path: str | Path, data: str | bytes) -> None:
+    """Write via a temporary file in the same folder, then rename: never a half-written output."""
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise AsmError(f"cannot write {path}: folder {folder} does not exist")
+    mode = "wb" if isinstance(data, bytes) else "w"
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
+    try:
+        with os.fdopen(fd, mode) as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise AsmError(f"cannot write {path}: {exc.strerror}") from None
+
+
+def emit_json(obj) -> None:
+    click.echo(json.dumps(obj, indent=2, sort_keys=False, default=str))

@@ -1,0 +1,622 @@
+"""Stage 2: AST -> flat instruction list (ir.Module).
+
+Evaluates `.const`, expands `.macro` calls, unrolls `.for`, resolves `.if`, inlines `.include`,
+substitutes {expr} interpolations, collects `.regs`/`.temp` declarations, and resolves every
+operand to a concrete ir operand. The result has no macro-layer constructs left.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import ast, ir
+from .errors import AsmError, Note
+from .expr import NotANumber, evaluate, format_number, parse_number
+from .source import Span, read_source
+
+# Limits that turn hostile or mistaken input into errors instead of hangs.
+MAX_LOOP_TRIPS = 100_000          # iterations of one .for
+MAX_EXPANDED_ITEMS = 2_000_000    # body items produced by one build
+MAX_MACRO_DEPTH = 64
+MAX_INCLUDE_DEPTH = 32
+
+PTX_64BIT_TYPES = {".b64", ".u64", ".s64", ".f64"}
+REG_TYPES = {".b8", ".b16", ".b32", ".b64", ".u8", ".u16", ".u32", ".u64", ".s8", ".s16", ".s32", ".s64",
+             ".f16", ".f16x2", ".bf16", ".bf16x2", ".f32", ".f64", ".pred"}
+
+
+@dataclass
+class _Macro:
+    name: str
+    params: list[str]
+    body: list
+    span: Span
+
+
+class _Scope:
+    """A chain of bindings: module constants <- macro parameters / loop variables <- ..."""
+
+    def __init__(self, parent: "_Scope | None" = None):
+        self.parent = parent
+        self.values: dict[str, object] = {}
+        self.spans: dict[str, Span] = {}
+
+    def find(self, name: str):
+        s = self
+        while s is not None:
+            if name in s.values:
+                return s.values[name]
+            s = s.parent
+        raise KeyError(name)
+
+    def has(self, name: str) -> bool:
+        try:
+            self.find(name)
+            return True
+        except KeyError:
+            return False
+
+
+@dataclass
+class _FunctionContext:
+    named: dict[str, ir.NamedReg] = field(default_factory=dict)
+    in_schedule: bool = False
+
+
+@dataclass
+class ExpandResult:
+    module: ir.Module
+    tunables: dict[str, list]          # `.const NAME ?= ...` parameters with their declared choices
+    parameters: dict[str, object]      # every overridable constant and the value used
+
+
+class Expander:
+    def __init__(self, defines: dict[str, str] | None = None, include_dirs: list[str] | None = None):
+        self.defines = dict(defines or {})
+        self.used_defines: set[str] = set()
+        self.include_dirs = [Path(d) for d in (include_dirs or [])]
+        self.macros: dict[str, _Macro] = {}
+        self.items_emitted = 0
+        self.macro_stack: list[tuple[str, Span]] = []
+        self.include_stack: list[str] = []
+        self.uid = 0
+        self.version: str | None = None
+        self.target: list[str] = []
+        self.address_size: int | None = None
+        self.parameters: dict[str, object] = {}
+        self.fn: _FunctionContext | None = None
+
+    # ---- entry point ---------------------------------------------------------------------------
+    def expand(self, module: ast.Module) -> ExpandResult:
+        root = _Scope()
+        self.include_stack.append(str(Path(module.source.path).resolve()) if module.source.path else "<input>")
+        top: list = []
+        self._stmts(module.body, root, top, toplevel=True)
+        unknown = sorted(set(self.defines) - self.used_defines)
+        if unknown:
+            params = ", ".join(sorted(self.parameters)) or "none"
+            raise AsmError(f"-D {unknown[0]}: this source has no overridable constant named '{unknown[0]}' "
+                           f"(parameters: {params})",
+                           hint="declare it with `.const NAME ?= default` to make it a parameter")
+        mod = ir.Module(self.version, self.target, self.address_size, top, module.source.path)
+        return ExpandResult(mod, {}, dict(self.parameters))
+
+    # ---- statements ----------------------------------------------------------------------------
+    def _count(self, n: int, span: Span):
+        self.items_emitted += n
+        if self.items_emitted > MAX_EXPANDED_ITEMS:
+            raise AsmError(f"expansion produced more than {MAX_EXPANDED_ITEMS} items; is a loop or macro runaway?", span)
+
+    def _stmts(self, stmts, scope: _Scope, out: list, toplevel: bool = False):
+        for s in stmts:
+            self._stmt(s, scope, out, toplevel)
+
+    def _stmt(self, s, scope: _Scope, out: list, toplevel: bool):
+        kind = type(s).__name__
+        handler = getattr(self, "_s_" + kind)
+        handler(s, scope, out, toplevel)
+
+    def _s_Version(self, s: ast.Version, scope, out, toplevel):
+        self._need_toplevel(s, toplevel, ".version")
+        self.version = s.text
+
+    def _s_Target(self, s: ast.Target, scope, out, toplevel):
+        self._need_toplevel(s, toplevel, ".target")
+        self.target = s.names
+
+    def _s_AddressSize(self, s: ast.AddressSize, scope, out, toplevel):
+        self._need_toplevel(s, toplevel, ".address_size")
+        self.address_size = s.bits
+
+    def _s_RawDirective(self, s: ast.RawDirective, scope, out, toplevel):
+        self._count(1, s.span)
+        out.append(ir.Directive(f"{s.keyword} {s.text}", s.span, kind=s.keyword[1:]))
+
+    def _need_toplevel(self, s, toplevel, what):
+        if not toplevel:
+            raise AsmError(f"'{what}' belongs at the top level of the file, not inside a block", s.span)
+
+    def _s_ConstDef(self, s: ast.ConstDef, scope: _Scope, out, toplevel):
+        if s.name in scope.values:
+            raise AsmError(f"'{s.name}' is already defined in this scope", s.span,
+                           notes=[Note("first defined here", scope.spans[s.name])])
+        if s.name in self.macros:
+            raise AsmError(f"'{s.name}' is already the name of a macro", s.span)
+        if s.overridable and s.name in self.defines:
+            self.used_defines.add(s.name)
+            value = _define_value(s.name, self.defines[s.name])
+        elif s.name in self.defines and not s.overridable:
+            raise AsmError(f"-D {s.name}: '{s.name}' is a fixed constant here",
+                           s.span, hint=f"write `.const {s.name} ?= ...` to let -D override it")
+        else:
+            value = evaluate(s.value, self._lookup(scope))
+        if s.overridable:
+            self.parameters[s.name] = value
+        scope.values[s.name] = value
+        scope.spans[s.name] = s.span
+
+    def _s_MacroDef(self, s: ast.MacroDef, scope, out, toplevel):
+        if s.name in self.macros:
+            raise AsmError(f"macro '{s.name}' is already defined", s.span,
+                           notes=[Note("first defined here", self.macros[s.name].span)])
+        self.macros[s.name] = _Macro(s.name, s.params, s.body, s.span)
+
+    def _s_MacroCall(self, s: ast.MacroCall, scope: _Scope, out, toplevel):
+        macro = self.macros.get(s.name)
+        if macro is None:
+            near = _closest(s.name, self.macros)
+            raise AsmError(f"undefined macro '{s.name}'" + (f" (did you mean '{near}'?)" if near else ""), s.span)
+        if len(s.args) != len(macro.params):
+            raise AsmError(f"macro '{s.name}' takes {len(macro.params)} argument(s) "
+                           f"({', '.join(macro.params) or 'none'}), got {len(s.args)}", s.span,
+                           notes=[Note("defined here", macro.span)])
+        if len(self.macro_stack) >= MAX_MACRO_DEPTH:
+            chain = " -> ".join(n for n, _ in self.macro_stack[-6:])
+            raise AsmError(f"macro calls nested deeper than {MAX_MACRO_DEPTH} (... {chain} -> {s.name}); "
+                           "is a macro calling itself without end?", s.span)
+        args = [self._macro_arg(a, scope) for a in s.args]
+        inner = _Scope(scope)
+        for p, a in zip(macro.params, args):
+            inner.values[p] = a
+            inner.spans[p] = macro.span
+        self.uid += 1
+        inner.values["__uid__"] = self.uid
+        self.macro_stack.append((s.name, s.span))
+        produced: list = []
+        try:
+            self._stmts(macro.body, inner, produced, toplevel)
+        finally:
+            self.macro_stack.pop()
+        for item in produced:
+            _mark_expansion(item, s.span)
+        out.extend(produced)
+
+    def _macro_arg(self, a, scope):
+        """Macro arguments are bound as values: numbers stay numbers, everything else an operand."""
+        op = self._operand(a, scope)
+        if isinstance(op, ir.Imm) and op.value is not None:
+            return op.value
+        return op
+
+    def _s_For(self, s: ast.For, scope: _Scope, out, toplevel):
+        look = self._lookup(scope)
+        args = []
+        for a in s.args:
+            v = evaluate(a, look)
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise AsmError("range() arguments must be integers", a.span)
+            args.append(v)
+        if not 1 <= len(args) <= 3:
+            raise AsmError(f"range() takes 1 to 3 arguments, got {len(args)}", s.span)
+        if len(args) == 3 and args[2] == 0:
+            raise AsmError("range() step must not be zero", s.args[2].span)
+        rng = range(*args)
+        if len(rng) > MAX_LOOP_TRIPS:
+            raise AsmError(f"'.for' would run {len(rng)} times (limit {MAX_LOOP_TRIPS})", s.span)
+        for i in rng:
+            inner = _Scope(scope)
+            inner.values[s.var] = i
+            inner.spans[s.var] = s.span
+            self._stmts(s.body, inner, out, toplevel)
+
+    def _s_If(self, s: ast.If, scope: _Scope, out, toplevel):
+        look = self._lookup(scope)
+        for cond, body in s.branches:
+            if evaluate(cond, look):
+                self._stmts(body, _Scope(scope), out, toplevel)
+                return
+        if s.orelse is not None:
+            self._stmts(s.orelse, _Scope(scope), out, toplevel)
+
+    def _s_Include(self, s: ast.Include, scope: _Scope, out, toplevel):
+        from .parse import parse_source
+        here = Path(s.span.path).parent if s.span.path else Path(".")
+        candidates = [here / s.path] + [d / s.path for d in self.include_dirs]
+        found = next((c for c in candidates if c.is_file()), None)
+        if found is None:
+            raise AsmError(f"include file not found: \"{s.path}\" (looked in {', '.join(str(c.parent) for c in candidates)})",
+                           s.span)
+        key = str(found.resolve())
+        if key in self.include_stack:
+            chain = " -> ".join(Path(p).name for p in self.include_stack[self.include_stack.index(key):])
+            raise AsmError(f"include cycle: {chain} -> {found.name}", s.span)
+        if len(self.include_stack) >= MAX_INCLUDE_DEPTH:
+            raise AsmError(f"includes nested deeper than {MAX_INCLUDE_DEPTH}", s.span)
+        src = read_source(found, shown_as=str(found) if not s.span.path else _display_path(here, s.path, found))
+        module = parse_source(src)
+        self.include_stack.append(key)
+        try:
+            self._stmts(module.body, scope, out, toplevel)
+        finally:
+            self.include_stack.pop()
+
+    def _s_Schedule(self, s: ast.Schedule, scope: _Scope, out, toplevel):
+        if self.fn is None:
+            raise AsmError("'.schedule' belongs inside a function body", s.span)
+        if self.fn.in_schedule:
+            raise AsmError("'.schedule' regions do not nest", s.span)
+        self.fn.in_schedule = True
+        items: list = []
+        try:
+            self._stmts(s.body, _Scope(scope), items, toplevel)
+        finally:
+            self.fn.in_schedule = False
+        for it in items:
+            if isinstance(it, (ir.Label, ir.ScopeOpen, ir.ScopeClose)):
+                raise AsmError("a '.schedule' region must be straight-line code: no labels or { } scopes inside",
+                               it.span or s.span)
+        out.append(ir.ScheduleRegion(items, s.span))
+
+    def _s_RegsDecl(self, s: ast.RegsDecl, scope: _Scope, out, toplevel):
+        if self.fn is None:
+            raise AsmError(f"'.{s.kind}' declares registers of a function: put it inside the function body", s.span)
+        ptx_type = s.types[-1] if s.types else None
+        if ptx_type not in REG_TYPES:
+            raise AsmError(f"'.{s.kind}' needs a register type such as .f32, .b32, .u64 or .pred, got {ptx_type}", s.span)
+        look = self._lookup(scope)
+        names: list[tuple[str, int, Span]] = []
+        for item in s.items:
+            if item.lo is None:
+                names.append((item.base, -1, item.span))
+                continue
+            lo, hi = evaluate(item.lo, look), evaluate(item.hi, look)
+            if not isinstance(lo, int) or not isinstance(hi, int) or hi < lo:
+                raise AsmError(f"register range {item.base}<{lo}-{hi}> must run from a low to a high integer", item.span)
+            if hi - lo >= 256:
+                raise AsmError(f"register range {item.base}<{lo}-{hi}> has more than 256 registers", item.span)
+            names.extend((f"{item.base}{k}", k, item.span) for k in range(lo, hi + 1))
+        vec = 1
+        banks: list[int | None] = [None] * len(names)
+        for attr in s.attrs:
+            if attr.name in ("vec2", "vec4"):
+                vec = int(attr.name[3:])
+            elif attr.name == "bank":
+                if len(attr.args) != 1:
+                    raise AsmError("bank(expr) takes one expression of i (position) and n (range number)", attr.span)
+                for pos, (nm, num, _) in enumerate(names):
+                    inner = _Scope(scope)
+                    inner.values["i"] = pos
+                    inner.values["n"] = num if num >= 0 else pos
+                    banks[pos] = _int_value(evaluate(attr.args[0], self._lookup(inner)), attr.span, "bank")
+            elif attr.name == "banks":
+                vals = [_int_value(evaluate(a, look), a.span, "bank") for a in attr.args]
+                if len(vals) != len(names):
+                    raise AsmError(f"banks(...) lists {len(vals)} banks for {len(names)} registers", attr.span)
+                banks = vals
+            else:
+                raise AsmError(f"unknown register attribute '{attr.name}' (known: bank(expr), banks(b0, b1, ...), vec2, vec4)",
+                               attr.span)
+        if ptx_type == ".pred" and (vec > 1 or any(b is not None for b in banks)):
+            raise AsmError("predicate registers have no banks or vectors", s.span)
+        if vec > 1 and len(names) % vec:
+            raise AsmError(f"vec{vec} needs a multiple of {vec} registers, got {len(names)}", s.span)
+        width_align = 2 if ptx_type in PTX_64BIT_TYPES else 1
+        for pos, (nm, _, span) in enumerate(names):
+            if nm in self.fn.named:
+                raise AsmError(f"register '{nm}' is already declared", span,
+                               notes=[Note("first declared here", self.fn.named[nm].span)])
+            group = tuple(n for n, _, _ in names[pos - pos % vec: pos - pos % vec + vec]) if vec > 1 else ()
+            align = vec * width_align if (vec > 1 and pos % vec == 0) else width_align
+            self.fn.named[nm] = ir.NamedReg(nm, ptx_type, s.kind == "temp", banks[pos], group, align, span)
+
+    def _s_Decl(self, s: ast.Decl, scope: _Scope, out, toplevel):
+        quals = " ".join(self._qualifier(q, scope) for q in s.qualifiers)
+        decls = ", ".join(self._declarator(d, scope) for d in s.declarators)
+        kind = "reg" if s.qualifiers and s.qualifiers[0].word == ".reg" else "decl"
+        self._count(1, s.span)
+        out.append(ir.Directive(f"{quals} {decls};", s.span, kind=kind))
+
+    def _qualifier(self, q: ast.Qualifier, scope) -> str:
+        if q.arg is None:
+            return q.word
+        return f"{q.word} {self._operand(q.arg, scope).render()}"
+
+    def _declarator(self, d: ast.Declarator, scope) -> str:
+        name = self._name_text(d.name.name if isinstance(d.name, ast.RegRef) else d.name, scope)
+        text = name
+        if d.count is not None:
+            text += f"<{d.count}>"
+        for dim in d.dims:
+            if dim is None:
+                text += "[]"
+            else:
+                v = self._operand(dim, scope)
+                if not isinstance(v, ir.Imm):
+                    raise AsmError("an array size must be a constant", dim.span if hasattr(dim, "span") else d.span)
+                text += f"[{v.render()}]"
+        if d.init:
+            text += " " + d.init
+        return text
+
+    def _s_Function(self, s: ast.Function, scope: _Scope, out, toplevel):
+        if not toplevel or self.fn is not None:
+            raise AsmError("functions cannot be defined inside other blocks", s.span)
+        name = self._name_text(s.name, scope)
+        head = " ".join(self._qualifier(q, scope) for q in s.qualifiers)
+        head = (head + " " if head else "") + f".{s.kind}"
+        if s.ret_params:
+            head += " (" + ", ".join(self._param(p, scope) for p in s.ret_params) + ")"
+        head += f" {name}"
+        if s.params is not None:
+            if s.params:
+                head += "(\n\t" + ",\n\t".join(self._param(p, scope) for p in s.params) + "\n)"
+            else:
+                head += "()"
+        perf = []
+        for pd in s.perf:
+            vals = [self._operand(v, scope).render() for v in pd.values]
+            perf.append(pd.word + (" " + ", ".join(vals) if vals else ""))
+        body = None
+        named: list[ir.NamedReg] = []
+        if s.body is not None:
+            self.fn = _FunctionContext()
+            body = []
+            try:
+                self._stmts(s.body, _Scope(scope), body, toplevel=False)
+                named = list(self.fn.named.values())
+            finally:
+                self.fn = None
+        out.append(ir.Function(s.kind, name, head, perf, body, named, s.span))
+
+    def _param(self, p: ast.Param, scope) -> str:
+        quals = " ".join(self._qualifier(q, scope) for q in p.qualifiers)
+        text = f"{quals} {self._name_text(p.name, scope)}"
+        for dim in p.dims:
+            text += "[]" if dim is None else f"[{self._operand(dim, scope).render()}]"
+        return text
+
+    def _s_Label(self, s: ast.Label, scope, out, toplevel):
+        if self.fn is None:
+            raise AsmError("a label belongs inside a function body", s.span)
+        self._count(1, s.span)
+        out.append(ir.Label(self._name_text(s.name, scope), s.span))
+
+    def _s_Scope(self, s: ast.Scope, scope, out, toplevel):
+        if self.fn is None:
+            raise AsmError("a { } block belongs inside a function body", s.span)
+        out.append(ir.ScopeOpen(s.span))
+        self._stmts(s.body, _Scope(scope), out, toplevel)
+        out.append(ir.ScopeClose(s.span))
+
+    def _s_Instr(self, s: ast.Instr, scope, out, toplevel):
+        if self.fn is None:
+            raise AsmError("an instruction belongs inside a function body", s.span)
+        opcode = self._name_text(s.opcode, scope)
+        guard = None
+        if s.guard is not None:
+            g = self._operand(s.guard.reg, scope)
+            if not isinstance(g, ir.Reg):
+                raise AsmError("a guard must be a predicate register", s.guard.span)
+            guard = ir.Guard(g, s.guard.negated)
+        ops = [self._operand(o, scope) for o in s.operands]
+        self._count(1, s.span)
+        out.append(ir.Instruction(opcode, ops, guard, s.span, s.pinned))
+
+    # ---- names and operands --------------------------------------------------------------------
+    def _lookup(self, scope: _Scope):
+        def lookup(name: str, span: Span):
+            try:
+                v = scope.find(name)
+            except KeyError:
+                if self.fn is not None and name in self.fn.named:
+                    raise NotANumber(f"the register {name}") from None
+                raise AsmError(f"undefined name '{name}'", span) from None
+            if isinstance(v, (int, float, str)):
+                return v
+            if isinstance(v, ir.Imm) and v.value is not None:
+                return v.value
+            raise NotANumber(f"bound to the operand {v.render()}")
+        return lookup
+
+    def _name_text(self, name: ast.Name, scope: _Scope) -> str:
+        """Paste an identifier together; interpolated parts are evaluated."""
+        out = []
+        for part in name.parts:
+            if isinstance(part, str):
+                out.append(part)
+                continue
+            out.append(self._interpolate(part, scope))
+        return "".join(out)
+
+    def _interpolate(self, e, scope: _Scope) -> str:
+        # {p} where p is a macro parameter bound to a register or symbol pastes its name.
+        if isinstance(e, ast.Name) and e.plain is not None:
+            try:
+                v = scope.find(e.plain)
+            except KeyError:
+                v = None
+            if isinstance(v, (ir.Reg, ir.Sym)):
+                return v.render()
+        v = evaluate(e, self._lookup(scope))
+        if isinstance(v, float):
+            if v != int(v):
+                raise AsmError(f"cannot paste the non-integer {v} into a name", e.span)
+            v = int(v)
+        return str(v)
+
+    def _resolve_name(self, text: str, span: Span, scope: _Scope) -> ir.Operand:
+        try:
+            v = scope.find(text)
+        except KeyError:
+            v = None
+        else:
+            if isinstance(v, bool):
+                v = int(v)
+            if isinstance(v, (int, float)):
+                return ir.Imm(format_number(v), v)
+            if isinstance(v, str):
+                return ir.Str(f'"{v}"')
+            return v  # a macro parameter bound to an operand
+        if text == "_":
+            return ir.Reg("_")
+        if self.fn is not None and text in self.fn.named:
+            return ir.Reg(text, named=True)
+        return ir.Sym(text)
+
+    def _operand(self, e, scope: _Scope) -> ir.Operand:
+        if isinstance(e, ast.Num):
+            return ir.Imm(e.text, parse_number(e.text, e.span))
+        if isinstance(e, ast.Name):
+            return self._resolve_name(self._name_text(e, scope), e.span, scope)
+        if isinstance(e, ast.RegRef):
+            return ir.Reg(self._name_text(e.name, scope))
+        if isinstance(e, ast.Str):
+            return ir.Str(e.value)
+        if isinstance(e, ast.Pair):
+            return ir.Pair(self._operand(e.first, scope), self._operand(e.second, scope))
+        if isinstance(e, ast.Paren):
+            return ir.Paren(tuple(self._operand(i, scope) for i in e.items))
+        if isinstance(e, ast.MemRef):
+            return self._memref(e, scope)
+        if isinstance(e, ast.Brace):
+            return self._brace(e, scope)
+        if isinstance(e, ast.UnOp) and e.op == "!":
+            inner = self._operand(e.operand, scope)
+            if not isinstance(inner, ir.Reg):
+                raise AsmError("'!' negates a predicate register", e.span)
+            return ir.Reg(inner.name, inner.named, not inner.negated)
+        if isinstance(e, ast.UnOp) and e.op == "-" and isinstance(e.operand, ast.Num):
+            return ir.Imm("-" + e.operand.text, -parse_number(e.operand.text, e.operand.span))
+        if isinstance(e, (ast.BinOp, ast.UnOp)):
+            base, offset = self._address(e, scope)
+            if base is None:
+                return ir.Imm(format_number(offset), offset)
+            if isinstance(base, ir.Sym):
+                return ir.Sym(base.name, base.offset + offset)
+            raise AsmError("arithmetic on a register is only valid inside [ ] addresses", e.span)
+        if isinstance(e, ast.NameRange):
+            raise AsmError("NAME<lo-hi> is only valid inside { } vectors and register declarations", e.span)
+        value = evaluate(e, self._lookup(scope))
+        return ir.Imm(format_number(value), value)
+
+    def _brace(self, e: ast.Brace, scope: _Scope) -> ir.Operand:
+        if not e.items:
+            raise AsmError("empty { }", e.span)
+        if len(e.items) == 1 and not isinstance(e.items[0], ast.NameRange):
+            item = e.items[0]
+            # {x}: a one-register vector when x names a register, else an interpolated value.
+            if isinstance(item, (ast.RegRef, ast.Name)):
+                op = self._operand(item, scope)
+                if isinstance(op, ir.Reg):
+                    return ir.Vector((op,))
+                if isinstance(op, ir.Vector):
+                    return op
+                if isinstance(op, ir.Sym):
+                    raise AsmError(f"undefined name '{op.name}'", item.span)
+                return op
+            value = evaluate(item, self._lookup(scope))
+            return ir.Imm(format_number(value), value)
+        elems: list[ir.Operand] = []
+        for item in e.items:
+            if isinstance(item, ast.NameRange):
+                look = self._lookup(scope)
+                lo, hi = evaluate(item.lo, look), evaluate(item.hi, look)
+                if not isinstance(lo, int) or not isinstance(hi, int) or hi < lo:
+                    raise AsmError(f"{item.base}<{lo}-{hi}> must run from a low to a high integer", item.span)
+                if hi - lo >= 256:
+                    raise AsmError("a register range in a vector is limited to 256 elements", item.span)
+                for k in range(lo, hi + 1):
+                    elems.append(self._resolve_name(f"{item.base}{k}", item.span, scope))
+            else:
+                elems.append(self._operand(item, scope))
+        return ir.Vector(tuple(elems))
+
+    def _memref(self, e: ast.MemRef, scope: _Scope) -> ir.Mem:
+        base, offset = self._address(e.items[0], scope)
+        extra = tuple(self._operand(i, scope) for i in e.items[1:])
+        if isinstance(base, ir.Mem):  # a macro parameter bound to a whole address
+            return ir.Mem(base.base, base.offset + offset, base.extra + extra)
+        return ir.Mem(base, offset, extra)
+
+    def _address(self, e, scope: _Scope) -> tuple[ir.Operand | None, int]:
+        """Split an address expression into (base register/symbol or None, constant offset)."""
+        if isinstance(e, ast.BinOp) and e.op in ("+", "-"):
+            lb, lo = self._address(e.left, scope)
+            rb, ro = self._address(e.right, scope)
+            if e.op == "-":
+                if rb is not None:
+                    raise AsmError("cannot subtract a register or symbol in an address", e.right.span)
+                ro = -ro
+            if lb is not None and rb is not None:
+                raise AsmError("an address has at most one register or symbol (plus a constant)", e.span)
+            return (lb if lb is not None else rb), lo + ro
+        if isinstance(e, ast.UnOp) and e.op in ("-", "+"):
+            b, o = self._address(e.operand, scope)
+            if b is not None and e.op == "-":
+                raise AsmError("cannot negate a register or symbol in an address", e.span)
+            return b, (-o if e.op == "-" else o)
+        if isinstance(e, (ast.Name, ast.RegRef, ast.Brace, ast.Num)):
+            op = self._operand(e, scope)
+            if isinstance(op, ir.Imm):
+                if not isinstance(op.value, int):
+                    raise AsmError("an address offset must be an integer", e.span)
+                return None, op.value
+            if isinstance(op, ir.Sym) and op.offset:
+                return ir.Sym(op.name), op.offset
+            return op, 0
+        value = evaluate(e, self._lookup(scope))
+        if not isinstance(value, int):
+            raise AsmError("an address offset must be an integer", e.span)
+        return None, value
+
+
+def _define_value(name: str, text: str):
+    """-D NAME=VALUE: a number, or an expression of numbers (evaluated by our own evaluator)."""
+    from .parse import parse_expression
+    from .source import SourceFile
+    src = SourceFile.from_text(f"<-D {name}>", text)
+    tree = parse_expression(text, src, 0)
+
+    def no_names(n, span):
+        raise AsmError(f"-D {name}={text}: '{n}' is not defined here; -D values are numbers or expressions of numbers", span)
+    return evaluate(tree, no_names)
+
+
+def _int_value(v, span, what):
+    if not isinstance(v, int) or isinstance(v, bool) and False:
+        raise AsmError(f"{what} must be an integer, got {v!r}", span)
+    return v
+
+
+def _mark_expansion(item, call_span: Span):
+    if isinstance(item, ir.Instruction):
+        item.expanded_from = (call_span,) + item.expanded_from
+    elif isinstance(item, ir.ScheduleRegion):
+        for sub in item.items:
+            _mark_expansion(sub, call_span)
+
+
+def _closest(name: str, options) -> str | None:
+    import difflib
+    m = difflib.get_close_matches(name, list(options), n=1, cutoff=0.6)
+    return m[0] if m else None
+
+
+def _display_path(here: Path, rel: str, found: Path) -> str:
+    p = here / rel
+    return str(p) if p == found else str(found)
+
+
+def expand(module: ast.Module, defines: dict[str, str] | None = None,
+           include_dirs: list[str] | None = None) -> ExpandResult:
+    return Expander(defines, include_dirs).expand(module)

@@ -1,0 +1,384 @@
+"""Stage 3: bank-aware register planning for registers declared with `.regs` / `.temp`.
+
+Every named register gets a planned physical index (R0..R254) and is renamed in the PTX to a
+register that carries that index: acc3 -> %R37_f32 (planned R37, bank 37 mod 2 on sm_90).
+
+What this plan is: a model. ptxas re-allocates all PTX registers itself, so the plan is what the
+user can reason about (which values share a bank, which FMAs would conflict) and compare with
+the final SASS (`asmgemm regs --sass`). What it is not: a guarantee about the SASS.
+
+Rules, in order:
+- `.regs` registers each get their own index for the whole function, in declaration order,
+  lowest index first that satisfies alignment (64-bit: even; vec2/vec4 groups: consecutive and
+  aligned to the group size) and the bank constraint.
+- `.temp` registers share indices with other temps whose live ranges do not overlap (liveness
+  over the control-flow graph, so loops are respected), never with `.regs` registers.
+- Registers PTX declares itself (`.reg .b32 %r<10>;`) are left exactly as written.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, asdict
+
+from . import ir
+from .errors import AsmError, Note
+from .isa.ptx_operands import defs_and_uses, is_three_source
+from .isa.register_banks import MAX_REGISTERS, BankModel, bank_model
+
+MAX_PREDICATES = 7  # P0..P6; PT is the constant true predicate
+
+
+@dataclass
+class PlannedReg:
+    name: str
+    ptx_type: str
+    ptx_name: str
+    index: int                 # planned physical index (low half for 64-bit values)
+    width: int                 # 32-bit registers it occupies
+    bank: int | None           # None for predicates
+    temp: bool
+    constraint: int | None
+    first_use: int | None      # instruction positions in program order
+    last_use: int | None
+    uses: int
+    location: str
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class BankConflict:
+    position: int
+    text: str
+    location: str
+    sources: list[dict]        # [{name, ptx_name, index, bank}]
+    banks: dict[int, list[str]]
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class FunctionPlan:
+    name: str
+    regs: list[PlannedReg]
+    conflicts: list[BankConflict]
+    three_source_checked: int
+    registers_used: int        # highest planned index + width
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "registers_used": self.registers_used,
+                "three_source_instructions": self.three_source_checked,
+                "regs": [r.to_json() for r in self.regs],
+                "conflicts": [c.to_json() for c in self.conflicts]}
+
+
+@dataclass
+class Allocation:
+    target: str
+    model: str
+    functions: dict[str, FunctionPlan] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"target": self.target, "bank_model": self.model,
+                "functions": [f.to_json() for f in self.functions.values()]}
+
+
+def _type_suffix(t: str) -> str:
+    return t.lstrip(".")
+
+
+def _width(t: str) -> int:
+    return 2 if t in (".b64", ".u64", ".s64", ".f64") else 1
+
+
+def ptx_name_for(reg: ir.NamedReg, index: int) -> str:
+    if reg.ptx_type == ".pred":
+        return f"%P{index}"
+    return f"%R{index}_{_type_suffix(reg.ptx_type)}"
+
+
+def allocate(module: ir.Module, target: str) -> tuple[ir.Module, Allocation]:
+    model = bank_model(target)
+    alloc = Allocation(target, model.name)
+    items = []
+    for item in module.items:
+        if isinstance(item, ir.Function) and item.body is not None and item.named_regs:
+            new_fn, plan = _allocate_function(item, model)
+            alloc.functions[item.name] = plan
+            items.append(new_fn)
+        else:
+            if isinstance(item, ir.Function) and item.body is not None:
+                alloc.functions[item.name] = _plan_without_named(item, model)
+            items.append(item)
+    return module.copy_with(items=items), alloc
+
+
+def _program(fn: ir.Function) -> list:
+    return list(ir.iter_body(fn.body or []))
+
+
+def _plan_without_named(fn: ir.Function, model: BankModel) -> FunctionPlan:
+    n = sum(1 for i in _program(fn) if isinstance(i, ir.Instruction) and is_three_source(i))
+    return FunctionPlan(fn.name, [], [], n, 0)
+
+
+def _allocate_function(fn: ir.Function, model: BankModel) -> tuple[ir.Function, FunctionPlan]:
+    program = _program(fn)
+    named = {r.name: r for r in fn.named_regs}
+    first, last, count = _use_positions(program, named)
+    occupied: dict[int, str] = {}      # 32-bit index -> owner (permanent registers)
+    index_of: dict[str, int] = {}
+    pred_next = 0
+
+    def fail(reg: ir.NamedReg, why: str):
+        raise AsmError(f"cannot place register '{reg.name}': {why}", reg.span)
+
+    def place(reg: ir.NamedReg, taken) -> int:
+        width = _width(reg.ptx_type)
+        span_len = width * max(1, len(reg.group)) if reg.group and reg.group[0] == reg.name else width
+        for idx in range(0, MAX_REGISTERS - span_len + 1):
+            if idx % reg.align:
+                continue
+            if reg.bank is not None and model.bank_of(idx) != reg.bank % model.banks:
+                continue
+            if any(taken(idx + k) for k in range(span_len)):
+                continue
+            return idx
+        fail(reg, f"no free index in R0..R{MAX_REGISTERS - 1} satisfies "
+                  + (f"bank {reg.bank} " if reg.bank is not None else "")
+                  + (f"and alignment {reg.align}" if reg.align > 1 else "the constraints"))
+        return -1
+
+    # Permanent registers, in declaration order; vector groups as units.
+    for reg in fn.named_regs:
+        if reg.temp or reg.name in index_of:
+            continue
+        if reg.ptx_type == ".pred":
+            if pred_next >= MAX_PREDICATES:
+                fail(reg, f"more than {MAX_PREDICATES} predicate registers declared (P0..P6)")
+            index_of[reg.name] = pred_next
+            pred_next += 1
+            continue
+        if reg.group:
+            base = place(named[reg.group[0]], lambda i: i in occupied)
+            width = _width(reg.ptx_type)
+            for k, member in enumerate(reg.group):
+                m = named[member]
+                idx = base + k * width
+                if m.bank is not None and model.bank_of(idx) != m.bank % model.banks:
+                    fail(m, f"it is element {k} of an aligned vec{len(reg.group)} group, which puts it in bank "
+                            f"{model.bank_of(idx)}, not the requested bank {m.bank}")
+                index_of[member] = idx
+                for w in range(width):
+                    occupied[idx + w] = member
+            continue
+        idx = place(reg, lambda i: i in occupied)
+        index_of[reg.name] = idx
+        for w in range(_width(reg.ptx_type)):
+            occupied[idx + w] = reg.name
+
+    # Temporaries: colour the interference graph greedily in order of first definition.
+    temps = [r for r in fn.named_regs if r.temp and r.ptx_type != ".pred"]
+    temp_preds = [r for r in fn.named_regs if r.temp and r.ptx_type == ".pred"]
+    if temps or temp_preds:
+        interfere = _interference(program, {r.name for r in temps + temp_preds})
+        order = sorted(temps, key=lambda r: (first.get(r.name, 1 << 30), fn.named_regs.index(r)))
+        temp_slots: dict[int, list[str]] = {}
+        for reg in order:
+            def taken(i, reg=reg):
+                if i in occupied:
+                    return True
+                return any(other in interfere.get(reg.name, ()) for other in temp_slots.get(i, ()))
+            if reg.group and reg.group[0] != reg.name and reg.name in index_of:
+                continue
+            idx = place(reg, taken)
+            members = reg.group if reg.group else (reg.name,)
+            for k, member in enumerate(members):
+                index_of[member] = idx + k * _width(reg.ptx_type)
+                for w in range(_width(reg.ptx_type)):
+                    temp_slots.setdefault(idx + k * _width(reg.ptx_type) + w, []).append(member)
+        pred_slots: dict[int, list[str]] = {}
+        for reg in sorted(temp_preds, key=lambda r: first.get(r.name, 1 << 30)):
+            for p in range(pred_next, MAX_PREDICATES):
+                if not any(o in interfere.get(reg.name, ()) for o in pred_slots.get(p, ())):
+                    index_of[reg.name] = p
+                    pred_slots.setdefault(p, []).append(reg.name)
+                    break
+            else:
+                fail(reg, "no free predicate register (P0..P6) at its live range")
+
+    rename = {name: ptx_name_for(named[name], idx) for name, idx in index_of.items()}
+
+    def rn(r: ir.Reg) -> ir.Reg:
+        if r.named:
+            return ir.Reg(rename[r.name], False, r.negated)
+        return r
+
+    new_body = _rewrite(fn.body, rn)
+    decls = _declarations(named, index_of, rename)
+    new_fn = ir.Function(fn.kind, fn.name, fn.header, fn.perf, decls + new_body, fn.named_regs, fn.span)
+
+    planned = []
+    for reg in fn.named_regs:
+        idx = index_of[reg.name]
+        is_pred = reg.ptx_type == ".pred"
+        planned.append(PlannedReg(reg.name, reg.ptx_type, rename[reg.name], idx, _width(reg.ptx_type),
+                                  None if is_pred else model.bank_of(idx), reg.temp, reg.bank,
+                                  first.get(reg.name), last.get(reg.name), count.get(reg.name, 0),
+                                  reg.span.location() if reg.span else ""))
+    conflicts, checked = _bank_conflicts(program, index_of, named, rename, model)
+    used = max((p.index + p.width for p in planned if p.bank is not None), default=0)
+    return new_fn, FunctionPlan(fn.name, planned, conflicts, checked, used)
+
+
+def _use_positions(program, named):
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    count: dict[str, int] = {}
+    pos = 0
+    for item in program:
+        if not isinstance(item, ir.Instruction):
+            continue
+        for r in item.registers():
+            if r.named and r.name in named:
+                first.setdefault(r.name, pos)
+                last[r.name] = pos
+                count[r.name] = count.get(r.name, 0) + 1
+        pos += 1
+    return first, last, count
+
+
+def _successors(instrs: list, labels: dict[str, int]) -> list[list[int]]:
+    succ = []
+    n = len(instrs)
+    for i, ins in enumerate(instrs):
+        nxt = [i + 1] if i + 1 < n else []
+        if isinstance(ins, ir.Instruction):
+            if ins.base in ("bra", "brx") and ins.operands and isinstance(ins.operands[0], ir.Sym):
+                target = labels.get(ins.operands[0].name)
+                tgt = [target] if target is not None else []
+                succ.append(tgt + (nxt if ins.guard is not None else []))
+                continue
+            if ins.base in ("ret", "exit", "trap") and ins.guard is None:
+                succ.append([])
+                continue
+        succ.append(nxt)
+    return succ
+
+
+def _interference(program, tracked: set[str]) -> dict[str, set[str]]:
+    """Live-variable analysis (backward, to a fixed point) over the instruction-level CFG; two
+    tracked registers interfere when one is written where the other is live afterwards."""
+    instrs = [i for i in program if isinstance(i, (ir.Instruction, ir.Label))]
+    labels = {it.name: k for k, it in enumerate(instrs) if isinstance(it, ir.Label)}
+    bit = {name: 1 << k for k, name in enumerate(sorted(tracked))}
+    names = sorted(tracked)
+    defs = []
+    uses = []
+    kills = []
+    for it in instrs:
+        d = u = 0
+        if isinstance(it, ir.Instruction):
+            dl, ul = defs_and_uses(it)
+            for r in dl:
+                if r.named and r.name in bit:
+                    d |= bit[r.name]
+            for r in ul:
+                if r.named and r.name in bit:
+                    u |= bit[r.name]
+            # A predicated write may not happen, so it does not end the old value's life.
+            kills.append(0 if it.guard is not None else d)
+        else:
+            kills.append(0)
+        defs.append(d)
+        uses.append(u)
+    succ = _successors(instrs, labels)
+    live_out = [0] * len(instrs)
+    live_in = [0] * len(instrs)
+    changed = True
+    while changed:
+        changed = False
+        for i in range(len(instrs) - 1, -1, -1):
+            out = 0
+            for s in succ[i]:
+                out |= live_in[s]
+            inn = uses[i] | (out & ~kills[i])
+            if out != live_out[i] or inn != live_in[i]:
+                live_out[i], live_in[i] = out, inn
+                changed = True
+    graph: dict[str, set[str]] = {n: set() for n in names}
+    for i in range(len(instrs)):
+        d = defs[i]
+        if not d:
+            continue
+        # The written registers interfere with everything live after the write, and with each other.
+        live = live_out[i] | d
+        for a in names:
+            if d & bit[a]:
+                for b in names:
+                    if b != a and live & bit[b]:
+                        graph[a].add(b)
+                        graph[b].add(a)
+    # A value that is never written but read (live-in at entry) interferes with everything live there.
+    entry = live_in[0] if instrs else 0
+    for a in names:
+        if entry & bit[a]:
+            for b in names:
+                if b != a and entry & bit[b]:
+                    graph[a].add(b)
+    return graph
+
+
+def _rewrite(items, rn):
+    out = []
+    for item in items:
+        if isinstance(item, ir.Instruction):
+            guard = ir.Guard(rn(item.guard.reg), item.guard.negated) if item.guard else None
+            out.append(ir.Instruction(item.opcode, [ir.map_regs(o, rn) for o in item.operands], guard,
+                                      item.span, item.pinned, item.expanded_from, item.note))
+        elif isinstance(item, ir.ScheduleRegion):
+            out.append(ir.ScheduleRegion(_rewrite(item.items, rn), item.span, item.index))
+        else:
+            out.append(item)
+    return out
+
+
+def _declarations(named, index_of, rename) -> list[ir.Directive]:
+    by_type: dict[str, list[tuple[int, str]]] = {}
+    for name, idx in index_of.items():
+        by_type.setdefault(named[name].ptx_type, []).append((idx, rename[name]))
+    out = []
+    for t in sorted(by_type):
+        regs = sorted(set(by_type[t]))
+        names = [n for _, n in regs]
+        for k in range(0, len(names), 8):
+            out.append(ir.Directive(f".reg {t} {', '.join(names[k:k + 8])};", None, kind="reg"))
+    return out
+
+
+def _bank_conflicts(program, index_of, named, rename, model: BankModel):
+    conflicts = []
+    checked = 0
+    pos = -1
+    for item in program:
+        if not isinstance(item, ir.Instruction):
+            continue
+        pos += 1
+        if not is_three_source(item) or len(item.operands) < 4:
+            continue
+        checked += 1
+        srcs = []
+        for op in item.operands[1:4]:
+            if isinstance(op, ir.Reg) and op.named and op.name in index_of and named[op.name].ptx_type != ".pred":
+                srcs.append((op.name, index_of[op.name]))
+        if len(srcs) < 2:
+            continue
+        bad = model.conflicts([i for _, i in srcs])
+        if bad:
+            banks = {b: [n for n, i in srcs if i in regs] for b, regs in bad.items()}
+            conflicts.append(BankConflict(
+                pos, item.render(), item.span.location() if item.span else "",
+                [{"name": n, "ptx_name": rename[n], "index": i, "bank": model.bank_of(i)} for n, i in srcs],
+                banks))
+    return conflicts, checked

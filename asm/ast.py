@@ -300,7 +300,20 @@ class RegsDecl:
     span: Span
 
 
-Stmt = Union[Version, Target, AddressSize, RawDirective, Decl, Function, Label, Instr, Scope,
+@dataclass
+class Tune:
+    name: str
+    choices: Expr              # a call: choices(a, b, ...) or range(...)
+    span: Span
+
+
+@dataclass
+class ErrorDirective:
+    message: str
+    span: Span
+
+
+Stmt = Union[Tune, ErrorDirective, Version, Target, AddressSize, RawDirective, Decl, Function, Label, Instr, Scope,
              ConstDef, MacroDef, MacroCall, For, If, Include, Schedule, RegsDecl]
 
 

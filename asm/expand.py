@@ -85,6 +85,8 @@ class Expander:
         self.address_size: int | None = None
         self.parameters: dict[str, object] = {}
         self.fn: _FunctionContext | None = None
+        self.tunables: dict[str, list] = {}
+        self.tune_spans: dict[str, Span] = {}
 
     # ---- entry point ---------------------------------------------------------------------------
     def expand(self, module: ast.Module) -> ExpandResult:
@@ -98,8 +100,11 @@ class Expander:
             raise AsmError(f"-D {unknown[0]}: this source has no overridable constant named '{unknown[0]}' "
                            f"(parameters: {params})",
                            hint="declare it with `.const NAME ?= default` to make it a parameter")
+        for name, span in self.tune_spans.items():
+            if name not in self.parameters:
+                raise AsmError(f"'.tune {name}' names no parameter: declare it with `.const {name} ?= default`", span)
         mod = ir.Module(self.version, self.target, self.address_size, top, module.source.path)
-        return ExpandResult(mod, {}, dict(self.parameters))
+        return ExpandResult(mod, dict(self.tunables), dict(self.parameters))
 
     # ---- statements ----------------------------------------------------------------------------
     def _count(self, n: int, span: Span):
@@ -266,6 +271,27 @@ class Expander:
                 raise AsmError("a '.schedule' region must be straight-line code: no labels or { } scopes inside",
                                it.span or s.span)
         out.append(ir.ScheduleRegion(items, s.span))
+
+    def _s_Tune(self, s: ast.Tune, scope: _Scope, out, toplevel):
+        if s.name in self.tune_spans:
+            raise AsmError(f"'.tune {s.name}' appears twice", s.span, notes=[Note("first here", self.tune_spans[s.name])])
+        look = self._lookup(scope)
+        args = [evaluate(a, look) for a in s.choices.args]
+        if s.choices.func == "range":
+            if not 1 <= len(args) <= 3 or not all(isinstance(a, int) for a in args) or (len(args) == 3 and args[2] == 0):
+                raise AsmError("range() wants 1 to 3 integers and a non-zero step", s.choices.span)
+            values = list(range(*args))
+        else:
+            values = args
+        if not values:
+            raise AsmError(f"'.tune {s.name}' lists no values", s.span)
+        if len(values) > 1024:
+            raise AsmError(f"'.tune {s.name}' lists {len(values)} values (limit 1024)", s.span)
+        self.tunables[s.name] = values
+        self.tune_spans[s.name] = s.span
+
+    def _s_ErrorDirective(self, s: ast.ErrorDirective, scope, out, toplevel):
+        raise AsmError(s.message, s.span)
 
     def _s_RegsDecl(self, s: ast.RegsDecl, scope: _Scope, out, toplevel):
         if self.fn is None:

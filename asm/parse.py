@@ -350,6 +350,16 @@ class _AstBuilder:
         spec = self.sub_parse(raw, "regs_spec")
         return ast.RegsDecl(kw.value[1:], spec["types"], spec["items"], spec["attrs"], self.span(t))
 
+    def s_tune_decl(self, t):
+        name, expr_tok = t.children[1], t.children[3]
+        choices = self.line_expr(expr_tok)
+        if not (isinstance(choices, ast.Call) and choices.func in ("choices", "range")):
+            raise AsmError("'.tune' wants 'NAME in choices(a, b, ...)' or 'NAME in range(...)'", choices.span)
+        return ast.Tune(str(name), choices, self.span(t))
+
+    def s_error_dir(self, t):
+        return ast.ErrorDirective(_unquote(t.children[1].value), self.span(t))
+
     # ---- sub-parses ----------------------------------------------------------------------------
     def line_expr(self, tok: Token):
         return self.sub_parse(tok, "expr")
@@ -546,5 +556,4 @@ def _top_level_dash(inner: str) -> int:
 
 
 def _unquote(s: str) -> str:
-    body = s[1:-1]
-    return body.encode("utf-8").decode("unicode_escape") if "\\" in body else body
+    return s[1:-1].replace('\\"', '"').replace("\\\\", "\\")

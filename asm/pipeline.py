@@ -48,6 +48,7 @@ class BuildResult:
     ast: ast.Module
     expanded: ir.Module
     parameters: dict[str, object]
+    tunables: dict[str, list]
     allocated: ir.Module
     allocation: Allocation
     scheduled: ir.Module
@@ -112,7 +113,7 @@ def build(source: SourceFile, options: BuildOptions | None = None) -> BuildResul
     scheduled, report = _schedule(allocated, target, options)
     emitted = emit_ptx(scheduled, target, trace=options.trace, source_name=source.path,
                        ptx_name=Path(source.path).with_suffix(".ptx").name)
-    return BuildResult(source, options, tree, module, result.parameters, allocated, allocation,
+    return BuildResult(source, options, tree, module, result.parameters, result.tunables, allocated, allocation,
                        scheduled, report, target, emitted)
 
 

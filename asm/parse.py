@@ -32,13 +32,24 @@ _TERMINAL_WORDS = {
     "TYPE_WORD": "a type such as .f32", "$END": "end of input",
 }
 
+_CLOSER_TERMINAL = {"MACRO_KW": "ENDM_KW", "FOR_KW": "ENDFOR_KW", "IF_KW": "ENDIF_KW",
+                    "SCHEDULE_KW": "ENDSCHEDULE_KW", "LBRACE": "RBRACE", "LPAR": "RPAR", "LSQB": "RSQB"}
+
 # Block openers, and the closer each one needs; used to explain an unexpected end of file.
 _OPENERS = {"MACRO_KW": ".endm", "FOR_KW": ".endfor", "IF_KW": ".endif", "SCHEDULE_KW": ".endschedule",
             "LBRACE": "}", "LPAR": ")", "LSQB": "]"}
 
 
+def _word(name: str) -> str:
+    if name in _TERMINAL_WORDS:
+        return _TERMINAL_WORDS[name]
+    if name.endswith("_KW"):
+        return "'." + {"ADDRSIZE": "address_size"}.get(name[:-3], name[:-3].lower()) + "'"
+    return name.lower().replace("_", " ")
+
+
 def _describe(names) -> str:
-    words = sorted({_TERMINAL_WORDS.get(n, n.lower().replace("_kw", "").replace("_", " ")) for n in names})
+    words = sorted({_word(n) for n in names})
     if not words:
         return ""
     if len(words) > 8:
@@ -95,9 +106,10 @@ def _syntax_error(exc: UnexpectedInput, source: SourceFile, offset: int, text: s
         if opener is not None:
             closer = _OPENERS[opener.type]
             what = opener.value.strip() or opener.type
-            return AsmError(f"unexpected end of file: '{what}' is never closed (missing '{closer}')",
+            where = "expression" if text is not source.text else "file"
+            return AsmError(f"unexpected end of {where}: '{what}' is never closed (missing '{closer}')",
                             Span(source, offset + opener.start_pos, offset + opener.end_pos),
-                            notes=[Note("the file ends here", span)])
+                            notes=[Note(f"the {where} ends here", span)])
         expected = getattr(exc, "expected", None) or getattr(exc, "accepts", None) or []
         return AsmError("unexpected end of input" + _describe(expected), span)
     if isinstance(exc, UnexpectedToken):
@@ -107,7 +119,15 @@ def _syntax_error(exc: UnexpectedInput, source: SourceFile, offset: int, text: s
         shown = str(tok.value).splitlines()[0] if str(tok.value) else tok.type
         if len(shown) > 40:
             shown = shown[:37] + "..."
-        return AsmError(f"unexpected '{shown}'" + _describe(exc.accepts or exc.expected), Span(source, start, end))
+        expected = exc.accepts or exc.expected or set()
+        opener = _open_block(exc)
+        if opener is not None and _CLOSER_TERMINAL.get(opener.type) in expected:
+            what = opener.value.strip()
+            return AsmError(f"unexpected '{shown}': '{what}' is still open (missing '{_OPENERS[opener.type]}')",
+                            Span(source, start, end),
+                            notes=[Note(f"'{what}' opened here",
+                                        Span(source, offset + opener.start_pos, offset + opener.end_pos))])
+        return AsmError(f"unexpected '{shown}'" + _describe(expected), Span(source, start, end))
     if isinstance(exc, UnexpectedCharacters):
         start = offset + (pos or 0)
         ch = text[pos] if pos is not None and pos < len(text) else "?"
@@ -173,10 +193,10 @@ class _AstBuilder:
         return ast.AddressSize(int(str(t.children[1]), 0), self.span(t))
 
     def s_file_dir(self, t):
-        return ast.RawDirective(".file", str(t.children[1]).rstrip(), self.span(t))
+        return ast.RawDirective(".file", str(t.children[1]).strip(), self.span(t))
 
     def s_loc_dir(self, t):
-        return ast.RawDirective(".loc", str(t.children[1]).rstrip(), self.span(t))
+        return ast.RawDirective(".loc", str(t.children[1]).strip(), self.span(t))
 
     def s_section(self, t):
         return ast.RawDirective(".section", f"{t.children[1]} {t.children[2]}", self.span(t))
@@ -216,7 +236,7 @@ class _AstBuilder:
                 ret = [self.param(p) for p in c.children if p is not None]
             elif c.data == "param_list":
                 params = [self.param(p) for p in c.children if p is not None]
-            elif c.data == "perf_dir":
+            elif c.data in ("perf_dir", "perf_flag"):
                 values = [self.operand(v) for v in c.children[1:] if v is not None]
                 perf.append(ast.PerfDirective(str(c.children[0]), values, self.span(c)))
             elif c.data == "body":

@@ -135,7 +135,8 @@ class Expander:
 
     def _s_RawDirective(self, s: ast.RawDirective, scope, out, toplevel):
         self._count(1, s.span)
-        out.append(ir.Directive(f"{s.keyword} {s.text}", s.span, kind=s.keyword[1:]))
+        text = s.text if s.keyword == ".callprototype" else f"{s.keyword} {s.text}"
+        out.append(ir.Directive(text, s.span, kind=s.keyword[1:]))
 
     def _need_toplevel(self, s, toplevel, what):
         if not toplevel:
@@ -431,6 +432,8 @@ class Expander:
         guard = None
         if s.guard is not None:
             g = self._operand(s.guard.reg, scope)
+            if isinstance(g, ir.Sym) and not g.offset:
+                g = ir.Reg(g.name)  # PTX lets `.reg .pred done;` declare a register without '%'
             if not isinstance(g, ir.Reg):
                 raise AsmError("a guard must be a predicate register", s.guard.span)
             guard = ir.Guard(g, s.guard.negated)

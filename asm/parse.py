@@ -117,6 +117,9 @@ def _syntax_error(exc: UnexpectedInput, source: SourceFile, offset: int, text: s
         start = offset + (tok.start_pos or 0)
         end = offset + (tok.end_pos or start + 1)
         shown = str(tok.value).splitlines()[0] if str(tok.value) else tok.type
+        if tok.type in ("LINE_RAW", "LINE_EXPR", "INIT_RAW"):  # fallback tokens that swallow a whole line
+            shown = shown.strip()[:1] or shown
+            end = start + 1
         if len(shown) > 40:
             shown = shown[:37] + "..."
         expected = exc.accepts or exc.expected or set()
@@ -202,7 +205,12 @@ class _AstBuilder:
         return ast.RawDirective(".section", f"{t.children[1]} {t.children[2]}", self.span(t))
 
     def s_pragma(self, t):
-        return ast.RawDirective(".pragma", ", ".join(str(c) for c in t.children[1:]), self.span(t))
+        return ast.RawDirective(".pragma", ", ".join(str(c) for c in t.children[1:]) + ";", self.span(t))
+
+    def s_callprototype(self, t):
+        name, _, rest = t.children
+        return ast.RawDirective(".callprototype", f"{name} : .callprototype {' '.join(rest.split())};",
+                                self.span(t))
 
     def qualifier(self, t) -> ast.Qualifier:
         word = t.children[0]
@@ -492,8 +500,9 @@ class _AstBuilder:
             return ast.Paren([self.operand(c) for c in t.children if c is not None], sp)
         if d == "pair":
             return ast.Pair(self.operand(t.children[0]), self.operand(t.children[1]), sp)
-        if d in ("add", "sub"):
-            return ast.BinOp("+" if d == "add" else "-", self.operand(t.children[0]), self.operand(t.children[1]), sp)
+        if d in ("add", "sub", "mul"):
+            op = {"add": "+", "sub": "-", "mul": "*"}[d]
+            return ast.BinOp(op, self.operand(t.children[0]), self.operand(t.children[1]), sp)
         if d == "neg":
             return ast.UnOp("-", self.operand(t.children[0]), sp)
         if d == "lnot":

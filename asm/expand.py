@@ -574,8 +574,11 @@ class Expander:
         base, offset = self._address(e.items[0], scope)
         extra = tuple(self._operand(i, scope) for i in e.items[1:])
         if isinstance(base, ir.Mem):  # a macro parameter bound to a whole address
-            return ir.Mem(base.base, base.offset + offset, base.extra + extra)
-        return ir.Mem(base, offset, extra)
+            return ir.Mem(base.base, base.offset + offset, base.extra + extra, base.explicit_offset)
+        first = e.items[0]
+        explicit = (base is not None and isinstance(first, ast.BinOp) and first.op == "+"
+                    and isinstance(first.right, ast.Num))  # a literal `+0`, as nvcc writes it
+        return ir.Mem(base, offset, extra, explicit)
 
     def _address(self, e, scope: _Scope) -> tuple[ir.Operand | None, int]:
         """Split an address expression into (base register/symbol or None, constant offset)."""

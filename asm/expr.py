@@ -218,9 +218,12 @@ def _binop(op, a, b, node):
         if isinstance(a, int) and isinstance(b, int) and abs(a) > 1 and b * max(1, abs(a).bit_length()) > MAX_BITS:
             raise AsmError(f"integer result exceeds {MAX_BITS} bits", span)
         try:
-            return a ** b
+            result = a ** b
         except (OverflowError, ZeroDivisionError) as exc:
             raise AsmError(f"'**': {exc}", span) from None
+        if isinstance(result, complex):
+            raise AsmError(f"'**': {a} ** {b} is not a real number", span)
+        return result
     if op in ("<<", ">>", "&", "|", "^"):
         a, b = _int(a, node.left), _int(b, node.right)
         if op in ("<<", ">>") and b < 0:

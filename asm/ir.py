@@ -84,11 +84,13 @@ class Mem:
     base: "Operand | None"
     offset: int = 0
     extra: tuple["Operand", ...] = ()
+    # `[x+0]` as written: ptxas in debug mode (-G PTX) compiles it differently from `[x]`.
+    explicit_offset: bool = False
 
     def render(self) -> str:
         if self.base is None:
             addr = str(self.offset)
-        elif self.offset:
+        elif self.offset or self.explicit_offset:
             addr = f"{self.base.render()}+{self.offset}"
         else:
             addr = self.base.render()
@@ -130,8 +132,8 @@ def map_regs(op: Operand, fn) -> Operand:
     if isinstance(op, Paren):
         return Paren(tuple(map_regs(e, fn) for e in op.items))
     if isinstance(op, Mem):
-        return Mem(map_regs(op.base, fn) if op.base is not None else None, op.offset,
-                   tuple(map_regs(e, fn) for e in op.extra))
+        return replace(op, base=map_regs(op.base, fn) if op.base is not None else None,
+                       extra=tuple(map_regs(e, fn) for e in op.extra))
     return op
 
 

@@ -1,0 +1,1 @@
+"""Benchmarks against cuBLAS, performance baselines, and the autotuner with its cache."""

@@ -239,3 +239,11 @@ def test_sm90a_instructions_pick_sm90a(tmp_path):
     assert proc.returncode == 0 and ".target sm_90a" in proc.stdout
     proc = asmgemm("build", p, "-o", "-", "--target", "sm_90")
     assert_user_error(proc, f"{p}:3:5:", "sm_90a")
+
+
+@pytest.mark.parametrize("args", [("kernels",), ("regs", "sgemm_naive"),
+                                  pytest.param(("check", "sgemm_naive"), marks=needs_ptxas)])
+def test_human_reports_render(args):
+    proc = asmgemm(*args)
+    assert proc.returncode == 0, proc.stderr
+    assert "sgemm_naive" in proc.stdout and "internal error" not in proc.stderr

@@ -5,7 +5,7 @@ import sys
 
 import click
 
-from .common import build_options, emit_json, source_options
+from .common import make_console, build_options, emit_json, source_options
 
 
 @click.command("check")
@@ -36,16 +36,20 @@ def command(file, as_json, no_spills, max_registers, defines, target, include_di
         emit_json({"source": result.source.path, "target": result.target,
                    "kernels": [k.to_json() for k in asm.kernels], "warnings": asm.warnings, "failures": failures})
     else:
-        from rich.console import Console
         from rich.table import Table
         t = Table(title=f"ptxas -v: {result.source.path} ({result.target})", title_justify="left")
-        for col in ("kernel", "registers", "spill stores", "spill loads", "stack", "local", "shared", "barriers", "cmem"):
+        # ptxas 13 no longer prints constant-bank usage with -v; show the column only when it did.
+        show_cmem = any(k.constant_bytes for k in asm.kernels)
+        cols = ("kernel", "registers", "spill stores", "spill loads", "stack", "local", "shared", "barriers")
+        for col in cols + (("cmem",) if show_cmem else ()):
             t.add_column(col, justify="left" if col == "kernel" else "right")
         for k in asm.kernels:
-            t.add_row(k.name, str(k.registers), str(k.spill_stores), str(k.spill_loads), str(k.stack_frame),
-                      str(k.local_bytes), str(k.shared_bytes), str(k.barriers),
-                      " ".join(f"{b}={v}" for b, v in k.constant_bytes.items()))
-        con = Console()
+            row = [k.name, str(k.registers), str(k.spill_stores), str(k.spill_loads), str(k.stack_frame),
+                   str(k.local_bytes), str(k.shared_bytes), str(k.barriers)]
+            if show_cmem:
+                row.append(" ".join(f"{b}={v}" for b, v in k.constant_bytes.items()))
+            t.add_row(*row)
+        con = make_console()
         con.print(t)
         for w in asm.warnings:
             con.print(f"[yellow]ptxas warning:[/] {w}")

@@ -66,3 +66,11 @@ def write_atomic(path: str | Path, data: str | bytes) -> None:
 
 def emit_json(obj) -> None:
     click.echo(json.dumps(obj, indent=2, sort_keys=False, default=str))
+
+
+def make_console(stderr: bool = False):
+    """A rich Console for reports. Piped output (a file, `less`, `grep`) gets a wide fixed width
+    instead of rich's 80 columns, so tables keep whole register names and locations."""
+    from rich.console import Console
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(file=stream, width=None if stream.isatty() else 160)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from .common import emit_json
+from .common import make_console, emit_json
 
 
 @click.command("kernels")
@@ -33,9 +33,8 @@ def command(as_json):
     if as_json:
         emit_json(rows)
         return
-    from rich.console import Console
     from rich.table import Table
     t = Table("kernel", "parameters (-D NAME=VALUE)", "summary")
     for r in rows:
         t.add_row(r["name"], " ".join(f"{k}={v}" for k, v in r["parameters"].items()), r["summary"])
-    Console().print(t)
+    make_console().print(t)

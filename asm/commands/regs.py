@@ -19,10 +19,14 @@ def command(file, as_json, with_sass, only, defines, target, include_dirs):
     sources fall into one bank under the target's bank model (sm_90: bank = index mod 2,
     a conflict needs three distinct sources in one bank; sm_5x/6x: index mod 4, two).
 
-    The plan is a model: ptxas re-allocates registers. --sass compares it with the final SASS.
+    The plan is a model: ptxas re-allocates registers. --sass compares it with the final SASS:
+    it assembles with line information, pairs the operands of every FMA-class SASS instruction
+    with the PTX fma/mad line it came from, and shows which physical register (and bank) each
+    planned register ended in and, per FMA, whether the plan's conflict-freedom survived once
+    reuse-cache hits are counted. That mapping is inferred, not reported by ptxas.
     """
     from ..errors import AsmError
-    from ..pipeline import assemble, build_file
+    from ..pipeline import build_file
 
     opts = build_options(defines, target, include_dirs, trace="ptx-lines" if with_sass else "none")
     result = build_file(file, opts)
@@ -32,11 +36,9 @@ def command(file, as_json, with_sass, only, defines, target, include_dirs):
         raise AsmError(f"no function named '{only}' (functions: {', '.join(plan.functions) or 'none'})")
     comparison = None
     if with_sass:
-        from ..sass.decode import disassemble_cubin
+        from ..sass.inspect import inspect_build
         from ..sass.plan_compare import compare_plan, render_comparison
-        asm = assemble(result)
-        kernels = disassemble_cubin(asm.cubin, line_info=True)
-        comparison = compare_plan(result, kernels)
+        comparison = compare_plan(result, inspect_build(result))
     if as_json:
         data = plan.to_json()
         data["functions"] = [f.to_json() for f in functions]

@@ -14,8 +14,9 @@ Sources for the layout:
            information at the top of the 128-bit word, most significant first: 2 unused zero bits,
            reuse flags (4), wait barrier mask (6), read barrier index (3), write barrier index (3),
            yield flag (1), stall cycles (4). Reuse flag bit 0 (the least significant) belongs to the
-           first source operand slot. When the yield bit is *cleared* the scheduler prefers to
-           switch warps.
+           first source operand slot. When the yield bit is *set* the scheduler prefers to keep
+           issuing from the current warp; when it is *cleared* it prefers to switch warps, which
+           makes the reuse flags ineffective for the next instruction.
   [JIA19]  Z. Jia, M. Maggioni, J. Smith, D. P. Scarpazza, "Dissecting the NVidia Turing T4 GPU via
            Microbenchmarking", arXiv:1903.07486 (2019), section 2: the same layout on Turing.
   [CUASM]  CuAssembler (github.com/cloudcores/CuAssembler), CuAsm/common.py `decodeCtrlCodes`: the
@@ -24,9 +25,17 @@ Sources for the layout:
   [MAXAS]  S. Gray, maxas wiki "Control-Codes" (github.com/NervanaSystems/maxas/wiki/Control-Codes):
            the meaning of the fields on Maxwell (stall count, yield hint, write/read dependency
            barriers, wait mask, reuse), from which the Volta fields descend.
-  [HERE]   Checked against ptxas 13.0 / nvdisasm 13.2 output for sm_90 in
-           tests/test_sass_control_bits.py: the reuse bits agree with the `.reuse` markers nvdisasm
-           prints, and hand-decoded words (an LDG feeding an FFMA) give the expected scoreboards.
+  [AMP]    H. Abdelkhalik, Y. Arafa, N. Santhi, A. Badawy, "Demystifying the Nvidia Ampere
+           Architecture through Microbenchmarking and Instruction-level Analysis", arXiv:2208.11174
+           (2022): Ampere keeps Volta's 128-bit encoding and control section.
+  [HERE]   Checked against ptxas 13.0.88 / nvdisasm 13.5 output for sm_90 and sm_90a:
+           tests/test_sass_control_bits.py decodes words copied from a real listing and compares
+           them with fields decoded by hand (an LDG setting write scoreboard 3 and the FFMA that
+           consumes it waiting on bit 3; an LDGSTS releasing read scoreboard 1; a `.reuse` in
+           slot A = reuse bit 0). tests/test_sass_inspect.py checks on every instruction of the test
+           inputs and of tests/corpus/ptx (3333 instructions with ptxas 13.0.88) that the reuse bits
+           sit exactly on the operands nvdisasm marks `.reuse`, and that the words equal the bytes
+           of the cubin's .text section (low half first).
 
 The same tests pin the few *instruction* fields the decoder cross-checks (guard predicate, opcode,
 the register fields of the common ALU form); these are observations on sm_90 ([HERE]), not

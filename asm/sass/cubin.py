@@ -50,6 +50,7 @@ class CubinFunction:
     symbol_index: int
     entry: bool                 # a __global__ kernel (STO_CUDA_ENTRY), not a device function
     code_bytes: int
+    code_offset: int = 0        # file offset of its .text section (instruction words, little-endian)
     registers: int = 0
     frame_bytes: int = 0        # per-thread stack frame: local memory for spills and local arrays
     min_stack_bytes: int = 0
@@ -141,7 +142,7 @@ def _read(data: bytes, source: str) -> CubinInfo:
             continue
         sh = shdrs[shndx]
         fn = CubinFunction(name=name, symbol_index=idx, entry=bool(st_other & STO_CUDA_ENTRY),
-                           code_bytes=sh["size"], registers=(sh["info"] >> 24) & 0xFF)
+                           code_bytes=sh["size"], code_offset=sh["offset"], registers=(sh["info"] >> 24) & 0xFF)
         by_symbol[idx] = fn
         info.functions[name] = fn
     # On sm_90 the first 1 KB of a CTA's shared window is reserved for the system (CUDA C++

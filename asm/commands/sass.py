@@ -1,0 +1,96 @@
+"""`asmgemm sass`: what ptxas really produced — control codes, register banks, reuse, loops."""
+from __future__ import annotations
+
+import click
+
+from .common import build_options, emit_json, source_options
+
+_ELF_MAGIC = b"\x7fELF"
+
+
+def _is_cubin(path) -> bool:
+    from pathlib import Path
+    p = Path(path)
+    if p.suffix == ".cubin":
+        return True
+    if not p.is_file():
+        return False
+    with open(p, "rb") as fh:
+        return fh.read(4) == _ELF_MAGIC
+
+
+@click.command("sass")
+@click.argument("file")
+@click.option("--kernel", "kernel_name", metavar="NAME", help="Only this kernel.")
+@click.option("--loop", "only_loops", is_flag=True, help="Only the loop bodies, each with its summary.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the same data as JSON: per kernel its summary, blocks, loops, and one object "
+                   "per instruction with named fields.")
+@source_options
+def command(file, kernel_name, only_loops, as_json, defines, target, include_dirs):
+    """Disassemble the SASS of FILE (.sasm, .ptx, a shipped kernel name, or a sm_90/sm_90a .cubin)
+    and annotate every instruction.
+
+    A .sasm/.ptx is built and assembled with ptxas -lineinfo (PTX emitted with a `.loc` per
+    instruction, which does not change the code), so each SASS instruction shows the PTX line
+    and the .sasm line it came from. Needs ptxas and nvdisasm (`pip install 'asmgemm[cuda-tools]'`).
+
+    \b
+    Columns of the listing:
+      control  maxas/CuAssembler notation [B012345:R#:W#:Y:S##]: the scoreboards the instruction
+               waits on (B), the scoreboard released when its sources are read (R) and when its
+               result is written (W), `Y` when the yield hint is on (bit 109 = 0), and the stall
+               count (cycles before the warp's next instruction may issue). Bit layout and sources:
+               asmgemm/isa/control_bits.py.
+      live     live general-purpose registers (nvdisasm -lrm count).
+      banks    per source slot A/B/C: the register-file bank of the register it reads under the
+               target's bank model (asmgemm/isa/register_banks.py); `*` = served by the reuse cache
+               (the previous instruction of the block that read it in that slot set its reuse flag).
+      notes    bank conflicts (after reuse hits), reuse hits, unreachable padding.
+
+    The summaries (per kernel and per loop) give the instruction mix, bank conflicts, reuse hits,
+    the sum of stall counts, an issue-cycle estimate (sum of max(stall, 1) plus one per bank
+    conflict; no dual issue, scoreboard waits not counted), local-memory (spill) instructions,
+    registers and shared memory.
+
+    \b
+    Examples:
+      asmgemm sass sgemm_naive --loop
+      asmgemm sass kernel.cubin --kernel my_kernel --json > sass.json
+    """
+    from pathlib import Path
+
+    from ..errors import AsmError
+    from ..pipeline import resolve_input
+    from ..sass.inspect import check_target, inspect_build, inspect_cubin
+
+    if _is_cubin(file):
+        path = Path(file)
+        if not path.is_file():
+            raise AsmError(f"no such file: {file}")
+        if defines:
+            raise AsmError("-D applies to .sasm sources, not to a cubin")
+        report = inspect_cubin(path.read_bytes(), target, source=str(file))
+    else:
+        from ..pipeline import build_file
+        resolve_input(file)
+        if target is not None:
+            check_target(target)
+        result = build_file(file, build_options(defines, target, include_dirs, trace="ptx-lines"))
+        report = inspect_build(result)
+    kernels = list(report.kernels.values())
+    if kernel_name is not None:
+        kernels = [k for k in kernels if k.name == kernel_name]
+        if not kernels:
+            raise AsmError(f"no kernel named '{kernel_name}' (kernels: {', '.join(report.kernels) or 'none'})")
+    if as_json:
+        data = report.to_json(only_loops)
+        data["kernels"] = [k.to_json(only_loops) for k in kernels]
+        emit_json(data)
+        return
+    from rich.console import Console
+    from ..sass.render import render_report
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=240)    # piped listings keep one instruction per line
+    render_report(report, kernels, only_loops, console)

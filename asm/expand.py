@@ -460,12 +460,23 @@ class Expander:
     def _name_text(self, name: ast.Name, scope: _Scope) -> str:
         """Paste an identifier together; interpolated parts are evaluated."""
         out = []
-        for part in name.parts:
+        for i, part in enumerate(name.parts):
             if isinstance(part, str):
-                out.append(part)
+                out.append(self._bound_prefix(part, scope) if i == 0 and len(name.parts) > 1 else part)
                 continue
             out.append(self._interpolate(part, scope))
         return "".join(out)
+
+    def _bound_prefix(self, text: str, scope: _Scope) -> str:
+        """In `acc{j}` inside a macro whose parameter `acc` is bound to the register or symbol `c`,
+        the prefix is the argument: `c{j}`, not the literal `acc`."""
+        try:
+            v = scope.find(text)
+        except KeyError:
+            return text
+        if isinstance(v, ir.Reg) and not v.negated or isinstance(v, ir.Sym) and not v.offset:
+            return v.name
+        return text
 
     def _interpolate(self, e, scope: _Scope) -> str:
         # {p} where p is a macro parameter bound to a register or symbol pastes its name.

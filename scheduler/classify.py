@@ -54,7 +54,11 @@ class Kind:
     cls: str                    # key of latencies_sm90.TABLE
     placement: str = FREE       # FREE / FENCE / FIXED
     mem: tuple[MemAccess, ...] = ()
-    order_tag: str | None = None  # instructions with the same tag keep their relative order
+    order_tag: str | None = None  # ordering group: see order_role
+    order_role: str = "chain"     # 'chain': keeps its order with every other instruction of the tag;
+                                  # 'member': stays between the chain instructions around it
+                                  # (a cp.async copy between its group's commits) but members may
+                                  # reorder among themselves
     issue_override: int | None = None   # shape-dependent issue cost (mma.sync)
     control: bool = False       # a control transfer (error inside a region)
     why_fixed: str = ""
@@ -152,6 +156,9 @@ def classify(ins: ir.Instruction) -> Kind:
 
     # ---- synchronisation -------------------------------------------------------------------------
     if base in ("bar", "barrier"):
+        # A barrier is a wall: nothing crosses it, which also keeps every shared/global access
+        # on its side. Issue 4 lists barriers among the instructions that never move; a user who
+        # wants arithmetic to flow across one ends the region before it.
         return Kind("BAR", FIXED, why_fixed="barrier")
     if base in ("membar", "fence"):
         return Kind("FENCE", FENCE, why_fixed="memory fence")
@@ -177,7 +184,7 @@ def classify(ins: ir.Instruction) -> Kind:
             for o in ins.operands[2:3]:
                 if isinstance(o, ir.Imm) and isinstance(o.value, int):
                     size = o.value
-            return Kind("LDGSTS", FREE, order_tag="cp.async",
+            return Kind("LDGSTS", FREE, order_tag="cp.async", order_role="member",
                         mem=(_mem_of(dst, "shared", False, True, size),
                              _mem_of(src, "global", True, False, size)))
         # cp.async.bulk*, cp.reduce.async.bulk*: TMA, completion through mbarrier/bulk groups

@@ -32,7 +32,7 @@ from asmgemm import ir
 from asmgemm.errors import AsmError
 from asmgemm.isa.ptx_operands import defs_and_uses
 
-from .classify import FENCE, FIXED, FREE, Kind, MemAccess, classify
+from .classify import FENCE, FIXED, Kind, MemAccess, classify
 from .latencies_sm90 import Timing
 
 
@@ -121,7 +121,24 @@ class DepGraph:
         return h
 
     def critical_path(self) -> int:
-        return max(self.heights(), default=0)
+        """The longest latency-weighted path, counting one cycle for the last instruction's
+        issue (not its result latency): no order can issue the region in fewer cycles. Comparable
+        with the issue span (Timeline.cycles)."""
+        h = [1] * len(self.nodes)
+        for i in range(len(self.nodes) - 1, -1, -1):
+            for e in self.succs[i]:
+                h[i] = max(h[i], e.latency + h[e.dst])
+        return max(h, default=0)
+
+    def lower_bound(self) -> int:
+        """No order issues faster than its critical path, than one instruction per cycle, or than
+        the busiest pipe allows."""
+        busy: dict[str, int] = {}
+        for n in self.nodes:
+            busy[n.pipe] = busy.get(n.pipe, 0) + n.issue
+        last_issue = {p: min(n.issue for n in self.nodes if n.pipe == p) for p in busy}
+        pipe_bound = max((b - last_issue[p] + 1 for p, b in busy.items()), default=0)
+        return max(self.critical_path(), len(self.nodes), pipe_bound)
 
 
 def _region_error(item, what: str) -> AsmError:
@@ -273,13 +290,25 @@ def _placement_edges(g: DepGraph) -> None:
 
 
 def _order_tag_edges(g: DepGraph) -> None:
-    last: dict[str, int] = {}
+    """Same-tag instructions: chain instructions keep their order among themselves; a member stays
+    after the chain instruction before it and before the one after it (a cp.async copy stays in
+    the group its commit closes) but members move freely among themselves."""
+    last_chain: dict[str, int] = {}
+    members: dict[str, list[int]] = {}
     for j, nj in enumerate(g.nodes):
         tag = nj.kind.order_tag
-        if tag:
-            if tag in last:
-                g.add(Edge(last[tag], j, "order", 1, "order", tag))
-            last[tag] = j
+        if not tag:
+            continue
+        if nj.kind.order_role == "member":
+            if tag in last_chain:
+                g.add(Edge(last_chain[tag], j, "order", 1, "order", tag))
+            members.setdefault(tag, []).append(j)
+            continue
+        if tag in last_chain:
+            g.add(Edge(last_chain[tag], j, "order", 1, "order", tag))
+        for m in members.pop(tag, []):
+            g.add(Edge(m, j, "order", 1, "order", tag))
+        last_chain[tag] = j
 
 
 def _imm_int(op) -> int | None:

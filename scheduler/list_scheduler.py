@@ -6,7 +6,10 @@ earlier than
   - one cycle after the previous instruction (one instruction per cycle per warp scheduler),
   - each predecessor's issue time plus the edge latency,
   - the cycle its pipe is free again (the previous instruction on that pipe plus its issue cost).
-The estimated cycles of an order are when its last result is ready: max(issue + latency).
+Two figures per order: `cycles`, the issue span (the cycle the last instruction issues, plus one:
+how long the warp spends in the region, waiting inside it for what the region itself produces), and
+`drain`, when the last result is ready (max(issue + latency)), which also counts results that leave
+the region (a global load issued in the last k-step is waited for by a later iteration, not here).
 
 The scheduler is cycle-driven list scheduling with critical-path priority, in the manner of
 maxas's Scheduler (MaxAs.pm): at each step, of the instructions whose predecessors are all placed,
@@ -29,7 +32,8 @@ from .depgraph import DepGraph
 class Timeline:
     order: list[int]          # node indices in issue order
     issue: dict[int, int]     # node -> issue cycle
-    cycles: int               # when the last result is ready
+    cycles: int               # issue span: last issue cycle + 1
+    drain: int                # when the last result is ready
 
     def gaps(self) -> list[int]:
         t = [self.issue[n] for n in self.order]
@@ -55,7 +59,8 @@ def simulate(g: DepGraph, order: list[int]) -> Timeline:
         node = g.nodes[n]
         pipe_free[node.pipe] = t + node.issue
         last = t
-    return Timeline(list(order), issue, _makespan(g, issue))
+    span = max(issue.values()) + 1 if issue else 0
+    return Timeline(list(order), issue, span, _makespan(g, issue))
 
 
 def _makespan(g: DepGraph, issue: dict[int, int]) -> int:

@@ -148,3 +148,13 @@ def test_user_errors(text, message):
     with pytest.raises(AsmError) as ei:
         expand(text)
     assert message in ei.value.format()
+
+
+def test_macro_parameter_as_interpolation_prefix():
+    # `a{j}` inside the macro pastes the argument's name, whatever the parameter is called.
+    src = (".macro ZERO(a, n)\n.for j in range(n)\n    mov.f32 a{j}, 0f00000000;\n.endfor\n.endm\n"
+           ".entry k()\n{\n    .reg .f32 x<2>;\n    ZERO(x, 2)\n    ret;\n}\n")
+    assert instrs(src)[:2] == ["mov.f32 x0, 0f00000000;", "mov.f32 x1, 0f00000000;"]
+    # A prefix that is a numeric constant stays literal text.
+    src = ".const c = 5\n.entry k()\n{\n    .reg .f32 c<2>;\n    mov.f32 c{1}, 0f00000000;\n    ret;\n}\n"
+    assert instrs(src)[0] == "mov.f32 c1, 0f00000000;"

@@ -68,9 +68,9 @@ def emit_json(obj) -> None:
     click.echo(json.dumps(obj, indent=2, sort_keys=False, default=str))
 
 
-def make_console(stderr: bool = False):
+def make_console(stderr: bool = False, piped_width: int = 160):
     """A rich Console for reports. Piped output (a file, `less`, `grep`) gets a wide fixed width
-    instead of rich's 80 columns, so tables keep whole register names and locations."""
+    instead of rich's 80 columns, so tables keep one row per line and whole register names."""
     from rich.console import Console
     stream = sys.stderr if stderr else sys.stdout
-    return Console(file=stream, width=None if stream.isatty() else 160)
+    return Console(file=stream, width=None if stream.isatty() else piped_width)

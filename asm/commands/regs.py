@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from .common import build_options, emit_json, source_options
+from .common import make_console, build_options, emit_json, source_options
 
 
 @click.command("regs")
@@ -46,9 +46,8 @@ def command(file, as_json, with_sass, only, defines, target, include_dirs):
             data["sass"] = comparison
         emit_json(data)
         return
-    from rich.console import Console
     from rich.table import Table
-    con = Console()
+    con = make_console(piped_width=200 if with_sass else 160)
     con.print(f"[bold]register plan[/] for {result.source.path} — target {plan.target}, bank model {plan.model}")
     for fn in functions:
         t = Table(title=f"{fn.name}: {len(fn.regs)} named registers, planned R0..R{max(fn.registers_used - 1, 0)}",

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from .common import build_options, emit_json, source_options
+from .common import make_console, build_options, emit_json, source_options
 
 _ELF_MAGIC = b"\x7fELF"
 
@@ -88,9 +88,6 @@ def command(file, kernel_name, only_loops, as_json, defines, target, include_dir
         data["kernels"] = [k.to_json(only_loops) for k in kernels]
         emit_json(data)
         return
-    from rich.console import Console
     from ..sass.render import render_report
-    console = Console()
-    if not console.is_terminal:
-        console = Console(width=240)    # piped listings keep one instruction per line
+    console = make_console(piped_width=240)    # piped listings keep one instruction per line
     render_report(report, kernels, only_loops, console)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from .common import build_options, emit_json, source_options
+from .common import make_console, build_options, emit_json, source_options
 
 
 @click.command("sched")
@@ -83,10 +83,9 @@ def _ratio(a: int, b: int) -> str:
 
 
 def _print(result, report, regions, summary, show_edges, comparison):
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = make_console(piped_width=200)
     console.print(f"[bold]{result.source.path}[/bold]: {len(report.regions)} .schedule region(s); target "
                   f"{report.target} ({report.table_note}); emitted order: "
                   f"{'scheduled' if report.enabled else 'source (--no-schedule)'}")

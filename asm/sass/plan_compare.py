@@ -125,11 +125,8 @@ def compare_plan(result, report) -> dict:
 def render_comparison(comparison: dict, console) -> None:
     from pathlib import Path
 
-    from rich.console import Console
     from rich.table import Table
 
-    if not console.is_terminal:
-        console = Console(width=200)    # piped output keeps one row per line
     console.print(f"\n[bold]plan vs ptxas[/] ({comparison['bank_model']}) — [italic]{comparison['method']}[/]")
     for fn in comparison["functions"]:
         t = Table(title=f"{fn['name']}: planned registers → SASS registers (ptxas used {fn['ptxas_registers']})",

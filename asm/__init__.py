@@ -1,2 +1,10 @@
 """asmgemm: a GPU assembler toolkit for hand-written GEMM kernels (PTX macro-assembly, .sasm)."""
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # `asmgemm.gemm` loads the CuPy runtime on first use only: `import asmgemm` never imports CuPy.
+    if name == "gemm":
+        from .runtime.gemm import gemm
+        return gemm
+    raise AttributeError(f"module 'asmgemm' has no attribute '{name}'")

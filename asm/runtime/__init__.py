@@ -1,0 +1,1 @@
+"""The CuPy runtime: build-once kernel cache, launch planning (layouts, operand swap), `gemm`."""

@@ -1,0 +1,130 @@
+"""From user arrays to one kernel launch: shapes, storage orders, leading dimensions, the operand
+swap for column-major C, and the -D parameters that depend on the call (transposes, 128-bit loads).
+
+Pure Python on anything with `.shape`, `.strides`, `.dtype.itemsize` and a data pointer, so it is
+tested without a GPU. The kernel (kernels_ptx/sgemm.sasm) computes, for row-major storage,
+
+    C[M x N, ldc] = alpha * op(A) * op(B) + beta * C,
+    A stored M x K (lda) or K x M when TRANS_A=1, B stored K x N (ldb) or N x K when TRANS_B=1.
+
+Any 2-D operand whose last dimension is contiguous is a row-major matrix with ld = stride[0]; one
+whose first dimension is contiguous (a Fortran-order array, a `.T` view) is the transpose of a
+row-major matrix, so it flips its operand's TRANS flag. Column-major C uses C^T = op(B)^T op(A)^T
+(CUTLASS's swap): the kernel then runs on (B, A) with M and N exchanged.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import AsmError
+
+U32_LIMIT = (1 << 31) - 1          # the kernel takes sizes and leading dimensions as 32-bit
+VECTOR_BYTES = 16                  # ld.global.v4.f32
+VECTOR_ELEMS = 4
+
+
+@dataclass(frozen=True)
+class Operand:
+    """A matrix as the kernel sees it: row-major storage `rows x cols` with leading dimension ld."""
+
+    ptr: int
+    rows: int
+    cols: int
+    ld: int
+    trans: bool        # op(X) = stored^T
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Everything one launch needs besides the compiled kernel."""
+
+    a: Operand         # the kernel's A (the user's B after a swap)
+    b: Operand
+    c_ptr: int
+    m: int
+    n: int
+    k: int
+    ldc: int
+    swapped: bool      # column-major C: kernel A/B are the user's B/A
+    defines: dict      # TRANS_A, TRANS_B, VEC_A, VEC_B
+
+    @property
+    def layout(self) -> str:
+        """'nn', 'nt', 'tn' or 'tt' of the launch (after the swap), as the tuning cache keys it."""
+        return ("t" if self.a.trans else "n") + ("t" if self.b.trans else "n")
+
+
+def _elem_strides(arr, name: str) -> tuple[int, int]:
+    item = arr.dtype.itemsize
+    s0, s1 = arr.strides
+    if s0 % item or s1 % item:
+        raise AsmError(f"{name}: strides {arr.strides} are not whole elements of {item} bytes")
+    return s0 // item, s1 // item
+
+
+def storage_of(arr, name: str) -> tuple[int, int, int, bool]:
+    """(rows, cols, ld, transposed) of the row-major matrix that holds `arr`.
+
+    transposed=True: arr is the transpose of that matrix (arr is column-major)."""
+    if arr.ndim != 2:
+        raise AsmError(f"{name} must be a 2-D matrix, got {arr.ndim} dimension(s) (shape {tuple(arr.shape)})")
+    r, c = (int(x) for x in arr.shape)
+    s0, s1 = _elem_strides(arr, name)
+    # A dimension of extent 1 is never stepped over, so its stride does not matter.
+    row_major = (s1 == 1 or c == 1) and (r == 1 or s0 >= max(c, 1))
+    if row_major:
+        return r, c, (s0 if r > 1 else max(c, 1)), False
+    col_major = (s0 == 1 or r == 1) and (c == 1 or s1 >= max(r, 1))
+    if col_major:
+        return c, r, (s1 if c > 1 else max(r, 1)), True
+    if s1 != 1 and s0 != 1:
+        why = "its last dimension is not contiguous (stride %d elements, and the first is %d)" % (s1, s0)
+    else:
+        why = "its rows overlap (leading dimension smaller than the row)"
+    raise AsmError(f"{name}: shape {tuple(arr.shape)} with strides {tuple(arr.strides)} bytes is not supported: {why}",
+                   hint="the kernel reads row-major (or column-major) matrices with a leading dimension; "
+                        "pass cupy.ascontiguousarray(x)")
+
+
+def _check_u32(what: str, value: int):
+    if value > U32_LIMIT:
+        raise AsmError(f"{what} = {value} exceeds the kernel's 32-bit limit ({U32_LIMIT})")
+
+
+def _aligned(ptr: int, ld: int) -> bool:
+    return ptr % VECTOR_BYTES == 0 and ld % VECTOR_ELEMS == 0
+
+
+def plan_launch(a, b, c, *, trans_a: bool, trans_b: bool, ptr_of=lambda x: x.data.ptr) -> LaunchPlan:
+    """Validate shapes and strides and build the launch. `c` must already exist (M x N)."""
+    ra, ca, lda, ta = storage_of(a, "A")
+    rb, cb, ldb, tb = storage_of(b, "B")
+    eff_ta = bool(trans_a) != ta
+    eff_tb = bool(trans_b) != tb
+    m, k = (a.shape[1], a.shape[0]) if trans_a else (a.shape[0], a.shape[1])
+    k2, n = (b.shape[1], b.shape[0]) if trans_b else (b.shape[0], b.shape[1])
+    if k != k2:
+        raise AsmError(f"inner dimensions differ: op(A) is {m} x {k}, op(B) is {k2} x {n} "
+                       f"(A {tuple(a.shape)}{'^T' if trans_a else ''}, B {tuple(b.shape)}{'^T' if trans_b else ''})")
+    if tuple(c.shape) != (m, n):
+        raise AsmError(f"C has shape {tuple(c.shape)}, expected ({m}, {n}) = op(A) x op(B)")
+    rc, cc, ldc, tc = storage_of(c, "C")
+    A = Operand(ptr_of(a), ra, ca, lda, eff_ta)
+    B = Operand(ptr_of(b), rb, cb, ldb, eff_tb)
+    if tc:
+        # C^T (N x M, row-major, ldc) = op(B)^T op(A)^T: kernel A := user B with the flag flipped.
+        A, B = Operand(B.ptr, B.rows, B.cols, B.ld, not B.trans), Operand(A.ptr, A.rows, A.cols, A.ld, not A.trans)
+        m, n = n, m
+    for what, v in (("M", m), ("N", n), ("K", k), ("lda", A.ld), ("ldb", B.ld), ("ldc", ldc)):
+        _check_u32(what, v)
+    # ldc * 16 bytes and row offsets are formed in 32 bits inside the epilogue's row stepping.
+    if ldc * 4 > 0xFFFFFFFF:
+        raise AsmError(f"ldc = {ldc} is too large for the kernel (ldc * 4 bytes must fit 32 bits)")
+    defines = {
+        "TRANS_A": int(A.trans),
+        "TRANS_B": int(B.trans),
+        # A is K-contiguous unless transposed; B is K-contiguous only when transposed.
+        "VEC_A": int(_aligned(A.ptr, A.ld) and (not A.trans or m % VECTOR_ELEMS == 0)),
+        "VEC_B": int(_aligned(B.ptr, B.ld) and (B.trans or n % VECTOR_ELEMS == 0)),
+    }
+    return LaunchPlan(A, B, ptr_of(c), m, n, k, ldc, tc, defines)

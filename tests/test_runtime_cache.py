@@ -1,0 +1,90 @@
+"""The runtime's kernel cache without a GPU: keys change with everything that changes the binary,
+entries are written whole (atomically) and found again, launch geometry comes from the kernel."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from asmgemm.errors import AsmError
+from asmgemm.runtime import build_cache
+from asmgemm.runtime.build_cache import cache_key, launch_meta, source_files
+from asmgemm.toolchain import find_tool
+
+
+@pytest.fixture
+def kernel_dir(tmp_path):
+    main = tmp_path / "k.sasm"
+    inc = tmp_path / "part.inc"
+    main.write_text('.include "part.inc"\n// main\n')
+    inc.write_text("// include v1\n")
+    return main, inc
+
+
+def test_key_covers_source_includes_defines_target_and_ptxas(kernel_dir):
+    main, inc = kernel_dir
+    base = cache_key(main, {"BK": "8"}, "sm_90", "V13.0.88")
+    assert base == cache_key(main, {"BK": "8"}, "sm_90", "V13.0.88")
+    assert base != cache_key(main, {"BK": "16"}, "sm_90", "V13.0.88")
+    assert base != cache_key(main, {"BK": "8", "RQ": "4"}, "sm_90", "V13.0.88")
+    assert base != cache_key(main, {"BK": "8"}, "sm_90a", "V13.0.88")
+    assert base != cache_key(main, {"BK": "8"}, "sm_90", "V13.1.0")
+    inc.write_text("// include v2\n")
+    assert base != cache_key(main, {"BK": "8"}, "sm_90", "V13.0.88"), "an include edit must change the key"
+
+
+def test_define_order_does_not_matter(kernel_dir):
+    main, _ = kernel_dir
+    assert cache_key(main, {"A": "1", "B": "2"}, "sm_90", "v") == cache_key(main, {"B": "2", "A": "1"}, "sm_90", "v")
+
+
+def test_source_files_follow_includes_and_survive_cycles(tmp_path):
+    a, b = tmp_path / "a.sasm", tmp_path / "b.inc"
+    a.write_text('.include "b.inc"\n')
+    b.write_text('.include "a.sasm"\n.include "missing.inc"\n')
+    names = [n for n, _ in source_files(a)]
+    assert names == ["a.sasm", "b.inc", "missing.inc"]
+
+
+def test_launch_meta_reads_the_kernel_symbols():
+    ptx = (".global .align 4 .u32 sgemm_meta_threads_256;\n.global .align 4 .u32 sgemm_meta_tilem_128;\n"
+           ".global .align 4 .u32 sgemm_meta_tilen_128;\n.global .align 4 .u32 sgemm_meta_smem_16896;\n")
+    assert launch_meta(ptx, "sgemm") == {"threads": 256, "tilem": 128, "tilen": 128, "smem": 16896}
+    with pytest.raises(AsmError, match="launch geometry"):
+        launch_meta(ptx, "other")
+
+
+def test_cache_dir_from_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("ASMGEMM_CACHE_DIR", str(tmp_path))
+    assert build_cache.cache_dir() == tmp_path / "kernels"
+    monkeypatch.delenv("ASMGEMM_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert build_cache.cache_dir() == tmp_path / "xdg" / "asmgemm" / "kernels"
+
+
+@pytest.mark.toolchain
+@pytest.mark.skipif(find_tool("ptxas", required=False) is None, reason="ptxas not installed")
+def test_build_once_then_memory_then_disk(monkeypatch, tmp_path):
+    monkeypatch.setenv("ASMGEMM_CACHE_DIR", str(tmp_path))
+    build_cache.clear_memory_cache()
+    defines = {"THREADS": 64, "BK": 8, "TRANS_A": 0, "TRANS_B": 0, "VEC_A": 0, "VEC_B": 1}
+    built = build_cache.build_kernel("sgemm", defines, "sm_90")
+    assert (built.threads, built.tile_m, built.tile_n) == (64, 64, 64)
+    files = sorted(p.name for p in (tmp_path / "kernels").iterdir())
+    assert files == sorted(f"{built.key}{ext}" for ext in (".cubin", ".json", ".ptx")), "temporary files left behind"
+    assert Path(built.cubin_path).read_bytes()[:4] == b"\x7fELF"
+    assert json.loads(Path(tmp_path / "kernels" / f"{built.key}.json").read_text())["smem_bytes"] == built.smem_bytes
+    # memory hit: same object, no rebuild
+    assert build_cache.build_kernel("sgemm", defines, "sm_90") is built
+
+    # disk hit in a "new process": the pipeline must not run again
+    build_cache.clear_memory_cache()
+    import asmgemm.pipeline as pipeline
+
+    def no_build(*a, **k):
+        raise AssertionError("rebuilt although the disk cache had the kernel")
+    monkeypatch.setattr(pipeline, "build_file", no_build)
+    again = build_cache.build_kernel("sgemm", defines, "sm_90")
+    assert again.key == built.key and again.cubin_path == built.cubin_path
+    build_cache.clear_memory_cache()

@@ -1,0 +1,160 @@
+"""Runtime launch planning without a GPU: storage orders, leading dimensions, the operand swap for
+column-major C, the 128-bit-load decision, parameter precedence, and the build cache key."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from asmgemm.errors import AsmError
+from asmgemm.runtime.plan import plan_launch, storage_of
+
+
+def ptr(x):
+    return x.ctypes.data
+
+
+def _plan(a, b, c, ta=False, tb=False):
+    return plan_launch(a, b, c, trans_a=ta, trans_b=tb, ptr_of=ptr)
+
+
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_storage_orders(order):
+    x = np.zeros((6, 10), np.float32, order=order)
+    rows, cols, ld, transposed = storage_of(x, "A")
+    if order == "C":
+        assert (rows, cols, ld, transposed) == (6, 10, 10, False)
+    else:
+        assert (rows, cols, ld, transposed) == (10, 6, 6, True)
+
+
+def test_leading_dimension_of_a_view():
+    big = np.zeros((20, 33), np.float32)
+    assert storage_of(big[2:8, 3:13], "A") == (6, 10, 33, False)
+    assert storage_of(big[2:8, 3:13].T, "A") == (6, 10, 33, True)
+
+
+def test_unit_extents_accept_any_stride():
+    big = np.zeros((20, 33), np.float32)
+    assert storage_of(big[:, 4:5], "A")[:2] == (20, 1)
+    # one row read every 3rd element: the transpose of an 11 x 1 matrix with leading dimension 3
+    assert storage_of(big[3:4, ::3], "A") == (11, 1, 3, True)
+
+
+def test_non_contiguous_last_dim_is_rejected_with_reason():
+    x = np.zeros((8, 10), np.float32)[:, ::2]
+    with pytest.raises(AsmError, match="last dimension is not contiguous"):
+        storage_of(x, "B")
+
+
+def test_not_two_dimensional():
+    with pytest.raises(AsmError, match="2-D"):
+        storage_of(np.zeros(5, np.float32), "A")
+
+
+def test_shape_mismatch_messages():
+    a, b = np.zeros((4, 5), np.float32), np.zeros((6, 3), np.float32)
+    with pytest.raises(AsmError, match="inner dimensions"):
+        _plan(a, b, np.zeros((4, 3), np.float32))
+    with pytest.raises(AsmError, match="C has shape"):
+        _plan(a, np.zeros((5, 3), np.float32), np.zeros((3, 4), np.float32))
+
+
+@pytest.mark.parametrize("ta", [False, True])
+@pytest.mark.parametrize("tb", [False, True])
+def test_row_major_c_keeps_operands(ta, tb):
+    m, n, k = 12, 20, 8
+    a = np.zeros((k, m) if ta else (m, k), np.float32)
+    b = np.zeros((n, k) if tb else (k, n), np.float32)
+    c = np.zeros((m, n), np.float32)
+    p = _plan(a, b, c, ta, tb)
+    assert (p.m, p.n, p.k, p.ldc, p.swapped) == (m, n, k, n, False)
+    assert (p.a.ptr, p.b.ptr) == (ptr(a), ptr(b))
+    assert p.defines["TRANS_A"] == int(ta) and p.defines["TRANS_B"] == int(tb)
+    assert p.layout == ("t" if ta else "n") + ("t" if tb else "n")
+
+
+@pytest.mark.parametrize("ta", [False, True])
+@pytest.mark.parametrize("tb", [False, True])
+def test_column_major_c_swaps_operands(ta, tb):
+    """C^T = op(B)^T op(A)^T: kernel A is the user's B with its flag flipped, M and N exchange."""
+    m, n, k = 12, 20, 8
+    a = np.zeros((k, m) if ta else (m, k), np.float32)
+    b = np.zeros((n, k) if tb else (k, n), np.float32)
+    c = np.zeros((m, n), np.float32, order="F")
+    p = _plan(a, b, c, ta, tb)
+    assert (p.m, p.n, p.k, p.ldc, p.swapped) == (n, m, k, m, True)
+    assert (p.a.ptr, p.b.ptr) == (ptr(b), ptr(a))
+    assert p.defines["TRANS_A"] == int(not tb) and p.defines["TRANS_B"] == int(not ta)
+
+
+def _kernel_result(p, a_store, b_store):
+    """op(A) op(B) as the kernel would form it from the plan's row-major storage."""
+    A = a_store.T if p.a.trans else a_store
+    B = b_store.T if p.b.trans else b_store
+    return A @ B
+
+
+@pytest.mark.parametrize("c_order", ["C", "F"])
+@pytest.mark.parametrize("a_order", ["C", "F"])
+@pytest.mark.parametrize("ta", [False, True])
+@pytest.mark.parametrize("tb", [False, True])
+def test_plan_computes_the_right_product(c_order, a_order, ta, tb):
+    """Re-read each operand from memory the way the kernel would (row-major rows x cols with ld)
+    and check that the planned product equals the user's product (transposed for column-major C)."""
+    rng = np.random.default_rng(1)
+    m, n, k = 5, 7, 3
+    a = np.asarray(rng.standard_normal((k, m) if ta else (m, k)), np.float32, order=a_order)
+    b = np.asarray(rng.standard_normal((n, k) if tb else (k, n)), np.float32)
+    c = np.zeros((m, n), np.float32, order=c_order)
+    p = _plan(a, b, c, ta, tb)
+    stores = {ptr(a): a, ptr(b): b}
+
+    def reread(op):
+        base = stores[op.ptr]
+        flat = np.ravel(base, order="K")
+        return np.lib.stride_tricks.as_strided(flat, shape=(op.rows, op.cols), strides=(op.ld * 4, 4))
+
+    got = _kernel_result(p, reread(p.a), reread(p.b))
+    want = (a.T if ta else a) @ (b.T if tb else b)
+    np.testing.assert_allclose(got.T if p.swapped else got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_vector_loads_need_alignment():
+    big = np.zeros((64, 64), np.float32)
+    assert big.ctypes.data % 16 == 0
+    b = np.zeros((8, 16), np.float32)
+    c = np.zeros((16, 16), np.float32)
+    assert _plan(big[:16, :8], b, c).defines["VEC_A"] == 1          # ld 64, aligned start
+    assert _plan(big[:16, 1:9], b, c).defines["VEC_A"] == 0         # start 4 bytes off
+    odd = np.zeros((16, 9), np.float32)[:, :8]                       # ld 9
+    assert _plan(odd, b, c).defines["VEC_A"] == 0
+    # B along N needs N % 4 == 0 as well: a vector is entirely in or entirely out of the matrix
+    assert _plan(big[:6, :8], np.zeros((8, 6), np.float32)[:, :6], np.zeros((6, 6), np.float32)).defines["VEC_B"] == 0
+
+
+def test_choose_params_precedence():
+    from asmgemm.runtime.gemm import choose_params
+    big = np.zeros((4096, 4096), np.float32)
+    p_big = _plan(big, big, big)
+    small = np.zeros((100, 100), np.float32)
+    p_small = _plan(small, small, small)
+    assert choose_params("sgemm", p_big, None, None, 132)["THREADS"] == 256
+    assert choose_params("sgemm", p_small, None, None, 132)["THREADS"] == 64
+    assert choose_params("sgemm", p_small, {"THREADS": 256}, None, 132)["THREADS"] == 256
+    assert choose_params("sgemm", p_big, None, {"BK": 16}, 132)["BK"] == 16
+    assert choose_params("sgemm", p_big, {"BK": 8}, {"BK": 16}, 132)["BK"] == 8
+    # a caller can switch 128-bit loads off but never on where they would be misaligned
+    odd = np.zeros((16, 9), np.float32)[:, :8]
+    p_odd = _plan(odd, np.zeros((8, 16), np.float32), np.zeros((16, 16), np.float32))
+    assert choose_params("sgemm", p_odd, {"VEC_A": 1}, None, 132)["VEC_A"] == 0
+    assert choose_params("sgemm", p_big, {"VEC_B": 0}, None, 132)["VEC_B"] == 0
+    assert choose_params("sgemm", p_big, {"TRANS_A": 1}, None, 132)["TRANS_A"] == 0
+
+
+def test_default_params_are_the_tunables():
+    from asmgemm.runtime.gemm import default_params
+    d = default_params("sgemm")
+    assert {k: d[k] for k in ("THREADS", "BK", "RQ")} == {"THREADS": 256, "BK": 8, "RQ": 2}
+    assert not set(d) & {"TRANS_A", "TRANS_B", "VEC_A", "VEC_B"}, "call-dependent parameters are not tunables"

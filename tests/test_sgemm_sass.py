@@ -180,3 +180,100 @@ def test_launch_geometry_symbols():
 def test_invalid_combinations_are_rejected(defines, message):
     with pytest.raises(AsmError, match=message):
         build_file("sgemm", BuildOptions(defines=defines))
+
+
+def _loop_lines(sass: str) -> list[str]:
+    """SASS text of the k-loop's instructions, in order (padding left out)."""
+    labels, pending = {}, None
+    for line in sass.splitlines():
+        m = re.match(r"^\.(L_x_\d+):", line)
+        if m:
+            pending = m.group(1)
+            continue
+        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/", line)
+        if m and pending:
+            labels[pending], pending = int(m.group(1), 16), None
+    ins = _sass_instructions(sass)
+    best = None
+    for addr, text in ins:
+        m = re.search(r"BRA\s+`?\(?\.?(L_x_\d+)", text)
+        if m and m.group(1) in labels and labels[m.group(1)] < addr:
+            if best is None or addr - labels[m.group(1)] > best[1] - best[0]:
+                best = (labels[m.group(1)], addr)
+    return [t for a, t in ins if best[0] <= a <= best[1] and not t.startswith("@!PT ")]
+
+
+@functools.lru_cache(maxsize=None)
+def _build_defines(**defines):
+    return build_file("sgemm", BuildOptions(defines={k: str(v) for k, v in defines.items()}))
+
+
+@toolchain
+@needs_tools
+@pytest.mark.parametrize("rq,bk,ta,tb,va,vb", [(4, 8, 0, 0, 1, 1), (4, 8, 1, 1, 0, 0), (2, 8, 0, 0, 1, 1),
+                                               (2, 8, 0, 1, 0, 1), (4, 16, 0, 0, 1, 1)],
+                         ids=["rq4-nn-vec", "rq4-tt-scalar", "rq2-nn-vec", "rq2-nt-scalar", "rq4-bk16-nn-vec"])
+def test_load_ahead_pins_global_loads_before_the_barrier(rq, bk, ta, tb, va, vb):
+    """LOAD_AHEAD=1 with coherent loads (LDG_NC=0): every global load of the loop is issued before
+    the barrier and every shared store of the staged tile after the loop's top, so a load and the
+    store of its data are a barrier apart (ptxas sinks loads toward their stores otherwise)."""
+    result = _build_defines(THREADS=256, RQ=rq, BK=bk, TRANS_A=ta, TRANS_B=tb, VEC_A=va, VEC_B=vb,
+                            LOAD_AHEAD=1, LDG_NC=0)
+    asm = assemble(result, ["-v"])
+    (k,) = [k for k in asm.kernels if k.name == "sgemm"]
+    assert k.spill_stores == 0 and k.spill_loads == 0 and k.local_bytes == 0, f"spills: {k}"
+    loop = _loop_lines(disassemble(asm.cubin, ["-c"]))
+    ops = [_opcode(t) for t in loop]
+    mix = Counter(op.split(".")[0] + (".128" if ".128" in op else "") for op in ops)
+    assert mix["FFMA"] == 32 * rq * bk and mix["LDS.128"] == (rq + 2) * bk and mix["BAR"] == 1, mix
+    bar = next(i for i, op in enumerate(ops) if op.startswith("BAR"))
+    ldg = [i for i, op in enumerate(ops) if op.startswith("LDG")]
+    sts = [i for i, op in enumerate(ops) if op.startswith("STS")]
+    assert ldg and all(i < bar for i in ldg), f"global loads after the barrier: {ldg} (BAR at {bar})"
+    assert all(op.startswith("LDG.E") and "CONSTANT" not in op for op in (ops[i] for i in ldg)), \
+        "LDG_NC=0 must emit coherent loads"
+    # the staged tile is stored in the same barrier interval (its buffer is free since the last one)
+    assert sts and all(i < bar for i in sts), f"shared stores after the barrier: {sts} (BAR at {bar})"
+
+
+def test_load_ahead_applies_only_where_it_fits():
+    """LOAD_AHEAD=1 builds the plain kernel with ASYNC=1, PREFETCH=1 or BK=16 with RQ=2 (see AHEAD in the
+    kernel), so any combination of the other parameters still builds whatever its default is."""
+    for extra in ({"ASYNC": 1}, {"PREFETCH": 1, "RQ": 4}, {"BK": 16}, {"BK": 16, "THREADS": 64}):
+        plain = _build_defines(**extra)
+        ahead = _build_defines(LOAD_AHEAD=1, **extra)
+        assert ahead.ptx.count("bar.sync") == plain.ptx.count("bar.sync")
+        assert "drain_tile" not in ahead.ptx and len(ahead.ptx.splitlines()) == len(plain.ptx.splitlines()), extra
+    assert "drain_tile" in _build_defines(LOAD_AHEAD=1).ptx
+    with pytest.raises(AsmError, match="LOAD_AHEAD and LDG_NC are 0 or 1"):
+        build_file("sgemm", BuildOptions(defines={"LOAD_AHEAD": "2"}))
+
+
+def test_default_choice_by_problem_size():
+    """gemm() without params or a tuned entry: the 256x128 load-ahead variant when its tiles cover
+    15/16 of the SMs (BK=16 for K a multiple of 16, >= 2048), the 128x128 8x8 kernel between, the
+    64-thread one below."""
+    np = pytest.importorskip("numpy")
+    from asmgemm.runtime.gemm import LARGE_VARIANT, choose_params
+    from asmgemm.runtime.plan import plan_launch
+
+    def _plan(a, b, c):
+        return plan_launch(a, b, c, trans_a=False, trans_b=False, ptr_of=lambda x: 256)
+
+    def chosen(m, n, k):
+        a, b, c = np.zeros((m, k), np.float32), np.zeros((k, n), np.float32), np.zeros((m, n), np.float32)
+        return choose_params("sgemm", _plan(a, b, c), None, None, 132)
+
+    big = chosen(4096, 4096, 64)
+    assert {k: big[k] for k in LARGE_VARIANT} == LARGE_VARIANT and big["THREADS"] == 256
+    assert chosen(2048, 2048, 64)["RQ"] == 4   # 128 tiles of 256x128 on 132 SMs: >= 15/16
+    # deep K: BK=16 only when K is a multiple of 16 and >= 2048 (no partial K tile)
+    assert chosen(4096, 4096, 4096)["BK"] == 16 and chosen(2048, 2048, 2048)["BK"] == 16
+    assert chosen(4096, 4096, 4096)["LOAD_AHEAD"] == 1
+    assert chosen(3000, 5000, 700)["BK"] == 8 and chosen(4096, 4096, 4104)["BK"] == 8
+    assert chosen(4096, 4096, 1024)["BK"] == 8
+    mid = chosen(1536, 1536, 64)              # 144 tiles of 128x128, 72 of 256x128
+    assert mid["THREADS"] == 256 and mid["RQ"] == 2 and mid.get("LOAD_AHEAD", 0) == 0
+    assert chosen(1000, 1000, 64)["THREADS"] == 64
+    explicit = _plan(np.zeros((4096, 64), np.float32), np.zeros((64, 4096), np.float32), np.zeros((4096, 4096), np.float32))
+    assert choose_params("sgemm", explicit, {"RQ": 2}, None, 132).get("LOAD_AHEAD", 0) == 0, "params= bypass the rule"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device run for the SGEMM: set-up, GPU tests, compute-sanitizer, benchmark, optional ncu.
 # Run from the project root on the device machine (the `run` tool, carry=[".whl"]):
-#   bash tools/device_sgemm.sh [tests] [sanitize] [cli] [bench] [ncu]     (default: all five)
+#   bash tools/device_sgemm.sh [tests] [ahead] [sanitize] [cli] [bench] [ncu]   (default: all but ahead)
 # Results land in $OUT (logs, JSON); the last lines printed are the benchmark table.
 set -uo pipefail
 OUT=${OUT:-$PWD/out}; mkdir -p "$OUT"
@@ -26,6 +26,8 @@ cli)
   python3 -m asmgemm.cli run sgemm --m 8 --n 8 --k 8 -D BK=12 2>&1 | tail -3 ;;
 tests)
   python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_sgemm_gpu.py 2>&1 | tail -15 | tee "$OUT/pytest_gpu.txt" ;;
+ahead)
+  python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_sgemm_load_ahead_gpu.py 2>&1 | tail -15 | tee "$OUT/pytest_ahead.txt" ;;
 sanitize)
   compute-sanitizer --tool memcheck --error-exitcode 3 python3 tools/sgemm_sanitize.py > "$OUT/sanitize.txt" 2>&1
   echo "compute-sanitizer exit: $?"; tail -6 "$OUT/sanitize.txt" ;;

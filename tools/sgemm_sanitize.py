@@ -9,7 +9,9 @@ import asmgemm
 ok = True
 rng = cp.random.default_rng(3)
 for params in (None, {"THREADS": 64, "BK": 8}, {"THREADS": 256, "BK": 16}, {"THREADS": 256, "RQ": 4, "BK": 8},
-               {"THREADS": 256, "RQ": 4, "BK": 16}, {"THREADS": 256, "BK": 8, "ASYNC": 1}, {"THREADS": 256, "RQ": 4, "BK": 8, "PREFETCH": 1}):
+               {"THREADS": 256, "RQ": 4, "BK": 16}, {"THREADS": 256, "BK": 8, "ASYNC": 1}, {"THREADS": 256, "RQ": 4, "BK": 8, "PREFETCH": 1},
+               {"THREADS": 256, "RQ": 4, "BK": 8, "LOAD_AHEAD": 1, "LDG_NC": 0},
+               {"THREADS": 256, "RQ": 4, "BK": 16, "LOAD_AHEAD": 1, "LDG_NC": 0}):
     for layout in ("nn", "nt", "tn", "tt"):
         m, n, k = 131, 67, 45
         ta, tb = layout[0] == "t", layout[1] == "t"

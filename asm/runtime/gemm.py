@@ -3,7 +3,8 @@
 The dtype picks the kernel (float32 -> kernels_ptx/sgemm.sasm). Parameters, in order of precedence:
 `params=` (-D overrides, for the benchmark and the tuner), else the tuning cache
 (`asmgemm.bench.tune_cache.lookup_tuned`, when present), else the kernel's defaults with one size
-rule (the 64-thread 64x64 variant when 128x128 tiles would not fill the GPU). The call-dependent
+rule (the 64-thread 64x64 variant when 128x128 tiles would not fill the GPU, the 256x128 load-ahead
+variant when its tiles do, with BK=16 for deep K). The call-dependent
 parameters (TRANS_A/TRANS_B after the storage/operand-swap logic, VEC_A/VEC_B from alignment) are
 always set here: a caller may turn 128-bit loads off, never on where they would be misaligned.
 """
@@ -24,6 +25,18 @@ CALL_PARAMS = ("TRANS_A", "TRANS_B", "VEC_A", "VEC_B")
 # Threads of the small-tile variant and the tile edge of the default one (kernels_ptx/sgemm.sasm).
 SMALL_VARIANT = {"THREADS": 64}
 LARGE_TILE = 128
+# Problems whose 256x128 tiles cover at least 15/16 of the SMs: 16x8 per thread with the
+# next-but-one tile's loads held across the barrier. Measured on the H100 against the 8x8 kernel in
+# the same runs (tools/SGEMM_NOTES.md, "LOAD_AHEAD"): faster at 4096^3, 8192^3, 3000x5000x700 and at
+# 2048^3 (128 tiles on 132 SMs). Smaller problems keep the 128x128 tile, which fills more SMs.
+LARGE_VARIANT = {"RQ": 4, "BK": 8, "LOAD_AHEAD": 1, "LDG_NC": 0}
+LARGE_VARIANT_TILE = (256, 128)
+# ... with BK=16 (one barrier per 16 k-steps: ncu barrier stalls 0.14 -> 0.01 per issue at 4096^3)
+# when K is a multiple of 16 and at least 2048: faster than BK=8 at 2048^3, 4096^3 and 8192^3, but
+# 0.78x cuBLAS at 3000x5000x700 (K=700: a partial K tile, and the kernel's four unrolled
+# 2048-FFMA tile bodies exceed the instruction cache; ncu no_instruction 0.07 even at 4096^3).
+DEEP_K_VARIANT = {"BK": 16}
+DEEP_K_MIN = 2048
 MAX_GRID_Y = 65535
 DEFAULT_SMEM_LIMIT = 48 * 1024   # above this a block needs cudaFuncAttributeMaxDynamicSharedMemorySize
 
@@ -124,6 +137,10 @@ def choose_params(kernel: str, plan: LaunchPlan, params: dict | None, tuned: dic
         tiles = math.ceil(plan.m / LARGE_TILE) * math.ceil(plan.n / LARGE_TILE)
         if tiles < sm_count:
             chosen.update(SMALL_VARIANT)
+        elif 16 * math.ceil(plan.m / LARGE_VARIANT_TILE[0]) * math.ceil(plan.n / LARGE_VARIANT_TILE[1]) >= 15 * sm_count:
+            chosen.update(LARGE_VARIANT)
+            if plan.k >= DEEP_K_MIN and plan.k % DEEP_K_VARIANT["BK"] == 0:
+                chosen.update(DEEP_K_VARIANT)
     for name in ("TRANS_A", "TRANS_B"):
         chosen[name] = plan.defines[name]
     for name in ("VEC_A", "VEC_B"):

@@ -1,0 +1,54 @@
+"""One GEMM problem on the GPU: random operands in the requested layout, a float64 reference, and
+correctness checks with poisoned outputs (METHOD.md: fresh random inputs, never zeros; NaN-poison
+the output so an unwritten element cannot pass)."""
+from __future__ import annotations
+
+from .shapes import Shape, layout_flags
+
+
+class GemmProblem:
+    def __init__(self, cp, shape: Shape, layout: str, dtype: str, seed: int = 0):
+        self.cp = cp
+        self.shape = shape
+        self.layout = layout
+        self.dtype = cp.dtype(dtype)
+        self.trans_a, self.trans_b = layout_flags(layout)
+        m, n, k = shape.m, shape.n, shape.k
+        rs = cp.random.RandomState(seed)
+        a_shape = (k, m) if self.trans_a else (m, k)
+        b_shape = (n, k) if self.trans_b else (k, n)
+        # uniform(-1, 1): no zeros, both signs, so cancellation and sign errors show up
+        self.a = rs.uniform(-1.0, 1.0, a_shape, dtype=cp.float32).astype(self.dtype)
+        self.b = rs.uniform(-1.0, 1.0, b_shape, dtype=cp.float32).astype(self.dtype)
+        self.op_a = self.a.T if self.trans_a else self.a
+        self.op_b = self.b.T if self.trans_b else self.b
+        self._ref = None
+        self._ref_norm = None
+
+    def output(self):
+        return self.cp.empty((self.shape.m, self.shape.n), dtype=self.dtype)
+
+    def reference(self):
+        if self._ref is None:
+            cp = self.cp
+            self._ref = cp.matmul(self.op_a.astype(cp.float64), self.op_b.astype(cp.float64))
+            self._ref_norm = float(cp.linalg.norm(self._ref))
+        return self._ref
+
+    def release_reference(self):
+        self._ref = None
+
+    def poison(self, c):
+        c.fill(float("nan"))
+
+    def rel_error(self, c) -> float:
+        """‖c − ref‖ / ‖ref‖ in float64; inf when any element is NaN/inf (e.g. left unwritten)."""
+        cp = self.cp
+        ref = self.reference()
+        if not bool(cp.isfinite(c).all()):
+            return float("inf")
+        diff = float(cp.linalg.norm(c.astype(cp.float64) - ref))
+        return diff / self._ref_norm if self._ref_norm else diff
+
+    def cublas(self, c):
+        return self.cp.matmul(self.op_a, self.op_b, out=c)

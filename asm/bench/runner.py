@@ -1,0 +1,145 @@
+"""`asmgemm bench` without the command line: for each kernel, layout and shape, check correctness,
+then time asmgemm, cuBLAS (cupy.matmul) and torch.matmul (when importable) interleaved."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..errors import AsmError
+from .kernels import REL_ERR_LIMIT, BenchKernel, make_runner
+from .shapes import Shape
+from .timing import TimingStats, tflops
+
+IMPLS = ("asmgemm", "cublas", "torch", "triton")
+
+
+@dataclass
+class BenchRow:
+    kernel: str
+    dtype: str
+    layout: str
+    shape: Shape
+    params: dict | None = None
+    params_source: str = "defaults"
+    rel_err: dict[str, float] = field(default_factory=dict)     # impl -> ‖out − ref‖/‖ref‖
+    stats: dict[str, TimingStats] = field(default_factory=dict)
+    error: str | None = None                                    # why the kernel did not run / failed
+    notes: list[str] = field(default_factory=list)              # a reference that failed (not the kernel's fault)
+
+    @property
+    def correct(self) -> bool:
+        e = self.rel_err.get("asmgemm")
+        return self.error is None and e is not None and e <= REL_ERR_LIMIT.get(self.dtype, 1e-4)
+
+    def tflops(self, impl: str) -> float | None:
+        s = self.stats.get(impl)
+        return tflops(self.shape.flops, s.median_ms) if s else None
+
+    def ratio(self, impl: str = "asmgemm", to: str = "cublas") -> float | None:
+        mine, ref = self.tflops(impl), self.tflops(to)
+        return mine / ref if mine and ref else None
+
+    @property
+    def key(self) -> str:
+        from .baseline import entry_key
+        return entry_key(self.kernel, self.layout, self.shape.m, self.shape.n, self.shape.k)
+
+    def to_json(self) -> dict:
+        return {
+            "kernel": self.kernel, "dtype": self.dtype, "layout": self.layout,
+            "m": self.shape.m, "n": self.shape.n, "k": self.shape.k, "label": self.shape.label,
+            "params": self.params, "params_source": self.params_source,
+            "correct": self.correct, "error": self.error, "notes": self.notes, "rel_err": self.rel_err,
+            "tflops": {i: round(self.tflops(i), 3) for i in self.stats},
+            "ratio_to_cublas": {i: round(self.ratio(i), 4) for i in self.stats if i != "cublas" and self.ratio(i)},
+            "timing_ms": {i: s.to_json() for i, s in self.stats.items()},
+        }
+
+
+def torch_module():
+    """torch with true-fp32 matmuls (TF32 off), or None when it is not importable."""
+    try:
+        import torch
+    except Exception:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    return torch
+
+
+def bench_one(cp, kernel: BenchKernel, shape: Shape, layout: str, *, reps: int, warmup: int,
+              params: dict | None, params_source: str, flush, torch=None, seed: int = 0,
+              shown_params: dict | None = None, on_rep: Callable[[int], None] | None = None,
+              timer=None, pre_roll=None, triton: bool = False) -> BenchRow:
+    from .problem import GemmProblem
+    from .timing import time_interleaved
+
+    row = BenchRow(kernel.name, kernel.dtype, layout, shape, shown_params if shown_params is not None else params,
+                   params_source)
+    prob = GemmProblem(cp, shape, layout, kernel.dtype, seed=seed)
+    run = make_runner(kernel)
+    outs = {"asmgemm": prob.output(), "cublas": prob.output()}
+    fns = {
+        "asmgemm": lambda: run(prob.a, prob.b, outs["asmgemm"], prob.trans_a, prob.trans_b, params),
+        "cublas": lambda: prob.cublas(outs["cublas"]),
+    }
+    if torch is not None:
+        ta, tb = torch.from_dlpack(prob.a), torch.from_dlpack(prob.b)
+        top_a = ta.t() if prob.trans_a else ta
+        top_b = tb.t() if prob.trans_b else tb
+        outs["torch"] = prob.output()
+        tc = torch.from_dlpack(outs["torch"])
+        fns["torch"] = lambda: torch.matmul(top_a, top_b, out=tc)
+        if triton:
+            try:
+                from .triton_ref import make_triton_matmul
+                outs["triton"] = prob.output()
+                fns["triton"] = make_triton_matmul(top_a, top_b, torch.from_dlpack(outs["triton"]))
+            except Exception as exc:
+                row.notes.append(f"triton not run: {type(exc).__name__}: {exc}")
+    # correctness, each implementation on a poisoned output, before any timing
+    limit = REL_ERR_LIMIT.get(kernel.dtype, 1e-4)
+    for impl, fn in list(fns.items()):
+        prob.poison(outs[impl])
+        try:
+            fn()
+            cp.cuda.Device().synchronize()
+        except Exception as exc:  # AsmError from the runtime, or a CUDA launch error
+            text = exc.message.splitlines()[0] if isinstance(exc, AsmError) else \
+                f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            fns.pop(impl)
+            if impl == "asmgemm":
+                row.error = text
+            else:
+                row.notes.append(f"{impl} did not run: {text}")
+            continue
+        row.rel_err[impl] = prob.rel_error(outs[impl])
+        if impl != "asmgemm" and not row.rel_err[impl] <= limit:
+            row.notes.append(f"{impl} relative error {row.rel_err[impl]:.2e} > {limit:.0e} (TF32 on?)")
+    prob.release_reference()
+    if "asmgemm" in fns and not row.correct:
+        row.error = f"wrong result: relative error {row.rel_err['asmgemm']:.2e} > {limit:.0e}"
+        fns.pop("asmgemm")
+    if fns:
+        row.stats = time_interleaved(fns, reps=reps, warmup=warmup, flush=flush, on_rep=on_rep, timer=timer,
+                                     pre_roll=pre_roll)
+    return row
+
+
+def resolve_params(kernel: BenchKernel, gpu: str, layout: str, shape: Shape, defines: dict[str, str],
+                   use_defaults: bool) -> tuple[dict | None, str, dict | None]:
+    """(what bench passes as params=, where it came from, the params to show).
+
+    -D overrides are passed as given. Otherwise params=None, so the kernel runs exactly as
+    gemm() runs it for users: with the tuning cache ('tuned' when it has an entry for this problem),
+    or, with --defaults (tuning-cache lookups off), with the runtime's untuned choice."""
+    if defines:
+        return dict(defines), "-D", dict(defines)
+    if use_defaults:
+        return None, "defaults", None
+    from .tune_cache import lookup_tuned
+    tuned = lookup_tuned(gpu, kernel.dtype, layout, shape.m, shape.n, shape.k, kernel=kernel.name)
+    return (None, "tuned", tuned) if tuned else (None, "defaults", None)

@@ -1,0 +1,229 @@
+"""GEMM problem shapes for `asmgemm bench` / `asmgemm tune`: presets, parsing, layouts.
+
+A shape is (M, N, K) for C[M×N] = op(A)[M×K] · op(B)[K×N]. A layout is two letters, the first for
+A and the second for B: `n` = stored as the math says (row-major), `t` = stored transposed.
+
+Presets:
+  square       1024³, 2048³, 4096³, 8192³ — the classic throughput curve.
+  odd          sizes that stress edge handling and wave quantization: 1000³, 3000×5000×700,
+               4097×4097×4097, 127×129×1000, 8192×1024×8192, 4096×4096×1024.
+  transformer  the four projections of one decoder layer (QKV, attention output, FFN up/gate,
+               FFN down) for token counts 512 and 4096, in the form C[tokens × out] =
+               X[tokens × in] · W[in × out], i.e. M = tokens, N = out features, K = in features.
+  small        tiny shapes for smoke tests (a few ms in total).
+
+Transformer sizes, from each model's published config (hidden_size, intermediate_size,
+num_attention_heads, num_key_value_heads; head_dim = hidden / heads = 128 for all four):
+  Llama-3-8B   4096, 14336, 32 heads, 8 KV heads  (huggingface.co/meta-llama/Meta-Llama-3-8B config.json)
+  Mistral-7B   4096, 14336, 32 heads, 8 KV heads  (Jiang et al. 2023, arXiv:2310.06825, Table 1):
+               the same GEMMs as Llama-3-8B, so listed once under that name.
+  Llama-2-7B   4096, 11008, 32 heads, 32 KV heads (Touvron et al. 2023, arXiv:2307.09288; HF config.json)
+  Qwen2-7B     3584, 18944, 28 heads, 4 KV heads  (huggingface.co/Qwen/Qwen2-7B config.json)
+The QKV projection's output width is hidden + 2 · kv_heads · head_dim (grouped-query attention).
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import AsmError
+
+LAYOUTS = ("nn", "nt", "tn", "tt")
+
+# Limits that keep a typo (an extra digit) from asking for a terabyte of device memory.
+MAX_DIM = 1 << 20
+MAX_ELEMENTS_PER_MATRIX = 1 << 31
+
+
+@dataclass(frozen=True)
+class Shape:
+    m: int
+    n: int
+    k: int
+    label: str = ""
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.m * self.n * self.k
+
+    @property
+    def key(self) -> str:
+        return f"{self.m}x{self.n}x{self.k}"
+
+    def __str__(self) -> str:
+        return self.key
+
+
+@dataclass(frozen=True)
+class TransformerModel:
+    name: str
+    hidden: int
+    ffn: int
+    heads: int
+    kv_heads: int
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    def layer_gemms(self, tokens: int) -> list[Shape]:
+        qkv = self.hidden + 2 * self.kv_heads * self.head_dim
+        return [
+            Shape(tokens, qkv, self.hidden, f"{self.name} qkv T={tokens}"),
+            Shape(tokens, self.hidden, self.hidden, f"{self.name} attn-out T={tokens}"),
+            Shape(tokens, self.ffn, self.hidden, f"{self.name} ffn-up T={tokens}"),
+            Shape(tokens, self.hidden, self.ffn, f"{self.name} ffn-down T={tokens}"),
+        ]
+
+
+# Sources in the module docstring.
+TRANSFORMER_MODELS = (
+    TransformerModel("Llama-3-8B/Mistral-7B", hidden=4096, ffn=14336, heads=32, kv_heads=8),
+    TransformerModel("Llama-2-7B", hidden=4096, ffn=11008, heads=32, kv_heads=32),
+    TransformerModel("Qwen2-7B", hidden=3584, ffn=18944, heads=28, kv_heads=4),
+)
+TRANSFORMER_TOKEN_COUNTS = (512, 4096)
+
+
+def dedupe(shapes: list[Shape]) -> list[Shape]:
+    """Keep the first of shapes with equal (M, N, K); order is kept."""
+    seen: set[tuple[int, int, int]] = set()
+    out = []
+    for s in shapes:
+        if (s.m, s.n, s.k) not in seen:
+            seen.add((s.m, s.n, s.k))
+            out.append(s)
+    return out
+
+
+def _square(*sizes: int) -> list[Shape]:
+    return [Shape(s, s, s, f"square {s}") for s in sizes]
+
+
+def _transformer() -> list[Shape]:
+    out: list[Shape] = []
+    for tokens in TRANSFORMER_TOKEN_COUNTS:
+        for model in TRANSFORMER_MODELS:
+            out.extend(model.layer_gemms(tokens))
+    return dedupe(out)   # models sharing a hidden size share the attention-output GEMM
+
+
+PRESETS: dict[str, list[Shape]] = {
+    "square": _square(1024, 2048, 4096, 8192),
+    "odd": [Shape(1000, 1000, 1000, "odd 1000"), Shape(3000, 5000, 700, "odd 3000x5000x700"),
+            Shape(4097, 4097, 4097, "odd 4097"), Shape(127, 129, 1000, "odd skinny"),
+            Shape(8192, 1024, 8192, "tall"), Shape(4096, 4096, 1024, "short k")],
+    "transformer": _transformer(),
+    "small": [Shape(128, 128, 128, "small 128"), Shape(129, 65, 33, "small odd")],
+}
+
+_SHAPE_RE = re.compile(r"^\s*(\d+)\s*[x×X*,]\s*(\d+)\s*[x×X*,]\s*(\d+)\s*$")
+
+
+def make_shape(m: int, n: int, k: int, label: str = "", where: str = "") -> Shape:
+    for name, v in (("M", m), ("N", n), ("K", k)):
+        if not 1 <= v <= MAX_DIM:
+            raise AsmError(f"{where}{name}={v} is out of range (1..{MAX_DIM})")
+    for name, elems in (("A", m * k), ("B", k * n), ("C", m * n)):
+        if elems > MAX_ELEMENTS_PER_MATRIX:
+            raise AsmError(f"{where}{m}x{n}x{k}: {name} would have {elems} elements (limit {MAX_ELEMENTS_PER_MATRIX})")
+    return Shape(m, n, k, label)
+
+
+def parse_shape(text: str, where: str = "") -> Shape:
+    """'M,N,K' or 'MxNxK' -> Shape."""
+    m = _SHAPE_RE.match(text)
+    if not m:
+        raise AsmError(f"{where}'{text}' is not a shape: write M,N,K or MxNxK (e.g. 4096,4096,4096)")
+    return make_shape(*(int(g) for g in m.groups()), where=where)
+
+
+def parse_shapes(spec: str) -> list[Shape]:
+    """SPEC: preset names and/or MxNxK shapes separated by commas ('square,3000x5000x700'), or the
+    path of a shape file (see `load_shape_file`). Duplicates are dropped, order is kept."""
+    spec = spec.strip()
+    if not spec:
+        raise AsmError("--shapes is empty: give a preset (" + ", ".join(PRESETS) + "), MxNxK shapes, or a file")
+    path = Path(spec)
+    if spec not in PRESETS and path.is_file():
+        return load_shape_file(path)
+    out: list[Shape] = []
+    for part in (p.strip() for p in spec.split(",")):
+        if not part:
+            continue
+        if part in PRESETS:
+            out.extend(PRESETS[part])
+        elif re.fullmatch(r"[\dxX×*]+", part):
+            out.append(parse_shape(part))
+        else:
+            raise AsmError(f"--shapes: '{part}' is neither a preset ({', '.join(PRESETS)}), an MxNxK shape, "
+                           "nor an existing file")
+    return dedupe(out)
+
+
+def load_shape_file(path: Path) -> list[Shape]:
+    """A shape file is either JSON (a list of [M, N, K] or {"m":..,"n":..,"k":..,"label":..}) or text:
+    one 'M N K [label]' (or 'MxNxK [label]') per line, '#' starts a comment."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise AsmError(f"cannot read shape file {path}: {exc}") from None
+    shapes: list[Shape] = []
+    if path.suffix == ".json" or text.lstrip().startswith("["):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise AsmError(f"{path}:{exc.lineno}:{exc.colno}: error: invalid JSON: {exc.msg}") from None
+        if not isinstance(data, list):
+            raise AsmError(f"{path}: expected a JSON list of shapes")
+        for i, item in enumerate(data):
+            where = f"{path}: item {i}: "
+            if isinstance(item, list) and len(item) == 3 and all(isinstance(v, int) for v in item):
+                shapes.append(make_shape(*item, where=where))
+            elif isinstance(item, dict) and all(isinstance(item.get(d), int) for d in "mnk"):
+                shapes.append(make_shape(item["m"], item["n"], item["k"], str(item.get("label", "")), where))
+            else:
+                raise AsmError(f"{where}expected [M, N, K] or {{\"m\": M, \"n\": N, \"k\": K}}")
+    else:
+        for lineno, raw in enumerate(text.splitlines(), 1):
+            line = raw.split("#", 1)[0].strip()
+            if not line:
+                continue
+            where = f"{path}:{lineno}: "
+            fields = line.split()
+            if _SHAPE_RE.match(fields[0]):
+                shape, rest = parse_shape(fields[0], where), fields[1:]
+            elif len(fields) >= 3 and all(f.isdigit() for f in fields[:3]):
+                shape, rest = make_shape(*(int(f) for f in fields[:3]), where=where), fields[3:]
+            else:
+                raise AsmError(f"{where}expected 'M N K [label]' or 'MxNxK [label]', got '{line}'")
+            shapes.append(Shape(shape.m, shape.n, shape.k, " ".join(rest)))
+    if not shapes:
+        raise AsmError(f"shape file {path} lists no shapes")
+    return dedupe(shapes)
+
+
+def parse_layouts(spec: str) -> list[str]:
+    out = []
+    for part in (p.strip().lower() for p in spec.split(",")):
+        if not part:
+            continue
+        if part == "all":
+            out.extend(LAYOUTS)
+        elif part in LAYOUTS:
+            out.append(part)
+        else:
+            raise AsmError(f"unknown layout '{part}' (choose from {', '.join(LAYOUTS)} or all; "
+                           "first letter A, second B: n = as is, t = stored transposed)")
+    if not out:
+        raise AsmError("no layout given")
+    return list(dict.fromkeys(out))
+
+
+def layout_flags(layout: str) -> tuple[bool, bool]:
+    """'nt' -> (trans_a=False, trans_b=True)."""
+    if layout not in LAYOUTS:
+        raise AsmError(f"unknown layout '{layout}'")
+    return layout[0] == "t", layout[1] == "t"

@@ -1,0 +1,233 @@
+"""`asmgemm bench`: correctness, then TFLOP/s against cuBLAS (and torch), per kernel/layout/shape."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from .common import emit_json, make_console, parse_defines, write_atomic
+
+EXIT_WRONG = 2
+EXIT_REGRESSED = 3
+
+
+@click.command("bench")
+@click.argument("kernels", nargs=-1, metavar="[KERNEL]...")
+@click.option("--shapes", "shapes_spec", default="square", show_default=True, metavar="PRESET|SHAPES|FILE",
+              help="Presets (square, odd, transformer, small), MxNxK shapes, comma-separated "
+                   "('square,3000x5000x700'); or a file with one 'M N K [label]' per line or a JSON list.")
+@click.option("--layouts", "layouts_spec", default="nn", show_default=True, metavar="nn,nt,tn,tt|all",
+              help="Storage of A and B: first letter A, second B; n = as is, t = stored transposed.")
+@click.option("--reps", type=click.IntRange(1, 10000), default=20, show_default=True,
+              help="Timed repetitions per implementation; the table shows their median, min and max.")
+@click.option("--warmup", type=click.IntRange(0, 1000), default=3, show_default=True,
+              help="Untimed calls per implementation before timing (module load, handle creation).")
+@click.option("--no-flush", is_flag=True,
+              help="Do not flush L2 between repetitions (then small shapes are timed from cache).")
+@click.option("--no-pre-roll", is_flag=True,
+              help="Do not keep the GPU busy before each start event (then the host time of each call, "
+                   "Python and launch, counts in small shapes' timings).")
+@click.option("--no-torch", is_flag=True, help="Leave torch.matmul (and Triton) out even when importable.")
+@click.option("--no-triton", is_flag=True,
+              help="Leave out the Triton reference (a plain IEEE-fp32 Triton matmul, one fixed config, "
+                   "run when Triton and torch are installed).")
+@click.option("-D", "defines", multiple=True, metavar="NAME=VALUE",
+              help="Run the kernel with this parameter override (repeatable), instead of its defaults/tuned values.")
+@click.option("--defaults", "use_defaults", is_flag=True,
+              help="Ignore the tuning cache: run what asmgemm.gemm runs untuned (the kernel's defaults "
+                   "and the runtime's size rule).")
+@click.option("--json", "json_out", is_flag=False, flag_value="-", default=None, metavar="[OUT]",
+              help="Write every number as JSON to OUT, or to standard output (instead of the table) "
+                   "when OUT is left out.")
+@click.option("--save-baseline", is_flag=True,
+              help="Store the ratios to cuBLAS as this GPU model's baseline (merged into the existing "
+                   "file). Implies --defaults, so a baseline does not depend on a local tuning cache.")
+@click.option("--check-baseline", is_flag=True,
+              help="Compare the ratios with this GPU's baseline (implies --defaults); exit 3 when one dropped "
+                   "more than the tolerance.")
+@click.option("--baseline-dir", type=click.Path(file_okay=False), default=None,
+              help="Folder of baseline files. Default: $ASMGEMM_BASELINE_DIR, else tests/perf/baselines of the checkout.")
+@click.option("--tolerance", type=click.FloatRange(0, 1, max_open=True), default=None,
+              help="Allowed relative drop of the ratio for --check-baseline (default: the baseline file's, 0.05).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random operands.")
+def command(kernels, shapes_spec, layouts_spec, reps, warmup, no_flush, no_pre_roll, no_torch, no_triton, defines,
+            use_defaults,
+            json_out, save_baseline, check_baseline, baseline_dir, tolerance, seed):
+    """Benchmark KERNELs (default: sgemm) against cuBLAS on the GPU.
+
+    For each kernel, layout and shape: the result is checked against a float64 reference
+    (‖C − ref‖/‖ref‖, NaN-poisoned output first); then asmgemm, cuBLAS (cupy.matmul) and
+    torch.matmul (if installed; TF32 off) are timed interleaved in this process: CUDA events,
+    warm-up, L2 flushed before every repetition, the median of --reps with min and max. Before
+    each start event a one-thread kernel keeps the GPU busy for twice the call's host time, so
+    the events measure device time, not Python. The table gives TFLOP/s (2·M·N·K / median time)
+    and the ratio to cuBLAS.
+
+    Exit status: 0 all correct; 1 usage error or no GPU; 2 a kernel gave a wrong result;
+    3 --check-baseline found a regression.
+
+    \b
+    Examples:
+      asmgemm bench                                   # sgemm, square 1024..8192, nn
+      asmgemm bench sgemm --shapes odd --layouts all --reps 50
+      asmgemm bench --shapes transformer --json out.json
+      asmgemm bench --shapes square,3000x5000x700 --save-baseline
+    """
+    from ..bench.kernels import resolve_kernels
+    from ..bench.shapes import parse_layouts, parse_shapes
+    from ..errors import AsmError
+
+    bench_kernels = resolve_kernels(list(kernels))
+    shapes = parse_shapes(shapes_spec)
+    layouts = parse_layouts(layouts_spec)
+    overrides = parse_defines(defines)
+    if (save_baseline or check_baseline) and overrides:
+        raise AsmError("baselines hold what asmgemm.gemm runs untuned; leave out -D",
+                       hint="a baseline for a variant would be compared against the defaults later")
+    if save_baseline or check_baseline:
+        use_defaults = True
+    import contextlib
+    from ..bench.tune_cache import lookups_off
+    with lookups_off() if use_defaults else contextlib.nullcontext():   # untuned: gemm() ignores the cache
+        _bench(bench_kernels, shapes, layouts, reps, warmup, no_flush, no_pre_roll, no_torch, no_triton, overrides,
+               use_defaults, json_out, save_baseline, check_baseline, baseline_dir, tolerance, seed)
+
+
+def _bench(bench_kernels, shapes, layouts, reps, warmup, no_flush, no_pre_roll, no_torch, no_triton, overrides,
+           use_defaults, json_out, save_baseline, check_baseline, baseline_dir, tolerance, seed):
+    from ..bench import baseline as bl
+    from ..bench.gpu import gpu_name, require_gpu
+    cp = require_gpu("asmgemm bench")
+    gpu = gpu_name()
+    folder = Path(baseline_dir) if baseline_dir else bl.default_baseline_dir()
+    old_baseline = bl.load_baseline(folder / bl.baseline_file_name(gpu)) if check_baseline else None
+    from ..bench.timing import make_pre_roll
+    pre_roll = make_pre_roll(not no_pre_roll)
+    rows = _run(cp, bench_kernels, shapes, layouts, reps, warmup, no_flush, pre_roll, no_torch, no_triton,
+                overrides, use_defaults, seed)
+
+    report = {"gpu": gpu, "reps": reps, "warmup": warmup, "l2_flush": not no_flush, "pre_roll": pre_roll is not None,
+              "rows": [r.to_json() for r in rows]}
+    measured = {r.key: r.ratio() for r in rows if r.ratio() is not None}
+    comparisons = []
+    if old_baseline is not None:
+        comparisons = [c for c in bl.compare(old_baseline, measured, tolerance) if c.key in measured]
+        report["baseline_check"] = [{**c.__dict__, "change": c.change} for c in comparisons]
+    if save_baseline:
+        entries = {r.key: bl.new_entry(r.kernel, r.layout, r.shape.m, r.shape.n, r.shape.k, r.ratio(),
+                                       r.tflops("asmgemm"), r.tflops("cublas"),
+                                       spread=round(r.stats["asmgemm"].spread, 4))
+                   for r in rows if r.ratio() is not None}
+        if entries:
+            from .. import __version__
+            path = bl.save_baseline(folder, gpu, entries, meta={"asmgemm": __version__, "reps": reps})
+            report["baseline_saved"] = str(path)
+            click.echo(f"baseline: {len(entries)} entries saved to {path}", err=True)
+
+    if json_out == "-":
+        emit_json(report)
+    else:
+        if json_out:
+            import json
+            write_atomic(json_out, json.dumps(report, indent=1) + "\n")
+        _print_table(gpu, rows, reps, no_flush)
+        _print_comparisons(comparisons)
+    if any(r.error for r in rows):
+        sys.exit(EXIT_WRONG)
+    if any(c.status == "regressed" for c in comparisons):
+        sys.exit(EXIT_REGRESSED)
+
+
+def _run(cp, bench_kernels, shapes, layouts, reps, warmup, no_flush, pre_roll, no_torch, no_triton, overrides,
+         use_defaults, seed):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ..bench.gpu import gpu_name
+    from ..bench.runner import bench_one, resolve_params, torch_module
+    from ..bench.timing import L2Flusher
+
+    gpu = gpu_name()
+    from ..bench.triton_ref import triton_available
+    torch = None if no_torch else torch_module()
+    use_triton = torch is not None and not no_triton and triton_available()
+    flush = None if no_flush else L2Flusher()
+    items = [(k, lay, s) for k in bench_kernels for lay in layouts for s in shapes]
+    rows = []
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=make_console(stderr=True), transient=True) as progress:
+        task = progress.add_task("bench", total=len(items) * reps)
+        for i, (kernel, layout, shape) in enumerate(items):
+            progress.update(task, description=f"{kernel.name} {layout} {shape.key}", completed=i * reps)
+            params, source, shown = resolve_params(kernel, gpu, layout, shape, overrides, use_defaults)
+            try:
+                row = bench_one(cp, kernel, shape, layout, reps=reps, warmup=warmup, params=params,
+                                params_source=source, shown_params=shown, flush=flush, torch=torch, seed=seed + i,
+                                on_rep=lambda r: progress.advance(task), pre_roll=pre_roll, triton=use_triton)
+            except cp.cuda.memory.OutOfMemoryError as exc:
+                from ..bench.runner import BenchRow
+                row = BenchRow(kernel.name, kernel.dtype, layout, shape, shown, source, error=f"out of memory: {exc}")
+            rows.append(row)
+    return rows
+
+
+def _fmt_tflops(row, impl):
+    s = row.stats.get(impl)
+    if s is None:
+        return "-"
+    from ..bench.timing import tflops
+    f = row.shape.flops
+    return f"{_num(tflops(f, s.median_ms))} [dim]({_num(tflops(f, s.max_ms))}–{_num(tflops(f, s.min_ms))})[/]"
+
+
+def _num(x: float) -> str:
+    return f"{x:.1f}" if x >= 10 else f"{x:.2f}" if x >= 1 else f"{x:.3f}"
+
+
+def _fmt_ratio(r):
+    if r is None:
+        return "-"
+    color = "green" if r >= 1.0 else "yellow" if r >= 0.9 else "red"
+    return f"[{color}]{r:.2f}×[/]"
+
+
+def _print_table(gpu, rows, reps, no_flush):
+    from rich.table import Table
+
+    refs = [i for i in ("torch", "triton") if any(i in r.stats for r in rows)]
+    t = Table(title=f"asmgemm bench on {gpu}: TFLOP/s, median of {reps} (min–max); "
+                    f"L2 {'not ' if no_flush else ''}flushed between repetitions", title_justify="left")
+    for col in ("kernel", "layout", "M×N×K", "params", "rel err", "asmgemm", "cuBLAS", *refs, "asm/cuBLAS",
+                *(f"{i}/cuBLAS" for i in refs)):
+        t.add_column(col, justify="left" if col in ("kernel", "layout", "M×N×K", "params") else "right")
+    for r in rows:
+        err = r.rel_err.get("asmgemm")
+        shown = r.params_source + (": " + " ".join(f"{k}={v}" for k, v in r.params.items()) if r.params else "")
+        cells = [r.kernel, r.layout, r.shape.key, shown, f"{err:.1e}" if err is not None else "-",
+                 _fmt_tflops(r, "asmgemm"), _fmt_tflops(r, "cublas")]
+        cells += [_fmt_tflops(r, i) for i in refs]
+        cells.append(_fmt_ratio(r.ratio()))
+        cells += [_fmt_ratio(r.ratio(i)) for i in refs]
+        t.add_row(*cells)
+    con = make_console()
+    con.print(t)
+    for r in rows:
+        if r.error:
+            con.print(f"[red]{r.kernel} {r.layout} {r.shape.key}:[/] {r.error}")
+        for note in r.notes:
+            con.print(f"[yellow]{r.kernel} {r.layout} {r.shape.key}:[/] {note}")
+
+
+def _print_comparisons(comparisons):
+    if not comparisons:
+        return
+    con = make_console()
+    for c in comparisons:
+        if c.status == "regressed":
+            con.print(f"[red]regressed:[/] {c.message()}")
+        elif c.status == "improved":
+            con.print(f"[green]improved:[/] {c.message()}")
+        elif c.status == "new":
+            con.print(f"[dim]not in the baseline:[/] {c.key} ratio {c.new_ratio:.3f}")
+    n_bad = sum(c.status == "regressed" for c in comparisons)
+    con.print(f"baseline check: {len(comparisons)} compared, {n_bad} regressed")

@@ -1,0 +1,280 @@
+"""`asmgemm tune`: search a kernel's declared parameter space for one problem shape."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from .common import emit_json, make_console, parse_defines, source_options
+
+
+@click.command("tune")
+@click.argument("kernel")
+@click.option("--shape", "shape_text", required=True, metavar="M,N,K", help="The problem to tune for (e.g. 4096,4096,4096).")
+@click.option("--layout", default="nn", show_default=True, type=click.Choice(["nn", "nt", "tn", "tt"]),
+              help="Storage of A and B: first letter A, second B; n = as is, t = stored transposed.")
+@click.option("--dry-run", is_flag=True,
+              help="Build every candidate and list it with its ptxas figures and verdict; no GPU needed, nothing saved.")
+@click.option("--jobs", "-j", type=click.IntRange(0, 256), default=0, show_default="one per CPU",
+              help="Candidates built in parallel (ptxas runs on the CPU).")
+@click.option("--reps", type=click.IntRange(1, 10000), default=20, show_default=True,
+              help="Timed repetitions per candidate (interleaved; the median decides).")
+@click.option("--warmup", type=click.IntRange(0, 1000), default=3, show_default=True, help="Untimed calls per candidate first.")
+@click.option("--no-flush", is_flag=True, help="Do not flush L2 between repetitions.")
+@click.option("--no-pre-roll", is_flag=True, help="Do not keep the GPU busy before each start event (see bench --help).")
+@click.option("--max-candidates", type=click.IntRange(1, 1 << 20), default=4096, show_default=True,
+              help="Refuse spaces larger than this (fix parameters with -D to shrink one).")
+@click.option("--no-save", is_flag=True, help="Time and report, but leave the tuning cache alone.")
+@click.option("--top", type=click.IntRange(1, 10000), default=10, show_default=True, help="Rows in the timing table.")
+@click.option("--json", "as_json", is_flag=True, help="Print every candidate, verdict and timing as JSON.")
+@source_options
+def command(kernel, shape_text, layout, dry_run, jobs, reps, warmup, no_flush, no_pre_roll, max_candidates, no_save,
+            top, as_json, defines, target, include_dirs):
+    """Tune KERNEL (a shipped kernel name or a .sasm file) for one shape.
+
+    \b
+    1. enumerate the space the source declares with `.tune NAME in choices(...)` lines
+       (-D NAME=VALUE fixes a parameter instead);
+    2. build every candidate in parallel on the CPU with ptxas, and drop those that stop at an
+       `.error`, spill, use local memory, or exceed the SM's threads/registers/shared memory
+       (the reason is shown for each);
+    3. check each survivor's result on the GPU against a float64 reference, then time the
+       survivors and untuned asmgemm.gemm (its defaults and size rule: the 'default' row)
+       interleaved (CUDA events, L2 flushed, median);
+    4. store the fastest in the tuning cache under (GPU, dtype, layout, shape bucket: each
+       dimension rounded up to a power of two), where asmgemm.gemm finds it; never a choice
+       slower than untuned gemm() (then the cache is left as it was).
+
+    The cache is written once, atomically, at the end: Ctrl-C at any point leaves it as it was.
+    The cache file is $ASMGEMM_TUNE_CACHE, or tune.json in $ASMGEMM_CACHE_DIR or ~/.cache/asmgemm.
+
+    \b
+    Examples:
+      asmgemm tune sgemm --shape 4096,4096,4096 --dry-run
+      asmgemm tune sgemm --shape 3000,5000,700 --layout nt -j 16
+      asmgemm tune my.sasm --shape 1024,1024,1024 --dry-run -D BK=16
+    """
+    try:
+        _tune(kernel, shape_text, layout, dry_run, jobs, reps, warmup, no_flush, no_pre_roll, max_candidates, no_save,
+              top, as_json, defines, target, include_dirs)
+    except KeyboardInterrupt:
+        click.echo("interrupted: the tuning cache was not changed", err=True)
+        sys.exit(130)
+
+
+def _tune(kernel, shape_text, layout, dry_run, jobs, reps, warmup, no_flush, no_pre_roll, max_candidates, no_save,
+          top, as_json, defines, target, include_dirs):
+    from ..bench.shapes import parse_shape
+    from ..bench.tune_space import BuildJob, build_candidates, enumerate_space, summarize_pruning
+    from ..errors import AsmError
+    from ..pipeline import BuildOptions, build_file, resolve_input
+
+    shape = parse_shape(shape_text, "--shape: ")
+    source = resolve_input(kernel)
+    kernel_name = source.stem
+    user_defines = parse_defines(defines)
+
+    cp = bench_kernel = None
+    if not dry_run:
+        from ..bench.gpu import gpu_target, require_gpu
+        from ..bench.kernels import resolve_kernels
+        bench_kernel = resolve_kernels([kernel_name])[0]
+        cp = require_gpu("asmgemm tune")
+        target = target or gpu_target()
+
+    # One build with the defaults: the declared space and the parameter names.
+    probe = build_file(str(source), BuildOptions(defines=dict(user_defines), target=target,
+                                                 include_dirs=list(include_dirs)))
+    if not probe.tunables:
+        raise AsmError(f"{source} declares no tunable parameters",
+                       hint="declare the search space with `.tune NAME in choices(a, b, ...)` after `.const NAME ?= default`")
+    # the call-dependent parameters (transposes, vector loads) as the runtime will set them
+    from ..bench.kernels import call_defines
+    base_defines = {k: v for k, v in call_defines(shape, layout).items() if k in probe.parameters}
+    base_defines.update(user_defines)
+    space = enumerate_space(probe.tunables, fixed=user_defines, limit=max_candidates)
+    jobs_list = [BuildJob(i, str(source), p, base_defines, target, tuple(include_dirs)) for i, p in enumerate(space)]
+
+    cands = _build_with_progress(build_candidates, jobs_list, jobs)
+    pruned = summarize_pruning(cands)
+    survivors = [c for c in cands if c.ok]
+    report = {"kernel": kernel_name, "source": str(source), "shape": [shape.m, shape.n, shape.k], "layout": layout,
+              "target": probe.target, "build_defines": base_defines, "space": {k: v for k, v in probe.tunables.items()},
+              "fixed": user_defines, "candidates": len(cands), "survivors": len(survivors), "pruned": pruned,
+              "builds": [c.to_json() for c in cands]}
+
+    if dry_run:
+        if as_json:
+            emit_json(report)
+        else:
+            _print_candidates(cands, probe.target)
+            _print_prune_summary(cands, pruned)
+        return
+
+    if not survivors:
+        raise AsmError(f"all {len(cands)} candidates were pruned ({_reasons(pruned)}); nothing to time")
+
+    from ..bench.gpu import gpu_name
+    from ..bench.timing import L2Flusher, make_pre_roll
+    from ..bench.tuner import trials_for, tune_on_gpu
+
+    for c in survivors:  # the runtime needs the user's fixed values too
+        c.params = {**{k: v for k, v in user_defines.items() if k in probe.tunables}, **c.params}
+    trials = trials_for(survivors)
+    flush = None if no_flush else L2Flusher()
+    outcome = _time_with_progress(tune_on_gpu, cp, bench_kernel, shape, layout, trials, reps, warmup, flush,
+                                  make_pre_roll(not no_pre_roll))
+    gpu = gpu_name()
+    report["gpu"] = gpu
+    report["trials"] = [t.to_json(shape) for t in outcome.trials]
+    best, default = outcome.best, outcome.default
+    if best is None:
+        raise AsmError("no candidate ran correctly on the GPU: " +
+                       "; ".join(f"{t.name}: {t.error}" for t in outcome.trials[:5]))
+    report["best"] = best.to_json(shape)
+    report["default"] = default.to_json(shape) if default else None
+    report["gain_over_default"] = gain = outcome.gain()
+    # Never store a choice slower than what gemm() already does untuned (e.g. when its choice lies
+    # outside the declared space, or noise put the same variant first): the cache could only hurt.
+    report["stored"] = False
+    if no_save:
+        report["not_stored_because"] = "--no-save"
+    elif gain is not None and gain < 0:
+        report["not_stored_because"] = f"untuned gemm() was faster than every candidate ({gain:+.1%})"
+    else:
+        from ..bench.tune_cache import make_entry, store_tuned
+        from ..pipeline import shipped_kernels
+        shipped = shipped_kernels().get(kernel_name)
+        is_shipped = shipped is not None and Path(shipped).resolve() == source.resolve()
+        entry = make_entry(kernel_name, None if is_shipped else str(source.resolve()), best.params,
+                           (shape.m, shape.n, shape.k), tflops=best.tflops(shape),
+                           default_tflops=default.tflops(shape) if default and default.stats else None,
+                           layout=layout, target=probe.target, reps=reps)
+        path, moved = store_tuned(gpu, bench_kernel.dtype, layout, (shape.m, shape.n, shape.k), entry)
+        report["cache"] = str(path)
+        report["stored"] = True
+        if moved:
+            click.echo(f"warning: the old tuning cache was not readable; moved it to {moved}", err=True)
+    if as_json:
+        emit_json(report)
+    else:
+        _print_candidates(cands, probe.target, only_pruned=True)
+        _print_trials(outcome, shape, top, gpu)
+        _print_prune_summary(cands, pruned)
+        _print_outcome(outcome, shape, report)
+
+
+def _reasons(pruned: dict) -> str:
+    return ", ".join(f"{n} {r}" for r, n in pruned.items()) or "none"
+
+
+def _build_with_progress(build_candidates, jobs_list, jobs):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("building candidates"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=make_console(stderr=True), transient=True) as progress:
+        task = progress.add_task("build", total=len(jobs_list))
+        return build_candidates(jobs_list, jobs, on_done=lambda c: progress.advance(task))
+
+
+def _time_with_progress(tune_on_gpu, cp, bench_kernel, shape, layout, trials, reps, warmup, flush, pre_roll):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=make_console(stderr=True), transient=True) as progress:
+        task = progress.add_task("checking candidates on the GPU", total=len(trials) + reps)
+
+        def step(what):
+            if what == "timing":
+                progress.update(task, description=f"timing {len(trials)} candidates interleaved")
+            progress.advance(task)
+
+        return tune_on_gpu(cp, bench_kernel, shape, layout, trials, reps=reps, warmup=warmup, flush=flush,
+                           on_step=step, pre_roll=pre_roll)
+
+
+def _print_candidates(cands, target, only_pruned=False):
+    from rich.table import Table
+
+    rows = [c for c in cands if not (only_pruned and c.ok)]
+    if not rows:
+        return
+    t = Table(title=f"{'pruned ' if only_pruned else ''}candidates ({target}; ptxas -v figures, worst entry)",
+              title_justify="left")
+    for col in ("#", "parameters", "verdict", "regs", "spill st/ld", "stack", "smem", "threads", "blocks/SM", "build s"):
+        t.add_column(col, justify="left" if col in ("parameters", "verdict") else "right",
+                     overflow="fold" if col == "parameters" else "ellipsis", no_wrap=col != "parameters")
+    for c in rows:
+        verdict = "[green]ok[/]" if c.ok else f"[red]{c.reason}[/]"
+        occ = [k["occupancy"]["resident"] for k in c.kernels if k.get("occupancy")]
+        t.add_row(str(c.index), c.label(), verdict, _fig(c, "registers"),
+                  f"{_fig(c, 'spill_stores')}/{_fig(c, 'spill_loads')}", _fig(c, "stack_frame"),
+                  _fig(c, "total_shared_bytes"), _fig(c, "threads"), str(min(occ)) if occ else "-", f"{c.build_s:.2f}")
+    con = make_console()
+    con.print(t)
+    for c in rows:
+        if not c.ok:
+            con.print(f"  #{c.index} [red]{c.reason}[/]: {c.detail}", highlight=False)
+
+
+def _fig(c, key):
+    v = c.figure(key)
+    return "-" if v is None else str(v)
+
+
+def _print_prune_summary(cands, pruned):
+    ok = sum(c.ok for c in cands)
+    make_console().print(f"candidates: {len(cands)}, survivors: {ok}, pruned: {len(cands) - ok}"
+                    + (f" ({_reasons(pruned)})" if pruned else ""))
+
+
+def _print_trials(outcome, shape, top, gpu):
+    from rich.table import Table
+
+    timed = sorted([t for t in outcome.trials if t.stats], key=lambda t: t.stats.median_ms)
+    failed = [t for t in outcome.trials if t.error]
+    t = Table(title=f"timed on {gpu}: {shape.key}, TFLOP/s median (min–max)", title_justify="left")
+    for col in ("rank", "candidate", "parameters", "TFLOP/s", "ms", "speed vs default", "rel err"):
+        t.add_column(col, justify="left" if col in ("candidate", "parameters") else "right")
+    base = outcome.default.stats.median_ms if outcome.default and outcome.default.stats else None
+    from ..bench.timing import tflops
+    from .bench import _num
+    for rank, tr in enumerate(timed[:top], 1):
+        s = tr.stats
+        vs = f"{base / s.median_ms:.3f}×" if base else "-"
+        t.add_row(str(rank), tr.name, _params_text(tr.params),
+                  f"{_num(tflops(shape.flops, s.median_ms))} [dim]({_num(tflops(shape.flops, s.max_ms))}–"
+                  f"{_num(tflops(shape.flops, s.min_ms))})[/]",
+                  f"{s.median_ms:.4f}", vs, f"{tr.rel_err:.1e}" if tr.rel_err is not None else "-")
+    con = make_console()
+    con.print(t)
+    for tr in failed:
+        con.print(f"[red]{tr.name}[/] ({_params_text(tr.params)}): {tr.error}")
+
+
+def shape_bucket_text(shape):
+    from ..bench.tune_cache import shape_bucket
+    return f"the shape bucket {shape_bucket(shape.m, shape.n, shape.k)}"
+
+
+def _params_text(params):
+    if params is None:
+        return "(gemm's untuned choice)"
+    return " ".join(f"{k}={v}" for k, v in params.items())
+
+
+def _print_outcome(outcome, shape, report):
+    con = make_console()
+    best, default = outcome.best, outcome.default
+    con.print(f"best: {best.name} {_params_text(best.params)}: {best.tflops(shape):.3g} TFLOP/s")
+    if default and default.stats:
+        gain = outcome.gain()
+        con.print(f"default (gemm untuned): {default.tflops(shape):.3g} TFLOP/s; "
+                  f"gain of the best over it: {gain:+.1%}")
+    elif default:
+        con.print(f"default: did not run ({default.error})")
+    if report["stored"]:
+        con.print(f"saved to the tuning cache {report['cache']} under {shape_bucket_text(shape)}")
+    else:
+        con.print(f"tuning cache not changed: {report['not_stored_because']}")

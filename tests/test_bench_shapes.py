@@ -1,0 +1,90 @@
+"""Shape presets, shape specs and shape files for `asmgemm bench`/`tune`."""
+import json
+
+import pytest
+
+from asmgemm.bench.shapes import (LAYOUTS, PRESETS, TRANSFORMER_MODELS, Shape, layout_flags, load_shape_file,
+                                  parse_layouts, parse_shape, parse_shapes)
+from asmgemm.errors import AsmError
+
+
+def test_square_preset_is_1024_to_8192():
+    assert [(s.m, s.n, s.k) for s in PRESETS["square"]] == [(d, d, d) for d in (1024, 2048, 4096, 8192)]
+
+
+def test_transformer_preset_derives_gemms_from_model_configs():
+    shapes = {(s.m, s.n, s.k) for s in PRESETS["transformer"]}
+    # Llama-3-8B, T=4096: QKV out = 4096 + 2*8*128 = 6144; FFN up 4096->14336; down 14336->4096
+    assert (4096, 6144, 4096) in shapes
+    assert (4096, 14336, 4096) in shapes and (4096, 4096, 14336) in shapes
+    # Qwen2-7B: 3584 hidden, 28 heads (head_dim 128), 4 KV heads: QKV out 3584 + 1024 = 4608
+    assert (512, 4608, 3584) in shapes and (512, 18944, 3584) in shapes and (512, 3584, 18944) in shapes
+    # Llama-2-7B has no GQA: QKV out = 3 * 4096
+    assert (512, 12288, 4096) in shapes
+    for model in TRANSFORMER_MODELS:
+        assert model.hidden % model.heads == 0
+
+
+def test_presets_have_no_duplicate_shapes():
+    for name, shapes in PRESETS.items():
+        keys = [(s.m, s.n, s.k) for s in shapes]
+        assert len(keys) == len(set(keys)), name
+
+
+@pytest.mark.parametrize("text", ["4096,4096,4096", "4096x4096x4096", " 4096 x 4096 x 4096 "])
+def test_parse_shape_forms(text):
+    assert parse_shape(text) == Shape(4096, 4096, 4096)
+
+
+@pytest.mark.parametrize("text", ["4096,4096", "a,b,c", "0,1,1", "1,1,99999999", "-1,2,3"])
+def test_parse_shape_rejects(text):
+    with pytest.raises(AsmError):
+        parse_shape(text)
+
+
+def test_parse_shapes_mixes_presets_and_shapes_and_dedupes():
+    shapes = parse_shapes("square,3000x5000x700,1024x1024x1024")
+    assert [s.key for s in shapes] == ["1024x1024x1024", "2048x2048x2048", "4096x4096x4096",
+                                       "8192x8192x8192", "3000x5000x700"]
+
+
+def test_parse_shapes_unknown_preset_names_the_presets():
+    with pytest.raises(AsmError) as e:
+        parse_shapes("sqare")
+    assert "square" in e.value.message and "sqare" in e.value.message
+
+
+def test_text_shape_file(tmp_path):
+    p = tmp_path / "shapes.txt"
+    p.write_text("# comment\n1024 2048 512 my layer\n\n3000x5000x700  # odd\n1024 2048 512 again\n")
+    shapes = parse_shapes(str(p))
+    assert [(s.m, s.n, s.k, s.label) for s in shapes] == [(1024, 2048, 512, "my layer"), (3000, 5000, 700, "")]
+
+
+def test_json_shape_file(tmp_path):
+    p = tmp_path / "shapes.json"
+    p.write_text(json.dumps([[1, 2, 3], {"m": 4, "n": 5, "k": 6, "label": "x"}]))
+    assert [(s.m, s.n, s.k, s.label) for s in load_shape_file(p)] == [(1, 2, 3, ""), (4, 5, 6, "x")]
+
+
+@pytest.mark.parametrize("content, needle", [("1024 2048\n", ":1:"), ("[[1, 2]]", "item 0"), ("[1, 2", "invalid JSON"),
+                                             ("# nothing\n", "no shapes")])
+def test_bad_shape_files_say_where(tmp_path, content, needle):
+    p = tmp_path / ("s.json" if content.startswith("[") else "s.txt")
+    p.write_text(content)
+    with pytest.raises(AsmError) as e:
+        load_shape_file(p)
+    assert needle in e.value.message
+
+
+def test_layouts():
+    assert parse_layouts("nn") == ["nn"]
+    assert parse_layouts("all") == list(LAYOUTS)
+    assert parse_layouts("NT, nn, nt") == ["nt", "nn"]
+    with pytest.raises(AsmError):
+        parse_layouts("nx")
+    assert layout_flags("tn") == (True, False) and layout_flags("nt") == (False, True)
+
+
+def test_flops():
+    assert Shape(2, 3, 4).flops == 48

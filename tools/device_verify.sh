@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The release check on the GPU machine, in one call (about 6-8 minutes on the H100): every test
+# marked gpu or perf, the scheduled-vs-source-order A/B of the SGEMM (issue 4), compute-sanitizer on
+# an odd shape, and the benchmark table against cuBLAS. Run from the project root with carry=[".whl"]
+# (lark, from ../shared/gpu/fetch-wheels.sh):   bash tools/device_verify.sh
+# Logs and JSON land in $OUT; the summary lines come last.
+set -u
+OUT=${OUT:-/tmp/verify-out}; mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl >/dev/null 2>&1
+# A copy laid out as the installed package (pyproject's package-dir), instead of an install.
+rm -rf .gpu_pkg && mkdir -p .gpu_pkg && cp -r asm .gpu_pkg/asmgemm
+for sub in grammar kernels_ptx scheduler; do cp -r "$sub" ".gpu_pkg/asmgemm/$sub"; done
+export PYTHONPATH=/tmp/site:$PWD/.gpu_pkg ASMGEMM_CACHE_DIR=/tmp/asmgemm-cache PYTHONUNBUFFERED=1
+python3 -c "import asmgemm, cupy; from asmgemm.toolchain import tool_version; print('asmgemm', asmgemm.__file__, 'cupy', cupy.__version__, 'ptxas', tool_version('ptxas'))" || exit 1
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader | tee "$OUT/gpu.txt"
+step() { local name=$1; shift; echo "+ $*" >&2; "$@" > "$OUT/$name.txt" 2>&1; echo "$name: exit $?" | tee -a "$OUT/exits.txt"; }
+
+step pytest_gpu timeout 330 python3 -m pytest -q -p no:cacheprovider -rfEs -m "gpu or perf" tests
+step sched_ab timeout 120 python3 tools/sched_ab.py sgemm --shape 4096,4096,4096 --shape 3000,5000,700 --reps 15 --json "$OUT/sched_ab.json"
+step sanitize timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 python3 tools/sgemm_sanitize.py
+step bench timeout 200 python3 -m asmgemm.cli bench sgemm --shapes square,3000x5000x700 --reps 15 --json "$OUT/bench.json"
+
+echo "===== summary"; cat "$OUT/exits.txt"
+grep -E "passed|failed" "$OUT/pytest_gpu.txt" | tail -3
+tail -n 4 "$OUT/sanitize.txt"
+tail -n 14 "$OUT/sched_ab.txt"
+tail -n 20 "$OUT/bench.txt"

@@ -142,6 +142,13 @@ def test_choose_params_precedence():
     p_small = _plan(small, small, small)
     assert choose_params("sgemm", p_big, None, None, 132)["THREADS"] == 256
     assert choose_params("sgemm", p_small, None, None, 132)["THREADS"] == 64
+    # the measured small-problem rule: cp.async up to half as many 128x128 tiles as SMs, not above
+    few = _plan(np.zeros((1024, 64), np.float32), np.zeros((64, 1024), np.float32), np.zeros((1024, 1024), np.float32))
+    some = _plan(np.zeros((1280, 64), np.float32), np.zeros((64, 1280), np.float32), np.zeros((1280, 1280), np.float32))
+    assert {k: choose_params("sgemm", few, None, None, 132)[k] for k in ("THREADS", "BK", "ASYNC")} == \
+        {"THREADS": 64, "BK": 16, "ASYNC": 1}
+    assert {k: choose_params("sgemm", some, None, None, 132)[k] for k in ("THREADS", "BK", "ASYNC")} == \
+        {"THREADS": 64, "BK": 16, "ASYNC": 0}
     assert choose_params("sgemm", p_small, {"THREADS": 256}, None, 132)["THREADS"] == 256
     assert choose_params("sgemm", p_big, None, {"BK": 16}, 132)["BK"] == 16
     assert choose_params("sgemm", p_big, {"BK": 8}, {"BK": 16}, 132)["BK"] == 8

@@ -22,16 +22,21 @@ def _cupy():
     return cp
 
 
-def _geometry(ptx: str):
-    import re
-    meta = dict(re.findall(r"sgemm_meta_(threads|tile|smem)_(\d+)", ptx))
-    if "threads" not in meta or "tile" not in meta:
-        pytest.skip("sgemm does not declare its launch geometry (sgemm_meta_* symbols)")
-    return int(meta["threads"]), int(meta["tile"]), int(meta.get("smem", 0))
+def _geometry(res):
+    """(threads, tile m, tile n, dynamic shared bytes), read as the runtime reads them."""
+    from asmgemm.runtime.build_cache import launch_meta
+    meta = launch_meta(res.ptx, res.kernel_names[0])
+    return meta["threads"], meta["tilem"], meta["tilen"], meta["smem"]
 
 
+# The source defaults (8x8 per thread, 128x128 tile) and the variant asmgemm.gemm picks for large
+# problems (16x8 per thread with load-ahead, 256x128 tile, BK=16), both with .schedule regions.
+VARIANTS = {"default": {}, "large": {"RQ": "4", "LOAD_AHEAD": "1", "LDG_NC": "0", "BK": "16"}}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
 @pytest.mark.parametrize("shape", [(257, 129, 67), (128, 128, 8), (1, 300, 33)])
-def test_scheduled_sgemm_is_correct(shape, tmp_path):
+def test_scheduled_sgemm_is_correct(shape, variant, tmp_path):
     cp = _cupy()
     import numpy as np
     m, n, k = shape
@@ -42,6 +47,7 @@ def test_scheduled_sgemm_is_correct(shape, tmp_path):
     # 128-bit global loads need lda (= K) and ldb (= N) to be multiples of 4 floats.
     params = build_file("sgemm").parameters
     defines = {name: str(int(ld % 4 == 0)) for name, ld in (("VEC_A", k), ("VEC_B", n)) if name in params}
+    defines.update(VARIANTS[variant])
     outs = {}
     for schedule in (True, False):
         res = build_file("sgemm", BuildOptions(schedule=schedule, defines=defines))
@@ -50,11 +56,11 @@ def test_scheduled_sgemm_is_correct(shape, tmp_path):
         path = tmp_path / f"s{int(schedule)}.cubin"
         path.write_bytes(assemble(res).cubin)
         fn = cp.RawModule(path=str(path)).get_function(res.kernel_names[0])
-        threads, tile, smem = _geometry(res.ptx)
+        threads, tile_m, tile_n, smem = _geometry(res)
         if smem > 48 * 1024:
             fn.max_dynamic_shared_size_bytes = smem
         c = cp.full((m, n), cp.nan, dtype=cp.float32)
-        fn((math.ceil(n / tile), math.ceil(m / tile)), (threads,),
+        fn((math.ceil(n / tile_n), math.ceil(m / tile_m)), (threads,),
            (a, b, c, np.uint32(m), np.uint32(n), np.uint32(k), np.uint32(k), np.uint32(n), np.uint32(n),
             np.float32(1.0), np.float32(0.0)), shared_mem=smem)
         cp.cuda.runtime.deviceSynchronize()

@@ -72,7 +72,8 @@ def test_layouts(layout, m, n, k):
 VARIANTS = [{"THREADS": 256, "RQ": 2, "BK": 8}, {"THREADS": 256, "RQ": 2, "BK": 16}, {"THREADS": 64, "RQ": 2, "BK": 8},
             {"THREADS": 64, "RQ": 2, "BK": 16}, {"THREADS": 256, "RQ": 4, "BK": 8}, {"THREADS": 256, "RQ": 4, "BK": 16},
             {"THREADS": 256, "RQ": 2, "BK": 8, "ASYNC": 1}, {"THREADS": 64, "RQ": 2, "BK": 8, "ASYNC": 1},
-            {"THREADS": 256, "RQ": 4, "BK": 16, "ASYNC": 1}, {"THREADS": 256, "RQ": 4, "BK": 8, "PREFETCH": 1}]
+            {"THREADS": 256, "RQ": 4, "BK": 16, "ASYNC": 1}, {"THREADS": 256, "RQ": 4, "BK": 8, "PREFETCH": 1},
+            {"THREADS": 64, "RQ": 2, "BK": 16, "ASYNC": 1}]      # the default for small problems
 
 
 def _vid(v):

@@ -3,7 +3,8 @@
 # marked gpu or perf, the scheduled-vs-source-order A/B of the SGEMM (issue 4), compute-sanitizer on
 # an odd shape, and the benchmark table against cuBLAS. Run from the project root with carry=[".whl"]
 # (lark, from ../shared/gpu/fetch-wheels.sh):   bash tools/device_verify.sh
-# Logs and JSON land in $OUT; the summary lines come last.
+# Logs and JSON land in $OUT (more than the device tool brings back one by one: tar them up
+# afterwards); the summary lines come last.
 set -u
 OUT=${OUT:-/tmp/verify-out}; mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl >/dev/null 2>&1
@@ -17,11 +18,13 @@ step() { local name=$1; shift; echo "+ $*" >&2; "$@" > "$OUT/$name.txt" 2>&1; ec
 
 step pytest_gpu timeout 330 python3 -m pytest -q -p no:cacheprovider -rfEs -m "gpu or perf" tests
 step sched_ab timeout 120 python3 tools/sched_ab.py sgemm --shape 4096,4096,4096 --shape 3000,5000,700 --reps 15 --json "$OUT/sched_ab.json"
+# ... and the variant asmgemm.gemm runs at 4096^3 (16x8 per thread, load-ahead, BK=16)
+step sched_ab_large timeout 150 python3 tools/sched_ab.py sgemm -D RQ=4 -D LOAD_AHEAD=1 -D LDG_NC=0 -D BK=16 --shape 4096,4096,4096 --shape 8192,8192,8192 --reps 15 --json "$OUT/sched_ab_large.json"
 step sanitize timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 python3 tools/sgemm_sanitize.py
 step bench timeout 200 python3 -m asmgemm.cli bench sgemm --shapes square,3000x5000x700 --reps 15 --json "$OUT/bench.json"
 
 echo "===== summary"; cat "$OUT/exits.txt"
 grep -E "passed|failed" "$OUT/pytest_gpu.txt" | tail -3
 tail -n 4 "$OUT/sanitize.txt"
-tail -n 14 "$OUT/sched_ab.txt"
+tail -n 14 "$OUT/sched_ab.txt"; tail -n 14 "$OUT/sched_ab_large.txt"
 tail -n 20 "$OUT/bench.txt"

@@ -10,13 +10,15 @@ per shape, plus how many of the scheduler's modelled stall counts equal ptxas's 
 the SASS inspector is installed).
 
 The kernel must take (A, B, C, M, N, K, lda, ldb, ldc, alpha, beta) with row-major storage, as
-kernels_ptx/sgemm.sasm and sgemm_naive.sasm do. Launch geometry: from the `sgemm_meta_threads_T`,
-`sgemm_meta_tile_T`, `sgemm_meta_smem_B` symbols the kernel declares (grid ceil(N/T) x ceil(M/T)),
-else from its BLOCK_X/BLOCK_Y parameters (one thread per element of C).
+kernels_ptx/sgemm.sasm and sgemm_naive.sasm do. Launch geometry: from the `<entry>_meta_threads_T`,
+`_meta_tilem_M`, `_meta_tilen_N`, `_meta_smem_B` symbols the kernel declares, read by the same
+function the runtime uses (asmgemm.runtime.build_cache.launch_meta; grid ceil(N/tile n) x
+ceil(M/tile m)), else from its BLOCK_X/BLOCK_Y parameters (one thread per element of C).
 
 Usage (GPU, from the project root):
     python3 tools/sched_ab.py sgemm --shape 4096,4096,4096 --shape 1000,3000,700 --json $OUT/ab.json
     python3 tools/sched_ab.py sgemm -D BK=16 --reps 30
+    python3 tools/sched_ab.py sgemm -D RQ=4 -D LOAD_AHEAD=1 -D LDG_NC=0 -D BK=16   # the 4096^3 default
 """
 from __future__ import annotations
 
@@ -57,14 +59,17 @@ def model_vs_ptxas(build, asm) -> dict | None:
 
 def geometry(build) -> tuple[tuple[int, int], int, int, int]:
     """((block x, block y), tile n, tile m, dynamic shared bytes)."""
-    meta = dict(re.findall(r"sgemm_meta_(threads|tile|smem)_(\d+)", build.ptx))
-    if "threads" in meta and "tile" in meta:
-        t = int(meta["tile"])
-        return (int(meta["threads"]), 1), t, t, int(meta.get("smem", 0))
+    from asmgemm.errors import AsmError
+    from asmgemm.runtime.build_cache import launch_meta
+    try:
+        meta = launch_meta(build.ptx, build.kernel_names[0])
+        return (meta["threads"], 1), meta["tilen"], meta["tilem"], meta["smem"]
+    except AsmError as exc:
+        reason = str(exc)
     p = build.parameters
     if "BLOCK_X" in p and "BLOCK_Y" in p:
         return (int(p["BLOCK_X"]), int(p["BLOCK_Y"])), int(p["BLOCK_X"]), int(p["BLOCK_Y"]), 0
-    raise SystemExit("cannot tell the launch geometry: no sgemm_meta_* symbols and no BLOCK_X/BLOCK_Y parameters")
+    raise SystemExit(f"cannot tell the launch geometry: {reason}, and no BLOCK_X/BLOCK_Y parameters")
 
 
 def check_params(build, name: str) -> None:
@@ -104,7 +109,11 @@ def main(argv=None) -> int:
             print(f"               model vs ptxas: stall equal {mv['stall_matches']}/{mv['matched']} "
                   f"(by opcode {mv['by_opcode']}), ptxas kept {mv['order_kept'][0]}/{mv['order_kept'][1]} pairs in order")
 
-    import cupy as cp
+    try:
+        import cupy as cp
+    except ImportError:
+        raise SystemExit("the timing half needs CuPy and a GPU (pip install 'asmgemm[gpu]'); "
+                         "the model-vs-ptxas figures above need neither")
     import numpy as np
 
     dev = cp.cuda.Device()

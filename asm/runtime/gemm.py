@@ -22,8 +22,14 @@ from .plan import LaunchPlan, plan_launch
 KERNEL_FOR_DTYPE = {"float32": "sgemm"}
 # Parameters the runtime derives from the call; `params=` cannot set these (VEC_* only downwards).
 CALL_PARAMS = ("TRANS_A", "TRANS_B", "VEC_A", "VEC_B")
-# Threads of the small-tile variant and the tile edge of the default one (kernels_ptx/sgemm.sasm).
-SMALL_VARIANT = {"THREADS": 64}
+# Problems with fewer 128x128 tiles of C than the GPU has SMs take the 64-thread 64x64-tile kernel
+# (4x the blocks), with BK=16; with cp.async (ASYNC=1) as well while there are at most half as many
+# 128x128 tiles as SMs. Measured on the H100 with asmgemm bench against cuBLAS in the same runs
+# (tools/data/small_problem_shapes.txt, tools/SGEMM_NOTES.md "Small problems"): T64+BK16+ASYNC beat
+# plain T64 on all eight shapes with <= 64 tiles (1024^3 0.70x -> 0.94x cuBLAS, 512^3 0.39x ->
+# 0.61x) and lost at 100 and 121 tiles (1280^3: 0.87x vs 1.03x for T64+BK16 without cp.async).
+SMALL_VARIANT = {"THREADS": 64, "BK": 16}
+SMALL_ASYNC_VARIANT = {"THREADS": 64, "BK": 16, "ASYNC": 1}
 LARGE_TILE = 128
 # Problems whose 256x128 tiles cover at least 15/16 of the SMs: 16x8 per thread with the
 # next-but-one tile's loads held across the barrier. Measured on the H100 against the 8x8 kernel in
@@ -135,7 +141,9 @@ def choose_params(kernel: str, plan: LaunchPlan, params: dict | None, tuned: dic
         chosen.update(tuned)
     else:
         tiles = math.ceil(plan.m / LARGE_TILE) * math.ceil(plan.n / LARGE_TILE)
-        if tiles < sm_count:
+        if 2 * tiles <= sm_count:
+            chosen.update(SMALL_ASYNC_VARIANT)
+        elif tiles < sm_count:
             chosen.update(SMALL_VARIANT)
         elif 16 * math.ceil(plan.m / LARGE_VARIANT_TILE[0]) * math.ceil(plan.n / LARGE_VARIANT_TILE[1]) >= 15 * sm_count:
             chosen.update(LARGE_VARIANT)

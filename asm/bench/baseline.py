@@ -37,8 +37,12 @@ def baseline_file_name(gpu_name: str) -> str:
 
 
 def repo_baseline_dir() -> Path:
-    """tests/perf/baselines of the source checkout this package runs from (editable installs)."""
-    return Path(__file__).resolve().parents[2] / "tests" / "perf" / "baselines"
+    """tests/perf/baselines of the source checkout this package runs from (editable installs), else
+    of the current directory (an installed package has no checkout of its own)."""
+    checkout = Path(__file__).resolve().parents[2]
+    if (checkout / "pyproject.toml").is_file():
+        return checkout / "tests" / "perf" / "baselines"
+    return Path.cwd() / "tests" / "perf" / "baselines"
 
 
 def default_baseline_dir() -> Path:

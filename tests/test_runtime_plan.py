@@ -160,6 +160,27 @@ def test_choose_params_precedence():
     assert choose_params("sgemm", p_big, {"TRANS_A": 1}, None, 132)["TRANS_A"] == 0
 
 
+@pytest.mark.parametrize("mnk, expected", [
+    ((1024, 1024, 1024), {"THREADS": 64, "BK": 16, "ASYNC": 1}),     # 64 tiles <= 132/2
+    ((1280, 1280, 1280), {"THREADS": 64, "BK": 16}),                 # 100 tiles < 132
+    ((1536, 1536, 1536), {}),                                        # 144 tiles, 72 of 256x128
+    ((2048, 2048, 2048), {"RQ": 4, "BK": 16, "LOAD_AHEAD": 1, "LDG_NC": 0}),   # 128 >= 15/16 of 132
+    ((4096, 4096, 4095), {"RQ": 4, "BK": 8, "LOAD_AHEAD": 1, "LDG_NC": 0}),    # K not a multiple of 16
+    ((3000, 5000, 700), {"RQ": 4, "BK": 8, "LOAD_AHEAD": 1, "LDG_NC": 0}),     # K < 2048
+])
+def test_size_rule_branches(mnk, expected):
+    from asmgemm.runtime.gemm import size_rule
+    assert size_rule(*mnk, 132) == expected
+
+
+def test_size_rule_scales_with_the_sm_count():
+    from asmgemm.runtime.gemm import size_rule
+    assert size_rule(1024, 1024, 1024, 128) == {"THREADS": 64, "BK": 16, "ASYNC": 1}
+    assert size_rule(1024, 1024, 1024, 120) == {"THREADS": 64, "BK": 16}
+    assert size_rule(1024, 1024, 1024, 60) == {}
+    assert size_rule(1024, 1024, 1024, 32)["LOAD_AHEAD"] == 1
+
+
 def test_default_params_are_the_tunables():
     from asmgemm.runtime.gemm import default_params
     d = default_params("sgemm")

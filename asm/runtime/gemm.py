@@ -3,9 +3,9 @@
 The dtype picks the kernel (float32 -> kernels_ptx/sgemm.sasm). Parameters, in order of precedence:
 `params=` (-D overrides, for the benchmark and the tuner), else the tuning cache
 (`asmgemm.bench.tune_cache.lookup_tuned`, when present), else the kernel's defaults with one size
-rule (the 64-thread 64x64 variant when 128x128 tiles would not fill the GPU, the 256x128 load-ahead
-variant when its tiles do, with BK=16 for deep K). The call-dependent
-parameters (TRANS_A/TRANS_B after the storage/operand-swap logic, VEC_A/VEC_B from alignment) are
+rule (`size_rule`: the 64-thread 64x64 variant, with cp.async for the smallest problems, where
+128x128 tiles would not fill the SMs; the 256x128 load-ahead variant, BK=16 for deep K, where its
+tiles fill them; the 128x128 source default in between). The call-dependent parameters (TRANS_A/TRANS_B after the storage/operand-swap logic, VEC_A/VEC_B from alignment) are
 always set here: a caller may turn 128-bit loads off, never on where they would be misaligned.
 """
 from __future__ import annotations
@@ -22,21 +22,28 @@ from .plan import LaunchPlan, plan_launch
 KERNEL_FOR_DTYPE = {"float32": "sgemm"}
 # Parameters the runtime derives from the call; `params=` cannot set these (VEC_* only downwards).
 CALL_PARAMS = ("TRANS_A", "TRANS_B", "VEC_A", "VEC_B")
-# Problems with fewer 128x128 tiles of C than the GPU has SMs take the 64-thread 64x64-tile kernel
-# (4x the blocks), with BK=16; with cp.async (ASYNC=1) as well while there are at most half as many
-# 128x128 tiles as SMs. Measured on the H100 with asmgemm bench against cuBLAS in the same runs
-# (tools/data/small_problem_shapes.txt, tools/SGEMM_NOTES.md "Small problems"): T64+BK16+ASYNC beat
-# plain T64 on all eight shapes with <= 64 tiles (1024^3 0.70x -> 0.94x cuBLAS, 512^3 0.39x ->
-# 0.61x) and lost at 100 and 121 tiles (1280^3: 0.87x vs 1.03x for T64+BK16 without cp.async).
-SMALL_VARIANT = {"THREADS": 64, "BK": 16}
+# The size rule, measured on the H100 with asmgemm bench against cuBLAS in the same runs
+# (tools/SGEMM_NOTES.md "Small problems" and "Between the paths"; shapes in tools/data/):
+#
+# 1. At most half as many 128x128 tiles of C as SMs: the 64-thread 64x64-tile kernel (4x the
+#    blocks) with BK=16 and cp.async. It beat plain THREADS=64 on all eight such shapes (1024^3
+#    0.70x -> 0.94x cuBLAS, 512^3 0.39x -> 0.61x) and lost at 100 and 121 tiles (1280^3 0.87x vs
+#    1.03x for THREADS=64 BK=16 without cp.async).
+# 2. 256x128 tiles covering at least 15/16 of the SMs: the load-ahead kernel (16x8 per thread, the
+#    next-but-one tile's loads held across the barrier), BK=16 for deep K (below). 4096^3, 8192^3,
+#    2048^3 (128 tiles on 132 SMs), 3000x5000x700 and the T=4096 transformer projections run at
+#    0.98-1.03x cuBLAS with it.
+# 3. Fewer 128x128 tiles than SMs otherwise: the 64-thread kernel with BK=16 (1280^3 1.03x and
+#    1408x1408x512 0.99x, vs 0.99x/0.91x for THREADS=64 BK=8).
+# 4. Everything else: the source defaults (the 128x128 8x8 kernel). Measured there, the 64-thread
+#    BK=16 kernel won at 512x6144x4096 (1.05x vs 0.80x) and 512x4608x3584 (0.90x vs 0.68x) but lost
+#    at 2048^3 (0.82x vs 0.96x for 8x8 BK=16); not enough to move this branch (SGEMM_NOTES.md
+#    "Between the paths"). `asmgemm tune` finds the better one per shape.
 SMALL_ASYNC_VARIANT = {"THREADS": 64, "BK": 16, "ASYNC": 1}
-LARGE_TILE = 128
-# Problems whose 256x128 tiles cover at least 15/16 of the SMs: 16x8 per thread with the
-# next-but-one tile's loads held across the barrier. Measured on the H100 against the 8x8 kernel in
-# the same runs (tools/SGEMM_NOTES.md, "LOAD_AHEAD"): faster at 4096^3, 8192^3, 3000x5000x700 and at
-# 2048^3 (128 tiles on 132 SMs). Smaller problems keep the 128x128 tile, which fills more SMs.
 LARGE_VARIANT = {"RQ": 4, "BK": 8, "LOAD_AHEAD": 1, "LDG_NC": 0}
 LARGE_VARIANT_TILE = (256, 128)
+SMALL_VARIANT = {"THREADS": 64, "BK": 16}
+LARGE_TILE = 128
 # ... with BK=16 (one barrier per 16 k-steps: ncu barrier stalls 0.14 -> 0.01 per issue at 4096^3)
 # when K is a multiple of 16 and at least 2048: faster than BK=8 at 2048^3, 4096^3 and 8192^3, but
 # 0.78x cuBLAS at 3000x5000x700 (K=700: a partial K tile, and the kernel's four unrolled
@@ -132,6 +139,23 @@ def _load(cupy, built: BuiltKernel):
     return fn
 
 
+def size_rule(m: int, n: int, k: int, sm_count: int) -> dict:
+    """The untuned parameter overrides for an M x N x K problem (kernel-level, after the operand
+    swap); {} keeps the kernel's source defaults."""
+    tiles = math.ceil(m / LARGE_TILE) * math.ceil(n / LARGE_TILE)
+    if 2 * tiles <= sm_count:
+        return dict(SMALL_ASYNC_VARIANT)
+    if tiles < sm_count:
+        return dict(SMALL_VARIANT)
+    large_blocks = math.ceil(m / LARGE_VARIANT_TILE[0]) * math.ceil(n / LARGE_VARIANT_TILE[1])
+    if 16 * large_blocks >= 15 * sm_count:
+        chosen = dict(LARGE_VARIANT)
+        if k >= DEEP_K_MIN and k % DEEP_K_VARIANT["BK"] == 0:
+            chosen.update(DEEP_K_VARIANT)
+        return chosen
+    return {}
+
+
 def choose_params(kernel: str, plan: LaunchPlan, params: dict | None, tuned: dict | None, sm_count: int) -> dict:
     """-D defines for this launch (see the module docstring for the precedence)."""
     chosen = dict(default_params(kernel))
@@ -140,15 +164,7 @@ def choose_params(kernel: str, plan: LaunchPlan, params: dict | None, tuned: dic
     elif tuned:
         chosen.update(tuned)
     else:
-        tiles = math.ceil(plan.m / LARGE_TILE) * math.ceil(plan.n / LARGE_TILE)
-        if 2 * tiles <= sm_count:
-            chosen.update(SMALL_ASYNC_VARIANT)
-        elif tiles < sm_count:
-            chosen.update(SMALL_VARIANT)
-        elif 16 * math.ceil(plan.m / LARGE_VARIANT_TILE[0]) * math.ceil(plan.n / LARGE_VARIANT_TILE[1]) >= 15 * sm_count:
-            chosen.update(LARGE_VARIANT)
-            if plan.k >= DEEP_K_MIN and plan.k % DEEP_K_VARIANT["BK"] == 0:
-                chosen.update(DEEP_K_VARIANT)
+        chosen.update(size_rule(plan.m, plan.n, plan.k, sm_count))
     for name in ("TRANS_A", "TRANS_B"):
         chosen[name] = plan.defines[name]
     for name in ("VEC_A", "VEC_B"):

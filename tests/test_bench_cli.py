@@ -5,23 +5,12 @@ import sys
 import pytest
 
 from asmgemm.bench.gpu import gpu_available
-from asmgemm.cli import main
 
 HAS_GPU = gpu_available()
 
 
-def run_cli(capsys, *args):
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as e:
-        code = e.code or 0
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def test_help_explains_options(capsys):
-    code, out, _ = run_cli(capsys, "bench", "--help")
+def test_help_explains_options(run_cli):
+    code, out, _ = run_cli("bench", "--help")
     assert code == 0
     for opt in ("--shapes", "--layouts", "--json", "--save-baseline", "--reps", "cuBLAS", "median"):
         assert opt in out
@@ -35,15 +24,15 @@ def test_help_explains_options(capsys):
     (["--save-baseline", "-D", "BK=16"], "leave out -D"),
     (["-D", "oops"], "expected NAME=VALUE"),
 ])
-def test_argument_errors_before_any_gpu_work(capsys, args, needle):
-    code, out, err = run_cli(capsys, "bench", *args)
+def test_argument_errors_before_any_gpu_work(run_cli, args, needle):
+    code, out, err = run_cli("bench", *args)
     assert code == 1
     assert needle in err
     assert "Traceback" not in err
 
 
-def test_reps_must_be_positive(capsys):
-    code, _, err = run_cli(capsys, "bench", "--reps", "0")
+def test_reps_must_be_positive(run_cli):
+    code, _, err = run_cli("bench", "--reps", "0")
     assert code == 2 and "--reps" in err
 
 

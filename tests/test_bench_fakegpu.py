@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from asmgemm.cli import main
 from asmgemm.toolchain import find_tool
 
 needs_ptxas = pytest.mark.skipif(find_tool("ptxas", required=False) is None, reason="needs ptxas")
@@ -95,19 +94,9 @@ def gemm_cost(a, b, c, ta, tb, ms):
     spend(ms)
 
 
-def run_cli(capsys, *args):
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as e:
-        code = e.code or 0
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def test_bench_table_json_and_baselines(fake_gpu, capsys, tmp_path):
+def test_bench_table_json_and_baselines(fake_gpu, run_cli, tmp_path):
     out = tmp_path / "bench.json"
-    code, stdout, err = run_cli(capsys, "bench", "--shapes", "small", "--layouts", "nn,tn", "--reps", "3",
+    code, stdout, err = run_cli("bench", "--shapes", "small", "--layouts", "nn,tn", "--reps", "3",
                                 "--json", str(out), "--save-baseline", "--baseline-dir", str(tmp_path / "bl"))
     assert code == 0, err
     assert "asm/cuBLAS" in stdout and "129x65x33" in stdout and "0.50×" in stdout
@@ -122,14 +111,14 @@ def test_bench_table_json_and_baselines(fake_gpu, capsys, tmp_path):
     for e in base["entries"].values():
         e["ratio"] = 100.0
     (tmp_path / "bl" / "Fake_GPU_80GB.json").write_text(json.dumps(base))
-    code, stdout, _ = run_cli(capsys, "bench", "--shapes", "128x128x128", "--reps", "2", "--check-baseline",
+    code, stdout, _ = run_cli("bench", "--shapes", "128x128x128", "--reps", "2", "--check-baseline",
                               "--baseline-dir", str(tmp_path / "bl"))
     assert code == 3 and "regressed" in stdout and "100.000 (baseline)" in stdout
 
 
-def test_bench_wrong_kernel_exits_2(fake_gpu, capsys):
+def test_bench_wrong_kernel_exits_2(fake_gpu, run_cli):
     fake_gpu(lambda a, b, c, ta, tb, params: c.fill(1.0))
-    code, stdout, _ = run_cli(capsys, "bench", "--shapes", "small", "--reps", "2")
+    code, stdout, _ = run_cli("bench", "--shapes", "small", "--reps", "2")
     assert code == 2 and "wrong result" in stdout
 
 
@@ -143,9 +132,9 @@ def tune_sum(monkeypatch):
 
 @pytest.mark.toolchain
 @needs_ptxas
-def test_tune_stores_the_best_and_gemm_finds_it(fake_gpu, tune_sum, capsys):
+def test_tune_stores_the_best_and_gemm_finds_it(fake_gpu, tune_sum, run_cli):
     fake_gpu(lambda a, b, c, ta, tb, params: gemm_cost(a, b, c, ta, tb, 1.0 if params and params["THREADS"] == 256 else 3.0))
-    code, out, err = run_cli(capsys, "tune", tune_sum, "--shape", "300,200,100", "--reps", "3", "-j", "2", "--json")
+    code, out, err = run_cli("tune", tune_sum, "--shape", "300,200,100", "--reps", "3", "-j", "2", "--json")
     assert code == 0, err
     rep = json.loads(out)
     assert rep["candidates"] == 4 and rep["survivors"] == 2 and rep["pruned"] == {"spills": 1, "error": 1}
@@ -158,9 +147,9 @@ def test_tune_stores_the_best_and_gemm_finds_it(fake_gpu, tune_sum, capsys):
 
 @pytest.mark.toolchain
 @needs_ptxas
-def test_tune_human_report(fake_gpu, tune_sum, capsys):
+def test_tune_human_report(fake_gpu, tune_sum, run_cli):
     fake_gpu(lambda a, b, c, ta, tb, params: gemm_cost(a, b, c, ta, tb, 1.0 if params and params["THREADS"] == 256 else 3.0))
-    code, out, err = run_cli(capsys, "tune", tune_sum, "--shape", "300,200,100", "--reps", "3", "-j", "1")
+    code, out, err = run_cli("tune", tune_sum, "--shape", "300,200,100", "--reps", "3", "-j", "1")
     assert code == 0, err
     assert "pruned candidates" in out and "THREADS * LIVE must stay <= 20000" in out
     assert "best: #2 THREADS=256 LIVE=4" in out and "gain of the best over it: +200.0%" in out
@@ -169,9 +158,9 @@ def test_tune_human_report(fake_gpu, tune_sum, capsys):
 
 @pytest.mark.toolchain
 @needs_ptxas
-def test_tune_never_stores_a_choice_slower_than_untuned(fake_gpu, tune_sum, capsys, tmp_path):
+def test_tune_never_stores_a_choice_slower_than_untuned(fake_gpu, tune_sum, run_cli, tmp_path):
     fake_gpu(lambda a, b, c, ta, tb, params: gemm_cost(a, b, c, ta, tb, 1.0 if params is None else 3.0))
-    code, out, err = run_cli(capsys, "tune", tune_sum, "--shape", "300,200,100", "--reps", "3", "-j", "2")
+    code, out, err = run_cli("tune", tune_sum, "--shape", "300,200,100", "--reps", "3", "-j", "2")
     assert code == 0, err
     assert "tuning cache not changed: untuned gemm() was faster" in out
     assert not (tmp_path / "tune.json").exists()
@@ -179,12 +168,12 @@ def test_tune_never_stores_a_choice_slower_than_untuned(fake_gpu, tune_sum, caps
 
 @pytest.mark.toolchain
 @needs_ptxas
-def test_tune_interrupted_while_timing_leaves_the_cache(fake_gpu, tune_sum, capsys, tmp_path):
+def test_tune_interrupted_while_timing_leaves_the_cache(fake_gpu, tune_sum, run_cli, tmp_path):
     (tmp_path / "tune.json").write_text('{"format": 1, "entries": {}}\n')
 
     def interrupted(*args):
         raise KeyboardInterrupt
     fake_gpu(interrupted)
-    code, _, err = run_cli(capsys, "tune", tune_sum, "--shape", "64,64,64", "--reps", "2", "-j", "1")
+    code, _, err = run_cli("tune", tune_sum, "--shape", "64,64,64", "--reps", "2", "-j", "1")
     assert code == 130 and "the tuning cache was not changed" in err
     assert (tmp_path / "tune.json").read_text() == '{"format": 1, "entries": {}}\n'

@@ -12,16 +12,6 @@ pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif("sgemm" not in shipped_kernels(), reason="no sgemm kernel shipped yet")]
 
 
-def _cupy():
-    cp = pytest.importorskip("cupy")
-    try:
-        if cp.cuda.runtime.getDeviceCount() < 1:
-            pytest.skip("no GPU")
-    except cp.cuda.runtime.CUDARuntimeError:
-        pytest.skip("no GPU")
-    return cp
-
-
 def _geometry(res):
     """(threads, tile m, tile n, dynamic shared bytes), read as the runtime reads them."""
     from asmgemm.runtime.build_cache import launch_meta
@@ -36,8 +26,8 @@ VARIANTS = {"default": {}, "large": {"RQ": "4", "LOAD_AHEAD": "1", "LDG_NC": "0"
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 @pytest.mark.parametrize("shape", [(257, 129, 67), (128, 128, 8), (1, 300, 33)])
-def test_scheduled_sgemm_is_correct(shape, variant, tmp_path):
-    cp = _cupy()
+def test_scheduled_sgemm_is_correct(shape, variant, tmp_path, cuda_gpu):
+    cp = cuda_gpu
     import numpy as np
     m, n, k = shape
     rng = np.random.default_rng(sum(shape))

@@ -6,13 +6,11 @@ import pytest
 
 pytestmark = pytest.mark.gpu
 
-cp = pytest.importorskip("cupy")
-try:
-    _GPUS = cp.cuda.runtime.getDeviceCount()
-except Exception:  # no driver
-    _GPUS = 0
-if _GPUS < 1:
-    pytest.skip("no CUDA GPU", allow_module_level=True)
+from asmgemm.bench.gpu import gpu_available  # noqa: E402
+
+if not gpu_available():
+    pytest.skip("needs CuPy and a CUDA GPU", allow_module_level=True)
+import cupy as cp  # noqa: E402
 
 import asmgemm  # noqa: E402
 from asmgemm.errors import AsmError  # noqa: E402

@@ -48,8 +48,8 @@ def _opcode(text: str) -> str:
     return words[1] if words[0].startswith("@") else words[0]
 
 
-def main_loop(sass: str) -> list[str]:
-    """Opcodes of the longest backward branch's body: the k-loop."""
+def _loop_lines(sass: str) -> list[str]:
+    """SASS text of the k-loop's instructions, in order (padding left out)."""
     labels, pending = {}, None
     for line in sass.splitlines():
         m = re.match(r"^\.(L_x_\d+):", line)
@@ -68,7 +68,12 @@ def main_loop(sass: str) -> list[str]:
                 best = (labels[m.group(1)], addr)
     assert best is not None, "no loop found in the SASS"
     # `@!PT LDS RZ, [RZ]` is padding ptxas puts before LDGSTS: never executed
-    return [_opcode(t) for a, t in ins if best[0] <= a <= best[1] and not t.startswith("@!PT ")]
+    return [t for a, t in ins if best[0] <= a <= best[1] and not t.startswith("@!PT ")]
+
+
+def main_loop(sass: str) -> list[str]:
+    """Opcodes of the longest backward branch's body: the k-loop."""
+    return [_opcode(t) for t in _loop_lines(sass)]
 
 
 def _check_variant(threads, rq, bk, ta, tb, va, vb, prefetch=0, async_=0):
@@ -180,27 +185,6 @@ def test_launch_geometry_symbols():
 def test_invalid_combinations_are_rejected(defines, message):
     with pytest.raises(AsmError, match=message):
         build_file("sgemm", BuildOptions(defines=defines))
-
-
-def _loop_lines(sass: str) -> list[str]:
-    """SASS text of the k-loop's instructions, in order (padding left out)."""
-    labels, pending = {}, None
-    for line in sass.splitlines():
-        m = re.match(r"^\.(L_x_\d+):", line)
-        if m:
-            pending = m.group(1)
-            continue
-        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/", line)
-        if m and pending:
-            labels[pending], pending = int(m.group(1), 16), None
-    ins = _sass_instructions(sass)
-    best = None
-    for addr, text in ins:
-        m = re.search(r"BRA\s+`?\(?\.?(L_x_\d+)", text)
-        if m and m.group(1) in labels and labels[m.group(1)] < addr:
-            if best is None or addr - labels[m.group(1)] > best[1] - best[0]:
-                best = (labels[m.group(1)], addr)
-    return [t for a, t in ins if best[0] <= a <= best[1] and not t.startswith("@!PT ")]
 
 
 @functools.lru_cache(maxsize=None)

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from asmgemm.bench.gpu import gpu_available
-from asmgemm.cli import main
 from asmgemm.toolchain import find_tool
 
 HAS_GPU = gpu_available()
@@ -15,25 +14,15 @@ TUNE_SUM = str(Path(__file__).parent / "data" / "tune" / "tune_sum.sasm")
 needs_ptxas = pytest.mark.skipif(find_tool("ptxas", required=False) is None, reason="needs ptxas")
 
 
-def run_cli(capsys, *args):
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as e:
-        code = e.code or 0
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def test_help(capsys):
-    code, out, _ = run_cli(capsys, "tune", "--help")
+def test_help(run_cli):
+    code, out, _ = run_cli("tune", "--help")
     assert code == 0
     for opt in ("--shape", "--layout", "--dry-run", "--jobs", ".tune", "Ctrl-C"):
         assert opt in out
 
 
-def test_shape_is_required(capsys):
-    code, _, err = run_cli(capsys, "tune", "sgemm")
+def test_shape_is_required(run_cli):
+    code, _, err = run_cli("tune", "sgemm")
     assert code == 2 and "--shape" in err
 
 
@@ -42,27 +31,27 @@ def test_shape_is_required(capsys):
     (["no_such_kernel", "--shape", "1,2,3", "--dry-run"], "no such file or shipped kernel"),
     ([TUNE_SUM, "--shape", "8,8,8", "--dry-run", "-D", "NOPE=1"], "NOPE"),
 ])
-def test_errors(capsys, args, needle):
-    code, _, err = run_cli(capsys, "tune", *args)
+def test_errors(run_cli, args, needle):
+    code, _, err = run_cli("tune", *args)
     assert code == 1 and needle in err and "Traceback" not in err
 
 
 @pytest.mark.toolchain
 @needs_ptxas
-def test_kernel_without_tune_lines(capsys, tmp_path):
+def test_kernel_without_tune_lines(run_cli, tmp_path):
     src = tmp_path / "plain.sasm"
     src.write_text(".visible .entry k()\n{\n    ret;\n}\n")
-    code, _, err = run_cli(capsys, "tune", str(src), "--shape", "8,8,8", "--dry-run")
+    code, _, err = run_cli("tune", str(src), "--shape", "8,8,8", "--dry-run")
     assert code == 1 and "declares no tunable parameters" in err
 
 
 @pytest.mark.toolchain
 @needs_ptxas
-def test_dry_run_lists_candidates_with_verdicts(capsys, monkeypatch, tmp_path):
+def test_dry_run_lists_candidates_with_verdicts(run_cli, monkeypatch, tmp_path):
     monkeypatch.setenv("COLUMNS", "160")
     cache = tmp_path / "tune.json"
     monkeypatch.setenv("ASMGEMM_TUNE_CACHE", str(cache))
-    code, out, _ = run_cli(capsys, "tune", TUNE_SUM, "--shape", "128,128,128", "--dry-run", "-j", "2")
+    code, out, _ = run_cli("tune", TUNE_SUM, "--shape", "128,128,128", "--dry-run", "-j", "2")
     assert code == 0
     assert "THREADS=128 LIVE=96" in out and "spills" in out and "THREADS * LIVE must stay <= 20000" in out
     assert "candidates: 4, survivors: 2, pruned: 2" in out
@@ -71,8 +60,8 @@ def test_dry_run_lists_candidates_with_verdicts(capsys, monkeypatch, tmp_path):
 
 @pytest.mark.toolchain
 @needs_ptxas
-def test_dry_run_json_and_fixed_parameter(capsys):
-    code, out, _ = run_cli(capsys, "tune", TUNE_SUM, "--shape", "64,64,64", "--dry-run", "--json", "-D", "THREADS=256")
+def test_dry_run_json_and_fixed_parameter(run_cli):
+    code, out, _ = run_cli("tune", TUNE_SUM, "--shape", "64,64,64", "--dry-run", "--json", "-D", "THREADS=256")
     assert code == 0
     rep = json.loads(out)
     assert rep["candidates"] == 2 and rep["survivors"] == 1 and rep["pruned"] == {"error": 1}
@@ -93,6 +82,6 @@ def test_no_gpu_is_a_clear_error_and_leaves_the_cache(tmp_path):
     assert cache.read_text() == '{"format": 1, "entries": {}}\n'
 
 
-def test_a_file_kernel_cannot_be_timed(capsys):
-    code, _, err = run_cli(capsys, "tune", TUNE_SUM, "--shape", "8,8,8")
+def test_a_file_kernel_cannot_be_timed(run_cli):
+    code, _, err = run_cli("tune", TUNE_SUM, "--shape", "8,8,8")
     assert code == 1 and "not a kernel bench/tune can run" in err

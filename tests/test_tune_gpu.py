@@ -6,18 +6,7 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture(scope="module", autouse=True)
-def need_gpu():
-    cupy = pytest.importorskip("cupy")
-    try:
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            pytest.skip("no CUDA device")
-    except Exception as exc:
-        pytest.skip(f"no usable CUDA device: {exc}")
-    pytest.importorskip("asmgemm.runtime.gemm")
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("cuda_gpu")]
 
 
 def test_small_tune_stores_a_correct_best(tmp_path, monkeypatch):

@@ -39,16 +39,10 @@ def _baseline_cases():
 
 
 @pytest.fixture(scope="module")
-def gpu():
-    cupy = pytest.importorskip("cupy")
-    try:
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            pytest.skip("no CUDA device")
-    except Exception as exc:
-        pytest.skip(f"no usable CUDA device: {exc}")
+def gpu(cuda_gpu):
     from asmgemm.bench.gpu import gpu_name
     from asmgemm.bench.timing import L2Flusher
-    return cupy, gpu_name(), L2Flusher()
+    return cuda_gpu, gpu_name(), L2Flusher()
 
 
 @pytest.mark.parametrize("path, gpu_model, key", _baseline_cases())

@@ -5,8 +5,9 @@ The dtype picks the kernel (float32 -> kernels_ptx/sgemm.sasm). Parameters, in o
 (`asmgemm.bench.tune_cache.lookup_tuned`, when present), else the kernel's defaults with one size
 rule (`size_rule`: the 64-thread 64x64 variant, with cp.async for the smallest problems, where
 128x128 tiles would not fill the SMs; the 256x128 load-ahead variant, BK=16 for deep K, where its
-tiles fill them; the 128x128 source default in between). The call-dependent parameters (TRANS_A/TRANS_B after the storage/operand-swap logic, VEC_A/VEC_B from alignment) are
-always set here: a caller may turn 128-bit loads off, never on where they would be misaligned.
+tiles fill them; the 128x128 source default in between). The call-dependent parameters
+(TRANS_A/TRANS_B after the storage/operand-swap logic, VEC_A/VEC_B from alignment) are always set
+here: a caller may turn 128-bit loads off, never on where they would be misaligned.
 """
 from __future__ import annotations
 

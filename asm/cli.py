@@ -3,6 +3,7 @@ only when used, so `asmgemm build` never pays for CuPy or the SASS decoder."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 
 import click

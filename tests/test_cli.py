@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -246,3 +247,23 @@ def test_human_reports_render(args):
     proc = asmgemm(*args)
     assert proc.returncode == 0, proc.stderr
     assert "sgemm_naive" in proc.stdout and "internal error" not in proc.stderr
+
+
+def _console_script() -> str | None:
+    """The installed `asmgemm` executable of this environment (pip's console-script wrapper)."""
+    import shutil
+    beside = Path(sys.executable).with_name("asmgemm")
+    return str(beside) if beside.is_file() else shutil.which("asmgemm")
+
+
+@pytest.mark.skipif(_console_script() is None, reason="asmgemm is not installed in this environment")
+def test_installed_console_script_builds_a_kernel(tmp_path):
+    """The entry point users run: a plain import of asmgemm.cli:main in a fresh interpreter (not
+    `python -m`, which loads importlib.util and runpy first and so hid a missing import once)."""
+    exe = _console_script()
+    out = tmp_path / "naive.ptx"
+    proc = subprocess.run([exe, "build", "sgemm_naive", "-o", str(out)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert ".entry sgemm_naive" in out.read_text()
+    proc = subprocess.run([exe, "--help"], capture_output=True, text=True)
+    assert proc.returncode == 0 and all(c in proc.stdout for c in ("build", "regs", "sass", "sched", "bench", "tune"))

@@ -42,7 +42,7 @@ def time_overlapped(m, n, k, layout, params, reps, min_batch_ms=20.0):
     they also count the Python launch path, which is longer for asmgemm than for cupy.matmul).
     Batches of >= min_batch_ms, asmgemm and cuBLAS interleaved per repetition, median."""
     import cupy
-    from asmgemm.commands.run import _median
+    from asmgemm.commands.run import time_pair
     from asmgemm.runtime.gemm import gemm
     ta, tb = layout[0] == "t", layout[1] == "t"
     rng = cupy.random.default_rng(1)
@@ -52,29 +52,8 @@ def time_overlapped(m, n, k, layout, params, reps, min_batch_ms=20.0):
     op_a, op_b = (a.T if ta else a), (b.T if tb else b)
     fns = {"asmgemm": lambda: gemm(a, b, out, trans_a=ta, trans_b=tb, params=params),
            "cublas": lambda: cupy.matmul(op_a, op_b, out=out_ref)}
-    batch = {}
-    for name, fn in fns.items():
-        for _ in range(3):
-            fn()
-        start, end = cupy.cuda.Event(), cupy.cuda.Event()
-        fn()
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        batch[name] = max(1, min(200, int(min_batch_ms / max(cupy.cuda.get_elapsed_time(start, end), 1e-3) + 0.999)))
-    samples = {name: [] for name in fns}
-    for _ in range(reps):
-        for name, fn in fns.items():
-            start, end = cupy.cuda.Event(), cupy.cuda.Event()
-            fn()                              # keeps the GPU busy while the timed batch is queued
-            start.record()
-            for _ in range(batch[name]):
-                fn()
-            end.record()
-            end.synchronize()
-            samples[name].append(cupy.cuda.get_elapsed_time(start, end) / batch[name])
-    return {name: _median(v) for name, v in samples.items()}
+    times = time_pair(cupy, fns, reps, warmup=3, min_batch_ms=min_batch_ms, pre_roll=True, max_batch=200)
+    return {name: t["median_ms"] for name, t in times.items()}
 
 
 def main():

@@ -14,34 +14,36 @@ def _median(xs):
     return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
 
 
-def time_pair(cupy, fns: dict, reps: int, warmup: int, min_batch_ms: float = 2.0) -> dict:
+def time_pair(cupy, fns: dict, reps: int, warmup: int, min_batch_ms: float = 2.0, *, pre_roll: bool = False,
+              max_batch: int = 100) -> dict:
     """Median milliseconds per call, from CUDA events around a batch of back-to-back calls (so the
     host's launch overhead overlaps the device's work, as it does in an application), the
     functions interleaved per repetition so that clock and thermal drift hit both alike. The batch
-    size makes one batch last about min_batch_ms."""
+    size makes one batch last about min_batch_ms (at most max_batch calls). pre_roll queues one
+    untimed call before each start event, so the GPU is busy while the host records the event and
+    launches the batch: the events then measure device time even for one-call batches."""
     for _ in range(max(1, warmup)):
         for fn in fns.values():
             fn()
     cupy.cuda.Device().synchronize()
-    batch = {}
-    for name, fn in fns.items():
+
+    def sample(fn, calls: int) -> float:
         start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        if pre_roll:
+            fn()
         start.record()
-        fn()
+        for _ in range(calls):
+            fn()
         end.record()
         end.synchronize()
-        one = max(cupy.cuda.get_elapsed_time(start, end), 1e-3)
-        batch[name] = max(1, min(100, int(min_batch_ms / one + 0.999)))
+        return cupy.cuda.get_elapsed_time(start, end) / calls
+
+    batch = {name: max(1, min(max_batch, int(min_batch_ms / max(sample(fn, 1), 1e-3) + 0.999)))
+             for name, fn in fns.items()}
     samples = {name: [] for name in fns}
     for _ in range(reps):
         for name, fn in fns.items():
-            start, end = cupy.cuda.Event(), cupy.cuda.Event()
-            start.record()
-            for _ in range(batch[name]):
-                fn()
-            end.record()
-            end.synchronize()
-            samples[name].append(cupy.cuda.get_elapsed_time(start, end) / batch[name])
+            samples[name].append(sample(fn, batch[name]))
     return {name: {"median_ms": _median(s), "min_ms": min(s), "max_ms": max(s), "reps": len(s),
                    "calls_per_sample": batch[name]}
             for name, s in samples.items()}

@@ -43,7 +43,7 @@ def test_source_files_follow_includes_and_survive_cycles(tmp_path):
     a, b = tmp_path / "a.sasm", tmp_path / "b.inc"
     a.write_text('.include "b.inc"\n')
     b.write_text('.include "a.sasm"\n.include "missing.inc"\n')
-    names = [n for n, _ in source_files(a)]
+    names = [p.name for p, _ in source_files(a)]
     assert names == ["a.sasm", "b.inc", "missing.inc"]
 
 

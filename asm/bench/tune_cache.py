@@ -26,18 +26,16 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import json
 import os
-import re
 import tempfile
 import time
 import warnings
 from pathlib import Path
 
+from ..runtime.build_cache import digest_files, source_digest, source_files
+
 CACHE_FORMAT = 1
-_INCLUDE_RE = re.compile(r'^\s*\.include\s+"([^"]+)"', re.MULTILINE)
-MAX_INCLUDE_FILES = 64
 
 
 def cache_path() -> Path:
@@ -66,39 +64,9 @@ def cache_key(gpu_name: str, dtype_name: str, layout: str, m: int, n: int, k: in
 
 
 # ---- what an entry is valid for ----------------------------------------------------------------
-def _source_files(path: str | os.PathLike) -> list[tuple[Path, bytes | None]]:
-    """The kernel file and, recursively, the files it `.include`s (resolved next to the including
-    file), with their bytes (None when unreadable)."""
-    out: list[tuple[Path, bytes | None]] = []
-    seen: set[Path] = set()
-    todo = [Path(path)]
-    while todo and len(seen) < MAX_INCLUDE_FILES:
-        p = todo.pop(0).resolve()
-        if p in seen:
-            continue
-        seen.add(p)
-        try:
-            data = p.read_bytes()
-        except OSError:
-            out.append((p, None))
-            continue
-        out.append((p, data))
-        for inc in _INCLUDE_RE.findall(data.decode("utf-8", "replace")):
-            todo.append(p.parent / inc)
-    return out
-
-
 def source_hash(path: str | os.PathLike) -> str:
-    """sha256 over the kernel file and every file it includes (a missing include is hashed by its
-    name, so it still counts)."""
-    return _hash_files(_source_files(path))
-
-
-def _hash_files(files) -> str:
-    h = hashlib.sha256()
-    for p, data in files:
-        h.update(p.name.encode() + b"\0" + (data if data is not None else b"<missing>") + b"\0")
-    return h.hexdigest()
+    """sha256 over the kernel file and every file it includes (the runtime's build-cache digest)."""
+    return source_digest(Path(path))
 
 
 def _stamp(p: Path):
@@ -120,8 +88,8 @@ def current_source_hash(path: str | os.PathLike) -> str | None:
     hit = _hash_memo.get(key)
     if hit and all(_stamp(p) == stamp for p, stamp in hit[0]):
         return hit[1]
-    files = _source_files(path)
-    digest = _hash_files(files)
+    files = source_files(Path(path))
+    digest = digest_files(files)
     _hash_memo[key] = ([(p, _stamp(p)) for p, _ in files], digest)
     return digest
 

@@ -48,9 +48,10 @@ def cache_dir() -> Path:
     return Path(xdg) / "asmgemm" / "kernels"
 
 
-def source_files(path: Path) -> list[tuple[str, bytes | None]]:
-    """The kernel file and everything it includes, transitively (relative to the including file)."""
-    seen: list[tuple[str, bytes | None]] = []
+def source_files(path: Path) -> list[tuple[Path, bytes | None]]:
+    """The kernel file and everything it includes, transitively (relative to the including file),
+    with their bytes (None when unreadable). Also what the tuning cache validates its entries by."""
+    seen: list[tuple[Path, bytes | None]] = []
     todo = [Path(path)]
     visited: set[Path] = set()
     while todo and len(visited) < MAX_INCLUDES:
@@ -62,20 +63,25 @@ def source_files(path: Path) -> list[tuple[str, bytes | None]]:
         try:
             data = p.read_bytes()
         except OSError:
-            seen.append((p.name, None))
+            seen.append((p, None))
             continue
-        seen.append((p.name, data))
+        seen.append((p, data))
         for inc in _INCLUDE_RE.findall(data.decode("utf-8", "replace")):
             todo.append(p.parent / inc)
     return seen
 
 
+def digest_files(files: list[tuple[Path, bytes | None]]) -> str:
+    """sha256 over files by name and content (a missing one by its name, so it still counts)."""
+    h = hashlib.sha256()
+    for p, data in files:
+        h.update(p.name.encode() + b"\0" + (data if data is not None else b"<missing>") + b"\0")
+    return h.hexdigest()
+
+
 def source_digest(source_path: Path) -> str:
     """sha256 over the kernel file and its includes, by name and content."""
-    h = hashlib.sha256()
-    for name, data in source_files(source_path):
-        h.update(name.encode() + b"\0" + (data if data is not None else b"<missing>") + b"\0")
-    return h.hexdigest()
+    return digest_files(source_files(source_path))
 
 
 def cache_key(source_path: Path, defines: dict, target: str, ptxas_version: str) -> str:

@@ -1,0 +1,112 @@
+"""Digests of the PTX the shipped kernels build to, over a sweep of parameters.
+
+A rewrite of a kernel's source for readability (names, macros, comments) must not change its PTX;
+this test holds it to that, byte for byte apart from two source positions in comments (`normalized`). The sweep covers, for `sgemm`: the default and the large
+variant (RQ=4 BK=16 LOAD_AHEAD=1 LDG_NC=0) in all 16 TRANS_A/TRANS_B/VEC_A/VEC_B layouts, every
+point of its `.tune` space (nn layout, 128-bit loads; points the kernel refuses with `.error` are
+recorded as "error" and must keep failing), and a few mixed ones that reach the remaining macro
+branches (cp.async and 64 threads with transposed and scalar operands, coherent loads, BK=4).
+
+A digest that differs is either a regression or a deliberate change of the kernel or emitter. To
+accept a deliberate change, regenerate and review the diff (and the PTX) before committing:
+
+    ASMGEMM_REGEN_GOLDEN=1 python3 -m pytest -q tests/test_shipped_ptx_golden.py && git diff tests/golden
+"""
+import hashlib
+import itertools
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from asmgemm.errors import AsmError
+from asmgemm.expand import expand
+from asmgemm.parse import parse_source
+from asmgemm.pipeline import BuildOptions, build_file, resolve_input
+from asmgemm.source import read_source
+
+GOLDEN = Path(__file__).parent / "golden" / "shipped_ptx_sha256.json"
+REGION_MARKER = re.compile(r"^(\s*// \.schedule region \d+) \(.*\)$", re.MULTILINE)
+LAYOUTS = [dict(TRANS_A=ta, TRANS_B=tb, VEC_A=va, VEC_B=vb)
+           for ta, tb, va, vb in itertools.product((0, 1), repeat=4)]
+LARGE = dict(RQ=4, BK=16, LOAD_AHEAD=1, LDG_NC=0)
+MIXED = [
+    dict(ASYNC=1, TRANS_A=1, VEC_A=0, TRANS_B=1),
+    dict(ASYNC=1, TRANS_A=1, VEC_B=0),
+    dict(ASYNC=1, RQ=4, BK=16, TRANS_B=1, VEC_B=0),
+    dict(ASYNC=1, THREADS=64, TRANS_A=1, VEC_A=0, VEC_B=0),
+    dict(ASYNC=1, THREADS=64, BK=4, TRANS_A=1, TRANS_B=1),
+    dict(THREADS=64, TRANS_A=1, VEC_A=0, TRANS_B=1, LDG_NC=0),
+    dict(THREADS=64, LOAD_AHEAD=1, TRANS_A=1, VEC_A=0, VEC_B=0, LDG_NC=0),
+    dict(PREFETCH=1, TRANS_A=1, VEC_A=0, TRANS_B=1, VEC_B=0, LDG_NC=0),
+]
+
+
+def tune_space(name: str) -> list[dict]:
+    """Every point of the kernel's `.tune` space (parse and expansion only: no register plan)."""
+    tunables = expand(parse_source(read_source(resolve_input(name)))).tunables
+    return [dict(zip(tunables, values)) for values in itertools.product(*tunables.values())]
+
+
+def configs() -> list[tuple[str, dict]]:
+    """(kernel, defines) pairs, without duplicates, in a stable order."""
+    sweep = [("sgemm_naive", {}), ("sgemm", {})]
+    sweep += [("sgemm", layout) for layout in LAYOUTS]
+    sweep += [("sgemm", {**LARGE, **layout}) for layout in LAYOUTS]
+    sweep += [("sgemm", point) for point in tune_space("sgemm")]
+    sweep += [("sgemm", mixed) for mixed in MIXED]
+    return list({config_id(n, d): (n, d) for n, d in sweep}.values())
+
+
+def config_id(name: str, defines: dict) -> str:
+    """'sgemm RQ=4 TRANS_A=1': the kernel and the defines that differ from its defaults, in source order."""
+    order = list(DEFAULTS[name])
+    shown = sorted((k, v) for k, v in defines.items() if DEFAULTS[name].get(k) != v)
+    return " ".join([name] + [f"{k}={v}" for k, v in sorted(shown, key=lambda kv: order.index(kv[0]))])
+
+
+def defaults(name: str) -> dict:
+    return dict(expand(parse_source(read_source(resolve_input(name)))).parameters)
+
+
+def ptx_digest(name: str, defines: dict) -> str:
+    """sha256 of the PTX, or "error" when the kernel refuses the parameters with `.error`."""
+    try:
+        result = build_file(name, BuildOptions(defines={k: str(v) for k, v in defines.items()}, target="sm_90"))
+    except AsmError:
+        return "error"
+    return hashlib.sha256(normalized(result.ptx, result.source.path, name).encode()).hexdigest()
+
+
+def normalized(ptx: str, path: str, name: str) -> str:
+    """The PTX without its two records of source positions, which are comments: the header names the
+    source by its absolute path (digests must not depend on the checkout), and each
+    `// .schedule region N (file:line:col)` marker its .sasm line (a new comment line in the source
+    would change every digest). Instructions, registers and immediates are all kept."""
+    ptx = ptx.replace(path, f"{name}.sasm")
+    return REGION_MARKER.sub(r"\1", ptx)
+
+
+DEFAULTS = {name: defaults(name) for name in ("sgemm_naive", "sgemm")}
+CONFIGS = configs()
+IDS = [config_id(n, d) for n, d in CONFIGS]
+REGEN = bool(os.environ.get("ASMGEMM_REGEN_GOLDEN"))
+STORED = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
+
+
+@pytest.mark.parametrize("name, defines", CONFIGS, ids=IDS)
+def test_shipped_ptx_matches_golden(name, defines):
+    key = config_id(name, defines)
+    digest = ptx_digest(name, defines)
+    if REGEN:
+        STORED[key] = digest
+        GOLDEN.write_text(json.dumps({k: STORED[k] for k in IDS if k in STORED}, indent=1) + "\n")
+    assert key in STORED, f"no golden digest for '{key}': run with ASMGEMM_REGEN_GOLDEN=1 and review it"
+    assert digest == STORED[key], f"{key}: the PTX differs from the golden digest ({STORED[key]})"
+
+
+def test_golden_lists_only_current_configs():
+    if not REGEN:
+        assert sorted(STORED) == sorted(IDS), "the golden JSON and the sweep list different configurations"

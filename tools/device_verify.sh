@@ -1,48 +1,100 @@
 #!/usr/bin/env bash
-# The release check on the GPU machine: every test marked gpu or perf (~6.5 minutes on the H100),
-# the scheduled-vs-source-order A/B of the SGEMM (issue 4, ~3 minutes), compute-sanitizer on odd
-# shapes and the benchmark table against cuBLAS (~1 minute each). All of it is more than one device
-# call's 10 minutes: name the parts per call. Run from the project root with carry=[".whl"] (lark,
-# from ../shared/gpu/fetch-wheels.sh):
+# THE device script: the release check on the GPU machine, and the other GPU runs a maintainer
+# repeats, as parts named on the command line. Run from the repository root of the GPU machine
+# (the `run` tool) with carry [".whl"] (made here by ../shared/gpu/fetch-wheels.sh); the set-up is
+# tools/device_setup.sh. One call has 10 minutes: name the parts per call, e.g.
 #     bash tools/device_verify.sh tests sanitize      # then, in a second call:
 #     bash tools/device_verify.sh sched bench
-# Logs and JSON land in $OUT (more than the device tool brings back one by one: tar them up
-# afterwards); the summary lines come last.
+#
+# Parts (default: tests sched sanitize bench, the release check; `all`: every part):
+#   tests     every test marked gpu or perf (~6.5 min on the H100)
+#   sched     tools/sched_ab.py: scheduled vs source order of sgemm, 8x8 defaults and the 16x8
+#             load-ahead variant gemm() runs at 4096^3 (~3 min)
+#   sanitize  compute-sanitizer memcheck over tools/sgemm_sanitize.py (~1 min)
+#   bench     asmgemm bench sgemm against cuBLAS, square + 3000x5000x700 (~1 min)
+#   cli       asmgemm run: odd shape with alpha/beta (tn), 4096^3 as JSON, a tiny 8^3 (~1 min)
+#   ncu       Nsight Compute over tools/sgemm_profile.py, condensed by tools/ncu_summary.py
+#             (NCU_SHAPE="M N K", default 4096^3; NCU_PARAMS='{"BK": 16}' JSON, default gemm's choice)
+#   baseline  asmgemm bench --save-baseline over a copy of tests/perf/baselines in $OUT/baselines
+#             (~1.5 min); copy $OUT/baselines/<GPU>.json to tests/perf/baselines/ to adopt it
+# Logs and JSON land in $OUT (default /tmp/verify-out); a summary comes last. Exit status 1 when
+# a step failed (each step's status is in $OUT/exits.txt), 2 for an unknown part.
 set -u
+KNOWN="tests sched sanitize bench cli ncu baseline"
 PARTS=" ${*:-tests sched sanitize bench} "
+[[ "$PARTS" == *" all "* ]] && PARTS=" $KNOWN "
+for p in $PARTS; do
+  [[ " $KNOWN " == *" $p "* ]] || { echo "device_verify: unknown part '$p' (known: $KNOWN, all)" >&2; exit 2; }
+done
 want() { [[ "$PARTS" == *" $1 "* ]]; }
-OUT=${OUT:-/tmp/verify-out}; mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl >/dev/null 2>&1
-# A copy laid out as the installed package (pyproject's package-dir), instead of an install.
-rm -rf .gpu_pkg && mkdir -p .gpu_pkg && cp -r asm .gpu_pkg/asmgemm
-for sub in grammar kernels_ptx scheduler; do cp -r "$sub" ".gpu_pkg/asmgemm/$sub"; done
-export PYTHONPATH=/tmp/site:$PWD/.gpu_pkg ASMGEMM_CACHE_DIR=/tmp/asmgemm-cache PYTHONUNBUFFERED=1
-python3 -c "import asmgemm, cupy; from asmgemm.toolchain import tool_version; print('asmgemm', asmgemm.__file__, 'cupy', cupy.__version__, 'ptxas', tool_version('ptxas'))" || exit 1
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader | tee "$OUT/gpu.txt"
-step() { local name=$1; shift; echo "+ $*" >&2; "$@" > "$OUT/$name.txt" 2>&1; echo "$name: exit $?" | tee -a "$OUT/exits.txt"; }
+OUT=${OUT:-/tmp/verify-out}; mkdir -p "$OUT"; export OUT
+: > "$OUT/exits.txt"
+
+# shellcheck source=tools/device_setup.sh
+source tools/device_setup.sh || exit 1
+
+failed=0
+step() {  # step NAME CMD...: output to $OUT/NAME.txt, exit status to $OUT/exits.txt
+  local name=$1; shift
+  echo "+ $*" >&2
+  "$@" > "$OUT/$name.txt" 2>&1
+  local rc=$?
+  echo "$name: exit $rc" | tee -a "$OUT/exits.txt"
+  [[ $rc -eq 0 ]] || failed=1
+}
 
 if want tests; then
   step pytest_gpu timeout 450 python3 -m pytest -q -p no:cacheprovider -rfEs -m "gpu or perf" tests
 fi
 if want sched; then
-  step sched_ab timeout 120 python3 tools/sched_ab.py sgemm --shape 4096,4096,4096 --shape 3000,5000,700 --reps 15 --json "$OUT/sched_ab.json"
+  step sched_ab timeout 120 python3 tools/sched_ab.py sgemm --shape 4096,4096,4096 --shape 3000,5000,700 \
+      --reps 15 --json "$OUT/sched_ab.json"
   # ... and the variant asmgemm.gemm runs at 4096^3 (16x8 per thread, load-ahead, BK=16)
-  step sched_ab_large timeout 150 python3 tools/sched_ab.py sgemm -D RQ=4 -D LOAD_AHEAD=1 -D LDG_NC=0 -D BK=16 --shape 4096,4096,4096 --shape 8192,8192,8192 --reps 15 --json "$OUT/sched_ab_large.json"
+  step sched_ab_large timeout 150 python3 tools/sched_ab.py sgemm -D RQ=4 -D LOAD_AHEAD=1 -D LDG_NC=0 -D BK=16 \
+      --shape 4096,4096,4096 --shape 8192,8192,8192 --reps 15 --json "$OUT/sched_ab_large.json"
 fi
 if want sanitize; then
-  step sanitize timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 python3 tools/sgemm_sanitize.py
+  step sanitize timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 python3 tools/sgemm_sanitize.py sgemm
 fi
 if want bench; then
-  step bench timeout 200 python3 -m asmgemm.cli bench sgemm --shapes square,3000x5000x700 --reps 15 --json "$OUT/bench.json"
+  step bench timeout 200 python3 -m asmgemm.cli bench sgemm --shapes square,3000x5000x700 --reps 15 \
+      --json "$OUT/bench.json"
+fi
+if want cli; then
+  step run_odd timeout 120 python3 -m asmgemm.cli run sgemm --m 1000 --n 777 --k 333 --layout tn --alpha 0.5 --beta 2
+  step run_4096 timeout 120 bash -c 'python3 -m asmgemm.cli run sgemm --m 4096 --n 4096 --k 4096 --json > "$OUT/run_4096.json"'
+  step run_tiny timeout 60 python3 -m asmgemm.cli run sgemm --m 8 --n 8 --k 8
+fi
+if want ncu; then
+  # 3 rounds of (asmgemm, cuBLAS): skip 4 matching launches, profile round 3's two
+  # shellcheck disable=SC2086  # NCU_SHAPE is three words on purpose
+  step ncu timeout 300 ncu --clock-control none -k regex:'sgemm|gemm|Kernel' --launch-skip 4 --launch-count 2 \
+      --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section LaunchStats \
+      --section Occupancy --section InstructionStats \
+      --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio \
+      python3 tools/sgemm_profile.py ${NCU_SHAPE:-4096 4096 4096} "${NCU_PARAMS:-null}"
+  step ncu_summary python3 tools/ncu_summary.py "$OUT/ncu.txt"
+fi
+if want baseline; then
+  # Merged into a copy of the committed baselines, so entries of other shapes are kept.
+  mkdir -p "$OUT/baselines" && cp tests/perf/baselines/*.json "$OUT/baselines/" 2>/dev/null
+  step baseline timeout 240 python3 -m asmgemm.cli bench sgemm --shapes square,3000x5000x700 --reps 20 \
+      --save-baseline --baseline-dir "$OUT/baselines" --json "$OUT/baseline_bench.json"
 fi
 
 echo "===== summary"; cat "$OUT/exits.txt"
-for f in pytest_gpu sanitize sched_ab sched_ab_large bench; do
+for f in pytest_gpu sanitize sched_ab sched_ab_large run_odd run_4096 run_tiny ncu_summary bench baseline; do
   [ -f "$OUT/$f.txt" ] || continue
+  echo "----- $f"
   case $f in
-    pytest_gpu) grep -E "passed|failed" "$OUT/$f.txt" | tail -3 ;;
+    pytest_gpu) grep -E "passed|failed|error" "$OUT/$f.txt" | tail -3 ;;
     sanitize) tail -n 4 "$OUT/$f.txt" ;;
-    bench) tail -n 20 "$OUT/$f.txt" ;;
+    run_4096) python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print('run 4096 json: ratio %.3f ok %s err %.1e' % (r['ratio_to_cublas'], r['ok'], r['errors']['rel_norm_err_vs_fp64']))" \
+                "$OUT/run_4096.json" 2>&1 || tail -n 5 "$OUT/$f.txt" ;;
+    run_odd|run_tiny) tail -n 8 "$OUT/$f.txt" ;;
+    ncu_summary) cat "$OUT/$f.txt" ;;
+    bench|baseline) tail -n 20 "$OUT/$f.txt" ;;
     *) tail -n 14 "$OUT/$f.txt" ;;
   esac
 done
+exit $failed

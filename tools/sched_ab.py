@@ -3,189 +3,259 @@
 
 For each variant (the .schedule regions in scheduled order, and in source order) the script builds
 the kernel with asmgemm, assembles it with ptxas, checks the result against a float64 reference
-(fresh random inputs, C poisoned with NaN, then once more with alpha/beta), and times it with CUDA
-events, interleaving the variants and cuBLAS (cupy.matmul) rep by rep so that clock and thermal
-drift hit all of them alike. It prints the median time, TFLOP/s and the ratio scheduled/unscheduled
-per shape, plus how many of the scheduler's modelled stall counts equal ptxas's (CPU side, when
-the SASS inspector is installed).
+(fresh random inputs, C poisoned with NaN, then once more with alpha=1.5, beta=0.5) and times the
+two builds and cuBLAS (cupy.matmul) with asmgemm's benchmark timer
+(asmgemm.bench.timing.time_interleaved: CUDA events around one call each, the three interleaved
+rep by rep, warm-up, L2 flushed, a GPU pre-roll hiding the host time). It prints the median time,
+TFLOP/s and the ratio scheduled/source order per shape, plus how many of the scheduler's
+modelled stall counts equal ptxas's (CPU side: ptxas and nvdisasm, no GPU; --model-only stops
+there).
 
-The kernel must take (A, B, C, M, N, K, lda, ldb, ldc, alpha, beta) with row-major storage, as
-kernels_ptx/sgemm.sasm and sgemm_naive.sasm do. Launch geometry: from the `<entry>_meta_threads_T`,
-`_meta_tilem_M`, `_meta_tilen_N`, `_meta_smem_B` symbols the kernel declares, read by the same
-function the runtime uses (asmgemm.runtime.build_cache.launch_meta; grid ceil(N/tile n) x
-ceil(M/tile m)), else from its BLOCK_X/BLOCK_Y parameters (one thread per element of C).
+The launch contract is the kernel spec's (kernels_ptx/kernels.toml, `asmgemm kernels`): launch
+geometry from the constants it names (asmgemm.runtime.build_cache.launch_geometry; grid
+ceil(N/tile_n) x ceil(M/tile_m)), the arguments in its abi order (abi_params,
+asmgemm.runtime.launch.pack_args), and the call-derived parameters (TRANS_*, VEC_*) set for each
+shape as asmgemm.gemm sets them (so an odd shape gets its own build). A .sasm path is launched
+under the spec of its file name, or the one --spec names.
 
-Usage (GPU, from the project root):
+Usage (GPU, from the project root; the `sched` part of tools/device_verify.sh):
     python3 tools/sched_ab.py sgemm --shape 4096,4096,4096 --shape 1000,3000,700 --json $OUT/ab.json
     python3 tools/sched_ab.py sgemm -D BK=16 --reps 30
     python3 tools/sched_ab.py sgemm -D RQ=4 -D LOAD_AHEAD=1 -D LDG_NC=0 -D BK=16   # the 4096^3 default
+    python3 tools/sched_ab.py my_sgemm.sasm --spec sgemm --model-only              # no GPU
+
+Exit status: 0 done; 1 usage, build or no GPU; 2 a build gave a wrong result.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import re
-import statistics
 import sys
 import tempfile
+from pathlib import Path
 
-EXPECTED_PARAMS = ["A", "B", "C", "M", "N", "K", "lda", "ldb", "ldc", "alpha", "beta"]
+from asmgemm.bench.timing import L2Flusher, make_pre_roll, tflops, time_interleaved
+from asmgemm.errors import AsmError
+from asmgemm.files import write_atomic
+from asmgemm.kernel_spec import get_spec
+from asmgemm.pipeline import BuildOptions, assemble_traced, build_file
+from asmgemm.runtime.build_cache import BuiltKernel, abi_params, launch_geometry
+from asmgemm.runtime.gpu import require_gpu
+from asmgemm.runtime.launch import call_defines, grid, pack_args
+from asmgemm.runtime.plan import call_values_for, plan_launch
+from asmgemm.sass.inspect import inspect_build
+from asmgemm.scheduler import compare_with_sass
+
+VARIANTS = (("scheduled", True), ("source order", False))
+ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}
+STATIC_SMEM = 48 * 1024          # above this, a kernel must opt in to dynamic shared memory
 
 
-def build_variants(kernel: str, defines: dict[str, str], target: str):
-    from asmgemm.pipeline import BuildOptions, assemble, build_file
+def _define_value(v: str):
+    return int(v) if v.lstrip("-").isdigit() else v
+
+
+def shape_defines(spec, user: dict, m: int, n: int, k: int) -> dict:
+    """The -D set asmgemm.gemm(params=user) builds for a fresh row-major M x N x K problem: the
+    user's overrides plus the call-derived parameters (transposes, 128-bit loads)."""
+    values = call_values_for(m, n, k, "nn", ITEMSIZE[spec.dtypes.a])
+    return {**user, **call_defines(spec, values, user)}
+
+
+def build_pair(spec, source, defines: dict, target: str) -> dict:
+    """label -> (traced build, geometry, abi params), for the scheduled and source-order builds."""
     out = {}
-    for label, schedule in (("scheduled", True), ("source order", False)):
-        res = build_file(kernel, BuildOptions(defines=dict(defines), target=target, schedule=schedule,
-                                              trace="ptx-lines"))
-        asm = assemble(res)
-        out[label] = (res, asm)
+    for label, schedule in VARIANTS:
+        res = build_file(source, BuildOptions(defines={k: str(v) for k, v in defines.items()}, target=target,
+                                              schedule=schedule, trace="ptx-lines"))
+        out[label] = (assemble_traced(res), launch_geometry(spec, res), abi_params(spec, res))
     return out
 
 
-def model_vs_ptxas(build, asm) -> dict | None:
+def model_vs_ptxas(traced) -> dict:
     try:
-        from asmgemm.sass.inspect import inspect_cubin
-    except ImportError:
-        return None
-    from asmgemm.scheduler import compare_with_sass
-    cmp = compare_with_sass(build, inspect_cubin(asm.cubin, build.target))
+        cmp = compare_with_sass(traced.build, inspect_build(traced))
+    except AsmError as exc:          # no nvdisasm: the timing half does not need it
+        return {"error": exc.message}
     kept, pairs = cmp.order_kept()
     return {"matched": cmp.matched, "instructions": len(cmp.rows), "stall_matches": cmp.stall_matches,
             "by_opcode": {k: list(v) for k, v in cmp.by_opcode().items()}, "order_kept": [kept, pairs]}
 
 
-def geometry(build) -> tuple[tuple[int, int], int, int, int]:
-    """((block x, block y), tile n, tile m, dynamic shared bytes)."""
-    from asmgemm.errors import AsmError
-    from asmgemm.runtime.build_cache import launch_meta
+def describe(pair) -> dict:
+    """The CPU-side figures of one build pair, printed and kept for the JSON."""
+    info = {}
+    for label, (traced, geo, _params) in pair.items():
+        res = traced.build
+        regions = res.schedule_report.regions if res.schedule_report else []
+        v = {"regions": len(regions),
+             "model_cycles": sum(r.cycles_scheduled if label == "scheduled" else r.cycles_source for r in regions),
+             "geometry": geo, "ptxas": [k.to_json() for k in traced.assembled.kernels],
+             "model_vs_ptxas": model_vs_ptxas(traced)}
+        info[label] = v
+        print(f"  {label:13s}: {v['regions']} regions, modelled region cycles {v['model_cycles']}, "
+              f"registers {[k['registers'] for k in v['ptxas']]}")
+        mv = v["model_vs_ptxas"]
+        if "error" in mv:
+            print(f"                 model vs ptxas: not compared ({mv['error']})")
+        else:
+            print(f"                 model vs ptxas: stall equal {mv['stall_matches']}/{mv['matched']} "
+                  f"(by opcode {mv['by_opcode']}), ptxas kept {mv['order_kept'][0]}/{mv['order_kept'][1]} pairs in order")
+    return info
+
+
+def _parse_shape(text: str) -> tuple[int, int, int]:
     try:
-        meta = launch_meta(build.ptx, build.kernel_names[0])
-        return (meta["threads"], 1), meta["tilen"], meta["tilem"], meta["smem"]
-    except AsmError as exc:
-        reason = str(exc)
-    p = build.parameters
-    if "BLOCK_X" in p and "BLOCK_Y" in p:
-        return (int(p["BLOCK_X"]), int(p["BLOCK_Y"])), int(p["BLOCK_X"]), int(p["BLOCK_Y"]), 0
-    raise SystemExit(f"cannot tell the launch geometry: {reason}, and no BLOCK_X/BLOCK_Y parameters")
-
-
-def check_params(build, name: str) -> None:
-    m = re.search(r"\.entry\s+" + re.escape(name) + r"\s*\((.*?)\)", build.ptx, re.S)
-    names = re.findall(r"\.param\s+\.\w+\s+(\w+)", m.group(1)) if m else []
-    short = [n.split("_")[-1] for n in names]
-    if short != EXPECTED_PARAMS:
-        raise SystemExit(f"{name}: parameters {names} are not (A, B, C, M, N, K, lda, ldb, ldc, alpha, beta)")
+        m, n, k = (int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not M,N,K") from None
+    if min(m, n, k) < 1:
+        raise argparse.ArgumentTypeError(f"'{text}': sizes must be positive")
+    return m, n, k
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("kernel", nargs="?", default="sgemm", help="shipped kernel name or .sasm path (default sgemm)")
-    ap.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE")
-    ap.add_argument("--target", default="sm_90")
-    ap.add_argument("--shape", action="append", default=[], metavar="M,N,K",
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("kernel", nargs="?", default="sgemm",
+                    help="kernel spec name (`asmgemm kernels`) or a .sasm path (default sgemm)")
+    ap.add_argument("--spec", help="the kernel spec whose launch contract a .sasm path follows "
+                                   "(default: the spec named like the file)")
+    ap.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE",
+                    help="parameter override for both builds (repeatable)")
+    ap.add_argument("--target", default="sm_90", help="GPU target of the builds (default sm_90)")
+    ap.add_argument("--shape", action="append", type=_parse_shape, default=[], metavar="M,N,K",
                     help="repeatable; default 4096,4096,4096 and 1000,3000,700")
-    ap.add_argument("--reps", type=int, default=25, help="timed repetitions per variant (median reported)")
-    ap.add_argument("--inner", type=int, default=5, help="launches per timed repetition")
+    ap.add_argument("--reps", type=int, default=25, help="timed repetitions per variant, median reported (default 25)")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed calls per variant first (default 3)")
+    ap.add_argument("--no-flush", action="store_true", help="do not flush L2 between repetitions")
+    ap.add_argument("--model-only", action="store_true",
+                    help="stop after the CPU half (builds, model vs ptxas); no GPU needed")
     ap.add_argument("--json", help="write all numbers here")
     args = ap.parse_args(argv)
-    defines = dict(d.split("=", 1) for d in args.defines)
-    shapes = [tuple(int(x) for x in s.split(",")) for s in (args.shape or ["4096,4096,4096", "1000,3000,700"])]
+    bad = [d for d in args.defines if "=" not in d]
+    if bad:
+        ap.error(f"-D {bad[0]}: expected NAME=VALUE")
+    user = {k: _define_value(v) for k, v in (d.split("=", 1) for d in args.defines)}
+    shapes = args.shape or [(4096, 4096, 4096), (1000, 3000, 700)]
+    try:
+        return _run(args, user, shapes)
+    except AsmError as exc:
+        print(exc.format(), file=sys.stderr)
+        return 1
 
-    variants = build_variants(args.kernel, defines, args.target)
-    report: dict = {"kernel": args.kernel, "defines": defines, "variants": {}, "shapes": []}
-    for label, (res, asm) in variants.items():
-        regions = res.schedule_report.regions if res.schedule_report else []
-        info = {"regions": len(regions),
-                "model_cycles": sum(r.cycles_scheduled if label == "scheduled" else r.cycles_source for r in regions),
-                "ptxas": [k.to_json() for k in asm.kernels], "model_vs_ptxas": model_vs_ptxas(res, asm)}
-        report["variants"][label] = info
-        print(f"{label:13s}: {info['regions']} regions, modelled region cycles {info['model_cycles']}, "
-              f"registers {[k['registers'] if isinstance(k, dict) and 'registers' in k else k for k in info['ptxas']]}")
-        mv = info["model_vs_ptxas"]
-        if mv:
-            print(f"               model vs ptxas: stall equal {mv['stall_matches']}/{mv['matched']} "
-                  f"(by opcode {mv['by_opcode']}), ptxas kept {mv['order_kept'][0]}/{mv['order_kept'][1]} pairs in order")
+
+def _run(args, user: dict, shapes) -> int:
+    path = Path(args.kernel)
+    is_file = path.suffix == ".sasm" or path.is_file()
+    spec = get_spec(args.spec or (path.stem if is_file else args.kernel))
+    source = path if is_file else spec.source
+    if spec.dtypes.a not in ITEMSIZE:
+        raise AsmError(f"kernel '{spec.name}': dtype {spec.dtypes.a} is not one this script handles")
+
+    # CPU half: one build pair per distinct -D set the shapes need (usually one).
+    builds: dict[tuple, dict] = {}
+    report: dict = {"kernel": args.kernel, "spec": spec.name, "defines": user, "target": args.target,
+                    "builds": [], "shapes": []}
+    for m, n, k in shapes:
+        defines = shape_defines(spec, user, m, n, k)
+        key = tuple(sorted(defines.items()))
+        if key in builds:
+            continue
+        print(f"build {' '.join(f'-D {a}={b}' for a, b in key)}")
+        builds[key] = build_pair(spec, source, defines, args.target)
+        report["builds"].append({"defines": defines, "variants": describe(builds[key])})
+    if args.model_only:
+        _write_json(args.json, report)
+        return 0
 
     try:
-        import cupy as cp
-    except ImportError:
-        raise SystemExit("the timing half needs CuPy and a GPU (pip install 'asmgemm[gpu]'); "
-                         "the model-vs-ptxas figures above need neither")
+        cp = require_gpu("the timing half of sched_ab.py")
+    except AsmError as exc:
+        print(exc.format(), file=sys.stderr)
+        print("(the model-vs-ptxas figures above need no GPU: --model-only stops there)", file=sys.stderr)
+        return 1
     import numpy as np
 
     dev = cp.cuda.Device()
-    props = cp.cuda.runtime.getDeviceProperties(dev.id)
-    report["device"] = props["name"].decode()
+    name = cp.cuda.runtime.getDeviceProperties(dev.id)["name"]
+    report["device"] = name.decode() if isinstance(name, bytes) else str(name)
     print(f"device: {report['device']}")
-    name = variants["scheduled"][0].kernel_names[0]
-    funcs = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for label, (res, asm) in variants.items():
-            check_params(res, name)
-            path = os.path.join(tmp, f"{label.replace(' ', '_')}.cubin")
-            with open(path, "wb") as fh:
-                fh.write(asm.cubin)
-            fn = cp.RawModule(path=path).get_function(name)
-            block, tile_n, tile_m, smem = geometry(res)
-            if smem > 48 * 1024:
-                fn.max_dynamic_shared_size_bytes = smem
-            funcs[label] = (fn, block, tile_n, tile_m, smem)
-
+    dtype = cp.dtype(spec.dtypes.a)
+    flush = None if args.no_flush else L2Flusher()
+    pre_roll = make_pre_roll(True)
     rng = np.random.default_rng(1234)
-    for (m, n, k) in shapes:
-        a = cp.asarray(rng.standard_normal((m, k), dtype=np.float32))
-        b = cp.asarray(rng.standard_normal((k, n), dtype=np.float32))
-        ref = a.astype(cp.float64) @ b.astype(cp.float64)
-        c0 = cp.asarray(rng.standard_normal((m, n), dtype=np.float32))
-        ref_ab = 1.5 * ref + 0.5 * c0.astype(cp.float64)
-        row = {"shape": [m, n, k], "variants": {}}
+    all_ok = True
+    with tempfile.TemporaryDirectory() as tmp:
+        loaded: dict[tuple, dict] = {}
 
-        def launch(label, c, alpha=1.0, beta=0.0):
-            fn, block, tn, tm, smem = funcs[label]
-            grid = (math.ceil(n / tn), math.ceil(m / tm))
-            fn(grid, block, (a, b, c, np.uint32(m), np.uint32(n), np.uint32(k), np.uint32(k), np.uint32(n),
-                             np.uint32(n), np.float32(alpha), np.float32(beta)), shared_mem=smem)
+        def load(key) -> dict:
+            """label -> (function, BuiltKernel) of one build pair, loaded once."""
+            if key not in loaded:
+                loaded[key] = {}
+                for i, (label, (traced, geo, params)) in enumerate(builds[key].items()):
+                    stem = os.path.join(tmp, f"{len(loaded)}_{i}")
+                    write_atomic(stem + ".cubin", traced.assembled.cubin)
+                    write_atomic(stem + ".ptx", traced.build.ptx)
+                    built = BuiltKernel(f"{label} {len(loaded)}", spec.entry, geo["threads"], geo["tile_m"],
+                                        geo["tile_n"], geo["smem_bytes"], params, stem + ".cubin", stem + ".ptx",
+                                        traced.build.target)
+                    fn = cp.RawModule(path=built.cubin_path).get_function(built.name)
+                    if built.smem_bytes > STATIC_SMEM:
+                        fn.max_dynamic_shared_size_bytes = built.smem_bytes
+                    loaded[key][label] = (fn, built)
+            return loaded[key]
 
-        for label in funcs:
-            c = cp.full((m, n), cp.nan, dtype=cp.float32)
-            launch(label, c)
-            cp.cuda.runtime.deviceSynchronize()
-            err = float(cp.linalg.norm(c.astype(cp.float64) - ref) / cp.linalg.norm(ref))
-            c = c0.copy()
-            launch(label, c, 1.5, 0.5)
-            err_ab = float(cp.linalg.norm(c.astype(cp.float64) - ref_ab) / cp.linalg.norm(ref_ab))
-            ok = bool(np.isfinite(err) and err < 1e-5 and np.isfinite(err_ab) and err_ab < 1e-5)
-            row["variants"][label] = {"rel_err": err, "rel_err_alpha_beta": err_ab, "correct": ok}
+        for m, n, k in shapes:
+            defines = shape_defines(spec, user, m, n, k)
+            funcs = load(tuple(sorted(defines.items())))
+            a = cp.asarray(rng.standard_normal((m, k), dtype=np.float32)).astype(dtype)
+            b = cp.asarray(rng.standard_normal((k, n), dtype=np.float32)).astype(dtype)
+            c0 = cp.asarray(rng.standard_normal((m, n), dtype=np.float32)).astype(dtype)
+            ref = a.astype(cp.float64) @ b.astype(cp.float64)
+            ref_ab = 1.5 * ref + 0.5 * c0.astype(cp.float64)
+            row = {"shape": [m, n, k], "defines": defines, "variants": {}}
 
-        c = cp.empty((m, n), dtype=cp.float32)
-        start, stop = cp.cuda.Event(), cp.cuda.Event()
-        runs = {label: (lambda label=label: launch(label, c)) for label in funcs}
-        runs["cuBLAS"] = lambda: cp.matmul(a, b, out=c)
-        for fn in runs.values():          # warm-up
-            for _ in range(3):
-                fn()
-        cp.cuda.runtime.deviceSynchronize()
-        times = {label: [] for label in runs}
-        for _ in range(args.reps):
-            for label, fn in runs.items():
-                start.record()
-                for _ in range(args.inner):
-                    fn()
-                stop.record()
-                stop.synchronize()
-                times[label].append(cp.cuda.get_elapsed_time(start, stop) / args.inner)
-        flops = 2.0 * m * n * k
-        for label, ts in times.items():
-            med = statistics.median(ts)
-            entry = row["variants"].setdefault(label, {})
-            entry.update({"median_ms": med, "min_ms": min(ts), "max_ms": max(ts), "tflops": flops / med / 1e9})
-        s, u = row["variants"]["scheduled"]["median_ms"], row["variants"]["source order"]["median_ms"]
-        row["time_ratio_scheduled_over_source"] = s / u
-        report["shapes"].append(row)
+            def launcher(label, c, alpha=1.0, beta=0.0):
+                fn, built = funcs[label]
+                plan = plan_launch(a, b, c, trans_a=False, trans_b=False)
+                got = call_defines(spec, plan.call_values, user)
+                if any(defines[p] != v for p, v in got.items()):
+                    raise AsmError(f"{m}x{n}x{k}: the arrays need {got}, the build has {defines}")
+                g, blk, kargs = grid(spec, built, plan), (built.threads, 1, 1), pack_args(built, plan, alpha, beta)
+                return lambda: fn(g, blk, kargs, shared_mem=built.smem_bytes)
 
+            for label in funcs:
+                c = cp.full((m, n), cp.nan, dtype=dtype)
+                launcher(label, c)()
+                cp.cuda.runtime.deviceSynchronize()
+                err = float(cp.linalg.norm(c.astype(cp.float64) - ref) / cp.linalg.norm(ref))
+                c = c0.copy()
+                launcher(label, c, 1.5, 0.5)()
+                cp.cuda.runtime.deviceSynchronize()
+                err_ab = float(cp.linalg.norm(c.astype(cp.float64) - ref_ab) / cp.linalg.norm(ref_ab))
+                ok = bool(np.isfinite(err) and err < spec.rel_err_limit and np.isfinite(err_ab)
+                          and err_ab < spec.rel_err_limit)
+                all_ok &= ok
+                row["variants"][label] = {"rel_err": err, "rel_err_alpha_beta": err_ab, "correct": ok}
+            del ref, ref_ab
+
+            c = cp.empty((m, n), dtype=dtype)
+            c_ref = cp.empty((m, n), dtype=dtype)
+            runs = {label: launcher(label, c) for label in funcs}
+            runs["cuBLAS"] = lambda: cp.matmul(a, b, out=c_ref)
+            stats = time_interleaved(runs, reps=args.reps, warmup=args.warmup, flush=flush, pre_roll=pre_roll)
+            flops = 2.0 * m * n * k
+            for label, s in stats.items():
+                row["variants"].setdefault(label, {}).update(
+                    {"median_ms": s.median_ms, "min_ms": s.min_ms, "max_ms": s.max_ms,
+                     "tflops": tflops(flops, s.median_ms)})
+            row["time_ratio_scheduled_over_source"] = stats["scheduled"].median_ms / stats["source order"].median_ms
+            report["shapes"].append(row)
+            del a, b, c0, c, c_ref
+
+    report.update({"reps": args.reps, "warmup": args.warmup, "l2_flush": flush is not None,
+                   "pre_roll": pre_roll is not None})
     print(f"\n{'shape':>18s} {'variant':>13s} {'correct':>8s} {'rel.err':>9s} {'median ms':>10s} "
           f"{'min..max ms':>17s} {'TFLOP/s':>8s}")
     for row in report["shapes"]:
@@ -196,10 +266,13 @@ def main(argv=None) -> int:
             print(f"{shape:>18s} {label:>13s} {corr:>8s} {err:>9s} {v['median_ms']:10.4f} "
                   f"{v['min_ms']:8.4f}..{v['max_ms']:<8.4f} {v['tflops']:8.2f}")
         print(f"{shape:>18s} time scheduled / source order = {row['time_ratio_scheduled_over_source']:.4f}")
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(report, fh, indent=2, default=str)
-    return 0
+    _write_json(args.json, report)
+    return 0 if all_ok else 2
+
+
+def _write_json(path: str | None, report: dict) -> None:
+    if path:
+        write_atomic(path, json.dumps(report, indent=2, default=str) + "\n")
 
 
 if __name__ == "__main__":

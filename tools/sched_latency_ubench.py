@@ -13,7 +13,9 @@ cycles per load, was impossible.)
 The PTX is JIT-compiled by the driver (cupy.RawModule(path=...)); `--ptx DIR` writes it out so the
 SASS can be checked with ptxas + nvdisasm (that each chain became the SASS opcode named here).
 
-Usage (GPU):  python3 tools/sched_latency_ubench.py [--json OUT] [--repeat 5]
+Usage:
+    python3 tools/sched_latency_ubench.py --json $OUT/sched_latency.json     # GPU: the table's numbers
+    python3 tools/sched_latency_ubench.py --ptx /tmp/ubench_ptx               # no GPU: the PTX only
 """
 from __future__ import annotations
 
@@ -23,6 +25,10 @@ import os
 import statistics
 import sys
 import tempfile
+
+from asmgemm.errors import AsmError
+from asmgemm.files import write_atomic
+from asmgemm.runtime.gpu import require_gpu
 
 UNROLL = 128
 ITERS = 64
@@ -156,26 +162,33 @@ def tests() -> dict[str, dict]:
     return t
 
 
+def _ptx_file(ptx: str) -> str:
+    return ".version 8.0\n.target sm_90\n.address_size 64\n" + ptx
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--json", help="write the results here")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--json", help="write the results here (as tools/data/sched_latency_h100.json)")
     ap.add_argument("--ptx", help="write each test's PTX into this folder and exit (no GPU needed)")
-    ap.add_argument("--repeat", type=int, default=5, help="runs per test; the median is reported")
+    ap.add_argument("--repeat", type=int, default=5, help="runs per test; the median is reported (default 5)")
     args = ap.parse_args(argv)
     all_tests = tests()
     if args.ptx:
         os.makedirs(args.ptx, exist_ok=True)
         for name, t in all_tests.items():
-            with open(os.path.join(args.ptx, f"{name}.ptx"), "w") as fh:
-                fh.write(".version 8.0\n.target sm_90\n.address_size 64\n" + t["ptx"])
+            write_atomic(os.path.join(args.ptx, f"{name}.ptx"), _ptx_file(t["ptx"]))
         print(f"wrote {len(all_tests)} PTX files to {args.ptx}")
         return 0
-    import cupy as cp
+    try:
+        cp = require_gpu("sched_latency_ubench.py")
+    except AsmError as exc:
+        print(exc.format(), file=sys.stderr)
+        return 1
 
     dev = cp.cuda.Device()
     props = cp.cuda.runtime.getDeviceProperties(dev.id)
-    print(f"device: {props['name'].decode()}, sm_{props['major']}{props['minor']}, "
-          f"clock {props['clockRate'] / 1e3:.0f} MHz")
+    device = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    print(f"device: {device}, sm_{props['major']}{props['minor']}, clock {props['clockRate'] / 1e3:.0f} MHz")
     results = {}
     out = cp.zeros(64, dtype=cp.uint64)
     buf = cp.zeros(4096, dtype=cp.uint64)
@@ -183,7 +196,7 @@ def main(argv=None) -> int:
         for name, t in all_tests.items():
             path = os.path.join(tmp, f"{name}.ptx")
             with open(path, "w") as fh:
-                fh.write(".version 8.0\n.target sm_90\n.address_size 64\n" + t["ptx"])
+                fh.write(_ptx_file(t["ptx"]))
             try:
                 fn = cp.RawModule(path=path).get_function(name)
                 samples = []
@@ -198,9 +211,8 @@ def main(argv=None) -> int:
                 results[name] = {"error": f"{type(exc).__name__}: {exc}"}
                 print(f"{name:14s} ERROR {type(exc).__name__}: {str(exc)[:200]}", flush=True)
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({"device": props["name"].decode(), "unroll": UNROLL, "iters": ITERS,
-                       "results": results}, fh, indent=2)
+        write_atomic(args.json, json.dumps({"device": device, "unroll": UNROLL, "iters": ITERS,
+                                            "results": results}, indent=2) + "\n")
     return 0
 
 

@@ -6,7 +6,7 @@ layer and the insides of { } groups are already parsed here, so a syntax error i
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Union
 
 from .source import Span

@@ -8,7 +8,7 @@ and exits non-zero. Anything else reaching the CLI is a bug in asmgemm, reported
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .source import Span
 

@@ -68,6 +68,7 @@ class ExpandResult:
     module: ir.Module
     tunables: dict[str, list]          # `.const NAME ?= ...` parameters with their declared choices
     parameters: dict[str, object]      # every overridable constant and the value used
+    constants: dict[str, object]       # every top-level constant (parameters too) and its value
 
 
 class Expander:
@@ -104,7 +105,8 @@ class Expander:
             if name not in self.parameters:
                 raise AsmError(f"'.tune {name}' names no parameter: declare it with `.const {name} ?= default`", span)
         mod = ir.Module(self.version, self.target, self.address_size, top, module.source.path)
-        return ExpandResult(mod, dict(self.tunables), dict(self.parameters))
+        constants = {k: v for k, v in root.values.items() if isinstance(v, (int, float, str))}
+        return ExpandResult(mod, dict(self.tunables), dict(self.parameters), constants)
 
     # ---- statements ----------------------------------------------------------------------------
     def _count(self, n: int, span: Span):
@@ -384,6 +386,7 @@ class Expander:
         if s.ret_params:
             head += " (" + ", ".join(self._param(p, scope) for p in s.ret_params) + ")"
         head += f" {name}"
+        params = tuple(self._param_info(p, scope) for p in (s.params or []))
         if s.params is not None:
             if s.params:
                 head += "(\n\t" + ",\n\t".join(self._param(p, scope) for p in s.params) + "\n)"
@@ -403,7 +406,18 @@ class Expander:
                 named = list(self.fn.named.values())
             finally:
                 self.fn = None
-        out.append(ir.Function(s.kind, name, head, perf, body, named, s.span))
+        out.append(ir.Function(s.kind, name, head, perf, body, named, s.span, params))
+
+    def _param_info(self, p: ast.Param, scope) -> ir.ParamInfo:
+        """A parameter as the runtime needs it: name, PTX type, and the byte size of an array
+        parameter (`.param .align 64 .b8 tmap[128]`)."""
+        words = [q.word for q in p.qualifiers]
+        ptype = next((w for w in words if w in REG_TYPES), "")
+        dims = [self._operand(d, scope) for d in p.dims if d is not None]
+        count = 1
+        for d in dims:
+            count *= d.value if isinstance(d, ir.Imm) and isinstance(d.value, int) else 1
+        return ir.ParamInfo(self._name_text(p.name, scope), ptype, count if p.dims else None)
 
     def _param(self, p: ast.Param, scope) -> str:
         quals = " ".join(self._qualifier(q, scope) for q in p.qualifiers)
@@ -636,7 +650,12 @@ def _define_value(name: str, text: str):
 
 
 def _int_value(v, span, what):
-    if not isinstance(v, int) or isinstance(v, bool) and False:
+    # The evaluator is C-like: a comparison or `not` gives the int 1 or 0, and a bool operand counts
+    # as 1/0 (expr._num), so `bank(i % 2 == 0)` is bank 1 or 0. A bool never comes out of a .sasm
+    # expression; one handed in from Python is taken the same way, as the int it equals.
+    if isinstance(v, bool):
+        return int(v)
+    if not isinstance(v, int):
         raise AsmError(f"{what} must be an integer, got {v!r}", span)
     return v
 

@@ -40,9 +40,12 @@ class Sym:
     offset: int = 0
 
     def render(self) -> str:
+        # A negative offset is written `arr+-4`, never `arr-4`: ptxas 13.0 takes `arr+-4` (and
+        # `arr+(-4)`) both as an operand and in an address, and stops at `arr-4` with "Parsing error
+        # near '-'" (tests/test_ir_render.py assembles both). Mem renders `[%rd4+-4]` the same way.
         if not self.offset:
             return self.name
-        return f"{self.name}+{self.offset}" if self.offset > 0 else f"{self.name}+{self.offset}"
+        return f"{self.name}+{self.offset}"
 
 
 @dataclass(frozen=True)
@@ -232,6 +235,15 @@ class NamedReg:
     span: Span | None = None
 
 
+@dataclass(frozen=True)
+class ParamInfo:
+    """One kernel/function parameter: what the runtime packs for it."""
+
+    name: str
+    type: str                       # '.u64', '.f32', '.b8' ...
+    count: int | None = None        # elements of an array parameter; None for a scalar
+
+
 @dataclass
 class Function:
     kind: str                       # 'entry' or 'func'
@@ -241,6 +253,7 @@ class Function:
     body: list[BodyItem] | None     # None: a prototype
     named_regs: list[NamedReg] = field(default_factory=list)
     span: Span | None = None
+    params: tuple[ParamInfo, ...] = ()
 
     def instructions(self) -> Iterator[Instruction]:
         for item in iter_body(self.body or []):

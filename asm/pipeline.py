@@ -9,7 +9,6 @@ its complaints back to the .sasm line that produced the offending PTX line.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -18,17 +17,12 @@ from . import ast, ir
 from .emit import EmittedPtx, TRACE_MODES, emit_ptx
 from .errors import AsmError, Note
 from .expand import ExpandResult, expand
-from .isa.register_banks import SUPPORTED_TARGETS
+from .isa.arch import DEFAULT_TARGET, SUPPORTED_TARGETS, arch_for, check_features, required_features
 from .parse import parse_source
 from .regalloc import Allocation, allocate
-from .source import SourceFile, Span, read_source
-from .toolchain import KernelResources, PtxasResult, parse_diagnostics, parse_resource_usage, run_ptxas
-
-DEFAULT_TARGET = "sm_90"
-
-# Instructions that exist only on sm_90a (PTX ISA 9.0, "Target ISA notes" of each): a source that
-# uses them is built for sm_90a unless the user asked for a target explicitly.
-SM90A_ONLY_PREFIXES = ("wgmma.", "setmaxnreg.")
+from .scheduler import schedule_module
+from .source import SourceFile, read_source
+from .toolchain import KernelResources, parse_diagnostics, parse_resource_usage, run_ptxas
 
 
 @dataclass
@@ -49,6 +43,7 @@ class BuildResult:
     expanded: ir.Module
     parameters: dict[str, object]
     tunables: dict[str, list]
+    constants: dict[str, object]       # top-level constants after -D: the build's metadata (tile sizes...)
     allocated: ir.Module
     allocation: Allocation
     scheduled: ir.Module
@@ -63,6 +58,14 @@ class BuildResult:
     @property
     def kernel_names(self) -> list[str]:
         return [f.name for f in self.scheduled.functions() if f.kind == "entry" and f.body is not None]
+
+    def entry_params(self, entry: str) -> tuple[ir.ParamInfo, ...]:
+        """The .param list of a kernel entry, as the runtime packs it."""
+        for f in self.scheduled.functions():
+            if f.kind == "entry" and f.body is not None and f.name == entry:
+                return f.params
+        raise AsmError(f"{self.source.path} has no kernel entry '{entry}' "
+                       f"(entries: {', '.join(self.kernel_names) or 'none'})")
 
 
 def shipped_kernels() -> dict[str, Path]:
@@ -103,8 +106,8 @@ def build(source: SourceFile, options: BuildOptions | None = None) -> BuildResul
     options = options or BuildOptions()
     if options.trace not in TRACE_MODES:
         raise AsmError(f"unknown trace mode '{options.trace}' (choose from {', '.join(TRACE_MODES)})")
-    if options.target is not None and options.target not in SUPPORTED_TARGETS:
-        raise AsmError(f"unsupported target '{options.target}' (supported: {', '.join(SUPPORTED_TARGETS)})")
+    if options.target is not None:
+        arch_for(options.target)           # an unknown target: AsmError listing the supported ones
     tree = parse_source(source)
     result: ExpandResult = expand(tree, options.defines, options.include_dirs)
     module = result.module
@@ -113,43 +116,37 @@ def build(source: SourceFile, options: BuildOptions | None = None) -> BuildResul
     scheduled, report = _schedule(allocated, target, options)
     emitted = emit_ptx(scheduled, target, trace=options.trace, source_name=source.path,
                        ptx_name=Path(source.path).with_suffix(".ptx").name)
-    return BuildResult(source, options, tree, module, result.parameters, result.tunables, allocated, allocation,
-                       scheduled, report, target, emitted)
+    return BuildResult(source, options, tree, module, result.parameters, result.tunables, result.constants,
+                       allocated, allocation, scheduled, report, target, emitted)
 
 
 def _schedule(module: ir.Module, target: str, options: BuildOptions):
-    try:
-        from .scheduler import schedule_module
-    except ImportError:
-        schedule_module = None
-    if schedule_module is None:
-        return module, None
     return schedule_module(module, target, enabled=options.schedule, annotate=options.annotate)
 
 
-def uses_sm90a_features(module: ir.Module) -> Span | None:
-    for fn in module.functions():
-        for ins in fn.instructions():
-            if ins.opcode.startswith(SM90A_ONLY_PREFIXES):
-                return ins.span or fn.span
-    return None
-
-
 def choose_target(module: ir.Module, requested: str | None) -> str:
-    needs_a = uses_sm90a_features(module)
-    if requested:
-        if needs_a is not None and requested == "sm_90":
-            raise AsmError(f"this instruction needs target sm_90a, but --target {requested} was given", needs_a,
-                           hint="build with --target sm_90a (or leave --target out)")
-        return requested
+    """The build's target: --target, else the source's .target, else DEFAULT_TARGET. Without
+    --target, a source that uses an architecture-specific feature (wgmma, setmaxnreg: sm_90a only)
+    is built for the `a` variant of sm_90. A feature the chosen target lacks is an AsmError at the
+    first instruction that uses it (isa/arch.py: FEATURES, FEATURE_USES)."""
+    uses = required_features(module)
     declared = module.target[0] if module.target else None
-    if declared:
+    if requested:
+        target, chosen_by = requested, "option"
+    elif declared:
         if declared not in SUPPORTED_TARGETS:
             raise AsmError(f"unsupported .target {declared} (supported: {', '.join(SUPPORTED_TARGETS)})")
-        if needs_a is not None and declared == "sm_90":
-            return "sm_90a"
-        return declared
-    return "sm_90a" if needs_a is not None else DEFAULT_TARGET
+        target, chosen_by = declared, "directive"
+    else:
+        target, chosen_by = DEFAULT_TARGET, ""
+    arch = arch_for(target)
+    specific = target + "a"
+    if not requested and not arch.arch_specific and specific in SUPPORTED_TARGETS:
+        a_arch = arch_for(specific)
+        if any(f not in arch.features and f in a_arch.features for f, _ in uses):
+            target, arch = specific, a_arch
+    check_features(arch, uses, chosen_by)
+    return target
 
 
 # ---- ptxas -----------------------------------------------------------------------------------
@@ -184,3 +181,27 @@ def assemble(result: BuildResult, extra_args: list[str] | None = None) -> Assemb
         raise AsmError(f"ptxas: {first.message}{where}", span, notes=notes)
     warnings = [f"{d.message}" for d in diags if d.severity == "warning"]
     return AssembleResult(cubin, parse_resource_usage(log), warnings, log)
+
+
+@dataclass
+class TracedBuild:
+    """A build assembled for the SASS inspector: the PTX re-emitted in trace mode "ptx-lines" (a
+    `.loc` per instruction pointing at its own PTX line) and ptxas run with -lineinfo, so every
+    SASS instruction can be tied to its PTX line, its position in the function and its .sasm line.
+    -lineinfo does not change the code (checked on the shipped kernels: identical SASS opcode
+    sequences with and without it)."""
+
+    build: BuildResult             # the build in "ptx-lines" trace mode
+    assembled: AssembleResult
+
+
+def assemble_traced(result: BuildResult) -> TracedBuild:
+    """The line-traced PTX of a build, assembled (the build is re-emitted only if it was not
+    traced already: expansion, allocation and scheduling are not redone)."""
+    import dataclasses
+    if result.options.trace != "ptx-lines":
+        emitted = emit_ptx(result.scheduled, result.target, trace="ptx-lines", source_name=result.source.path,
+                           ptx_name=Path(result.source.path).with_suffix(".ptx").name)
+        result = dataclasses.replace(result, emitted=emitted,
+                                     options=dataclasses.replace(result.options, trace="ptx-lines"))
+    return TracedBuild(result, assemble(result))

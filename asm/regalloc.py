@@ -20,9 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, asdict
 
 from . import ir
-from .errors import AsmError, Note
+from .errors import AsmError
 from .isa.ptx_operands import defs_and_uses, is_three_source
-from .isa.register_banks import MAX_REGISTERS, BankModel, bank_model
+from .isa.arch import arch_for
+from .isa.register_banks import BankModel
 
 MAX_PREDICATES = 7  # P0..P6; PT is the constant true predicate
 
@@ -99,12 +100,13 @@ def ptx_name_for(reg: ir.NamedReg, index: int) -> str:
 
 
 def allocate(module: ir.Module, target: str) -> tuple[ir.Module, Allocation]:
-    model = bank_model(target)
+    arch = arch_for(target)
+    model = arch.bank_model
     alloc = Allocation(target, model.name)
     items = []
     for item in module.items:
         if isinstance(item, ir.Function) and item.body is not None and item.named_regs:
-            new_fn, plan = _allocate_function(item, model)
+            new_fn, plan = _allocate_function(item, model, arch.max_registers_per_thread)
             alloc.functions[item.name] = plan
             items.append(new_fn)
         else:
@@ -123,7 +125,7 @@ def _plan_without_named(fn: ir.Function, model: BankModel) -> FunctionPlan:
     return FunctionPlan(fn.name, [], [], n, 0)
 
 
-def _allocate_function(fn: ir.Function, model: BankModel) -> tuple[ir.Function, FunctionPlan]:
+def _allocate_function(fn: ir.Function, model: BankModel, max_registers: int) -> tuple[ir.Function, FunctionPlan]:
     program = _program(fn)
     named = {r.name: r for r in fn.named_regs}
     first, last, count = _use_positions(program, named)
@@ -137,7 +139,7 @@ def _allocate_function(fn: ir.Function, model: BankModel) -> tuple[ir.Function, 
     def place(reg: ir.NamedReg, taken) -> int:
         width = _width(reg.ptx_type)
         span_len = width * max(1, len(reg.group)) if reg.group and reg.group[0] == reg.name else width
-        for idx in range(0, MAX_REGISTERS - span_len + 1):
+        for idx in range(0, max_registers - span_len + 1):
             if idx % reg.align:
                 continue
             if reg.bank is not None and model.bank_of(idx) != reg.bank % model.banks:
@@ -145,7 +147,7 @@ def _allocate_function(fn: ir.Function, model: BankModel) -> tuple[ir.Function, 
             if any(taken(idx + k) for k in range(span_len)):
                 continue
             return idx
-        fail(reg, f"no free index in R0..R{MAX_REGISTERS - 1} satisfies "
+        fail(reg, f"no free index in R0..R{max_registers - 1} satisfies "
                   + (f"bank {reg.bank} " if reg.bank is not None else "")
                   + (f"and alignment {reg.align}" if reg.align > 1 else "the constraints"))
         return -1
@@ -217,7 +219,7 @@ def _allocate_function(fn: ir.Function, model: BankModel) -> tuple[ir.Function, 
 
     new_body = _rewrite(fn.body, rn)
     decls = _declarations(named, index_of, rename)
-    new_fn = ir.Function(fn.kind, fn.name, fn.header, fn.perf, decls + new_body, fn.named_regs, fn.span)
+    new_fn = ir.Function(fn.kind, fn.name, fn.header, fn.perf, decls + new_body, fn.named_regs, fn.span, fn.params)
 
     planned = []
     for reg in fn.named_regs:

@@ -9,6 +9,7 @@ Search order, so that a user's own CUDA install wins over the pip wheels:
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -67,6 +68,12 @@ def find_tool(name: str, required: bool = True) -> str | None:
         hint=f"install it with: pip install 'asmgemm[{_EXTRA_FOR[name]}]'  "
              f"(or pip install {_PIP_PACKAGE_FOR[name]}), or set ASMGEMM_{name.upper()}",
     )
+
+
+@functools.lru_cache(maxsize=None)
+def ptxas_version() -> str:
+    """The ptxas version (e.g. 'V13.0.88'), asked once per process: kernel and tuning caches key on it."""
+    return tool_version("ptxas")
 
 
 def tool_version(name: str) -> str:

@@ -1,5 +1,6 @@
 """sm_90 (Hopper, H100) instruction timing: the one table the scheduler and the control-code model
 read. Data only; the code that uses it is in depgraph.py, list_scheduler.py and control_codes.py.
+Which targets use it is the target's business: `asmgemm.isa.arch.arch_for(target).timing_table()`.
 
 Each row is one class of SASS instruction (the PTX instructions that ptxas lowers to it are mapped
 by classify.py). Every figure carries the key of its source in SOURCES: first our own H100
@@ -243,18 +244,3 @@ def estimated_figures() -> list[tuple[str, str]]:
                 out.append((name, fld))
     return out
 
-
-def timing_table(target: str) -> tuple[dict[str, Timing], str]:
-    """(table, note) for a target. Only sm_90 is measured for now; other Volta-or-later targets
-    (the same control-code format) use it with a note saying so; earlier targets are refused."""
-    from asmgemm.isa.register_banks import arch_number
-    try:
-        arch = arch_number(target)
-    except ValueError as exc:
-        raise ValueError(str(exc)) from None
-    if arch == 90:
-        return TABLE, "sm_90 table"
-    if arch >= 70:
-        return TABLE, f"sm_90 table used for {target} (no {target} table yet)"
-    raise ValueError(f"the scheduler models Volta-and-later control codes; {target} is older "
-                     "(Maxwell/Pascal use a different control-code format)")

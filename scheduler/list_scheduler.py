@@ -74,8 +74,7 @@ def list_schedule(g: DepGraph) -> list[int]:
     if n == 0:
         return []
     height = g.heights()
-    remaining = [len(p) for p in g.preds]
-    # Several edges between the same pair count once per edge; count distinct predecessors.
+    # Several edges may join the same pair of nodes: count distinct predecessors.
     pred_sets = [sorted({e.src for e in p}) for p in g.preds]
     remaining = [len(s) for s in pred_sets]
     succ_sets = [sorted({e.dst for e in s}) for s in g.succs]

@@ -1,7 +1,7 @@
 """Fixtures shared by the test modules: the GPU gate and the in-process CLI runner."""
 import pytest
 
-from asmgemm.bench.gpu import require_gpu
+from asmgemm.runtime.gpu import require_gpu
 from asmgemm.errors import AsmError
 
 

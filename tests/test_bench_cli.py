@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from asmgemm.bench.gpu import gpu_available
+from asmgemm.runtime.gpu import gpu_available
 
 HAS_GPU = gpu_available()
 
@@ -20,7 +20,7 @@ def test_help_explains_options(run_cli):
     (["--shapes", "nonsense"], "neither a preset"),
     (["--shapes", "1x2"], "is not a shape"),
     (["--layouts", "nq"], "unknown layout"),
-    (["dgemm_magic"], "not a kernel bench/tune can run"),
+    (["dgemm_magic"], "'dgemm_magic' is not a GEMM kernel asmgemm can launch"),
     (["--save-baseline", "-D", "BK=16"], "leave out -D"),
     (["-D", "oops"], "expected NAME=VALUE"),
 ])

@@ -80,10 +80,11 @@ def fake_gpu(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "torch", None)       # no torch reference here
     monkeypatch.setenv("ASMGEMM_TUNE_CACHE", str(tmp_path / "tune.json"))
     monkeypatch.delenv("ASMGEMM_NO_TUNE_CACHE", raising=False)
-    from asmgemm.bench import kernels, runner, tuner
+    from asmgemm.bench import runner
+    from asmgemm.tuning import trials
 
     def set_kernel(fn):
-        for mod in (kernels, runner, tuner):
+        for mod in (runner, trials):
             monkeypatch.setattr(mod, "make_runner", lambda kernel: fn)
     set_kernel(lambda a, b, c, ta, tb, params: gemm_cost(a, b, c, ta, tb, 2.0))
     return set_kernel
@@ -123,11 +124,23 @@ def test_bench_wrong_kernel_exits_2(fake_gpu, run_cli):
 
 
 @pytest.fixture
-def tune_sum(monkeypatch):
-    """Let the tuner time tests/data/tune/tune_sum.sasm (its space: THREADS x LIVE, 2 survivors)."""
-    from asmgemm.bench import kernels
-    monkeypatch.setitem(kernels.BENCH_KERNELS, "tune_sum", kernels.BenchKernel("tune_sum", "float32", "test"))
-    return str(Path(__file__).parent / "data" / "tune" / "tune_sum.sasm")
+def tune_sum(tmp_path):
+    """Let the tuner time tests/data/tune/tune_sum.sasm (its space: THREADS x LIVE, 2 survivors),
+    registered through a kernel spec (the fake GPU stands in for its launches)."""
+    from asmgemm import kernel_spec
+    source = Path(__file__).parent / "data" / "tune" / "tune_sum.sasm"
+    spec_file = tmp_path / "specs.toml"
+    spec_file.write_text(f"""[tune_sum]
+source = "{source}"
+dtypes = {{ a = "float32", b = "float32", acc = "float32", c = "float32" }}
+targets = ["sm_90"]
+abi = ["A", "B", "C", "M", "N", "K", "lda", "ldb", "ldc", "alpha", "beta"]
+rel_err_limit = 1e-4
+launch = {{ threads = "THREADS", tile_m = "THREADS", tile_n = "THREADS", smem_bytes = "THREADS" }}
+""")
+    kernel_spec.register(kernel_spec.load_spec_file(spec_file))
+    yield str(source)
+    kernel_spec.unregister("tune_sum")
 
 
 @pytest.mark.toolchain
@@ -140,9 +153,10 @@ def test_tune_stores_the_best_and_gemm_finds_it(fake_gpu, tune_sum, run_cli):
     assert rep["candidates"] == 4 and rep["survivors"] == 2 and rep["pruned"] == {"spills": 1, "error": 1}
     assert rep["stored"] and rep["best"]["params"] == {"THREADS": 256, "LIVE": 4}
     assert rep["gain_over_default"] == pytest.approx(2.0)      # 3 ms untuned vs 1 ms
-    from asmgemm.bench.tune_cache import lookup_tuned
-    assert lookup_tuned("Fake GPU 80GB", "float32", "nn", 300, 200, 100) == {"THREADS": 256, "LIVE": 4}
-    assert lookup_tuned("Fake GPU 80GB", "float32", "nt", 300, 200, 100) is None
+    from asmgemm.runtime.tune_cache import lookup_tuned
+    assert lookup_tuned("Fake GPU 80GB", "tune_sum", "nn", 300, 200, 100) == {"THREADS": 256, "LIVE": 4}
+    assert lookup_tuned("Fake GPU 80GB", "tune_sum", "nt", 300, 200, 100) is None
+    assert lookup_tuned("Fake GPU 80GB", "sgemm", "nn", 300, 200, 100) is None
 
 
 @pytest.mark.toolchain

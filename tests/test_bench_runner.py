@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 
 from asmgemm.bench import runner as runner_mod
-from asmgemm.bench import tuner as tuner_mod
-from asmgemm.bench.kernels import BENCH_KERNELS
+from asmgemm.kernel_spec import get_spec
+from asmgemm.tuning import trials as tuner_mod
 from asmgemm.bench.shapes import Shape
 from asmgemm.bench.timing import summarize
-from asmgemm.bench.tune_space import Candidate
+from asmgemm.tuning.space import Candidate
 from asmgemm.errors import AsmError
 
-SGEMM = BENCH_KERNELS["sgemm"]
+SGEMM = get_spec("sgemm")
 
 
 class _RandomState:
@@ -144,8 +144,13 @@ def test_best_is_never_the_untuned_reference():
     assert tuner_mod.pick_best([fast_default, slow]) is slow
 
 
+def call_defines(shape, layout):
+    from asmgemm.runtime.launch import call_defines as defines_for
+    from asmgemm.runtime.plan import call_values_for
+    return {k: str(v) for k, v in defines_for(SGEMM, call_values_for(shape.m, shape.n, shape.k, layout, 4)).items()}
+
+
 def test_call_defines_follow_the_runtime_planner():
-    from asmgemm.bench.kernels import call_defines
     d = call_defines(Shape(4096, 4096, 4096), "nt")
     assert d["TRANS_A"] == "0" and d["TRANS_B"] == "1"
     # K = 33: rows of A are not a multiple of 4 floats, so no 128-bit loads of A

@@ -158,3 +158,23 @@ def test_macro_parameter_as_interpolation_prefix():
     # A prefix that is a numeric constant stays literal text.
     src = ".const c = 5\n.entry k()\n{\n    .reg .f32 c<2>;\n    mov.f32 c{1}, 0f00000000;\n    ret;\n}\n"
     assert instrs(src)[0] == "mov.f32 c1, 0f00000000;"
+
+
+def test_bank_values_follow_the_evaluator():
+    # Comparisons are C-like (1 or 0), so a bank chosen by a condition is bank 1 or 0.
+    r = expand(kernel(".regs .f32 a<0-3> : bank(i % 2 == 0)\nmov.f32 a0, a1;\nmov.f32 a2, a3;\nret;"))
+    fn = next(r.expanded.functions())
+    assert [reg.bank for reg in fn.named_regs] == [1, 0, 1, 0]
+    r = expand(kernel(".regs .f32 b<0-1> : banks(1 < 2, not 1)\nmov.f32 b0, b1;\nret;"))
+    assert [reg.bank for reg in next(r.expanded.functions()).named_regs] == [1, 0]
+
+
+def test_bank_value_checks():
+    from asmgemm.expand import _int_value
+    assert _int_value(True, None, "bank") == 1 and type(_int_value(True, None, "bank")) is int
+    assert _int_value(False, None, "bank") == 0
+    assert _int_value(3, None, "bank") == 3
+    with pytest.raises(AsmError, match="bank must be an integer, got 1.5"):
+        expand(kernel(".regs .f32 a<0-1> : banks(1.5, 0)\nmov.f32 a0, a1;\nret;"))
+    with pytest.raises(AsmError, match="bank must be an integer"):
+        expand(kernel('.regs .f32 a : bank("x")\nmov.f32 a, a;\nret;'))

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from asmgemm.errors import AsmError
 from asmgemm.runtime import build_cache
-from asmgemm.runtime.build_cache import cache_key, launch_meta, source_files
+from asmgemm.kernel_spec import get_spec
+from asmgemm.runtime.build_cache import cache_key, source_files
 from asmgemm.toolchain import find_tool
 
 
@@ -47,14 +47,6 @@ def test_source_files_follow_includes_and_survive_cycles(tmp_path):
     assert names == ["a.sasm", "b.inc", "missing.inc"]
 
 
-def test_launch_meta_reads_the_kernel_symbols():
-    ptx = (".global .align 4 .u32 sgemm_meta_threads_256;\n.global .align 4 .u32 sgemm_meta_tilem_128;\n"
-           ".global .align 4 .u32 sgemm_meta_tilen_128;\n.global .align 4 .u32 sgemm_meta_smem_16896;\n")
-    assert launch_meta(ptx, "sgemm") == {"threads": 256, "tilem": 128, "tilen": 128, "smem": 16896}
-    with pytest.raises(AsmError, match="launch geometry"):
-        launch_meta(ptx, "other")
-
-
 def test_cache_dir_from_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("ASMGEMM_CACHE_DIR", str(tmp_path))
     assert build_cache.cache_dir() == tmp_path / "kernels"
@@ -69,14 +61,14 @@ def test_build_once_then_memory_then_disk(monkeypatch, tmp_path):
     monkeypatch.setenv("ASMGEMM_CACHE_DIR", str(tmp_path))
     build_cache.clear_memory_cache()
     defines = {"THREADS": 64, "BK": 8, "TRANS_A": 0, "TRANS_B": 0, "VEC_A": 0, "VEC_B": 1}
-    built = build_cache.build_kernel("sgemm", defines, "sm_90")
+    built = build_cache.build_kernel(get_spec("sgemm"), defines, "sm_90")
     assert (built.threads, built.tile_m, built.tile_n) == (64, 64, 64)
     files = sorted(p.name for p in (tmp_path / "kernels").iterdir())
     assert files == sorted(f"{built.key}{ext}" for ext in (".cubin", ".json", ".ptx")), "temporary files left behind"
     assert Path(built.cubin_path).read_bytes()[:4] == b"\x7fELF"
     assert json.loads(Path(tmp_path / "kernels" / f"{built.key}.json").read_text())["smem_bytes"] == built.smem_bytes
     # memory hit: same object, no rebuild
-    assert build_cache.build_kernel("sgemm", defines, "sm_90") is built
+    assert build_cache.build_kernel(get_spec("sgemm"), defines, "sm_90") is built
 
     # disk hit in a "new process": the pipeline must not run again
     build_cache.clear_memory_cache()
@@ -85,6 +77,6 @@ def test_build_once_then_memory_then_disk(monkeypatch, tmp_path):
     def no_build(*a, **k):
         raise AssertionError("rebuilt although the disk cache had the kernel")
     monkeypatch.setattr(pipeline, "build_file", no_build)
-    again = build_cache.build_kernel("sgemm", defines, "sm_90")
+    again = build_cache.build_kernel(get_spec("sgemm"), defines, "sm_90")
     assert again.key == built.key and again.cubin_path == built.cubin_path
     build_cache.clear_memory_cache()

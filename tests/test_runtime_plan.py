@@ -6,7 +6,11 @@ import numpy as np
 import pytest
 
 from asmgemm.errors import AsmError
+from asmgemm.kernel_spec import get_spec
+from asmgemm.runtime.launch import choose_params, default_params
 from asmgemm.runtime.plan import plan_launch, storage_of
+
+SGEMM = get_spec("sgemm")
 
 
 def ptr(x):
@@ -71,7 +75,7 @@ def test_row_major_c_keeps_operands(ta, tb):
     p = _plan(a, b, c, ta, tb)
     assert (p.m, p.n, p.k, p.ldc, p.swapped) == (m, n, k, n, False)
     assert (p.a.ptr, p.b.ptr) == (ptr(a), ptr(b))
-    assert p.defines["TRANS_A"] == int(ta) and p.defines["TRANS_B"] == int(tb)
+    assert p.call_values["trans_a"] == int(ta) and p.call_values["trans_b"] == int(tb)
     assert p.layout == ("t" if ta else "n") + ("t" if tb else "n")
 
 
@@ -86,7 +90,7 @@ def test_column_major_c_swaps_operands(ta, tb):
     p = _plan(a, b, c, ta, tb)
     assert (p.m, p.n, p.k, p.ldc, p.swapped) == (n, m, k, m, True)
     assert (p.a.ptr, p.b.ptr) == (ptr(b), ptr(a))
-    assert p.defines["TRANS_A"] == int(not tb) and p.defines["TRANS_B"] == int(not ta)
+    assert p.call_values["trans_a"] == int(not tb) and p.call_values["trans_b"] == int(not ta)
 
 
 def _kernel_result(p, a_store, b_store):
@@ -126,38 +130,37 @@ def test_vector_loads_need_alignment():
     assert big.ctypes.data % 16 == 0
     b = np.zeros((8, 16), np.float32)
     c = np.zeros((16, 16), np.float32)
-    assert _plan(big[:16, :8], b, c).defines["VEC_A"] == 1          # ld 64, aligned start
-    assert _plan(big[:16, 1:9], b, c).defines["VEC_A"] == 0         # start 4 bytes off
+    assert _plan(big[:16, :8], b, c).call_values["vec_a"] == 1          # ld 64, aligned start
+    assert _plan(big[:16, 1:9], b, c).call_values["vec_a"] == 0         # start 4 bytes off
     odd = np.zeros((16, 9), np.float32)[:, :8]                       # ld 9
-    assert _plan(odd, b, c).defines["VEC_A"] == 0
+    assert _plan(odd, b, c).call_values["vec_a"] == 0
     # B along N needs N % 4 == 0 as well: a vector is entirely in or entirely out of the matrix
-    assert _plan(big[:6, :8], np.zeros((8, 6), np.float32)[:, :6], np.zeros((6, 6), np.float32)).defines["VEC_B"] == 0
+    assert _plan(big[:6, :8], np.zeros((8, 6), np.float32)[:, :6], np.zeros((6, 6), np.float32)).call_values["vec_b"] == 0
 
 
 def test_choose_params_precedence():
-    from asmgemm.runtime.gemm import choose_params
     big = np.zeros((4096, 4096), np.float32)
     p_big = _plan(big, big, big)
     small = np.zeros((100, 100), np.float32)
     p_small = _plan(small, small, small)
-    assert choose_params("sgemm", p_big, None, None, 132)["THREADS"] == 256
-    assert choose_params("sgemm", p_small, None, None, 132)["THREADS"] == 64
+    assert choose_params(SGEMM, p_big, None, None, 132)["THREADS"] == 256
+    assert choose_params(SGEMM, p_small, None, None, 132)["THREADS"] == 64
     # the measured small-problem rule: cp.async up to half as many 128x128 tiles as SMs, not above
     few = _plan(np.zeros((1024, 64), np.float32), np.zeros((64, 1024), np.float32), np.zeros((1024, 1024), np.float32))
     some = _plan(np.zeros((1280, 64), np.float32), np.zeros((64, 1280), np.float32), np.zeros((1280, 1280), np.float32))
-    assert {k: choose_params("sgemm", few, None, None, 132)[k] for k in ("THREADS", "BK", "ASYNC")} == \
+    assert {k: choose_params(SGEMM, few, None, None, 132)[k] for k in ("THREADS", "BK", "ASYNC")} == \
         {"THREADS": 64, "BK": 16, "ASYNC": 1}
-    assert {k: choose_params("sgemm", some, None, None, 132)[k] for k in ("THREADS", "BK", "ASYNC")} == \
+    assert {k: choose_params(SGEMM, some, None, None, 132)[k] for k in ("THREADS", "BK", "ASYNC")} == \
         {"THREADS": 64, "BK": 16, "ASYNC": 0}
-    assert choose_params("sgemm", p_small, {"THREADS": 256}, None, 132)["THREADS"] == 256
-    assert choose_params("sgemm", p_big, None, {"BK": 16}, 132)["BK"] == 16
-    assert choose_params("sgemm", p_big, {"BK": 8}, {"BK": 16}, 132)["BK"] == 8
+    assert choose_params(SGEMM, p_small, {"THREADS": 256}, None, 132)["THREADS"] == 256
+    assert choose_params(SGEMM, p_big, None, {"BK": 16}, 132)["BK"] == 16
+    assert choose_params(SGEMM, p_big, {"BK": 8}, {"BK": 16}, 132)["BK"] == 8
     # a caller can switch 128-bit loads off but never on where they would be misaligned
     odd = np.zeros((16, 9), np.float32)[:, :8]
     p_odd = _plan(odd, np.zeros((8, 16), np.float32), np.zeros((16, 16), np.float32))
-    assert choose_params("sgemm", p_odd, {"VEC_A": 1}, None, 132)["VEC_A"] == 0
-    assert choose_params("sgemm", p_big, {"VEC_B": 0}, None, 132)["VEC_B"] == 0
-    assert choose_params("sgemm", p_big, {"TRANS_A": 1}, None, 132)["TRANS_A"] == 0
+    assert choose_params(SGEMM, p_odd, {"VEC_A": 1}, None, 132)["VEC_A"] == 0
+    assert choose_params(SGEMM, p_big, {"VEC_B": 0}, None, 132)["VEC_B"] == 0
+    assert choose_params(SGEMM, p_big, {"TRANS_A": 1}, None, 132)["TRANS_A"] == 0
 
 
 @pytest.mark.parametrize("mnk, expected", [
@@ -169,20 +172,17 @@ def test_choose_params_precedence():
     ((3000, 5000, 700), {"RQ": 4, "BK": 8, "LOAD_AHEAD": 1, "LDG_NC": 0}),     # K < 2048
 ])
 def test_size_rule_branches(mnk, expected):
-    from asmgemm.runtime.gemm import size_rule
-    assert size_rule(*mnk, 132) == expected
+    assert SGEMM.size_rule(*mnk, 132) == expected
 
 
 def test_size_rule_scales_with_the_sm_count():
-    from asmgemm.runtime.gemm import size_rule
-    assert size_rule(1024, 1024, 1024, 128) == {"THREADS": 64, "BK": 16, "ASYNC": 1}
-    assert size_rule(1024, 1024, 1024, 120) == {"THREADS": 64, "BK": 16}
-    assert size_rule(1024, 1024, 1024, 60) == {}
-    assert size_rule(1024, 1024, 1024, 32)["LOAD_AHEAD"] == 1
+    assert SGEMM.size_rule(1024, 1024, 1024, 128) == {"THREADS": 64, "BK": 16, "ASYNC": 1}
+    assert SGEMM.size_rule(1024, 1024, 1024, 120) == {"THREADS": 64, "BK": 16}
+    assert SGEMM.size_rule(1024, 1024, 1024, 60) == {}
+    assert SGEMM.size_rule(1024, 1024, 1024, 32)["LOAD_AHEAD"] == 1
 
 
 def test_default_params_are_the_tunables():
-    from asmgemm.runtime.gemm import default_params
-    d = default_params("sgemm")
+    d = default_params(SGEMM)
     assert {k: d[k] for k in ("THREADS", "BK", "RQ")} == {"THREADS": 256, "BK": 8, "RQ": 2}
     assert not set(d) & {"TRANS_A", "TRANS_B", "VEC_A", "VEC_B"}, "call-dependent parameters are not tunables"

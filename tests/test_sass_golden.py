@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from asmgemm.pipeline import build_file, shipped_kernels
+from asmgemm.pipeline import assemble_traced, build_file, shipped_kernels
 from asmgemm.sass.inspect import inspect_build
 from asmgemm.toolchain import find_tool, tool_version
 
@@ -44,7 +44,7 @@ def _stable(summary) -> dict:
 
 
 def golden_summary(name: str) -> dict:
-    report = inspect_build(build_file(name))
+    report = inspect_build(assemble_traced(build_file(name)))
     kernels = {}
     for k in report.kernels.values():
         entry = _stable(k.summary)

@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from asmgemm.pipeline import BuildOptions, assemble, build_file
+from asmgemm.pipeline import BuildOptions, assemble, assemble_traced, build_file
 from asmgemm.sass.cubin import read_cubin
 from asmgemm.sass.decode import text_reuse_slots
 from asmgemm.sass.inspect import inspect_build, inspect_cubin
@@ -26,7 +27,7 @@ _CACHE: dict = {}
 def report_for(name: str):
     if name not in _CACHE:
         result = build_file(str(DATA / name))
-        _CACHE[name] = (result, inspect_build(result))
+        _CACHE[name] = (result, inspect_build(assemble_traced(result)))
     return _CACHE[name]
 
 
@@ -133,12 +134,19 @@ def test_tensor_core_instructions_in_the_mix():
     assert hgmma.kernels["hgmma_tile"].summary.mix.get("HGMMA") == 1
 
 
-def test_inspect_build_adds_line_info_when_the_build_had_none():
+def test_traced_assembly_adds_line_info_when_the_build_had_none():
     result = build_file(str(DATA / "ldg_ffma.ptx"), BuildOptions(trace="none"))
-    report = inspect_build(result)
+    traced = assemble_traced(result)
+    assert traced.build.options.trace == "ptx-lines" and result.options.trace == "none"
+    report = inspect_build(traced)
     assert all(i.ptx_line is not None for i in report.kernels["ldg_ffma"].instructions if i.reachable)
     # the PTX line numbers refer to the PTX that was assembled, which the report keeps
     assert report.ptx is not None and ".loc" in report.ptx
+
+
+def test_the_inspector_does_not_build_an_untraced_build():
+    with pytest.raises(ValueError):
+        inspect_build(SimpleNamespace(build=build_file(str(DATA / "ldg_ffma.ptx")), assembled=None))
 
 
 def test_json_has_named_fields_per_instruction():

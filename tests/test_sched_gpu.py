@@ -14,9 +14,10 @@ pytestmark = [pytest.mark.gpu,
 
 def _geometry(res):
     """(threads, tile m, tile n, dynamic shared bytes), read as the runtime reads them."""
-    from asmgemm.runtime.build_cache import launch_meta
-    meta = launch_meta(res.ptx, res.kernel_names[0])
-    return meta["threads"], meta["tilem"], meta["tilen"], meta["smem"]
+    from asmgemm.kernel_spec import get_spec
+    from asmgemm.runtime.build_cache import launch_geometry
+    geo = launch_geometry(get_spec("sgemm"), res)
+    return geo["threads"], geo["tile_m"], geo["tile_n"], geo["smem_bytes"]
 
 
 # The source defaults (8x8 per thread, 128x128 tile) and the variant asmgemm.gemm picks for large

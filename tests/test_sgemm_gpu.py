@@ -6,7 +6,7 @@ import pytest
 
 pytestmark = pytest.mark.gpu
 
-from asmgemm.bench.gpu import gpu_available  # noqa: E402
+from asmgemm.runtime.gpu import gpu_available  # noqa: E402
 
 if not gpu_available():
     pytest.skip("needs CuPy and a CUDA GPU", allow_module_level=True)

@@ -162,15 +162,22 @@ def test_tunables_and_defaults():
     assert result.parameters["THREADS"] == 256 and result.parameters["BK"] == 8
 
 
-def test_launch_geometry_symbols():
-    from asmgemm.runtime.build_cache import launch_meta
+def test_launch_geometry_from_the_build():
+    from asmgemm.kernel_spec import get_spec
+    from asmgemm.runtime.build_cache import abi_params, launch_geometry
+    spec = get_spec("sgemm")
     for threads, rq, bk in CONFIGS:
-        meta = launch_meta(_build(threads, rq, bk).ptx, "sgemm")
+        result = _build(threads, rq, bk)
+        geo = launch_geometry(spec, result)
         tile_n = 128 if threads == 256 else 64
-        assert meta["threads"] == threads
-        assert meta["tilen"] == tile_n and meta["tilem"] == tile_n // 2 * rq
+        assert geo["threads"] == threads
+        assert geo["tile_n"] == tile_n and geo["tile_m"] == tile_n // 2 * rq
         # two buffers of A (BK x (TM+4)) and B (BK x (TN+4)) floats
-        assert meta["smem"] >= 2 * bk * (meta["tilem"] + 4 + meta["tilen"] + 4) * 4
+        assert geo["smem_bytes"] >= 2 * bk * (geo["tile_m"] + 4 + geo["tile_n"] + 4) * 4
+        # the kernel's own record of its geometry (its *_meta_* symbols) agrees with the spec's constants
+        for what, key in (("threads", "threads"), ("tilem", "tile_m"), ("tilen", "tile_n"), ("smem", "smem_bytes")):
+            assert f".u32 sgemm_meta_{what}_{geo[key]};" in result.ptx
+        assert [n for n, _ in abi_params(spec, result)] == list(spec.abi)
 
 
 @pytest.mark.parametrize("defines,message", [
@@ -238,15 +245,17 @@ def test_default_choice_by_problem_size():
     15/16 of the SMs (BK=16 for K a multiple of 16, >= 2048), the 128x128 8x8 kernel between, the
     64-thread one below."""
     np = pytest.importorskip("numpy")
-    from asmgemm.runtime.gemm import LARGE_VARIANT, choose_params
+    from asmgemm.kernel_spec import get_spec
+    from asmgemm.runtime.launch import choose_params
     from asmgemm.runtime.plan import plan_launch
+    LARGE_VARIANT = {"RQ": 4, "BK": 8, "LOAD_AHEAD": 1, "LDG_NC": 0}
 
     def _plan(a, b, c):
         return plan_launch(a, b, c, trans_a=False, trans_b=False, ptr_of=lambda x: 256)
 
     def chosen(m, n, k):
         a, b, c = np.zeros((m, k), np.float32), np.zeros((k, n), np.float32), np.zeros((m, n), np.float32)
-        return choose_params("sgemm", _plan(a, b, c), None, None, 132)
+        return choose_params(get_spec("sgemm"), _plan(a, b, c), None, None, 132)
 
     big = chosen(4096, 4096, 64)
     assert {k: big[k] for k in LARGE_VARIANT} == LARGE_VARIANT and big["THREADS"] == 256
@@ -260,4 +269,4 @@ def test_default_choice_by_problem_size():
     assert mid["THREADS"] == 256 and mid["RQ"] == 2 and mid.get("LOAD_AHEAD", 0) == 0
     assert chosen(1000, 1000, 64)["THREADS"] == 64
     explicit = _plan(np.zeros((4096, 64), np.float32), np.zeros((64, 4096), np.float32), np.zeros((4096, 4096), np.float32))
-    assert choose_params("sgemm", explicit, {"RQ": 2}, None, 132).get("LOAD_AHEAD", 0) == 0, "params= bypass the rule"
+    assert choose_params(get_spec("sgemm"), explicit, {"RQ": 2}, None, 132).get("LOAD_AHEAD", 0) == 0, "params= bypass the rule"

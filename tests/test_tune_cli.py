@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from asmgemm.bench.gpu import gpu_available
+from asmgemm.runtime.gpu import gpu_available
 from asmgemm.toolchain import find_tool
 
 HAS_GPU = gpu_available()
@@ -84,4 +84,4 @@ def test_no_gpu_is_a_clear_error_and_leaves_the_cache(tmp_path):
 
 def test_a_file_kernel_cannot_be_timed(run_cli):
     code, _, err = run_cli("tune", TUNE_SUM, "--shape", "8,8,8")
-    assert code == 1 and "not a kernel bench/tune can run" in err
+    assert code == 1 and "has no kernel spec, so gemm() cannot run it on the GPU" in err

@@ -25,7 +25,7 @@ def test_small_tune_stores_a_correct_best(tmp_path, monkeypatch):
     assert rep["default"]["tflops"] > 0 and rep["gain_over_default"] > -0.05
 
     from asmgemm.bench import tune_cache
-    from asmgemm.bench.gpu import gpu_name
+    from asmgemm.runtime.gpu import gpu_name
     monkeypatch.setenv("ASMGEMM_TUNE_CACHE", str(cache))
     monkeypatch.delenv("ASMGEMM_NO_TUNE_CACHE", raising=False)
     if not rep["stored"]:   # untuned gemm() won by noise: nothing may be stored then

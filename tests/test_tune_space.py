@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from asmgemm.bench.sm_limits import blocks_per_sm, limits_for
-from asmgemm.bench.tune_space import (BuildJob, Candidate, build_candidates, dynamic_shared_bytes,
+from asmgemm.isa.arch import arch_for, blocks_per_sm
+from asmgemm.tuning.space import (BuildJob, Candidate, build_candidates, dynamic_shared_bytes,
                                       enumerate_space, mark_duplicates, prune_verdict, threads_per_entry)
 from asmgemm.errors import AsmError
 from asmgemm.pipeline import build_file
@@ -39,7 +39,6 @@ def test_tunables_come_from_the_source():
 
 def test_threads_and_dynamic_shared_from_ptx():
     ptx = """
-.global .align 4 .u32 k1_meta_smem_16896;
 .visible .entry k1(.param .u64 a) .reqntid 16, 8, 1 .minnctapersm 2 { ret; }
 .visible .entry k2(.param .u64 a)
 .maxntid 256, 1, 1
@@ -47,14 +46,16 @@ def test_threads_and_dynamic_shared_from_ptx():
 .entry k3() { ret; }
 """
     assert threads_per_entry(ptx) == {"k1": 128, "k2": 256, "k3": None}
-    assert dynamic_shared_bytes(ptx) == {"k1": 16896}
+    assert dynamic_shared_bytes({"SMEM_BYTES": 16896}) == 16896
+    assert dynamic_shared_bytes({"SMEM": 512}, "SMEM") == 512
+    assert dynamic_shared_bytes({}) == 0 and dynamic_shared_bytes({"SMEM_BYTES": "x"}) == 0
 
 
 def fig(**kw):
     base = {"name": "k", "registers": 32, "spill_stores": 0, "spill_loads": 0, "stack_frame": 0, "local_bytes": 0,
             "shared_bytes": 0, "threads": 256}
     base.update(kw)
-    lim = limits_for("sm_90")
+    lim = arch_for("sm_90").limits
     if base["threads"]:
         base["occupancy"] = blocks_per_sm(lim, base["threads"], base["registers"], base.get("total_shared_bytes", base["shared_bytes"]))
     return base
@@ -69,13 +70,13 @@ def fig(**kw):
     ({"total_shared_bytes": 228 * 1024}, "shared memory"),
 ])
 def test_prune_verdict(kw, reason):
-    got, detail = prune_verdict([fig(**kw)], limits_for("sm_90"))
+    got, detail = prune_verdict([fig(**kw)], arch_for("sm_90").limits)
     assert got == reason
     assert (detail == "") == (reason is None)
 
 
 def test_blocks_per_sm_matches_the_occupancy_rules():
-    lim = limits_for("sm_90")
+    lim = arch_for("sm_90").limits
     # 128 regs x 256 threads = 32K registers: 2 blocks; 16.5 KB shared: 13 by shared memory
     occ = blocks_per_sm(lim, 256, 124, 16896)
     assert occ["registers"] == 2 and occ["shared"] == 228 * 1024 // (16896 + 1024) and occ["resident"] == 2

@@ -120,7 +120,7 @@ def merge_baseline(old: dict | None, gpu_name: str, entries: dict[str, dict], me
 
 def save_baseline(folder: str | os.PathLike, gpu_name: str, entries: dict[str, dict],
                   meta: dict | None = None) -> Path:
-    from ..commands.common import write_atomic
+    from ..files import write_atomic
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

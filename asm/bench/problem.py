@@ -1,6 +1,7 @@
 """One GEMM problem on the GPU: random operands in the requested layout, a float64 reference, and
-correctness checks with poisoned outputs (METHOD.md: fresh random inputs, never zeros; NaN-poison
-the output so an unwritten element cannot pass)."""
+correctness checks with poisoned outputs. Inputs are fresh uniform(-1, 1) draws, never zeros (zeros
+hide unwritten outputs and wrong indexing, and can even run faster than real data); the output is
+NaN-filled before each run, so an element the kernel never wrote cannot pass."""
 from __future__ import annotations
 
 from .shapes import Shape, layout_flags

@@ -6,11 +6,19 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..errors import AsmError
-from .kernels import REL_ERR_LIMIT, BenchKernel, make_runner
+from ..kernel_spec import KernelSpec
 from .shapes import Shape
 from .timing import TimingStats, tflops
 
-IMPLS = ("asmgemm", "cublas", "torch", "triton")
+
+def make_runner(spec: KernelSpec) -> Callable:
+    """run(a, b, c, trans_a, trans_b, params): asmgemm.gemm with this kernel, alpha 1, beta 0."""
+    from ..runtime.gemm import gemm
+
+    def run(a, b, c, trans_a, trans_b, params):
+        return gemm(a, b, c, alpha=1.0, beta=0.0, trans_a=trans_a, trans_b=trans_b, params=params, kernel=spec.name)
+
+    return run
 
 
 @dataclass
@@ -19,6 +27,7 @@ class BenchRow:
     dtype: str
     layout: str
     shape: Shape
+    rel_err_limit: float
     params: dict | None = None
     params_source: str = "defaults"
     rel_err: dict[str, float] = field(default_factory=dict)     # impl -> ‖out − ref‖/‖ref‖
@@ -29,7 +38,7 @@ class BenchRow:
     @property
     def correct(self) -> bool:
         e = self.rel_err.get("asmgemm")
-        return self.error is None and e is not None and e <= REL_ERR_LIMIT.get(self.dtype, 1e-4)
+        return self.error is None and e is not None and e <= self.rel_err_limit
 
     def tflops(self, impl: str) -> float | None:
         s = self.stats.get(impl)
@@ -70,16 +79,16 @@ def torch_module():
     return torch
 
 
-def bench_one(cp, kernel: BenchKernel, shape: Shape, layout: str, *, reps: int, warmup: int,
+def bench_one(cp, kernel: KernelSpec, shape: Shape, layout: str, *, reps: int, warmup: int,
               params: dict | None, params_source: str, flush, torch=None, seed: int = 0,
               shown_params: dict | None = None, on_rep: Callable[[int], None] | None = None,
               timer=None, pre_roll=None, triton: bool = False) -> BenchRow:
     from .problem import GemmProblem
     from .timing import time_interleaved
 
-    row = BenchRow(kernel.name, kernel.dtype, layout, shape, shown_params if shown_params is not None else params,
-                   params_source)
-    prob = GemmProblem(cp, shape, layout, kernel.dtype, seed=seed)
+    row = BenchRow(kernel.name, kernel.dtypes.c, layout, shape, kernel.rel_err_limit,
+                   shown_params if shown_params is not None else params, params_source)
+    prob = GemmProblem(cp, shape, layout, kernel.dtypes.a, seed=seed)
     run = make_runner(kernel)
     outs = {"asmgemm": prob.output(), "cublas": prob.output()}
     fns = {
@@ -94,14 +103,14 @@ def bench_one(cp, kernel: BenchKernel, shape: Shape, layout: str, *, reps: int, 
         tc = torch.from_dlpack(outs["torch"])
         fns["torch"] = lambda: torch.matmul(top_a, top_b, out=tc)
         if triton:
+            from .triton_ref import make_triton_matmul
             try:
-                from .triton_ref import make_triton_matmul
                 outs["triton"] = prob.output()
                 fns["triton"] = make_triton_matmul(top_a, top_b, torch.from_dlpack(outs["triton"]))
             except Exception as exc:
                 row.notes.append(f"triton not run: {type(exc).__name__}: {exc}")
     # correctness, each implementation on a poisoned output, before any timing
-    limit = REL_ERR_LIMIT.get(kernel.dtype, 1e-4)
+    limit = kernel.rel_err_limit
     for impl, fn in list(fns.items()):
         prob.poison(outs[impl])
         try:
@@ -129,7 +138,7 @@ def bench_one(cp, kernel: BenchKernel, shape: Shape, layout: str, *, reps: int, 
     return row
 
 
-def resolve_params(kernel: BenchKernel, gpu: str, layout: str, shape: Shape, defines: dict[str, str],
+def resolve_params(kernel: KernelSpec, gpu: str, layout: str, shape: Shape, defines: dict[str, str],
                    use_defaults: bool) -> tuple[dict | None, str, dict | None]:
     """(what bench passes as params=, where it came from, the params to show).
 
@@ -140,6 +149,6 @@ def resolve_params(kernel: BenchKernel, gpu: str, layout: str, shape: Shape, def
         return dict(defines), "-D", dict(defines)
     if use_defaults:
         return None, "defaults", None
-    from .tune_cache import lookup_tuned
-    tuned = lookup_tuned(gpu, kernel.dtype, layout, shape.m, shape.n, shape.k, kernel=kernel.name)
+    from ..runtime.tune_cache import lookup_tuned
+    tuned = lookup_tuned(gpu, kernel.name, layout, shape.m, shape.n, shape.k)
     return (None, "tuned", tuned) if tuned else (None, "defaults", None)

@@ -1,6 +1,7 @@
-"""Timing GPU work the way METHOD.md asks: device events around each repetition, warm-up first,
-the median of many with min/max kept, several implementations interleaved in one process (so
-that clock and temperature drift hit all of them alike), and L2 flushed between repetitions.
+"""The one GPU timer of asmgemm (`bench`, `run`, `tune`): device events around each repetition,
+warm-up first, the median of many with min/max kept, several implementations interleaved in one
+process (so that clock and temperature drift hit all of them alike), L2 flushed between
+repetitions, and a GPU pre-roll that hides each call's host time.
 
 The statistics and the interleaving order are plain Python (tested on the CPU with a fake
 timer); only `CudaEventTimer` and `L2Flusher` touch CuPy, and they import it when built.

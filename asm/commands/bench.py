@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from .common import emit_json, make_console, parse_defines, write_atomic
+from ..files import write_atomic
+from .common import emit_json, make_console, parse_defines
 
 EXIT_WRONG = 2
 EXIT_REGRESSED = 3
@@ -54,7 +55,8 @@ EXIT_REGRESSED = 3
 def command(kernels, shapes_spec, layouts_spec, reps, warmup, no_flush, no_pre_roll, no_torch, no_triton, defines,
             use_defaults,
             json_out, save_baseline, check_baseline, baseline_dir, tolerance, seed):
-    """Benchmark KERNELs (default: sgemm) against cuBLAS on the GPU.
+    """Benchmark KERNELs (kernel spec names, `asmgemm kernels`; default: every kernel that ships in
+    kernels_ptx/kernels.toml) against cuBLAS on the GPU.
 
     For each kernel, layout and shape: the result is checked against a float64 reference
     (‖C − ref‖/‖ref‖, NaN-poisoned output first); then asmgemm, cuBLAS (cupy.matmul) and
@@ -74,11 +76,12 @@ def command(kernels, shapes_spec, layouts_spec, reps, warmup, no_flush, no_pre_r
       asmgemm bench --shapes transformer --json out.json
       asmgemm bench --shapes square,3000x5000x700 --save-baseline
     """
-    from ..bench.kernels import resolve_kernels
     from ..bench.shapes import parse_layouts, parse_shapes
     from ..errors import AsmError
+    from ..kernel_spec import get_spec, load_spec_file, shipped_spec_file
 
-    bench_kernels = resolve_kernels(list(kernels))
+    names = list(kernels) or [s.name for s in load_spec_file(shipped_spec_file())]
+    bench_kernels = list({s.name: s for s in (get_spec(n) for n in names)}.values())
     shapes = parse_shapes(shapes_spec)
     layouts = parse_layouts(layouts_spec)
     overrides = parse_defines(defines)
@@ -88,7 +91,7 @@ def command(kernels, shapes_spec, layouts_spec, reps, warmup, no_flush, no_pre_r
     if save_baseline or check_baseline:
         use_defaults = True
     import contextlib
-    from ..bench.tune_cache import lookups_off
+    from ..runtime.tune_cache import lookups_off
     with lookups_off() if use_defaults else contextlib.nullcontext():   # untuned: gemm() ignores the cache
         _bench(bench_kernels, shapes, layouts, reps, warmup, no_flush, no_pre_roll, no_torch, no_triton, overrides,
                use_defaults, json_out, save_baseline, check_baseline, baseline_dir, tolerance, seed)
@@ -97,7 +100,7 @@ def command(kernels, shapes_spec, layouts_spec, reps, warmup, no_flush, no_pre_r
 def _bench(bench_kernels, shapes, layouts, reps, warmup, no_flush, no_pre_roll, no_torch, no_triton, overrides,
            use_defaults, json_out, save_baseline, check_baseline, baseline_dir, tolerance, seed):
     from ..bench import baseline as bl
-    from ..bench.gpu import gpu_name, require_gpu
+    from ..runtime.gpu import gpu_name, require_gpu
     cp = require_gpu("asmgemm bench")
     gpu = gpu_name()
     folder = Path(baseline_dir) if baseline_dir else bl.default_baseline_dir()
@@ -143,7 +146,7 @@ def _run(cp, bench_kernels, shapes, layouts, reps, warmup, no_flush, pre_roll, n
          use_defaults, seed):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from ..bench.gpu import gpu_name
+    from ..runtime.gpu import gpu_name
     from ..bench.runner import bench_one, resolve_params, torch_module
     from ..bench.timing import L2Flusher
 
@@ -166,7 +169,8 @@ def _run(cp, bench_kernels, shapes, layouts, reps, warmup, no_flush, pre_roll, n
                                 on_rep=lambda r: progress.advance(task), pre_roll=pre_roll, triton=use_triton)
             except cp.cuda.memory.OutOfMemoryError as exc:
                 from ..bench.runner import BenchRow
-                row = BenchRow(kernel.name, kernel.dtype, layout, shape, shown, source, error=f"out of memory: {exc}")
+                row = BenchRow(kernel.name, kernel.dtypes.c, layout, shape, kernel.rel_err_limit, shown, source,
+                               error=f"out of memory: {exc}")
             rows.append(row)
     return rows
 

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import click
 
-from .common import build_options, emit_json, source_options, write_atomic
+from ..files import write_atomic
+from .common import build_options, emit_json, source_options
 
 
 @click.command("build")

@@ -2,15 +2,12 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
-from pathlib import Path
 
 import click
 
 from ..errors import AsmError
-from ..isa.register_banks import SUPPORTED_TARGETS
+from ..isa.arch import DEFAULT_TARGET, SUPPORTED_TARGETS
 
 
 def parse_defines(values) -> dict[str, str]:
@@ -33,7 +30,8 @@ def source_options(f):
     f = click.option("-I", "--include-dir", "include_dirs", multiple=True, type=click.Path(file_okay=False),
                      help="Extra folder to search for .include files (after the including file's folder).")(f)
     f = click.option("--target", type=click.Choice(SUPPORTED_TARGETS), default=None,
-                     help="GPU target. Default: the source's .target, else sm_90 (sm_90a when the source uses wgmma/setmaxnreg).")(f)
+                     help=f"GPU target. Default: the source's .target, else {DEFAULT_TARGET} (sm_90a when the source "
+                          "uses wgmma/setmaxnreg).")(f)
     f = click.option("-D", "defines", multiple=True, metavar="NAME=VALUE",
                      help="Override a parameter declared with `.const NAME ?= default`. Repeatable.")(f)
     return f
@@ -42,26 +40,6 @@ def source_options(f):
 def build_options(defines, target, include_dirs, **kw):
     from ..pipeline import BuildOptions
     return BuildOptions(defines=parse_defines(defines), target=target, include_dirs=list(include_dirs), **kw)
-
-
-def write_atomic(path: str | Path, data: str | bytes) -> None:
-    """Write via a temporary file in the same folder, then rename: never a half-written output."""
-    path = Path(path)
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise AsmError(f"cannot write {path}: folder {folder} does not exist")
-    mode = "wb" if isinstance(data, bytes) else "w"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
-    try:
-        with os.fdopen(fd, mode) as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except OSError as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise AsmError(f"cannot write {path}: {exc.strerror}") from None
 
 
 def emit_json(obj) -> None:

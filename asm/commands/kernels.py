@@ -1,40 +1,57 @@
-"""`asmgemm kernels`: the .sasm kernels that ship with asmgemm."""
+"""`asmgemm kernels`: the .sasm kernels that ship with asmgemm, and the GEMM kernels gemm/run/bench/tune
+can launch (their kernel specs)."""
 from __future__ import annotations
 
 import click
 
-from .common import make_console, emit_json
+from .common import emit_json, make_console
+
+
+def _parameters(path) -> dict[str, str]:
+    from .. import ast
+    from ..parse import parse_source
+    from ..source import read_source
+    return {s.name: s.value.span.text() for s in parse_source(read_source(path)).body
+            if isinstance(s, ast.ConstDef) and s.overridable}
+
+
+def _first_comment(path) -> str:
+    for line in path.read_text(encoding="utf-8").splitlines():
+        s = line.strip()
+        if s.startswith("//"):
+            return s.lstrip("/ ").strip()
+        if s:
+            break
+    return ""
 
 
 @click.command("kernels")
-@click.option("--json", "as_json", is_flag=True, help="Print name, path and parameters as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print name, path, parameters and spec as JSON.")
 def command(as_json):
-    """List the shipped kernels; each can be passed by name wherever a FILE is expected."""
-    from ..parse import parse_source
+    """List the shipped kernels (each can be passed by name wherever a FILE is expected) and the
+    GEMM kernels with a spec (kernels_ptx/kernels.toml, files in $ASMGEMM_KERNEL_SPECS), which
+    asmgemm.gemm, `run`, `bench` and `tune` launch by name."""
+    from ..kernel_spec import all_specs
     from ..pipeline import shipped_kernels
-    from ..source import read_source
-    from .. import ast
 
+    specs = all_specs()
+    by_source = {spec.source.resolve(): spec for spec in specs.values()}
     rows = []
     for name, path in shipped_kernels().items():
-        params = {}
-        first_comment = ""
-        text = path.read_text(encoding="utf-8")
-        for line in text.splitlines():
-            s = line.strip()
-            if s.startswith("//"):
-                first_comment = first_comment or s.lstrip("/ ").strip()
-            elif s:
-                break
-        for stmt in parse_source(read_source(path)).body:
-            if isinstance(stmt, ast.ConstDef) and stmt.overridable:
-                params[stmt.name] = stmt.value.span.text()
-        rows.append({"name": name, "path": str(path), "summary": first_comment, "parameters": params})
+        spec = by_source.pop(path.resolve(), None)
+        rows.append({"name": spec.name if spec else name, "path": str(path), "summary": _first_comment(path),
+                     "parameters": _parameters(path), "spec": spec.to_json() if spec else None})
+    for spec in by_source.values():      # spec'd kernels from elsewhere (not shipped)
+        rows.append({"name": spec.name, "path": str(spec.source), "summary": spec.summary or _first_comment(spec.source),
+                     "parameters": _parameters(spec.source), "spec": spec.to_json()})
     if as_json:
         emit_json(rows)
         return
     from rich.table import Table
-    t = Table("kernel", "parameters (-D NAME=VALUE)", "summary")
+    t = Table("kernel", "GEMM (A/B → C, targets)", "parameters (-D NAME=VALUE)", "summary")
     for r in rows:
-        t.add_row(r["name"], " ".join(f"{k}={v}" for k, v in r["parameters"].items()), r["summary"])
+        s = r["spec"]
+        gemm = (f"{s['dtypes']['a']} → {s['dtypes']['c']}, {s['targets'][0]}…{s['targets'][-1]}" if s
+                else "[dim]build only[/]")
+        t.add_row(r["name"], gemm, " ".join(f"{k}={v}" for k, v in r["parameters"].items()), r["summary"])
     make_console().print(t)

@@ -36,9 +36,10 @@ def command(file, as_json, with_sass, only, defines, target, include_dirs):
         raise AsmError(f"no function named '{only}' (functions: {', '.join(plan.functions) or 'none'})")
     comparison = None
     if with_sass:
+        from ..pipeline import assemble_traced
         from ..sass.inspect import inspect_build
         from ..sass.plan_compare import compare_plan, render_comparison
-        comparison = compare_plan(result, inspect_build(result))
+        comparison = compare_plan(result, inspect_build(assemble_traced(result)))
     if as_json:
         data = plan.to_json()
         data["functions"] = [f.to_json() for f in functions]

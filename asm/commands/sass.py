@@ -72,12 +72,12 @@ def command(file, kernel_name, only_loops, as_json, defines, target, include_dir
             raise AsmError("-D applies to .sasm sources, not to a cubin")
         report = inspect_cubin(path.read_bytes(), target, source=str(file))
     else:
-        from ..pipeline import build_file
+        from ..pipeline import assemble_traced, build_file
         resolve_input(file)
         if target is not None:
             check_target(target)
         result = build_file(file, build_options(defines, target, include_dirs, trace="ptx-lines"))
-        report = inspect_build(result)
+        report = inspect_build(assemble_traced(result))
     kernels = list(report.kernels.values())
     if kernel_name is not None:
         kernels = [k for k in kernels if k.name == kernel_name]

@@ -65,14 +65,8 @@ def command(file, as_json, summary, region_filter, show_edges, compare_sass, no_
 
 
 def _compare(result, assemble):
-    from ..errors import AsmError
     from ..scheduler import compare_with_sass
-    try:
-        from ..sass.inspect import inspect_cubin
-    except ImportError as exc:
-        raise AsmError("--compare-sass needs the SASS inspector (asmgemm.sass.inspect), which is not "
-                       f"available in this installation ({exc})",
-                       hint="run `asmgemm sched` without --compare-sass") from None
+    from ..sass.inspect import inspect_cubin
     asm = assemble(result)
     sass = inspect_cubin(asm.cubin, result.target)
     return compare_with_sass(result, sass)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import click
 
@@ -55,143 +54,56 @@ def command(kernel, shape_text, layout, dry_run, jobs, reps, warmup, no_flush, n
       asmgemm tune sgemm --shape 3000,5000,700 --layout nt -j 16
       asmgemm tune my.sasm --shape 1024,1024,1024 --dry-run -D BK=16
     """
+    from ..bench.shapes import parse_shape
+    from ..tuning.workflow import TuneConfig, tune
+
+    config = TuneConfig(kernel, parse_shape(shape_text, "--shape: "), layout, dry_run, jobs, reps, warmup,
+                        not no_flush, not no_pre_roll, max_candidates, not no_save,
+                        tuple(parse_defines(defines).items()), target, tuple(include_dirs))
     try:
-        _tune(kernel, shape_text, layout, dry_run, jobs, reps, warmup, no_flush, no_pre_roll, max_candidates, no_save,
-              top, as_json, defines, target, include_dirs)
+        result = _run_with_progress(tune, config)
     except KeyboardInterrupt:
         click.echo("interrupted: the tuning cache was not changed", err=True)
         sys.exit(130)
-
-
-def _tune(kernel, shape_text, layout, dry_run, jobs, reps, warmup, no_flush, no_pre_roll, max_candidates, no_save,
-          top, as_json, defines, target, include_dirs):
-    from ..bench.shapes import parse_shape
-    from ..bench.tune_space import BuildJob, build_candidates, enumerate_space, summarize_pruning
-    from ..errors import AsmError
-    from ..pipeline import BuildOptions, build_file, resolve_input
-
-    shape = parse_shape(shape_text, "--shape: ")
-    source = resolve_input(kernel)
-    kernel_name = source.stem
-    user_defines = parse_defines(defines)
-
-    cp = bench_kernel = None
-    if not dry_run:
-        from ..bench.gpu import gpu_target, require_gpu
-        from ..bench.kernels import resolve_kernels
-        bench_kernel = resolve_kernels([kernel_name])[0]
-        cp = require_gpu("asmgemm tune")
-        target = target or gpu_target()
-
-    # One build with the defaults: the declared space and the parameter names.
-    probe = build_file(str(source), BuildOptions(defines=dict(user_defines), target=target,
-                                                 include_dirs=list(include_dirs)))
-    if not probe.tunables:
-        raise AsmError(f"{source} declares no tunable parameters",
-                       hint="declare the search space with `.tune NAME in choices(a, b, ...)` after `.const NAME ?= default`")
-    # the call-dependent parameters (transposes, vector loads) as the runtime will set them
-    from ..bench.kernels import call_defines
-    base_defines = {k: v for k, v in call_defines(shape, layout).items() if k in probe.parameters}
-    base_defines.update(user_defines)
-    space = enumerate_space(probe.tunables, fixed=user_defines, limit=max_candidates)
-    jobs_list = [BuildJob(i, str(source), p, base_defines, target, tuple(include_dirs)) for i, p in enumerate(space)]
-
-    cands = _build_with_progress(build_candidates, jobs_list, jobs)
-    pruned = summarize_pruning(cands)
-    survivors = [c for c in cands if c.ok]
-    report = {"kernel": kernel_name, "source": str(source), "shape": [shape.m, shape.n, shape.k], "layout": layout,
-              "target": probe.target, "build_defines": base_defines, "space": {k: v for k, v in probe.tunables.items()},
-              "fixed": user_defines, "candidates": len(cands), "survivors": len(survivors), "pruned": pruned,
-              "builds": [c.to_json() for c in cands]}
-
-    if dry_run:
-        if as_json:
-            emit_json(report)
-        else:
-            _print_candidates(cands, probe.target)
-            _print_prune_summary(cands, pruned)
-        return
-
-    if not survivors:
-        raise AsmError(f"all {len(cands)} candidates were pruned ({_reasons(pruned)}); nothing to time")
-
-    from ..bench.gpu import gpu_name
-    from ..bench.timing import L2Flusher, make_pre_roll
-    from ..bench.tuner import trials_for, tune_on_gpu
-
-    for c in survivors:  # the runtime needs the user's fixed values too
-        c.params = {**{k: v for k, v in user_defines.items() if k in probe.tunables}, **c.params}
-    trials = trials_for(survivors)
-    flush = None if no_flush else L2Flusher()
-    outcome = _time_with_progress(tune_on_gpu, cp, bench_kernel, shape, layout, trials, reps, warmup, flush,
-                                  make_pre_roll(not no_pre_roll))
-    gpu = gpu_name()
-    report["gpu"] = gpu
-    report["trials"] = [t.to_json(shape) for t in outcome.trials]
-    best, default = outcome.best, outcome.default
-    if best is None:
-        raise AsmError("no candidate ran correctly on the GPU: " +
-                       "; ".join(f"{t.name}: {t.error}" for t in outcome.trials[:5]))
-    report["best"] = best.to_json(shape)
-    report["default"] = default.to_json(shape) if default else None
-    report["gain_over_default"] = gain = outcome.gain()
-    # Never store a choice slower than what gemm() already does untuned (e.g. when its choice lies
-    # outside the declared space, or noise put the same variant first): the cache could only hurt.
-    report["stored"] = False
-    if no_save:
-        report["not_stored_because"] = "--no-save"
-    elif gain is not None and gain < 0:
-        report["not_stored_because"] = f"untuned gemm() was faster than every candidate ({gain:+.1%})"
-    else:
-        from ..bench.tune_cache import make_entry, store_tuned
-        from ..pipeline import shipped_kernels
-        shipped = shipped_kernels().get(kernel_name)
-        is_shipped = shipped is not None and Path(shipped).resolve() == source.resolve()
-        entry = make_entry(kernel_name, None if is_shipped else str(source.resolve()), best.params,
-                           (shape.m, shape.n, shape.k), tflops=best.tflops(shape),
-                           default_tflops=default.tflops(shape) if default and default.stats else None,
-                           layout=layout, target=probe.target, reps=reps)
-        path, moved = store_tuned(gpu, bench_kernel.dtype, layout, (shape.m, shape.n, shape.k), entry)
-        report["cache"] = str(path)
-        report["stored"] = True
-        if moved:
-            click.echo(f"warning: the old tuning cache was not readable; moved it to {moved}", err=True)
+    if result.moved_corrupt_cache:
+        click.echo(f"warning: the old tuning cache was not readable; moved it to {result.moved_corrupt_cache}",
+                   err=True)
     if as_json:
-        emit_json(report)
+        emit_json(result.report)
+    elif dry_run:
+        _print_candidates(result.candidates, result.target)
+        _print_prune_summary(result.candidates, result.report["pruned"])
     else:
-        _print_candidates(cands, probe.target, only_pruned=True)
-        _print_trials(outcome, shape, top, gpu)
-        _print_prune_summary(cands, pruned)
-        _print_outcome(outcome, shape, report)
+        _print_candidates(result.candidates, result.target, only_pruned=True)
+        _print_trials(result.outcome, config.shape, top, result.report["gpu"])
+        _print_prune_summary(result.candidates, result.report["pruned"])
+        _print_outcome(result.outcome, config.shape, result.report)
 
 
 def _reasons(pruned: dict) -> str:
     return ", ".join(f"{n} {r}" for r, n in pruned.items()) or "none"
 
 
-def _build_with_progress(build_candidates, jobs_list, jobs):
+def _run_with_progress(tune, config):
+    """tune(config) with one progress bar for the builds, then one for the GPU checks and timing."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    with Progress(TextColumn("building candidates"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=make_console(stderr=True), transient=True) as progress:
-        task = progress.add_task("build", total=len(jobs_list))
-        return build_candidates(jobs_list, jobs, on_done=lambda c: progress.advance(task))
-
-
-def _time_with_progress(tune_on_gpu, cp, bench_kernel, shape, layout, trials, reps, warmup, flush, pre_roll):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from ..tuning.workflow import Progress as Callbacks
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=make_console(stderr=True), transient=True) as progress:
-        task = progress.add_task("checking candidates on the GPU", total=len(trials) + reps)
+                  console=make_console(stderr=True), transient=True) as bars:
+        tasks = {}
 
-        def step(what):
+        def stage(what, total):
+            text = "building candidates" if what == "build" else "checking candidates on the GPU"
+            tasks[what] = bars.add_task(text, total=total)
+
+        def gpu_step(what):
             if what == "timing":
-                progress.update(task, description=f"timing {len(trials)} candidates interleaved")
-            progress.advance(task)
+                bars.update(tasks["gpu"], description="timing candidates interleaved")
+            bars.advance(tasks["gpu"])
 
-        return tune_on_gpu(cp, bench_kernel, shape, layout, trials, reps=reps, warmup=warmup, flush=flush,
-                           on_step=step, pre_roll=pre_roll)
+        return tune(config, Callbacks(stage, lambda cand: bars.advance(tasks["build"]), gpu_step))
 
 
 def _print_candidates(cands, target, only_pruned=False):
@@ -254,7 +166,7 @@ def _print_trials(outcome, shape, top, gpu):
 
 
 def shape_bucket_text(shape):
-    from ..bench.tune_cache import shape_bucket
+    from ..runtime.tune_cache import shape_bucket
     return f"the shape bucket {shape_bucket(shape.m, shape.n, shape.k)}"
 
 

@@ -132,11 +132,6 @@ def halves_of(word: int) -> tuple[int, int]:
     return word & ((1 << 64) - 1), word >> 64
 
 
-def control_code(word: int) -> int:
-    """The 23-bit control code (CuAssembler's `code`, maxas-style fields, low bit = stall lsb)."""
-    return (word >> CONTROL_LO) & ((1 << CONTROL_WIDTH) - 1)
-
-
 def decode_control(word: int) -> dict[str, int]:
     """Raw field values of one instruction word: {field name: integer}."""
     return {f.name: f.extract(word) for f in CONTROL_FIELDS + (UNUSED,)}

@@ -1,5 +1,6 @@
-"""Register-file bank models, per target. The one place these facts live; the register allocator
-(regalloc.py), the bank-conflict report and the SASS inspector all read this table.
+"""Register-file bank models: the one place these facts live. Which target has which model is
+part of the target's Arch (isa/arch.py); the register allocator (regalloc.py), the bank-conflict
+report and the SASS inspector all read the model through it.
 
 Sources:
 - Maxwell/Pascal (sm_50..sm_62): 4 banks, bank = register index mod 4; two different source
@@ -43,29 +44,10 @@ class BankModel:
 MAXWELL = BankModel("maxwell-4bank", banks=4, reads_per_bank=1, source="maxas wiki, SGEMM: Register Banks")
 VOLTA_PLUS = BankModel("volta-2bank", banks=2, reads_per_bank=2, source="Jia et al. 2018, arXiv:1804.06826")
 
-# Compute capability -> model. Targets are matched on their numeric part (sm_90a -> 90).
-_BY_ARCH = [
-    (50, 69, MAXWELL),
-    (70, 999, VOLTA_PLUS),
-]
-
-SUPPORTED_TARGETS = ("sm_50", "sm_52", "sm_53", "sm_60", "sm_61", "sm_62", "sm_70", "sm_72", "sm_75",
-                     "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a")
-
-# Physical registers a thread may use (R255 is RZ, the zero register).
-MAX_REGISTERS = 255
-
-
-def arch_number(target: str) -> int:
-    digits = "".join(ch for ch in target.split("_", 1)[-1] if ch.isdigit())
-    if not target.startswith("sm_") or not digits:
-        raise ValueError(f"not a target name: {target!r} (expected sm_XX)")
-    return int(digits)
-
 
 def bank_model(target: str) -> BankModel:
-    arch = arch_number(target)
-    for lo, hi, model in _BY_ARCH:
-        if lo <= arch <= hi:
-            return model
-    raise ValueError(f"no register-bank model for {target}")
+    """The bank model of a target: `asmgemm.isa.arch.arch_for(target).bank_model` (the arch table
+    assigns MAXWELL to sm_50..sm_62 and VOLTA_PLUS to sm_70 and later); kept here for the readers
+    that only want the model. AsmError for an unknown target."""
+    from .arch import arch_for  # arch.py imports this module for the models
+    return arch_for(target).bank_model

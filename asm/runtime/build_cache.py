@@ -1,33 +1,35 @@
-"""Build a shipped kernel once per configuration: in memory for the process, on disk across runs.
+"""Build a spec'd kernel once per configuration: in memory for the process, on disk across runs.
 
 Key: sha256 over the kernel source and every file it `.include`s, the -D defines (sorted), the
-target, the ptxas version and the asmgemm version. Disk folder: $ASMGEMM_CACHE_DIR, else
-~/.cache/asmgemm (XDG_CACHE_HOME respected), sub-folder `kernels/`. Each entry is `<key>.cubin`,
-`<key>.ptx` and `<key>.json` (launch geometry), each written atomically (temporary file + rename),
-the JSON last, so a reader that finds the JSON finds complete files.
+target, the ptxas version and the asmgemm version. Disk folder: `kernels/` under the cache folder
+(asmgemm.files.cache_root). Each entry is `<key>.cubin`, `<key>.ptx` and `<key>.json` (launch
+geometry and parameter list), each written atomically, the JSON last, so a reader that finds the
+JSON finds complete files.
+
+The launch geometry comes from the build itself: the spec names the constants (THREADS, TM, ...)
+and the pipeline returns their values; the parameter list is the entry's `.param` list.
 """
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
-import os
 import re
-import tempfile
-from dataclasses import dataclass, asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .. import __version__
 from ..errors import AsmError
+from ..files import cache_root, write_atomic
+from ..kernel_spec import ARGUMENTS, KernelSpec
+from ..toolchain import ptxas_version
 
 _INCLUDE_RE = re.compile(r'^\s*\.include\s+"([^"]+)"', re.MULTILINE)
-_META_RE = re.compile(r"^\s*\.global\s+[^;]*?\b(\w+)_meta_([a-z]+)_(\d+)\s*;", re.MULTILINE)
 MAX_INCLUDES = 64
 
 
 @dataclass(frozen=True)
 class BuiltKernel:
-    """A compiled kernel and how to launch it (geometry read from the kernel's meta symbols)."""
+    """A compiled kernel and how to launch it."""
 
     key: str
     name: str              # entry point
@@ -35,17 +37,25 @@ class BuiltKernel:
     tile_m: int            # rows of C per block
     tile_n: int            # columns of C per block
     smem_bytes: int        # dynamic shared memory per block
+    params: tuple[tuple[str, str], ...]    # (abi name, PTX type) per .param, in order
     cubin_path: str
     ptx_path: str
     target: str
 
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["params"] = [list(p) for p in self.params]
+        return d
+
+    @staticmethod
+    def from_json(d: dict) -> "BuiltKernel":
+        d = dict(d)
+        d["params"] = tuple(tuple(p) for p in d["params"])
+        return BuiltKernel(**d)
+
 
 def cache_dir() -> Path:
-    base = os.environ.get("ASMGEMM_CACHE_DIR")
-    if base:
-        return Path(base) / "kernels"
-    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(xdg) / "asmgemm" / "kernels"
+    return cache_root() / "kernels"
 
 
 def source_files(path: Path) -> list[tuple[Path, bytes | None]]:
@@ -84,35 +94,43 @@ def source_digest(source_path: Path) -> str:
     return digest_files(source_files(source_path))
 
 
-def cache_key(source_path: Path, defines: dict, target: str, ptxas_version: str) -> str:
+def cache_key(source_path: Path, defines: dict, target: str, ptxas: str, entry: str = "") -> str:
     h = hashlib.sha256(source_digest(source_path).encode() + b"\0")
     for k in sorted(defines):
         h.update(f"-D{k}={defines[k]}\0".encode())
-    h.update(f"target={target}\0ptxas={ptxas_version}\0asmgemm={__version__}".encode())
+    h.update(f"target={target}\0ptxas={ptxas}\0asmgemm={__version__}\0entry={entry}".encode())
     return h.hexdigest()[:32]
 
 
-def launch_meta(ptx: str, entry: str) -> dict[str, int]:
-    """The `.global .u32 <entry>_meta_<what>_<value>;` symbols a kernel declares about itself."""
-    meta = {what: int(v) for kname, what, v in _META_RE.findall(ptx) if kname == entry}
-    missing = {"threads", "tilem", "tilen", "smem"} - set(meta)
-    if missing:
-        raise AsmError(f"kernel '{entry}' does not declare its launch geometry ({', '.join(sorted(missing))} missing)")
-    return meta
+def launch_geometry(spec: KernelSpec, result) -> dict[str, int]:
+    """threads, tile_m, tile_n and smem_bytes of a build, from the constants the spec names."""
+    out = {}
+    for field in ("threads", "tile_m", "tile_n", "smem_bytes"):
+        const = getattr(spec.launch, field)
+        value = result.constants.get(const)
+        if not isinstance(value, int) or isinstance(value, bool) or value < (0 if field == "smem_bytes" else 1):
+            raise AsmError(f"{spec.spec_file}: [{spec.name}] launch.{field} names the constant '{const}', which "
+                           f"{'the build does not define' if value is None else f'is {value!r}, not a positive integer'}",
+                           hint=f"define it at the top level of {spec.source.name} (`.const {const} = ...`)")
+        out[field] = value
+    return out
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+def abi_params(spec: KernelSpec, result) -> tuple[tuple[str, str], ...]:
+    """The entry's .param list matched against the spec's abi: (abi name, PTX type) per parameter."""
+    params = result.entry_params(spec.entry)
+    if len(params) != len(spec.abi):
+        raise AsmError(f"{spec.spec_file}: [{spec.name}] abi lists {len(spec.abi)} arguments, but the entry "
+                       f"'{spec.entry}' in {spec.source.name} has {len(params)} .param: "
+                       f"{', '.join(p.name for p in params) or 'none'}")
+    out = []
+    for name, p in zip(spec.abi, params):
+        if p.type not in ARGUMENTS[name] or p.count is not None:
+            raise AsmError(f"{spec.spec_file}: [{spec.name}] abi argument '{name}' is passed as "
+                           f"{'/'.join(ARGUMENTS[name])}, but .param {p.name} of '{spec.entry}' is "
+                           f"{p.type or 'untyped'}{'' if p.count is None else f'[{p.count}]'}")
+        out.append((name, p.type))
+    return tuple(out)
 
 
 _memory: dict[str, BuiltKernel] = {}
@@ -121,30 +139,22 @@ _memory: dict[str, BuiltKernel] = {}
 _by_config: dict[tuple, BuiltKernel] = {}
 
 
-@functools.lru_cache(maxsize=None)
-def _ptxas_version() -> str:
-    from ..toolchain import tool_version
-    return tool_version("ptxas")
-
-
-def build_kernel(kernel: str, defines: dict, target: str, entry: str | None = None) -> BuiltKernel:
+def build_kernel(spec: KernelSpec, defines: dict, target: str) -> BuiltKernel:
     """The compiled kernel for these defines and target: from memory, from disk, or built now."""
     defines = {k: str(v) for k, v in defines.items()}
-    config = (kernel, tuple(sorted(defines.items())), target, entry)
+    config = (spec.name, str(spec.source), tuple(sorted(defines.items())), target)
     hit = _by_config.get(config)
     if hit is not None:
         return hit
-    built = _build_kernel(kernel, defines, target, entry)
+    built = _build_kernel(spec, defines, target)
     _by_config[config] = built
     return built
 
 
-def _build_kernel(kernel: str, defines: dict, target: str, entry: str | None) -> BuiltKernel:
-    from ..pipeline import BuildOptions, assemble, build_file, resolve_input
+def _build_kernel(spec: KernelSpec, defines: dict, target: str) -> BuiltKernel:
+    from ..pipeline import BuildOptions, assemble, build_file
 
-    path = resolve_input(kernel)
-    entry = entry or path.stem
-    key = cache_key(path, defines, target, _ptxas_version())
+    key = cache_key(spec.source, defines, target, ptxas_version(), spec.entry)
     hit = _memory.get(key)
     if hit is not None:
         return hit
@@ -152,31 +162,32 @@ def _build_kernel(kernel: str, defines: dict, target: str, entry: str | None) ->
     meta_path = folder / f"{key}.json"
     if meta_path.is_file():
         try:
-            meta = json.loads(meta_path.read_text())
-            built = BuiltKernel(**meta)
+            built = BuiltKernel.from_json(json.loads(meta_path.read_text()))
             if Path(built.cubin_path).is_file() and Path(built.ptx_path).is_file():
                 _memory[key] = built
                 return built
-        except (OSError, ValueError, TypeError):
+        except (OSError, ValueError, TypeError, KeyError):
             pass  # a damaged entry is rebuilt below
-    result = build_file(path, BuildOptions(defines=defines, target=target))
+    result = build_file(spec.source, BuildOptions(defines=defines, target=target))
+    geo = launch_geometry(spec, result)
+    params = abi_params(spec, result)
     asm = assemble(result)
-    geo = launch_meta(result.ptx, entry)
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise AsmError(f"cannot create the kernel cache folder {folder}: {exc.strerror}",
                        hint="set ASMGEMM_CACHE_DIR to a writable folder") from None
     cubin_path, ptx_path = folder / f"{key}.cubin", folder / f"{key}.ptx"
-    built = BuiltKernel(key, entry, geo["threads"], geo["tilem"], geo["tilen"], geo["smem"], str(cubin_path),
-                        str(ptx_path), target)
-    _write_atomic(cubin_path, asm.cubin)
-    _write_atomic(ptx_path, result.ptx.encode())
-    _write_atomic(meta_path, json.dumps(asdict(built), indent=1).encode())
+    built = BuiltKernel(key, spec.entry, geo["threads"], geo["tile_m"], geo["tile_n"], geo["smem_bytes"], params,
+                        str(cubin_path), str(ptx_path), target)
+    write_atomic(cubin_path, asm.cubin)
+    write_atomic(ptx_path, result.ptx)
+    write_atomic(meta_path, json.dumps(built.to_json(), indent=1))
     _memory[key] = built
     return built
 
 
 def clear_memory_cache() -> None:
+    """Forget the kernels built in this process (after editing a kernel source while it runs)."""
     _memory.clear()
     _by_config.clear()

@@ -1,8 +1,10 @@
 """From user arrays to one kernel launch: shapes, storage orders, leading dimensions, the operand
-swap for column-major C, and the -D parameters that depend on the call (transposes, 128-bit loads).
+swap for column-major C, and the values of the call-derived -D parameters (transposes, 128-bit
+loads) that a kernel spec's `call_params` maps onto its own parameter names.
 
 Pure Python on anything with `.shape`, `.strides`, `.dtype.itemsize` and a data pointer, so it is
-tested without a GPU. The kernel (kernels_ptx/sgemm.sasm) computes, for row-major storage,
+tested without a GPU. Every spec'd kernel computes (kernels_ptx/kernels.toml, "launch contract"),
+for row-major storage,
 
     C[M x N, ldc] = alpha * op(A) * op(B) + beta * C,
     A stored M x K (lda) or K x M when TRANS_A=1, B stored K x N (ldb) or N x K when TRANS_B=1.
@@ -19,8 +21,7 @@ from dataclasses import dataclass
 from ..errors import AsmError
 
 U32_LIMIT = (1 << 31) - 1          # the kernel takes sizes and leading dimensions as 32-bit
-VECTOR_BYTES = 16                  # ld.global.v4.f32
-VECTOR_ELEMS = 4
+VECTOR_BYTES = 16                  # one 128-bit global load (ld.global.v4.f32, .v2.f64, .v8 halves as .v4.b32)
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,8 @@ class LaunchPlan:
     k: int
     ldc: int
     swapped: bool      # column-major C: kernel A/B are the user's B/A
-    defines: dict      # TRANS_A, TRANS_B, VEC_A, VEC_B
+    itemsize: int
+    call_values: dict  # trans_a, trans_b, vec_a, vec_b (kernel_spec.CALL_VALUES) -> 0/1
 
     @property
     def layout(self) -> str:
@@ -91,8 +93,8 @@ def _check_u32(what: str, value: int):
         raise AsmError(f"{what} = {value} exceeds the kernel's 32-bit limit ({U32_LIMIT})")
 
 
-def _aligned(ptr: int, ld: int) -> bool:
-    return ptr % VECTOR_BYTES == 0 and ld % VECTOR_ELEMS == 0
+def _aligned(ptr: int, ld: int, elems: int) -> bool:
+    return ptr % VECTOR_BYTES == 0 and ld % elems == 0
 
 
 def plan_launch(a, b, c, *, trans_a: bool, trans_b: bool, ptr_of=lambda x: x.data.ptr) -> LaunchPlan:
@@ -117,14 +119,33 @@ def plan_launch(a, b, c, *, trans_a: bool, trans_b: bool, ptr_of=lambda x: x.dat
         m, n = n, m
     for what, v in (("M", m), ("N", n), ("K", k), ("lda", A.ld), ("ldb", B.ld), ("ldc", ldc)):
         _check_u32(what, v)
-    # ldc * 16 bytes and row offsets are formed in 32 bits inside the epilogue's row stepping.
-    if ldc * 4 > 0xFFFFFFFF:
-        raise AsmError(f"ldc = {ldc} is too large for the kernel (ldc * 4 bytes must fit 32 bits)")
-    defines = {
-        "TRANS_A": int(A.trans),
-        "TRANS_B": int(B.trans),
+    itemsize = int(c.dtype.itemsize)
+    # ldc * itemsize and row offsets are formed in 32 bits inside the epilogue's row stepping.
+    if ldc * itemsize > 0xFFFFFFFF:
+        raise AsmError(f"ldc = {ldc} is too large for the kernel (ldc * {itemsize} bytes must fit 32 bits)")
+    elems = max(1, VECTOR_BYTES // itemsize)
+    values = {
+        "trans_a": int(A.trans),
+        "trans_b": int(B.trans),
         # A is K-contiguous unless transposed; B is K-contiguous only when transposed.
-        "VEC_A": int(_aligned(A.ptr, A.ld) and (not A.trans or m % VECTOR_ELEMS == 0)),
-        "VEC_B": int(_aligned(B.ptr, B.ld) and (B.trans or n % VECTOR_ELEMS == 0)),
+        "vec_a": int(_aligned(A.ptr, A.ld, elems) and (not A.trans or m % elems == 0)),
+        "vec_b": int(_aligned(B.ptr, B.ld, elems) and (B.trans or n % elems == 0)),
     }
-    return LaunchPlan(A, B, ptr_of(c), m, n, k, ldc, tc, defines)
+    return LaunchPlan(A, B, ptr_of(c), m, n, k, ldc, tc, itemsize, values)
+
+
+def call_values_for(m: int, n: int, k: int, layout: str, itemsize: int) -> dict[str, int]:
+    """The call values the runtime computes for freshly allocated, contiguous operands of this
+    shape and layout (CuPy allocations are 256-byte aligned), so that `tune` builds exactly the
+    variant that then runs."""
+    from types import SimpleNamespace
+
+    trans_a, trans_b = layout[0] == "t", layout[1] == "t"
+
+    def matrix(rows, cols):
+        return SimpleNamespace(shape=(rows, cols), ndim=2, strides=(cols * itemsize, itemsize),
+                               dtype=SimpleNamespace(itemsize=itemsize))
+
+    a = matrix(k, m) if trans_a else matrix(m, k)
+    b = matrix(n, k) if trans_b else matrix(k, n)
+    return plan_launch(a, b, matrix(m, n), trans_a=trans_a, trans_b=trans_b, ptr_of=lambda x: 256).call_values

@@ -1,27 +1,25 @@
 """The SASS inspector's entry points: what ptxas really produced for a build or a cubin.
 
     inspect_cubin(cubin, target)  -> SassReport    (a cubin from anywhere; sm_90/sm_90a)
-    inspect_build(build_result)   -> SassReport    (runs ptxas on the build, with line info)
+    inspect_build(traced_build)   -> SassReport    (a build the pipeline assembled with line info)
 
 Steps: check the ELF (sass/cubin.py), nvdisasm listing (sass/listing.py), decode each instruction
 and its control bits (sass/decode.py, isa/control_bits.py), basic blocks and loops (sass/cfg.py),
 banks / reuse / summaries (sass/analysis.py).
 
-For a build, the PTX is emitted with trace mode "ptx-lines" (a `.loc` per instruction pointing at
-its own PTX line) and ptxas runs with -lineinfo, so every SASS instruction carries the PTX line
-it came from, that instruction's position in its function (the register planner's position) and
-the .sasm location. (-lineinfo does not change the code: checked on the shipped kernels and the
-test inputs, identical SASS opcode sequences with and without it.)
+For a build, `asmgemm.pipeline.assemble_traced` hands over the PTX emitted with trace mode
+"ptx-lines" (a `.loc` per instruction pointing at its own PTX line) and the cubin ptxas made of it
+with -lineinfo, so every SASS instruction carries the PTX line it came from, that instruction's
+position in its function (the register planner's position) and the .sasm location.
 """
 from __future__ import annotations
 
-import dataclasses
 import re
 from dataclasses import dataclass, field
 
 from ..errors import AsmError
 from ..isa import control_bits as cb
-from ..isa.register_banks import arch_number, bank_model
+from ..isa.arch import ARCHS, arch_for
 from .. import toolchain
 from .analysis import Summary, analyse_banks, summarise
 from .cfg import BasicBlock, Loop, build_blocks, find_loops, resolve_branch_targets
@@ -29,8 +27,9 @@ from .cubin import CubinFunction, CubinInfo, read_cubin
 from .decode import SassInstruction, decode
 from .listing import disassemble_listing
 
-SUPPORTED_ARCH = 90
-SUPPORTED_TARGETS = ("sm_90", "sm_90a")
+# The targets whose cubins the decoder knows (Arch.sass_decodable): sm_90 and sm_90a.
+DECODABLE_TARGETS = tuple(a.name for a in ARCHS.values() if a.sass_decodable)
+_DECODABLE = "/".join(DECODABLE_TARGETS)
 
 YIELD_NOTE = ("yield: shown `Y` (and yield=true in JSON) when the yield hint is on, i.e. bit 109 of "
               "the instruction is 0 (CuAssembler/maxas convention); yield_bit is the raw bit")
@@ -90,15 +89,16 @@ ISSUE_NOTE = ("issue_cycles: sum over instructions of max(stall, 1) plus one per
 
 
 def check_cubin(info: CubinInfo, source: str) -> None:
-    if info.sm != SUPPORTED_ARCH:
-        raise AsmError(f"{source}: this cubin is for sm_{info.sm}; the SASS inspector decodes sm_90/sm_90a only",
-                       hint="rebuild it with ptxas -arch=sm_90 (or sm_90a), or give the .ptx / .sasm")
+    if not any(ARCHS[t].number == info.sm for t in DECODABLE_TARGETS):
+        raise AsmError(f"{source}: this cubin is for sm_{info.sm}; the SASS inspector decodes {_DECODABLE} only",
+                       hint=f"rebuild it with ptxas -arch={' (or '.join(DECODABLE_TARGETS)}), or give the .ptx / .sasm")
 
 
 def check_target(target: str) -> None:
-    if target not in SUPPORTED_TARGETS:
-        raise AsmError(f"the SASS inspector decodes sm_90/sm_90a only, not {target}",
-                       hint="use --target sm_90 or sm_90a")
+    arch = ARCHS.get(target)
+    if arch is None or not arch.sass_decodable:
+        raise AsmError(f"the SASS inspector decodes {_DECODABLE} only, not {target}",
+                       hint=f"use --target {' or '.join(DECODABLE_TARGETS)}")
 
 
 def inspect_cubin(cubin: bytes, target: str | None = None, *, source: str = "<cubin>",
@@ -108,12 +108,12 @@ def inspect_cubin(cubin: bytes, target: str | None = None, *, source: str = "<cu
     check_cubin(info, source)
     if target is not None:
         check_target(target)
-        if arch_number(target) != info.sm:
+        if arch_for(target).number != info.sm:
             raise AsmError(f"{source}: cubin is for sm_{info.sm}, not {target}")
     toolchain.find_tool("nvdisasm")          # a missing nvdisasm is named before any other work
     listing = disassemble_listing(cubin, info.has_line_info if line_info is None else line_info)
     real_target = listing.target or target or f"sm_{info.sm}"
-    model = bank_model(real_target)
+    model = arch_for(real_target).bank_model
     kernels: dict[str, SassKernel] = {}
     for name, raw in listing.functions.items():
         instrs = []
@@ -170,22 +170,16 @@ def ptx_positions(ptx: str) -> dict[int, tuple[str, int]]:
     return out
 
 
-def inspect_build(build_result) -> SassReport:
-    """Assemble a BuildResult with line information and decode it; every instruction gets its PTX
-    line, the PTX instruction's position in its function and its .sasm location."""
-    from ..pipeline import assemble
-    from ..emit import emit_ptx
-    from pathlib import Path
-
-    check_target(build_result.target)
-    toolchain.find_tool("nvdisasm")
-    result = build_result
+def inspect_build(traced) -> SassReport:
+    """Decode a build that the pipeline assembled with line information
+    (`asmgemm.pipeline.assemble_traced`): every instruction gets its PTX line, the PTX
+    instruction's position in its function and its .sasm location. The inspector inspects; the
+    pipeline builds."""
+    result, asm = traced.build, traced.assembled
     if result.options.trace != "ptx-lines":
-        emitted = emit_ptx(result.scheduled, result.target, trace="ptx-lines", source_name=result.source.path,
-                           ptx_name=Path(result.source.path).with_suffix(".ptx").name)
-        result = dataclasses.replace(result, emitted=emitted,
-                                     options=dataclasses.replace(result.options, trace="ptx-lines"))
-    asm = assemble(result)
+        raise ValueError("inspect_build needs a build traced with 'ptx-lines' (pipeline.assemble_traced)")
+    check_target(result.target)
+    toolchain.find_tool("nvdisasm")
     report = inspect_cubin(asm.cubin, result.target, source=result.source.path, line_info=True)
     report.ptx = result.ptx
     report.ptxas_kernels = asm.kernels

@@ -40,7 +40,7 @@ def _baseline_cases():
 
 @pytest.fixture(scope="module")
 def gpu(cuda_gpu):
-    from asmgemm.bench.gpu import gpu_name
+    from asmgemm.runtime.gpu import gpu_name
     from asmgemm.bench.timing import L2Flusher
     return cuda_gpu, gpu_name(), L2Flusher()
 
@@ -53,13 +53,13 @@ def test_ratio_to_cublas_did_not_regress(gpu, path, gpu_model, key):
     data = bl.load_baseline(path)   # raises (fails) for a broken file
     if data["gpu"] != name:
         pytest.skip(f"baseline for {data['gpu']}, this GPU is {name}")
-    from asmgemm.bench.kernels import BENCH_KERNELS
+    from asmgemm.kernel_spec import get_spec
     from asmgemm.bench.runner import bench_one
-    from asmgemm.bench.tune_cache import lookups_off
+    from asmgemm.runtime.tune_cache import lookups_off
     from asmgemm.bench.shapes import Shape
 
     e = data["entries"][key]
-    kernel = BENCH_KERNELS[e["kernel"]]
+    kernel = get_spec(e["kernel"])
     shape = Shape(e["m"], e["n"], e["k"])
     reps = int(os.environ.get("ASMGEMM_PERF_REPS", "20"))
     tol_env = os.environ.get("ASMGEMM_PERF_TOLERANCE")

@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..bench.runner import make_runner
+from ..bench.shapes import Shape
+from ..bench.timing import TimingStats, tflops
 from ..errors import AsmError
-from .kernels import REL_ERR_LIMIT, BenchKernel, make_runner
-from .shapes import Shape
-from .timing import TimingStats, tflops
-from .tune_space import Candidate
+from ..kernel_spec import KernelSpec
+from .space import Candidate
 
 DEFAULT_LABEL = "default"
 
@@ -63,10 +64,10 @@ def pick_best(trials: list[Trial]) -> Trial | None:
     return min(timed, key=lambda t: t.stats.median_ms) if timed else None
 
 
-def tune_on_gpu(cp, kernel: BenchKernel, shape: Shape, layout: str, trials: list[Trial], *, reps: int,
+def tune_on_gpu(cp, kernel: KernelSpec, shape: Shape, layout: str, trials: list[Trial], *, reps: int,
                 warmup: int, flush, on_step: Callable[[str], None] | None = None, seed: int = 0,
                 timer=None, pre_roll=None) -> TuneOutcome:
-    from .tune_cache import lookups_off
+    from ..runtime.tune_cache import lookups_off
 
     with lookups_off():   # the 'default' trial (params=None) must be gemm()'s untuned choice
         return _tune_on_gpu(cp, kernel, shape, layout, trials, reps=reps, warmup=warmup, flush=flush,
@@ -75,12 +76,12 @@ def tune_on_gpu(cp, kernel: BenchKernel, shape: Shape, layout: str, trials: list
 
 def _tune_on_gpu(cp, kernel, shape, layout, trials, *, reps, warmup, flush, on_step, seed, timer,
                  pre_roll) -> TuneOutcome:
-    from .problem import GemmProblem
-    from .timing import time_interleaved
+    from ..bench.problem import GemmProblem
+    from ..bench.timing import time_interleaved
 
-    prob = GemmProblem(cp, shape, layout, kernel.dtype, seed=seed)
+    prob = GemmProblem(cp, shape, layout, kernel.dtypes.a, seed=seed)
     run = make_runner(kernel)
-    limit = REL_ERR_LIMIT.get(kernel.dtype, 1e-4)
+    limit = kernel.rel_err_limit
     outs = {}
     for t in trials:
         out = prob.output()

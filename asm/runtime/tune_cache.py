@@ -1,14 +1,18 @@
-"""The tuning cache: the best parameters `asmgemm tune` found, per (GPU, dtype, layout, shape bucket),
-consulted by `asmgemm.gemm` through `lookup_tuned`.
+"""The tuning cache, read side: the best parameters `asmgemm tune` found, per (GPU, kernel, layout,
+shape bucket), consulted by `asmgemm.gemm` through `lookup_tuned`. The write side (`store_tuned`)
+belongs to the tuning workflow (asmgemm.tuning.store); the runtime only reads.
 
-File: $ASMGEMM_TUNE_CACHE, else $ASMGEMM_CACHE_DIR/tune.json, else $XDG_CACHE_HOME/asmgemm/tune.json
-(~/.cache/asmgemm/tune.json). JSON:
+File: $ASMGEMM_TUNE_CACHE, else tune.json in the cache folder (asmgemm.files.cache_root:
+$ASMGEMM_CACHE_DIR, else $XDG_CACHE_HOME/asmgemm, ~/.cache/asmgemm). JSON:
 
-    {"format": 1,
-     "entries": {"NVIDIA H100 80GB HBM3|float32|nn|4096x4096x4096": {
-         "kernel": "sgemm", "kernel_path": "...", "params": {"BK": 8, ...},
+    {"format": 2,
+     "entries": {"NVIDIA H100 80GB HBM3|sgemm|nn|4096x4096x4096": {
+         "kernel": "sgemm", "dtype": "float32", "kernel_path": "...", "params": {"BK": 8, ...},
          "source_hash": "<sha256 of the .sasm and its .includes>", "ptxas": "V13.0.88",
          "shape": [4096, 4096, 4096], "tflops": 51.2, "default_tflops": 48.0, "updated": "..."}}}
+
+Format 1 keyed entries by dtype instead of kernel; such a file is ignored (with one warning) and
+replaced at the next `asmgemm tune`.
 
 Shape bucket: each of M, N, K rounded up to a power of two (3000x5000x700 -> 4096x8192x1024): the
 best tile shape changes with the problem's order of magnitude, not with its last digits.
@@ -25,28 +29,24 @@ interrupted or concurrent tune leaves either the old or the new cache, never a h
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
-import tempfile
-import time
 import warnings
 from pathlib import Path
 
-from ..runtime.build_cache import digest_files, source_digest, source_files
+from ..files import cache_root
+from ..errors import ToolchainError
+from ..toolchain import ptxas_version
+from .build_cache import digest_files, source_digest, source_files
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 
 
 def cache_path() -> Path:
     explicit = os.environ.get("ASMGEMM_TUNE_CACHE")
     if explicit:
         return Path(explicit)
-    folder = os.environ.get("ASMGEMM_CACHE_DIR")
-    if folder:
-        return Path(folder) / "tune.json"
-    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(xdg) / "asmgemm" / "tune.json"
+    return cache_root() / "tune.json"
 
 
 def bucket_dim(x: int) -> int:
@@ -59,8 +59,8 @@ def shape_bucket(m: int, n: int, k: int) -> str:
     return f"{bucket_dim(m)}x{bucket_dim(n)}x{bucket_dim(k)}"
 
 
-def cache_key(gpu_name: str, dtype_name: str, layout: str, m: int, n: int, k: int) -> str:
-    return f"{gpu_name}|{dtype_name}|{layout.lower()}|{shape_bucket(m, n, k)}"
+def cache_key(gpu_name: str, kernel: str, layout: str, m: int, n: int, k: int) -> str:
+    return f"{gpu_name}|{kernel}|{layout.lower()}|{shape_bucket(m, n, k)}"
 
 
 # ---- what an entry is valid for ----------------------------------------------------------------
@@ -94,24 +94,20 @@ def current_source_hash(path: str | os.PathLike) -> str | None:
     return digest
 
 
-@functools.lru_cache(maxsize=1)
 def current_ptxas_version() -> str | None:
+    """The ptxas an entry must have been tuned with; None (every entry stale) when there is none."""
     try:
-        from ..toolchain import tool_version
-        return tool_version("ptxas")
-    except Exception:
+        return ptxas_version()
+    except ToolchainError:  # no ptxas here, so no build and no valid entry either
         return None
 
 
 def kernel_source_path(kernel: str, kernel_path: str | None = None) -> str | None:
     if kernel_path and os.path.isfile(kernel_path):
         return kernel_path
-    try:
-        from ..pipeline import shipped_kernels
-        p = shipped_kernels().get(kernel)
-        return str(p) if p else None
-    except Exception:
-        return None
+    from ..kernel_spec import all_specs
+    spec = all_specs().get(kernel)
+    return str(spec.source) if spec else None
 
 
 def entry_is_current(entry: dict) -> bool:
@@ -199,100 +195,33 @@ def _read_memoized(path: Path) -> dict | None:
     return data
 
 
-def lookup_entry(gpu_name: str, dtype_name: str, layout: str, m: int, n: int, k: int,
-                 kernel: str | None = None, path: Path | None = None) -> dict | None:
+def forget(path: Path) -> None:
+    """Drop the memoized content of a cache file (after writing it)."""
+    _memo.pop(str(path), None)
+
+
+def lookup_entry(gpu_name: str, kernel: str, layout: str, m: int, n: int, k: int,
+                 path: Path | None = None) -> dict | None:
     data = _read_memoized(Path(path) if path else cache_path())
     if not data:
         return None
-    entry = data["entries"].get(cache_key(gpu_name, dtype_name, layout, m, n, k))
-    if entry is None or (kernel is not None and entry.get("kernel") != kernel):
+    entry = data["entries"].get(cache_key(gpu_name, kernel, layout, m, n, k))
+    if entry is None or entry.get("kernel") != kernel:
         return None
     if not entry_is_current(entry):
         return None
     return entry
 
 
-def lookup_tuned(gpu_name: str, dtype_name: str, layout: str, m: int, n: int, k: int,
-                 kernel: str | None = None) -> dict | None:
+def lookup_tuned(gpu_name: str, kernel: str, layout: str, m: int, n: int, k: int) -> dict | None:
     """The tuned -D parameters for this problem, or None (no entry, a stale one, or no readable
     cache, or lookups turned off by ASMGEMM_NO_TUNE_CACHE). Never raises for a bad cache: `gemm`
     then runs with the kernel's defaults."""
     if lookups_disabled():
         return None
     try:
-        entry = lookup_entry(gpu_name, dtype_name, layout, m, n, k, kernel)
+        entry = lookup_entry(gpu_name, kernel, layout, m, n, k)
     except Exception as exc:  # the cache must never take gemm down
         warnings.warn(f"asmgemm: tuning cache lookup failed: {exc}", RuntimeWarning, stacklevel=2)
         return None
     return dict(entry["params"]) if entry else None
-
-
-# ---- writing -----------------------------------------------------------------------------------
-@contextlib.contextmanager
-def _locked(path: Path):
-    """An exclusive lock on <cache>.lock for the read-modify-write (POSIX; elsewhere, no lock)."""
-    lock_path = path.with_name(path.name + ".lock")
-    fh = open(lock_path, "a+")
-    try:
-        try:
-            import fcntl
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        except ImportError:
-            pass
-        yield
-    finally:
-        fh.close()  # closing releases the lock
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:  # KeyboardInterrupt included: never leave the temporary file behind
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def make_entry(kernel: str, kernel_path: str | None, params: dict, shape: tuple[int, int, int],
-               tflops: float | None = None, default_tflops: float | None = None, **extra) -> dict:
-    path = kernel_source_path(kernel, kernel_path)
-    entry = {
-        "kernel": kernel,
-        "kernel_path": str(kernel_path) if kernel_path else None,
-        "params": dict(params),
-        "source_hash": current_source_hash(path) if path else None,
-        "ptxas": current_ptxas_version(),
-        "shape": list(shape),
-        "tflops": tflops,
-        "default_tflops": default_tflops,
-        "updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
-    entry.update(extra)
-    return entry
-
-
-def store_tuned(gpu_name: str, dtype_name: str, layout: str, shape: tuple[int, int, int], entry: dict,
-                path: Path | None = None) -> tuple[Path, str | None]:
-    """Insert/replace one entry; stale entries are dropped on the way. Returns (cache path, where a
-    corrupt old file was moved, or None)."""
-    path = Path(path) if path else cache_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    moved = None
-    with _locked(path):
-        try:
-            data = read_cache(path)
-        except CacheCorrupt:
-            moved = str(path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}"))
-            os.replace(path, moved)
-            data = {"format": CACHE_FORMAT, "entries": {}}
-        entries = {k: v for k, v in data["entries"].items() if entry_is_current(v)}
-        entries[cache_key(gpu_name, dtype_name, layout, *shape)] = entry
-        data = {"format": CACHE_FORMAT, "entries": dict(sorted(entries.items()))}
-        _write_atomic(path, json.dumps(data, indent=1, sort_keys=False) + "\n")
-    _memo.pop(str(path), None)
-    return path, moved

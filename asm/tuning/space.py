@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..errors import AsmError
-from .sm_limits import blocks_per_sm, limits_for
+from ..isa.arch import arch_for, blocks_per_sm
 
 MAX_CANDIDATES = 4096
 
@@ -113,15 +113,15 @@ def threads_per_entry(ptx: str) -> dict[str, int | None]:
     return out
 
 
-# Dynamic shared memory is sized at launch, so ptxas cannot report it. A kernel that uses it names
-# the size in its PTX as a `.global` symbol `<kernel>_meta_smem_<bytes>` (the convention of
-# kernels_ptx/sgemm.sasm, which the runtime reads too); it is added to ptxas's static figure.
-_META_SMEM_RE = re.compile(r"^\s*\.global\b[^;]*?\b([A-Za-z_]\w*?)_meta_smem_(\d+)\s*;", re.MULTILINE)
+# Dynamic shared memory is sized at launch, so ptxas cannot report it: the build's constant that
+# holds it (a kernel spec's launch.smem_bytes; SMEM_BYTES for a .sasm without a spec) is added to
+# ptxas's static figure for every entry.
+DEFAULT_SMEM_CONSTANT = "SMEM_BYTES"
 
 
-def dynamic_shared_bytes(ptx: str) -> dict[str, int]:
-    """{kernel name: dynamic shared memory bytes} from `<kernel>_meta_smem_<bytes>` symbols."""
-    return {m.group(1): int(m.group(2)) for m in _META_SMEM_RE.finditer(ptx)}
+def dynamic_shared_bytes(constants: dict, smem_constant: str = DEFAULT_SMEM_CONSTANT) -> int:
+    value = constants.get(smem_constant, 0)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 @dataclass(frozen=True)
@@ -132,6 +132,7 @@ class BuildJob:
     base_defines: dict
     target: str | None
     include_dirs: tuple = ()
+    smem_constant: str = DEFAULT_SMEM_CONSTANT
 
 
 def build_one(job: BuildJob) -> Candidate:
@@ -149,12 +150,12 @@ def build_one(job: BuildJob) -> Candidate:
         cand.ptx_hash = hashlib.sha256(result.ptx.encode()).hexdigest()[:16]
         asm = assemble(result)
         threads = threads_per_entry(result.ptx)
-        dynamic = dynamic_shared_bytes(result.ptx)
-        limits = limits_for(result.target)
+        dynamic = dynamic_shared_bytes(result.constants, job.smem_constant)
+        limits = arch_for(result.target).limits
         for k in asm.kernels:
             d = k.to_json()
             d["threads"] = threads.get(k.name)
-            d["dynamic_shared_bytes"] = dynamic.get(k.name, 0)
+            d["dynamic_shared_bytes"] = dynamic
             d["total_shared_bytes"] = k.shared_bytes + d["dynamic_shared_bytes"]
             if d["threads"]:
                 d["occupancy"] = blocks_per_sm(limits, d["threads"], k.registers, d["total_shared_bytes"])

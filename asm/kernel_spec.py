@@ -1,0 +1,322 @@
+"""Kernel specs: what the runtime, `run`, `bench`, `tune` and `kernels` need to know about a GEMM
+kernel beyond its .sasm source. One TOML table per kernel; the shipped ones are in
+kernels_ptx/kernels.toml, and more spec files can be named in $ASMGEMM_KERNEL_SPECS (paths joined
+by ':') or registered from Python with `register(load_spec_file(path))`.
+
+A table (every key is checked; an unknown one is an error, so a typo never passes silently):
+
+    [NAME]                              # the kernel's name: asmgemm run NAME, gemm(..., kernel=NAME)
+    source = "sgemm.sasm"               # relative to the spec file
+    entry = "sgemm"                     # the .entry to launch (default: NAME)
+    summary = "one line"
+    dtypes = { a = "float32", b = "float32", acc = "float32", c = "float32" }
+    targets = ["sm_80", "sm_90"]        # targets it is built for; sm_90a-only kernels list "sm_90a"
+    abi = ["A", "B", "C", "M", ...]     # the entry's .param list, in order, from the runtime's
+                                        # argument vocabulary (ARGUMENTS below); types are checked
+                                        # against the built PTX
+    call_params = { TRANS_A = "trans_a", ... }   # -D parameters the runtime derives from the call
+    rel_err_limit = 1e-4                # ‖C − ref‖/‖ref‖ against float64 that a correct result stays under
+    [NAME.launch]                       # launch geometry: names of constants of the built kernel
+    threads = "THREADS"; tile_m = "TM"; tile_n = "TN"; smem_bytes = "SMEM_BYTES"; grid = "tiles"
+    [[NAME.size_rule]]                  # the untuned choice: the first rule whose `when` holds wins
+    when = "2 * ceil_div(M, 128) * ceil_div(N, 128) <= SMS"    # asmgemm's expression language
+    set = { THREADS = 64, BK = 16 }     # names M, N, K (after the operand swap) and SMS (SM count)
+
+Pure data and checks: nothing here builds, imports CuPy or touches a GPU.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import AsmError
+from .expr import evaluate
+from .source import SourceFile, Span
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+SPECS_ENV = "ASMGEMM_KERNEL_SPECS"
+
+# The runtime's argument vocabulary: a name in `abi` -> the PTX .param types it may have. A new
+# argument kind (a TMA descriptor, a batch stride) is added here and in runtime/launch.py.
+ARGUMENTS: dict[str, tuple[str, ...]] = {
+    "A": (".u64", ".b64", ".s64"), "B": (".u64", ".b64", ".s64"), "C": (".u64", ".b64", ".s64"),
+    "M": (".u32", ".s32", ".b32"), "N": (".u32", ".s32", ".b32"), "K": (".u32", ".s32", ".b32"),
+    "lda": (".u32", ".s32", ".b32"), "ldb": (".u32", ".s32", ".b32"), "ldc": (".u32", ".s32", ".b32"),
+    "alpha": (".f32", ".f64"), "beta": (".f32", ".f64"),
+}
+# -D parameters the runtime can derive from a call (runtime/plan.py computes them).
+CALL_VALUES = ("trans_a", "trans_b", "vec_a", "vec_b")
+GRIDS = ("tiles",)          # tiles: (ceil(N / tile_n), ceil(M / tile_m), 1)
+DTYPES = ("float32", "float64", "float16", "bfloat16")
+SIZE_NAMES = ("M", "N", "K", "SMS")
+
+_TOP_KEYS = {"source", "entry", "summary", "dtypes", "targets", "abi", "call_params", "rel_err_limit", "launch",
+             "size_rule"}
+_LAUNCH_KEYS = {"threads", "tile_m", "tile_n", "smem_bytes", "grid"}
+
+
+@dataclass(frozen=True)
+class Dtypes:
+    a: str
+    b: str
+    acc: str
+    c: str
+
+
+@dataclass(frozen=True)
+class Launch:
+    threads: str          # constant names in the built kernel
+    tile_m: str
+    tile_n: str
+    smem_bytes: str
+    grid: str = "tiles"
+
+
+@dataclass(frozen=True)
+class SizeRule:
+    when: str
+    set: tuple[tuple[str, int], ...]
+    tree: object = field(compare=False, repr=False, default=None)
+
+    def holds(self, m: int, n: int, k: int, sms: int) -> bool:
+        values = {"M": m, "N": n, "K": k, "SMS": sms}
+
+        def lookup(name, span):
+            if name in values:
+                return values[name]
+            raise AsmError(f"undefined name '{name}' in a size rule (known: {', '.join(SIZE_NAMES)})", span)
+        return bool(evaluate(self.tree, lookup))
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    name: str
+    source: Path
+    entry: str
+    summary: str
+    dtypes: Dtypes
+    targets: tuple[str, ...]
+    abi: tuple[str, ...]
+    call_params: tuple[tuple[str, str], ...]     # (-D name, call value)
+    rel_err_limit: float
+    launch: Launch
+    size_rules: tuple[SizeRule, ...]
+    spec_file: Path
+
+    def size_rule(self, m: int, n: int, k: int, sms: int) -> dict[str, int]:
+        """The untuned -D overrides for an M x N x K launch (after the operand swap) on a GPU with
+        `sms` SMs: the first rule that holds; {} keeps the source defaults."""
+        for rule in self.size_rules:
+            if rule.holds(m, n, k, sms):
+                return dict(rule.set)
+        return {}
+
+    def build_target(self, device_target: str) -> str | None:
+        """The target to build for on a device of `device_target` (sm_90 runs sm_90a code too),
+        or None when the kernel does not support that device."""
+        if device_target in self.targets:
+            return device_target
+        if device_target + "a" in self.targets:
+            return device_target + "a"
+        return None
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "source": str(self.source), "entry": self.entry, "summary": self.summary,
+                "dtypes": vars(self.dtypes), "targets": list(self.targets), "abi": list(self.abi),
+                "call_params": dict(self.call_params), "rel_err_limit": self.rel_err_limit,
+                "launch": vars(self.launch), "size_rules": [{"when": r.when, "set": dict(r.set)} for r in self.size_rules],
+                "spec_file": str(self.spec_file)}
+
+
+# ---- reading spec files --------------------------------------------------------------------------
+def load_spec_file(path: str | os.PathLike) -> list[KernelSpec]:
+    """Every kernel table of one TOML spec file, checked. AsmError names the file and the key."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise AsmError(f"cannot read the kernel spec file {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise AsmError(f"{path}: not valid TOML: {exc}") from None
+    source = SourceFile.from_text(str(path), text)
+    return [_spec(path, source, name, table) for name, table in data.items()]
+
+
+def _spec(path: Path, source: SourceFile, name: str, t) -> KernelSpec:
+    where = f"{path}: [{name}]"
+
+    def fail(msg: str, span: Span | None = None):
+        raise AsmError(f"{where} {msg}", span)
+
+    if not isinstance(t, dict):
+        fail("must be a table of kernel fields")
+    if not name.isidentifier():
+        fail("a kernel name is a plain identifier (letters, digits, '_')")
+    unknown = sorted(set(t) - _TOP_KEYS)
+    if unknown:
+        fail(f"unknown key '{unknown[0]}' (known: {', '.join(sorted(_TOP_KEYS))})")
+    for key in ("source", "dtypes", "targets", "abi", "launch", "rel_err_limit"):
+        if key not in t:
+            fail(f"needs '{key}'")
+    src = path.parent / _str(t["source"], f"{where} source")
+    if not src.is_file():
+        fail(f"source: no such file {src}")
+    d = t["dtypes"]
+    if not isinstance(d, dict) or set(d) != {"a", "b", "acc", "c"}:
+        fail("dtypes: a table with exactly a, b, acc and c")
+    for k, v in d.items():
+        if v not in DTYPES:
+            fail(f"dtypes.{k}: '{v}' is not one of {', '.join(DTYPES)}")
+    from .isa.arch import SUPPORTED_TARGETS
+    targets = _str_list(t["targets"], f"{where} targets")
+    for tg in targets:
+        if tg not in SUPPORTED_TARGETS:
+            fail(f"targets: '{tg}' is not a supported target ({', '.join(SUPPORTED_TARGETS)})")
+    abi = _str_list(t["abi"], f"{where} abi")
+    for a in abi:
+        if a not in ARGUMENTS:
+            fail(f"abi: '{a}' is not an argument the runtime can pass (known: {', '.join(ARGUMENTS)})")
+    if len(set(abi)) != len(abi):
+        fail("abi: an argument is listed twice")
+    calls = t.get("call_params", {})
+    if not isinstance(calls, dict):
+        fail("call_params: a table of PARAM = call value")
+    for k, v in calls.items():
+        if v not in CALL_VALUES:
+            fail(f"call_params.{k}: '{v}' is not a call value (known: {', '.join(CALL_VALUES)})")
+    limit = t["rel_err_limit"]
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not 0 < limit < 1:
+        fail("rel_err_limit: a number between 0 and 1")
+    la = t["launch"]
+    if not isinstance(la, dict):
+        fail("launch: a table")
+    unknown = sorted(set(la) - _LAUNCH_KEYS)
+    missing = sorted({"threads", "tile_m", "tile_n", "smem_bytes"} - set(la))
+    if unknown or missing:
+        fail(f"launch: unknown key '{unknown[0]}'" if unknown else f"launch: needs '{missing[0]}'")
+    if la.get("grid", "tiles") not in GRIDS:
+        fail(f"launch.grid: '{la['grid']}' is not one of {', '.join(GRIDS)}")
+    launch = Launch(**{k: _str(v, f"{where} launch.{k}") for k, v in la.items()})
+    rules = t.get("size_rule", [])
+    if not isinstance(rules, list):
+        fail("size_rule: an array of tables ([[NAME.size_rule]])")
+    size_rules = tuple(_size_rule(source, where, i, r) for i, r in enumerate(rules))
+    return KernelSpec(name, src, _str(t.get("entry", name), f"{where} entry"), str(t.get("summary", "")),
+                      Dtypes(**d), tuple(targets), tuple(abi), tuple(calls.items()), float(limit), launch,
+                      size_rules, path)
+
+
+def _size_rule(source: SourceFile, where: str, i: int, r) -> SizeRule:
+    from .parse import parse_expression
+    if not isinstance(r, dict) or set(r) != {"when", "set"}:
+        raise AsmError(f"{where} size_rule[{i}]: a table with exactly 'when' and 'set'")
+    when = _str(r["when"], f"{where} size_rule[{i}].when")
+    sets = r["set"]
+    if not isinstance(sets, dict) or not all(isinstance(v, int) and not isinstance(v, bool) for v in sets.values()):
+        raise AsmError(f"{where} size_rule[{i}].set: a table of PARAM = integer")
+    # Locate the expression in the file, so that its errors point at file:line:col.
+    offset = source.text.find(when)
+    tree = parse_expression(when, source if offset >= 0 else SourceFile.from_text(source.path, when), max(offset, 0))
+    rule = SizeRule(when, tuple(sets.items()), tree)
+    rule.holds(1, 1, 1, 1)      # an unknown name fails now, at load, not on some later call
+    return rule
+
+
+def _str(v, what: str) -> str:
+    if not isinstance(v, str) or not v:
+        raise AsmError(f"{what}: a non-empty string")
+    return v
+
+
+def _str_list(v, what: str) -> list[str]:
+    if not isinstance(v, list) or not v or not all(isinstance(x, str) for x in v):
+        raise AsmError(f"{what}: a non-empty list of strings")
+    return v
+
+
+# ---- the registry --------------------------------------------------------------------------------
+def shipped_spec_file() -> Path:
+    from importlib import resources
+    return Path(str(resources.files("asmgemm.kernels_ptx") / "kernels.toml"))
+
+
+_registered: dict[str, KernelSpec] = {}
+_loaded: dict[tuple, dict[str, KernelSpec]] = {}
+
+
+def _spec_files() -> list[Path]:
+    extra = [Path(p) for p in os.environ.get(SPECS_ENV, "").split(os.pathsep) if p]
+    return [shipped_spec_file(), *extra]
+
+
+def all_specs() -> dict[str, KernelSpec]:
+    """Every known kernel spec by name: the shipped ones, those in $ASMGEMM_KERNEL_SPECS, then those
+    registered from Python. A name defined twice is an error."""
+    files = tuple(_spec_files())
+    key = tuple((str(p), _stamp(p)) for p in files)
+    found = _loaded.get(key)
+    if found is None:
+        found = {}
+        for p in files:
+            for spec in load_spec_file(p):
+                if spec.name in found:
+                    raise AsmError(f"{p}: kernel '{spec.name}' is already defined in {found[spec.name].spec_file}")
+                found[spec.name] = spec
+        _loaded.clear()
+        _loaded[key] = found
+    out = dict(found)
+    for name, spec in _registered.items():
+        if name in out and out[name] != spec:
+            raise AsmError(f"kernel '{name}' is registered twice ({out[name].spec_file} and {spec.spec_file})")
+        out[name] = spec
+    return out
+
+
+def _stamp(p: Path):
+    try:
+        st = p.stat()
+        return (st.st_mtime_ns, st.st_size)
+    except OSError:
+        return None
+
+
+def register(specs: KernelSpec | list[KernelSpec]) -> None:
+    """Make kernels known to gemm/run/bench/tune in this process (tests, notebooks)."""
+    for spec in [specs] if isinstance(specs, KernelSpec) else specs:
+        _registered[spec.name] = spec
+
+
+def unregister(name: str) -> None:
+    _registered.pop(name, None)
+
+
+def get_spec(name: str) -> KernelSpec:
+    specs = all_specs()
+    name = name[:-5] if name.endswith(".sasm") else name
+    if name not in specs:
+        raise AsmError(f"'{name}' is not a GEMM kernel asmgemm can launch (known: {', '.join(specs) or 'none'})",
+                       hint=f"a kernel becomes launchable through a spec entry (kernels_ptx/kernels.toml, or a file "
+                            f"named in ${SPECS_ENV}); `asmgemm build/check/sass/tune --dry-run` work on any .sasm")
+    return specs[name]
+
+
+def spec_for_dtype(dtype: str, device_target: str | None = None) -> KernelSpec:
+    """The first spec (in file order) whose A/B/C dtype is `dtype` and that supports the device."""
+    candidates = [s for s in all_specs().values() if s.dtypes.a == s.dtypes.b == s.dtypes.c == dtype]
+    for s in candidates:
+        if device_target is None or s.build_target(device_target) is not None:
+            return s
+    known = sorted({s.dtypes.a for s in all_specs().values()})
+    if candidates:
+        raise AsmError(f"no {dtype} GEMM kernel supports {device_target} "
+                       f"({', '.join(f'{s.name}: {s.targets}' for s in candidates)})")
+    raise AsmError(f"unsupported dtype {dtype}: asmgemm has GEMM kernels for {', '.join(known)}",
+                   hint="A, B and C must share one dtype")

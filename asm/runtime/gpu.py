@@ -1,0 +1,67 @@
+"""The one GPU probe: import CuPy and check that a CUDA device answers, with a clear error (never a
+traceback) when there is none; and the facts about a device the runtime keys on, asked once per
+process."""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from ..errors import AsmError
+
+GPU_HINT = ("run it on a machine with an NVIDIA GPU and CuPy (pip install 'asmgemm[gpu]'); "
+            "`asmgemm tune --dry-run` builds and lists candidates without a GPU")
+
+def require_gpu(what: str = "this command"):
+    """The cupy module, once CuPy imports and CUDA reports at least one device; AsmError otherwise."""
+    try:
+        import cupy
+    except ImportError as exc:
+        raise AsmError(f"{what} needs a GPU, but CuPy is not installed ({exc})", hint=GPU_HINT) from None
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # CUDARuntimeError: no driver, no device, driver too old
+        raise AsmError(f"{what} needs a GPU, but CUDA reports: {exc}", hint=GPU_HINT) from None
+    if count < 1:
+        raise AsmError(f"{what} needs a GPU, but CUDA found no device", hint=GPU_HINT)
+    return cupy
+
+
+def gpu_available() -> bool:
+    try:
+        require_gpu()
+        return True
+    except AsmError:
+        return False
+
+
+@dataclass(frozen=True)
+class DeviceFacts:
+    id: int
+    name: str            # 'NVIDIA H100 80GB HBM3': what the tuning cache and baselines key on
+    target: str          # 'sm_90': what the kernels are built for
+    sm_count: int
+
+
+def device_facts(device_id: int | None = None) -> DeviceFacts:
+    """Name, target and SM count of a device (the current one when None), asked once per process."""
+    cupy = require_gpu()
+    return _device_facts(cupy, cupy.cuda.Device().id if device_id is None else int(device_id))
+
+
+@functools.lru_cache(maxsize=None)
+def _device_facts(cupy, device_id: int) -> DeviceFacts:
+    # keyed on the module too: a test's stand-in CuPy never answers for the real one
+    dev = cupy.cuda.Device(device_id)
+    name = cupy.cuda.runtime.getDeviceProperties(dev.id)["name"]
+    name = name.decode() if isinstance(name, bytes) else str(name)
+    from ..isa.arch import arch_for_compute_capability
+    target = arch_for_compute_capability(dev.compute_capability).name
+    return DeviceFacts(dev.id, name, target, int(dev.attributes["MultiProcessorCount"]))
+
+
+def gpu_name(device_id: int | None = None) -> str:
+    return device_facts(device_id).name
+
+
+def gpu_target(device_id: int | None = None) -> str:
+    return device_facts(device_id).target

@@ -1,0 +1,71 @@
+"""The tuning cache, write side: `asmgemm tune` stores its winner here (the runtime only reads:
+asmgemm.runtime.tune_cache, which documents the file). Writes go through a temporary file and a
+rename under a lock file, so an interrupted or concurrent tune leaves either the old or the new
+cache, never a half-written one."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from pathlib import Path
+
+from ..files import write_atomic
+from ..runtime import tune_cache as cache
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    """An exclusive lock on <cache>.lock for the read-modify-write (POSIX; elsewhere, no lock)."""
+    lock_path = path.with_name(path.name + ".lock")
+    fh = open(lock_path, "a+")
+    try:
+        try:
+            import fcntl
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        except ImportError:
+            pass
+        yield
+    finally:
+        fh.close()  # closing releases the lock
+
+
+def make_entry(kernel: str, dtype: str, kernel_path: str | None, params: dict, shape: tuple[int, int, int],
+               tflops: float | None = None, default_tflops: float | None = None, **extra) -> dict:
+    path = cache.kernel_source_path(kernel, kernel_path)
+    entry = {
+        "kernel": kernel,
+        "dtype": dtype,
+        "kernel_path": str(kernel_path) if kernel_path else None,
+        "params": dict(params),
+        "source_hash": cache.current_source_hash(path) if path else None,
+        "ptxas": cache.current_ptxas_version(),
+        "shape": list(shape),
+        "tflops": tflops,
+        "default_tflops": default_tflops,
+        "updated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    entry.update(extra)
+    return entry
+
+
+def store_tuned(gpu_name: str, layout: str, shape: tuple[int, int, int], entry: dict,
+                path: Path | None = None) -> tuple[Path, str | None]:
+    """Insert/replace one entry; stale entries are dropped on the way. Returns (cache path, where a
+    corrupt old file was moved, or None)."""
+    path = Path(path) if path else cache.cache_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    moved = None
+    with _locked(path):
+        try:
+            data = cache.read_cache(path)
+        except cache.CacheCorrupt:
+            moved = str(path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}"))
+            os.replace(path, moved)
+            data = {"format": cache.CACHE_FORMAT, "entries": {}}
+        entries = {k: v for k, v in data["entries"].items() if cache.entry_is_current(v)}
+        entries[cache.cache_key(gpu_name, entry["kernel"], layout, *shape)] = entry
+        data = {"format": cache.CACHE_FORMAT, "entries": dict(sorted(entries.items()))}
+        write_atomic(path, json.dumps(data, indent=1, sort_keys=False) + "\n", durable=True)
+    cache.forget(path)
+    return path, moved

@@ -1,0 +1,138 @@
+"""Kernel specs (asmgemm/kernel_spec.py, kernels_ptx/kernels.toml): loading, checking, the size rule,
+the registry. CPU only."""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from asmgemm import kernel_spec
+from asmgemm.errors import AsmError
+from asmgemm.kernel_spec import get_spec, load_spec_file
+
+TINY = Path(__file__).parent / "data" / "tiny_gemm"
+
+GOOD = """
+[k]
+source = "k.sasm"
+dtypes = { a = "float32", b = "float32", acc = "float32", c = "float32" }
+targets = ["sm_90"]
+abi = ["A", "B", "C", "M", "N", "K", "lda", "ldb", "ldc", "alpha", "beta"]
+rel_err_limit = 1e-4
+launch = { threads = "T", tile_m = "TM", tile_n = "TN", smem_bytes = "S" }
+"""
+
+
+def write_spec(tmp_path, text, name="specs.toml"):
+    (tmp_path / "k.sasm").write_text("// k\n")
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+def test_the_shipped_sgemm_spec():
+    s = get_spec("sgemm")
+    assert s.source.name == "sgemm.sasm" and s.source.is_file() and s.entry == "sgemm"
+    assert (s.dtypes.a, s.dtypes.acc, s.dtypes.c) == ("float32", "float32", "float32")
+    assert s.abi == ("A", "B", "C", "M", "N", "K", "lda", "ldb", "ldc", "alpha", "beta")
+    assert dict(s.call_params) == {"TRANS_A": "trans_a", "TRANS_B": "trans_b", "VEC_A": "vec_a", "VEC_B": "vec_b"}
+    assert s.rel_err_limit == 1e-4 and s.build_target("sm_90") == "sm_90"
+    assert get_spec("sgemm.sasm") is s
+
+
+def test_build_target_takes_the_a_variant_for_its_base_device(tmp_path):
+    p = write_spec(tmp_path, GOOD.replace('targets = ["sm_90"]', 'targets = ["sm_90a"]'))
+    (spec,) = load_spec_file(p)
+    assert spec.build_target("sm_90") == "sm_90a" and spec.build_target("sm_80") is None
+
+
+def test_size_rule_first_match_wins(tmp_path):
+    p = write_spec(tmp_path, GOOD + """
+[[k.size_rule]]
+when = "M * N <= 64 * SMS"
+set = { T = 64 }
+[[k.size_rule]]
+when = "K % 16 == 0"
+set = { T = 128, BK = 16 }
+""")
+    (spec,) = load_spec_file(p)
+    assert spec.size_rule(8, 8, 32, 132) == {"T": 64}
+    assert spec.size_rule(4096, 4096, 32, 132) == {"T": 128, "BK": 16}
+    assert spec.size_rule(4096, 4096, 33, 132) == {}
+
+
+@pytest.mark.parametrize("change, message", [
+    (('source = "k.sasm"', 'source = "missing.sasm"'), "no such file"),
+    (('rel_err_limit = 1e-4', 'rel_err_limit = 1e-4\ntile = 3'), "unknown key 'tile'"),
+    (('targets = ["sm_90"]\n', ''), "needs 'targets'"),
+    (('"float32", c', '"float128", c'), "'float128' is not one of"),
+    (('"alpha", "beta"]', '"alpha", "gamma"]'), "'gamma' is not an argument"),
+    (('"alpha", "beta"]', '"alpha", "alpha"]'), "listed twice"),
+    (('targets = ["sm_90"]', 'targets = ["sm_99"]'), "'sm_99' is not a supported target"),
+    (('smem_bytes = "S" }', 'smem_bytes = "S", grid = "spiral" }'), "launch.grid"),
+    (('rel_err_limit = 1e-4', 'rel_err_limit = 2'), "rel_err_limit"),
+    (('[k]', '[k]\ncall_params = { TRANS_A = "sideways" }'), "not a call value"),
+])
+def test_a_bad_spec_is_named_with_its_file_and_kernel(tmp_path, change, message):
+    p = write_spec(tmp_path, GOOD.replace(*change))
+    with pytest.raises(AsmError, match=message) as err:
+        load_spec_file(p)
+    assert str(p) in err.value.message and "[k]" in err.value.message
+
+
+def test_a_size_rule_expression_error_points_into_the_toml(tmp_path):
+    p = write_spec(tmp_path, GOOD + '\n[[k.size_rule]]\nwhen = "M * N <="\nset = { T = 1 }\n')
+    with pytest.raises(AsmError) as err:
+        load_spec_file(p)
+    text = err.value.format()
+    line = GOOD.count("\n") + 3
+    assert f"{p}:{line}:" in text and "^" in text
+
+
+def test_a_size_rule_with_an_unknown_name_fails_at_load(tmp_path):
+    p = write_spec(tmp_path, GOOD + '\n[[k.size_rule]]\nwhen = "TILES > 4"\nset = { T = 1 }\n')
+    with pytest.raises(AsmError, match="undefined name 'TILES'.*known: M, N, K, SMS"):
+        load_spec_file(p)
+
+
+def test_not_toml_is_a_clear_error(tmp_path):
+    p = tmp_path / "bad.toml"
+    p.write_text("[k\n")
+    with pytest.raises(AsmError, match="not valid TOML"):
+        load_spec_file(p)
+
+
+def test_spec_files_from_the_environment(monkeypatch):
+    with pytest.raises(AsmError, match="'tiny_dgemm' is not a GEMM kernel"):
+        get_spec("tiny_dgemm")
+    monkeypatch.setenv(kernel_spec.SPECS_ENV, str(TINY / "tiny_dgemm.toml"))
+    spec = get_spec("tiny_dgemm")
+    assert spec.source == TINY / "tiny_dgemm.sasm" and spec.dtypes.a == "float64"
+    assert kernel_spec.spec_for_dtype("float64", "sm_90") is spec
+    assert kernel_spec.spec_for_dtype("float32", "sm_90").name == "sgemm"
+    with pytest.raises(AsmError, match="no float64 GEMM kernel supports sm_75"):
+        kernel_spec.spec_for_dtype("float64", "sm_75")
+
+
+def test_a_kernel_defined_twice_is_an_error(monkeypatch, tmp_path):
+    p = write_spec(tmp_path, GOOD.replace("[k]", "[sgemm]"))
+    monkeypatch.setenv(kernel_spec.SPECS_ENV, str(p))
+    with pytest.raises(AsmError, match="kernel 'sgemm' is already defined"):
+        kernel_spec.all_specs()
+
+
+def test_register_and_unregister(tmp_path):
+    (spec,) = load_spec_file(write_spec(tmp_path, GOOD))
+    kernel_spec.register(spec)
+    try:
+        assert get_spec("k") is spec
+    finally:
+        kernel_spec.unregister("k")
+    with pytest.raises(AsmError):
+        get_spec("k")
+
+
+def test_unsupported_dtype_names_the_known_ones():
+    with pytest.raises(AsmError, match="unsupported dtype int8: asmgemm has GEMM kernels for float32"):
+        kernel_spec.spec_for_dtype("int8")

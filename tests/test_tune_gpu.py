@@ -24,7 +24,7 @@ def test_small_tune_stores_a_correct_best(tmp_path, monkeypatch):
     # lose to it by more than timing noise
     assert rep["default"]["tflops"] > 0 and rep["gain_over_default"] > -0.05
 
-    from asmgemm.bench import tune_cache
+    from asmgemm.runtime import tune_cache
     from asmgemm.runtime.gpu import gpu_name
     monkeypatch.setenv("ASMGEMM_TUNE_CACHE", str(cache))
     monkeypatch.delenv("ASMGEMM_NO_TUNE_CACHE", raising=False)
@@ -32,5 +32,5 @@ def test_small_tune_stores_a_correct_best(tmp_path, monkeypatch):
         assert rep["gain_over_default"] < 0 and not cache.exists()
         return
     # the same bucket (each dimension rounded up to a power of two) finds it
-    assert tune_cache.lookup_tuned(gpu_name(), "float32", "nn", 512, 384, 256) == rep["best"]["params"]
-    assert tune_cache.lookup_tuned(gpu_name(), "float32", "nn", 300, 400, 200) == rep["best"]["params"]
+    assert tune_cache.lookup_tuned(gpu_name(), "sgemm", "nn", 512, 384, 256) == rep["best"]["params"]
+    assert tune_cache.lookup_tuned(gpu_name(), "sgemm", "nn", 300, 400, 200) == rep["best"]["params"]

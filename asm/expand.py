@@ -6,6 +6,7 @@ operand to a concrete ir operand. The result has no macro-layer constructs left.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,7 +17,8 @@ from .source import Span, read_source
 
 # Limits that turn hostile or mistaken input into errors instead of hangs.
 MAX_LOOP_TRIPS = 100_000          # iterations of one .for
-MAX_EXPANDED_ITEMS = 2_000_000    # body items produced by one build
+MAX_EXPANDED_ITEMS = 2_000_000    # body items produced by one build; nested .for loops are checked
+                                  # against it up front (_s_For), before their work is done
 MAX_MACRO_DEPTH = 64
 MAX_INCLUDE_DEPTH = 32
 
@@ -61,6 +63,7 @@ class _Scope:
 class _FunctionContext:
     named: dict[str, ir.NamedReg] = field(default_factory=dict)
     in_schedule: bool = False
+    plain_regs: dict[str, Span] = field(default_factory=dict)   # names a plain `.reg` declared (no '%')
 
 
 @dataclass
@@ -88,13 +91,25 @@ class Expander:
         self.fn: _FunctionContext | None = None
         self.tunables: dict[str, list] = {}
         self.tune_spans: dict[str, Span] = {}
+        # Active .for loops, innermost last: [remaining trips including this one, trips, span].
+        self.loops: list[list] = []
+        # .for variables bound by the loops around the current statement, per macro body: a macro
+        # body gets a fresh frame, since its loops are lexically its own.
+        self.loop_vars: list[dict[str, Span]] = [{}]
+        self.current: Span | None = None   # the statement being expanded (for RecursionError)
 
     # ---- entry point ---------------------------------------------------------------------------
     def expand(self, module: ast.Module) -> ExpandResult:
         root = _Scope()
         self.include_stack.append(str(Path(module.source.path).resolve()) if module.source.path else "<input>")
         top: list = []
-        self._stmts(module.body, root, top, toplevel=True)
+        try:
+            self._stmts(module.body, root, top, toplevel=True)
+        except RecursionError:
+            from .parse import MAX_EXPR_DEPTH, MAX_NESTING
+            raise AsmError(f"this is nested too deeply for asmgemm (limits: blocks {MAX_NESTING} deep, "
+                           f"macro calls {MAX_MACRO_DEPTH} deep, includes {MAX_INCLUDE_DEPTH} deep, "
+                           f"expressions {MAX_EXPR_DEPTH} levels)", self.current) from None
         unknown = sorted(set(self.defines) - self.used_defines)
         if unknown:
             params = ", ".join(sorted(self.parameters)) or "none"
@@ -119,6 +134,7 @@ class Expander:
             self._stmt(s, scope, out, toplevel)
 
     def _stmt(self, s, scope: _Scope, out: list, toplevel: bool):
+        self.current = s.span
         kind = type(s).__name__
         handler = getattr(self, "_s_" + kind)
         handler(s, scope, out, toplevel)
@@ -129,6 +145,9 @@ class Expander:
 
     def _s_Target(self, s: ast.Target, scope, out, toplevel):
         self._need_toplevel(s, toplevel, ".target")
+        from .isa.arch import SUPPORTED_TARGETS
+        if s.names and s.names[0] not in SUPPORTED_TARGETS:
+            raise AsmError(f"unsupported .target {s.names[0]} (supported: {', '.join(SUPPORTED_TARGETS)})", s.span)
         self.target = s.names
 
     def _s_AddressSize(self, s: ast.AddressSize, scope, out, toplevel):
@@ -190,11 +209,13 @@ class Expander:
         self.uid += 1
         inner.values["__uid__"] = self.uid
         self.macro_stack.append((s.name, s.span))
+        self.loop_vars.append({})
         produced: list = []
         try:
             self._stmts(macro.body, inner, produced, toplevel)
         finally:
             self.macro_stack.pop()
+            self.loop_vars.pop()
         for item in produced:
             _mark_expansion(item, s.span)
         out.extend(produced)
@@ -207,6 +228,12 @@ class Expander:
         return op
 
     def _s_For(self, s: ast.For, scope: _Scope, out, toplevel):
+        outer = self.loop_vars[-1].get(s.var)
+        if outer is not None:
+            raise AsmError(f"'.for {s.var}' reuses the variable of an enclosing '.for {s.var}': inside this loop "
+                           f"'{s.var}' would no longer mean the outer loop's value", s.span,
+                           notes=[Note(f"the enclosing '.for {s.var}'", outer)],
+                           hint="give the inner loop its own variable name")
         look = self._lookup(scope)
         args = []
         for a in s.args:
@@ -218,14 +245,44 @@ class Expander:
             raise AsmError(f"range() takes 1 to 3 arguments, got {len(args)}", s.span)
         if len(args) == 3 and args[2] == 0:
             raise AsmError("range() step must not be zero", s.args[2].span)
-        rng = range(*args)
-        if len(rng) > MAX_LOOP_TRIPS:
-            raise AsmError(f"'.for' would run {len(rng)} times (limit {MAX_LOOP_TRIPS})", s.span)
-        for i in rng:
-            inner = _Scope(scope)
-            inner.values[s.var] = i
-            inner.spans[s.var] = s.span
-            self._stmts(s.body, inner, out, toplevel)
+        trips = _range_length(*args)      # len(range(...)) overflows past sys.maxsize
+        if trips > MAX_LOOP_TRIPS:
+            raise AsmError(f"'.for' would run {trips} times (limit {MAX_LOOP_TRIPS})", s.span)
+        self._check_projected_items(s, trips)
+        frame = [trips, trips, s.span]
+        self.loops.append(frame)
+        self.loop_vars[-1][s.var] = s.span
+        try:
+            for n, i in enumerate(range(*args)):
+                frame[0] = trips - n
+                inner = _Scope(scope)
+                inner.values[s.var] = i
+                inner.spans[s.var] = s.span
+                self._stmts(s.body, inner, out, toplevel)
+        finally:
+            self.loops.pop()
+            del self.loop_vars[-1][s.var]
+
+    def _check_projected_items(self, s: ast.For, trips: int):
+        """MAX_EXPANDED_ITEMS before the work is done: this loop's trips, times the trips the
+        enclosing loops have left (this iteration included), times a lower bound of what one
+        iteration produces (the instructions, labels and declarations directly in the body, at
+        least 1), plus what the build has produced so far."""
+        if not trips:
+            return
+        per_trip = max(1, sum(1 for b in s.body if isinstance(b, (ast.Instr, ast.Decl, ast.Label))))
+        projected = trips * per_trip
+        for remaining, _, _ in self.loops:
+            projected *= remaining
+        if self.items_emitted + projected <= MAX_EXPANDED_ITEMS:
+            return
+        counts = " × ".join([str(f[0]) for f in self.loops] + [str(trips)])
+        what = f"{counts} iterations" + (f" × {per_trip} statements" if per_trip > 1 else "")
+        after = f" after the {self.items_emitted:,} already produced" if self.items_emitted else ""
+        raise AsmError(f"'.for' would expand to at least {projected:,} items ({what}){after}, over the limit "
+                       f"of {MAX_EXPANDED_ITEMS:,} items per build", s.span,
+                       notes=[Note(f"inside this '.for' ({f[1]} iterations, {f[0]} still to run)", f[2])
+                              for f in reversed(self.loops)][:4])
 
     def _s_If(self, s: ast.If, scope: _Scope, out, toplevel):
         look = self._lookup(scope)
@@ -283,6 +340,9 @@ class Expander:
         if s.choices.func == "range":
             if not 1 <= len(args) <= 3 or not all(isinstance(a, int) for a in args) or (len(args) == 3 and args[2] == 0):
                 raise AsmError("range() wants 1 to 3 integers and a non-zero step", s.choices.span)
+            count = _range_length(*args)
+            if count > 1024:
+                raise AsmError(f"'.tune {s.name}' lists {count} values (limit 1024)", s.span)
             values = list(range(*args))
         else:
             values = args
@@ -344,16 +404,57 @@ class Expander:
             if nm in self.fn.named:
                 raise AsmError(f"register '{nm}' is already declared", span,
                                notes=[Note("first declared here", self.fn.named[nm].span)])
+            plain = self._plain_reg_span(nm)
+            if plain is not None:
+                raise AsmError(f"register '{nm}' is declared twice: by this '.{s.kind}' and by a plain '.reg'", span,
+                               notes=[Note("first declared here", plain)],
+                               hint="declare it once: `.regs` for a named register asmgemm allocates, or `.reg`")
             group = tuple(n for n, _, _ in names[pos - pos % vec: pos - pos % vec + vec]) if vec > 1 else ()
             align = vec * width_align if (vec > 1 and pos % vec == 0) else width_align
             self.fn.named[nm] = ir.NamedReg(nm, ptx_type, s.kind == "temp", banks[pos], group, align, span)
+
+    def _plain_reg_span(self, name: str) -> Span | None:
+        regs = self.fn.plain_regs
+        if not regs:
+            return None
+        if name in regs:
+            return regs[name]
+        for key, span in regs.items():      # `.reg .f32 acc<4>;` covers acc0..acc3
+            if key.endswith(">") and "<" in key:
+                base, count = key[:-1].rsplit("<", 1)
+                rest = name[len(base):]
+                if name.startswith(base) and rest.isdigit() and str(int(rest)) == rest and int(rest) < int(count):
+                    return span
+        return None
 
     def _s_Decl(self, s: ast.Decl, scope: _Scope, out, toplevel):
         quals = " ".join(self._qualifier(q, scope) for q in s.qualifiers)
         decls = ", ".join(self._declarator(d, scope) for d in s.declarators)
         kind = "reg" if s.qualifiers and s.qualifiers[0].word == ".reg" else "decl"
+        if kind == "reg" and self.fn is not None:
+            self._check_plain_regs(s, scope)
         self._count(1, s.span)
         out.append(ir.Directive(f"{quals} {decls};", s.span, kind=kind))
+
+    def _check_plain_regs(self, s: ast.Decl, scope: _Scope):
+        """A name declared both by `.regs`/`.temp` and by a plain `.reg` is an error: the two
+        mechanisms would give one name two registers."""
+        for d in s.declarators:
+            name = self._name_text(d.name.name if isinstance(d.name, ast.RegRef) else d.name, scope)
+            if name.startswith("%"):
+                continue                # `.regs` names never start with '%'
+            if d.count is None:
+                clash = name if name in self.fn.named else None
+            else:                       # `.reg .f32 acc<4>;` declares acc0..acc3
+                clash = next((n for n in self.fn.named if n.startswith(name) and n[len(name):].isdigit()
+                              and str(int(n[len(name):])) == n[len(name):] and int(n[len(name):]) < d.count), None)
+            if clash is not None:
+                named = self.fn.named[clash]
+                raise AsmError(f"register '{clash}' is declared twice: by '.{'temp' if named.temp else 'regs'}' "
+                               "and by this plain '.reg'", d.span,
+                               notes=[Note("first declared here", named.span)],
+                               hint="declare it once: `.regs` for a named register asmgemm allocates, or `.reg`")
+            self.fn.plain_regs.setdefault(name if d.count is None else f"{name}<{d.count}>", d.span)
 
     def _qualifier(self, q: ast.Qualifier, scope) -> str:
         if q.arg is None:
@@ -442,6 +543,10 @@ class Expander:
     def _s_Instr(self, s: ast.Instr, scope, out, toplevel):
         if self.fn is None:
             raise AsmError("an instruction belongs inside a function body", s.span)
+        if s.pinned and not self.fn.in_schedule:
+            raise AsmError("'.pin' outside a '.schedule' region: only the scheduler moves instructions, "
+                           "so there is nothing to pin here", s.span,
+                           hint="put it inside '.schedule' ... '.endschedule', or drop the '.pin'")
         opcode = self._name_text(s.opcode, scope)
         guard = None
         if s.guard is not None:
@@ -503,7 +608,7 @@ class Expander:
                 return v.render()
         v = evaluate(e, self._lookup(scope))
         if isinstance(v, float):
-            if v != int(v):
+            if not math.isfinite(v) or v != int(v):
                 raise AsmError(f"cannot paste the non-integer {v} into a name", e.span)
             v = int(v)
         return str(v)
@@ -635,6 +740,14 @@ class Expander:
         if not isinstance(value, int):
             raise AsmError("an address offset must be an integer", e.span)
         return None, value
+
+
+def _range_length(*args: int) -> int:
+    """len(range(*args)) for integers of any size (len() itself overflows past sys.maxsize)."""
+    start, stop, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) == 3 else 1)
+    if step > 0:
+        return max(0, (stop - start + step - 1) // step)
+    return max(0, (start - stop - step - 1) // -step)
 
 
 def _define_value(name: str, text: str):

@@ -34,6 +34,18 @@ def _check_size(v, span):
     return v
 
 
+# The most digits a literal may have in each base before it is converted: a literal over MAX_BITS
+# bits is an error decided on its length (int() of a huge string is slow, and Python refuses
+# decimal strings over sys.get_int_max_str_digits() digits). Leading zeros do not count.
+_MAX_DIGITS = {16: MAX_BITS // 4, 2: MAX_BITS, 8: -(-MAX_BITS // 3), 10: int(MAX_BITS * math.log10(2)) + 1}
+MAX_FLOAT_LITERAL_CHARS = 1000
+
+
+def _too_big(text: str, span):
+    from .errors import shorten_number
+    return AsmError(f"integer literal {shorten_number(text)} is larger than the limit of {MAX_BITS} bits", span)
+
+
 def parse_number(text: str, span=None) -> int | float:
     """A PTX/.sasm numeric literal: 12, 0x1F, 0b101, 017 (octal), 12U, 1.5, 1e-3, 0f3F800000, 0d3FF0..."""
     t = text
@@ -45,16 +57,33 @@ def parse_number(text: str, span=None) -> int | float:
         t = t[:-1]
     try:
         if t[:2] in ("0x", "0X"):
-            return int(t, 16)
-        if t[:2] in ("0b", "0B"):
-            return int(t[2:], 2)
-        if any(c in t for c in ".eE"):
-            return float(t)
-        if len(t) > 1 and t[0] == "0":
-            return int(t, 8)  # PTX follows C: a leading 0 means octal
-        return int(t)
+            base, digits = 16, t[2:]
+        elif t[:2] in ("0b", "0B"):
+            base, digits = 2, t[2:]
+        elif any(c in t for c in ".eE"):
+            if len(t) > MAX_FLOAT_LITERAL_CHARS:
+                raise AsmError(f"floating-point literal {_short(text)} is longer than the limit of "
+                               f"{MAX_FLOAT_LITERAL_CHARS} characters", span)
+            v = float(t)
+            if math.isinf(v):
+                raise AsmError(f"floating-point literal {_short(text)} is out of range (larger than 1.8e308)", span)
+            return v
+        elif len(t) > 1 and t[0] == "0":
+            base, digits = 8, t[1:]  # PTX follows C: a leading 0 means octal
+        else:
+            base, digits = 10, t
+        if len(digits) > _MAX_DIGITS[base] and len(digits.lstrip("0")) > _MAX_DIGITS[base]:
+            raise _too_big(text, span)
+        v = int(digits, base)
     except ValueError:
-        raise AsmError(f"malformed number '{text}'", span) from None
+        raise AsmError(f"malformed number '{_short(text)}'", span) from None
+    if v.bit_length() > MAX_BITS:
+        raise _too_big(text, span)
+    return v
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 60 else f"{text[:20]}…{text[-5:]} ({len(text)} characters)"
 
 
 def format_number(v: int | float | bool) -> str:

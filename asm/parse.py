@@ -6,6 +6,7 @@ AST node carries a span into the original file.
 from __future__ import annotations
 
 import functools
+import re
 from importlib import resources
 
 from lark import Lark, Token, Tree
@@ -13,9 +14,16 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 
 from . import ast
 from .errors import AsmError, Note
+from .expr import parse_number
 from .source import SourceFile, Span
 
-MAX_NESTING = 200
+# Limits on what one file may ask of the parser, so that hostile or generated input gets an error
+# at its position rather than a hang or a crash. Lines and brackets are checked on the raw text
+# before Lark runs; expression depth while the AST is built.
+MAX_NESTING = 200            # blocks (.for/.if/.macro/{ }) inside one another
+MAX_LINE_CHARS = 65_536      # characters in one line (PTX data initialisers `= {...}` excepted)
+MAX_BRACKET_DEPTH = 64       # ( and [ open at once on one line
+MAX_EXPR_DEPTH = 100         # levels of one expression or operand: operators and parentheses
 
 # What the user sees instead of a terminal's internal name.
 _TERMINAL_WORDS = {
@@ -76,16 +84,23 @@ def expression_parser() -> Lark:
 
 
 def parse_source(source: SourceFile) -> ast.Module:
+    check_text_limits(source)
     try:
         tree = statement_parser().parse(source.text)
     except UnexpectedInput as exc:
         raise _syntax_error(exc, source, 0, source.text) from None
     builder = _AstBuilder(source)
-    return ast.Module(builder.stmts(tree.children), source)
+    try:
+        return ast.Module(builder.stmts(tree.children), source)
+    except RecursionError:
+        raise builder.too_deep() from None
 
 
 def parse_expression(text: str, source: SourceFile, offset: int, start: str = "expr"):
     """Parse `text`, found at `offset` in `source`, with the expression grammar."""
+    if len(text) > MAX_LINE_CHARS:
+        raise AsmError(f"expression is {len(text):,} characters long (limit {MAX_LINE_CHARS:,} characters)",
+                       Span(source, offset, offset + 1))
     try:
         tree = expression_parser().parse(text, start=start)
     except UnexpectedInput as exc:
@@ -94,7 +109,55 @@ def parse_expression(text: str, source: SourceFile, offset: int, start: str = "e
             err.hint = ("in directive lines and inside { }, '//' is floor division: end the line with ';' "
                         "before a // comment, or use /* */")
         raise err from None
-    return _AstBuilder(source, offset).expr(tree)
+    builder = _AstBuilder(source, offset)
+    try:
+        return builder.expr(tree)
+    except RecursionError:
+        raise builder.too_deep(Span(source, offset, offset + len(text))) from None
+
+
+# Comments, strings, brackets and line ends: all the raw-text check needs to see.
+_RAW_SCAN = re.compile(r'/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\\n])*"|[(\[\])\n]', re.S)
+# A PTX data initialiser (`.global .align 4 .b8 tbl[65536] = {0, 1, ...};`): nvcc writes it on
+# one line however long; it is one token to the grammar, so it is exempt from MAX_LINE_CHARS.
+_DATA_INIT = re.compile(r"[ \t]*(?:\.(?:visible|extern|weak|common)[ \t]+)*\.(?:global|const)[ \t]+\.[^=\n]*=[ \t]*\{")
+
+
+def check_text_limits(source: SourceFile) -> None:
+    """MAX_LINE_CHARS and MAX_BRACKET_DEPTH, checked on the raw text before parsing, cheaply: a
+    file shorter than the line limit has no long line, and brackets are counted only when there
+    are more of them than the depth limit."""
+    text = source.text
+    if len(text) > MAX_LINE_CHARS:
+        starts = source._line_starts
+        for i, start in enumerate(starts):
+            end = starts[i + 1] - 1 if i + 1 < len(starts) else len(text)
+            if end - start <= MAX_LINE_CHARS:
+                continue
+            at = start + MAX_LINE_CHARS
+            m = _DATA_INIT.match(text, start, end)
+            if m is not None:
+                semi = text.find(";", m.end(), end)
+                if semi >= 0 and end - semi <= MAX_LINE_CHARS:
+                    continue
+                at = semi + MAX_LINE_CHARS if semi >= 0 else end - 1
+            raise AsmError(f"this line is {end - start:,} characters long (limit {MAX_LINE_CHARS:,} "
+                           "characters per line)", Span(source, at, at + 1))
+    if text.count("(") + text.count("[") <= MAX_BRACKET_DEPTH:
+        return
+    depth = 0
+    for m in _RAW_SCAN.finditer(text):
+        ch = text[m.start()]
+        if ch == "(" or ch == "[":
+            depth += 1
+            if depth > MAX_BRACKET_DEPTH:
+                raise AsmError(f"brackets nested more than {MAX_BRACKET_DEPTH} deep on one line "
+                               f"(limit {MAX_BRACKET_DEPTH})", Span(source, m.start(), m.start() + 1))
+        elif ch == ")" or ch == "]":
+            if depth:
+                depth -= 1
+        elif ch == "\n":
+            depth = 0
 
 
 def _syntax_error(exc: UnexpectedInput, source: SourceFile, offset: int, text: str) -> AsmError:
@@ -157,6 +220,20 @@ class _AstBuilder:
         self.source = source
         self.offset = offset
         self.depth = 0
+        self.expr_depth = 0
+        self.current = None        # the statement being built: where a RecursionError is reported
+
+    def too_deep(self, fallback: Span | None = None) -> AsmError:
+        """The safety net under the limits: Python's recursion limit hit while building."""
+        span = self.span(self.current) if self.current is not None else fallback
+        return AsmError(f"this is nested too deeply for asmgemm (limits: blocks {MAX_NESTING} deep, "
+                        f"expressions {MAX_EXPR_DEPTH} levels, brackets {MAX_BRACKET_DEPTH} deep)", span)
+
+    def _deeper(self, t):
+        self.expr_depth += 1
+        if self.expr_depth > MAX_EXPR_DEPTH:
+            raise AsmError(f"expression nested more than {MAX_EXPR_DEPTH} levels deep: operators and "
+                           f"parentheses (limit {MAX_EXPR_DEPTH})", self.span(t))
 
     # ---- positions ---------------------------------------------------------------------------
     def span(self, node) -> Span:
@@ -167,6 +244,13 @@ class _AstBuilder:
             return Span(self.source, self.offset, self.offset)
         return Span(self.source, self.offset + meta.start_pos, self.offset + meta.end_pos)
 
+    def small_int(self, tok: Token) -> int:
+        """A NUMBER token that must be a plain non-negative integer (.address_size, %r<N>)."""
+        v = parse_number(str(tok), self.span(tok))
+        if not isinstance(v, int) or v < 0 or v >= 1 << 31:
+            raise AsmError(f"expected a non-negative integer below 2**31 here, got {str(tok)}", self.span(tok))
+        return v
+
     def tok_span(self, tok: Token, skip: int = 0, trim: int = 0) -> Span:
         return Span(self.source, self.offset + tok.start_pos + skip, self.offset + tok.end_pos - trim)
 
@@ -175,13 +259,17 @@ class _AstBuilder:
         self.depth += 1
         if self.depth > MAX_NESTING:
             first = next((c for c in children if c is not None), None)
-            raise AsmError(f"blocks nested more than {MAX_NESTING} deep",
+            raise AsmError(f"blocks nested more than {MAX_NESTING} deep (limit {MAX_NESTING})",
                            self.span(first) if first is not None else None)
-        out = [self.stmt(c) for c in children if c is not None]
+        out = []
+        for c in children:          # a plain loop: a comprehension would add a frame per block level
+            if c is not None:
+                out.append(self.stmt(c))
         self.depth -= 1
         return out
 
     def stmt(self, t):
+        self.current = t
         if isinstance(t, Token):
             raise AsmError(f"unexpected '{t.value}'", self.span(t))
         return getattr(self, "s_" + t.data)(t)
@@ -193,7 +281,7 @@ class _AstBuilder:
         return ast.Target([str(c) for c in t.children[1:]], self.span(t))
 
     def s_address_size(self, t):
-        return ast.AddressSize(int(str(t.children[1]), 0), self.span(t))
+        return ast.AddressSize(self.small_int(t.children[1]), self.span(t))
 
     def s_file_dir(self, t):
         return ast.RawDirective(".file", str(t.children[1]).strip(), self.span(t))
@@ -276,7 +364,7 @@ class _AstBuilder:
                 elif c.type == "INIT_RAW":
                     init = "= " + c.value[1:].strip()
             elif c.data == "reg_count":
-                count = int(str(c.children[0]).rstrip("U"), 0)
+                count = self.small_int(c.children[0])
             elif c.data == "dims":
                 dims.append(self.dims(c))
         return ast.Declarator(name, count, dims, init, self.span(t))
@@ -472,44 +560,50 @@ class _AstBuilder:
 
     def operand(self, t):
         """Operand trees of sasm.lark (a subset of the expression language)."""
-        if isinstance(t, Token):
-            if t.type == "NUMBER":
-                return ast.Num(t.value, self.span(t))
-            if t.type == "NAME":
-                return self.name(t)
-            if t.type == "REG":
-                return ast.RegRef(self.name(t), self.span(t))
-            if t.type == "BRACE_RAW":
-                return self.brace(t)
-            if t.type == "STRING":
-                return ast.Str(t.value, self.span(t))
-            raise AsmError(f"unexpected '{t.value}'", self.span(t))
-        d = t.data
-        sp = self.span(t)
-        if d == "reg":
-            return ast.RegRef(self.name(t.children[0]), sp)
-        if d == "name":
-            return self.name(t.children[0])
-        if d == "number":
-            return ast.Num(t.children[0].value, sp)
-        if d == "brace":
-            return self.brace(t.children[0])
-        if d == "string":
-            return ast.Str(t.children[0].value, sp)
-        if d == "paren":
-            return ast.Paren([self.operand(c) for c in t.children if c is not None], sp)
-        if d == "pair":
-            return ast.Pair(self.operand(t.children[0]), self.operand(t.children[1]), sp)
-        if d in ("add", "sub", "mul"):
-            op = {"add": "+", "sub": "-", "mul": "*"}[d]
-            return ast.BinOp(op, self.operand(t.children[0]), self.operand(t.children[1]), sp)
-        if d == "neg":
-            return ast.UnOp("-", self.operand(t.children[0]), sp)
-        if d == "lnot":
-            return ast.UnOp("!", self.operand(t.children[0]), sp)
-        if d == "memref":
-            return ast.MemRef([self.operand(c) for c in t.children], sp)
-        raise AsmError(f"unsupported operand form '{d}'", sp)
+        # Depth is counted here, in the recursive function itself (no wrapper frame), so that the
+        # limit fires well before Python's recursion limit.
+        self._deeper(t)
+        try:
+            if isinstance(t, Token):
+                if t.type == "NUMBER":
+                    return ast.Num(t.value, self.span(t))
+                if t.type == "NAME":
+                    return self.name(t)
+                if t.type == "REG":
+                    return ast.RegRef(self.name(t), self.span(t))
+                if t.type == "BRACE_RAW":
+                    return self.brace(t)
+                if t.type == "STRING":
+                    return ast.Str(t.value, self.span(t))
+                raise AsmError(f"unexpected '{t.value}'", self.span(t))
+            d = t.data
+            sp = self.span(t)
+            if d == "reg":
+                return ast.RegRef(self.name(t.children[0]), sp)
+            if d == "name":
+                return self.name(t.children[0])
+            if d == "number":
+                return ast.Num(t.children[0].value, sp)
+            if d == "brace":
+                return self.brace(t.children[0])
+            if d == "string":
+                return ast.Str(t.children[0].value, sp)
+            if d == "paren":
+                return ast.Paren([self.operand(c) for c in t.children if c is not None], sp)
+            if d == "pair":
+                return ast.Pair(self.operand(t.children[0]), self.operand(t.children[1]), sp)
+            if d in ("add", "sub", "mul"):
+                op = {"add": "+", "sub": "-", "mul": "*"}[d]
+                return ast.BinOp(op, self.operand(t.children[0]), self.operand(t.children[1]), sp)
+            if d == "neg":
+                return ast.UnOp("-", self.operand(t.children[0]), sp)
+            if d == "lnot":
+                return ast.UnOp("!", self.operand(t.children[0]), sp)
+            if d == "memref":
+                return ast.MemRef([self.operand(c) for c in t.children], sp)
+            raise AsmError(f"unsupported operand form '{d}'", sp)
+        finally:
+            self.expr_depth -= 1
 
     def brace(self, tok: Token) -> ast.Brace:
         inner = tok.value[1:-1]
@@ -529,47 +623,53 @@ class _AstBuilder:
 
     def expr(self, t):
         """Trees of expr.lark."""
-        if isinstance(t, Token):
-            if t.type == "NAME_RANGE":
-                return self.name_range(t)
-            return self.operand(t)
-        d = t.data
-        sp = self.span(t)
-        c = t.children
-        if d == "number":
-            return ast.Num(c[0].value, sp)
-        if d == "name":
-            return ast.Name([c[0].value], sp)
-        if d == "reg":
-            return ast.RegRef(ast.Name([c[0].value], sp), sp)
-        if d == "string":
-            return ast.Str(c[0].value, sp)
-        if d == "group":
-            return self.expr(c[0])
-        if d == "item":
-            return self.expr(c[0])
-        if d == "call":
-            return ast.Call(c[0].value, [self.expr(a) for a in c[1:] if a is not None], sp)
-        if d == "binop":
-            return ast.BinOp(c[1].value, self.expr(c[0]), self.expr(c[2]), sp)
-        if d == "pow":
-            return ast.BinOp("**", self.expr(c[0]), self.expr(c[2]), sp)
-        if d in ("bitor", "bitxor", "bitand", "or_", "and_"):
-            op = {"bitor": "|", "bitxor": "^", "bitand": "&", "or_": "or", "and_": "and"}[d]
-            return ast.BinOp(op, self.expr(c[0]), self.expr(c[1]), sp)
-        if d == "unary":
-            return ast.UnOp(c[0].value, self.expr(c[1]), sp)
-        if d == "not_":
-            return ast.UnOp("not", self.expr(c[0]), sp)
-        if d == "lnot":
-            return ast.UnOp("!", self.expr(c[0]), sp)
-        if d == "compare":
-            first = self.expr(c[0])
-            rest = [(c[i].value, self.expr(c[i + 1])) for i in range(1, len(c), 2)]
-            return ast.Compare(first, rest, sp)
-        if d == "cond":
-            return ast.Cond(self.expr(c[1]), self.expr(c[0]), self.expr(c[2]), sp)
-        raise AsmError(f"unsupported expression form '{d}'", sp)
+        # Depth is counted here, in the recursive function itself (no wrapper frame), so that the
+        # limit fires well before Python's recursion limit.
+        self._deeper(t)
+        try:
+            if isinstance(t, Token):
+                if t.type == "NAME_RANGE":
+                    return self.name_range(t)
+                return self.operand(t)
+            d = t.data
+            sp = self.span(t)
+            c = t.children
+            if d == "number":
+                return ast.Num(c[0].value, sp)
+            if d == "name":
+                return ast.Name([c[0].value], sp)
+            if d == "reg":
+                return ast.RegRef(ast.Name([c[0].value], sp), sp)
+            if d == "string":
+                return ast.Str(c[0].value, sp)
+            if d == "group":
+                return self.expr(c[0])
+            if d == "item":
+                return self.expr(c[0])
+            if d == "call":
+                return ast.Call(c[0].value, [self.expr(a) for a in c[1:] if a is not None], sp)
+            if d == "binop":
+                return ast.BinOp(c[1].value, self.expr(c[0]), self.expr(c[2]), sp)
+            if d == "pow":
+                return ast.BinOp("**", self.expr(c[0]), self.expr(c[2]), sp)
+            if d in ("bitor", "bitxor", "bitand", "or_", "and_"):
+                op = {"bitor": "|", "bitxor": "^", "bitand": "&", "or_": "or", "and_": "and"}[d]
+                return ast.BinOp(op, self.expr(c[0]), self.expr(c[1]), sp)
+            if d == "unary":
+                return ast.UnOp(c[0].value, self.expr(c[1]), sp)
+            if d == "not_":
+                return ast.UnOp("not", self.expr(c[0]), sp)
+            if d == "lnot":
+                return ast.UnOp("!", self.expr(c[0]), sp)
+            if d == "compare":
+                first = self.expr(c[0])
+                rest = [(c[i].value, self.expr(c[i + 1])) for i in range(1, len(c), 2)]
+                return ast.Compare(first, rest, sp)
+            if d == "cond":
+                return ast.Cond(self.expr(c[1]), self.expr(c[0]), self.expr(c[2]), sp)
+            raise AsmError(f"unsupported expression form '{d}'", sp)
+        finally:
+            self.expr_depth -= 1
 
 
 def _top_level_dash(inner: str) -> int:

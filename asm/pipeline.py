@@ -22,7 +22,7 @@ from .parse import parse_source
 from .regalloc import Allocation, allocate
 from .scheduler import schedule_module
 from .source import SourceFile, read_source
-from .toolchain import KernelResources, parse_diagnostics, parse_resource_usage, run_ptxas
+from .toolchain import ABORTED, KernelResources, parse_diagnostics, parse_resource_usage, run_ptxas
 
 
 @dataclass
@@ -166,21 +166,58 @@ def assemble(result: BuildResult, extra_args: list[str] | None = None) -> Assemb
     ptx_name = Path(result.source.path).with_suffix(".ptx").name
     code, log, cubin = run_ptxas(result.ptx, result.target, args, ptx_name=ptx_name)
     diags = parse_diagnostics(log)
+    if code < 0:
+        raise AsmError(_killed_by_signal(-code, log))
     if code != 0 or cubin is None:
         errors = [d for d in diags if d.severity == "error"] or diags
+        # "Ptx assembly aborted due to errors" only closes the real errors before it.
+        errors = [d for d in errors if d.message != ABORTED] or errors
         if not errors:
-            raise AsmError(f"ptxas failed (exit {code}): {log.strip()[:2000]}")
+            tail = log.strip()[-2000:]
+            raise AsmError(f"ptxas failed (exit {code})" + (f": {tail}" if tail else " and printed nothing"))
+        ptx_lines = result.ptx.splitlines()
+
+        def where(line: int | None):
+            if not line:
+                return None
+            return result.emitted.span_for_line(line) or _header_span(result, ptx_lines, line)
+
         first = errors[0]
-        span = result.emitted.span_for_line(first.line) if first.line else None
-        ptx_line = result.ptx.splitlines()[first.line - 1].strip() if first.line else ""
-        notes = []
-        for d in errors[1:6]:
-            notes.append(Note(f"ptxas: {d.message}",
-                              result.emitted.span_for_line(d.line) if d.line else None))
-        where = f" (PTX line {first.line}: {ptx_line})" if first.line else ""
-        raise AsmError(f"ptxas: {first.message}{where}", span, notes=notes)
+        span = where(first.line)
+        ptx_line = ptx_lines[first.line - 1].strip() if first.line and first.line <= len(ptx_lines) else ""
+        notes = [Note(f"ptxas: {d.message}", where(d.line)) for d in errors[1:6]]
+        at = f" (PTX line {first.line}: {ptx_line})" if first.line else ""
+        raise AsmError(f"ptxas: {first.message}{at}", span, notes=notes)
     warnings = [f"{d.message}" for d in diags if d.severity == "warning"]
     return AssembleResult(cubin, parse_resource_usage(log), warnings, log)
+
+
+def _header_span(result: BuildResult, ptx_lines: list[str], line: int):
+    """A PTX header line (.version/.target/.address_size) has no instruction behind it: point at
+    the directive the source wrote, if it wrote one."""
+    if line > len(ptx_lines):
+        return None
+    words = ptx_lines[line - 1].split()
+    kind = {".version": ast.Version, ".target": ast.Target, ".address_size": ast.AddressSize}.get(
+        words[0] if words else "")
+    if kind is None:
+        return None
+    return next((s.span for s in result.ast.body if isinstance(s, kind)), None)
+
+
+def _killed_by_signal(signum: int, log: str) -> str:
+    import signal
+    from .toolchain import signal_name
+    name = signal_name(signum)
+    if signum == getattr(signal, "SIGKILL", None):
+        why = "something outside ptxas killed it (often the out-of-memory killer)"
+    elif signum in (getattr(signal, "SIGINT", None), getattr(signal, "SIGTERM", None)):
+        why = "it was stopped from outside"
+    else:
+        why = ("this is a ptxas crash on this input, not an error asmgemm can point at in the source; "
+               "write the PTX with `asmgemm build -o FILE.ptx` and run ptxas on it to reproduce")
+    tail = log.strip()[-2000:]
+    return f"ptxas was killed by signal {signum} ({name}): {why}" + (f"\nptxas said: {tail}" if tail else "")
 
 
 @dataclass

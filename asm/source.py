@@ -19,10 +19,15 @@ class SourceFile:
 
     @staticmethod
     def from_text(path: str, text: str) -> "SourceFile":
+        """A source from its text. Line endings are normalised first (CRLF and a lone CR become
+        LF, a leading byte-order mark is dropped), so every offset, line and column refers to the
+        text as an editor shows it."""
+        text = normalise_text(text)
         starts = [0]
-        for i, ch in enumerate(text):
-            if ch == "\n":
-                starts.append(i + 1)
+        i = text.find("\n")
+        while i >= 0:
+            starts.append(i + 1)
+            i = text.find("\n", i + 1)
         return SourceFile(path, text, tuple(starts))
 
     def line_col(self, offset: int) -> tuple[int, int]:
@@ -37,6 +42,17 @@ class SourceFile:
         start = self._line_starts[line - 1]
         end = self.text.find("\n", start)
         return self.text[start:] if end < 0 else self.text[start:end]
+
+
+def normalise_text(text: str) -> str:
+    """Drop a leading UTF-8 byte-order mark (U+FEFF) and turn CRLF and CR-only line endings into
+    LF. A file saved with CR-only endings (classic Mac) would otherwise be one long line, and a
+    `//` comment on its first line would swallow the whole file."""
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return text
 
 
 @dataclass(frozen=True)
@@ -83,19 +99,27 @@ def read_source(path: str | Path, *, shown_as: str | None = None) -> SourceFile:
         raise AsmError(f"{name} is a directory, not a source file") from None
     except OSError as exc:
         raise AsmError(f"cannot read {name}: {exc.strerror}") from None
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        src = SourceFile.from_text(name, "\ufffd")
+        raise AsmError("this file is UTF-16 (it starts with a UTF-16 byte-order mark); "
+                       "source files must be UTF-8: save it as UTF-8", Span(src, 0, 1))
+    if data.startswith(b"\xef\xbb\xbf"):   # a UTF-8 byte-order mark: not part of the text
+        data = data[3:]
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         # Report the position of the bad byte in terms the editor shows: line and column.
-        good = data[: exc.start].decode("utf-8", errors="replace")
-        src = SourceFile.from_text(name, good + "\ufffd")
+        # The rest of the file is shown decoded with U+FFFD for bad bytes; the offset is taken
+        # after line endings are normalised, as for any other error.
+        at = len(normalise_text(data[: exc.start].decode("utf-8", errors="replace")))
+        src = SourceFile.from_text(name, data.decode("utf-8", errors="replace"))
         raise AsmError(
             f"invalid UTF-8 byte 0x{data[exc.start]:02x} (source files must be UTF-8 text)",
-            Span(src, len(good), len(good) + 1),
+            Span(src, at, at + 1),
         ) from None
     if "\x00" in text:
-        i = text.index("\x00")
         src = SourceFile.from_text(name, text)
+        i = src.text.index("\x00")
         raise AsmError("NUL byte in source: this looks like a binary file, not .sasm/.ptx text",
                        Span(src, i, i + 1))
     return SourceFile.from_text(name, text)

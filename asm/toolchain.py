@@ -44,11 +44,20 @@ def _pip_bin_dirs() -> list[Path]:
 
 def find_tool(name: str, required: bool = True) -> str | None:
     """Absolute path of `name` (ptxas or nvdisasm), or a ToolchainError that says what to install."""
-    override = os.environ.get(f"ASMGEMM_{name.upper()}")
+    var = f"ASMGEMM_{name.upper()}"
+    override = os.environ.get(var)
     if override:
-        if Path(override).is_file():
-            return override
-        raise ToolchainError(f"ASMGEMM_{name.upper()}={override} does not name a file")
+        p = Path(override)
+        if p.is_dir():
+            raise ToolchainError(f"{var}={override} is a directory; it must name the {name} executable itself",
+                                 hint=f"for example {var}={p / name}")
+        if not p.is_file():
+            raise ToolchainError(f"{var}={override}: no such file; it must name the {name} executable",
+                                 hint=f"fix or unset {var} (unset, {name} is looked up on PATH)")
+        if not os.access(p, os.X_OK):
+            raise ToolchainError(f"{var}={override} is not executable; it must name the {name} executable",
+                                 hint=f"chmod +x {override}, or point {var} at {name}")
+        return override
     found = shutil.which(name)
     if found:
         return found
@@ -76,9 +85,28 @@ def ptxas_version() -> str:
     return tool_version("ptxas")
 
 
+def _run_tool(name: str, exe: str, args: list[str]) -> subprocess.CompletedProcess:
+    """Run a tool; failing to start it (a file that is not a program) is a ToolchainError."""
+    try:
+        return subprocess.run([exe, *args], capture_output=True, text=True, errors="replace")
+    except OSError as exc:
+        var = f"ASMGEMM_{name.upper()}"
+        via = f" ({var}={exe})" if os.environ.get(var) == exe else ""
+        hint = f"check that it is the {name} program" + (f", or unset {var}" if via else "")
+        raise ToolchainError(f"cannot run {name} {exe}{via}: {exc.strerror or exc}", hint=hint) from None
+
+
+def signal_name(signum: int) -> str:
+    import signal
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
 def tool_version(name: str) -> str:
     exe = find_tool(name)
-    out = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
+    out = _run_tool(name, exe, ["--version"]).stdout
     m = re.search(r"release [\d.]+, (V[\d.]+)", out)
     return m.group(1) if m else out.strip().splitlines()[-1] if out.strip() else "unknown"
 
@@ -126,7 +154,10 @@ class PtxasDiagnostic:
     message: str
 
 
-_DIAG = re.compile(r"^ptxas\s+(?P<file>.*?), line (?P<line>\d+); (?P<sev>error|warning)\s*:\s*(?P<msg>.*)$")
+_DIAG = re.compile(r"^ptxas\s+(?P<file>.*?), line (?P<line>\d+); (?P<sev>error|warning|fatal)\s*:\s*(?P<msg>.*)$")
+_ON_LINE = re.compile(r"\bon line (\d+)\b")
+# What ptxas says last after any error; it adds nothing to the errors before it.
+ABORTED = "Ptx assembly aborted due to errors"
 _DIAG_NOLINE = re.compile(r"^ptxas (?P<sev>error|warning|fatal)\s*:\s*(?P<msg>.*)$")
 
 
@@ -135,12 +166,16 @@ def parse_diagnostics(log: str) -> list[PtxasDiagnostic]:
     for raw in log.splitlines():
         m = _DIAG.match(raw.strip())
         if m:
-            diags.append(PtxasDiagnostic(int(m["line"]), m["sev"], m["msg"].strip()))
+            # `ptxas f.ptx, line 1; fatal : Unsupported .version 99.9` is an error with a line.
+            sev = "error" if m["sev"] == "fatal" else m["sev"]
+            diags.append(PtxasDiagnostic(int(m["line"]), sev, m["msg"].strip()))
             continue
         m = _DIAG_NOLINE.match(raw.strip())
         if m:
             sev = "error" if m["sev"] == "fatal" else m["sev"]
-            diags.append(PtxasDiagnostic(None, sev, m["msg"].strip()))
+            # Some fatal messages carry their line in the text: "... encountered on line 22".
+            at = _ON_LINE.search(m["msg"])
+            diags.append(PtxasDiagnostic(int(at.group(1)) if at else None, sev, m["msg"].strip()))
     return diags
 
 
@@ -203,9 +238,9 @@ def run_ptxas(ptx: str, target: str = "sm_90", extra_args: list[str] | None = No
     with tempfile.TemporaryDirectory(prefix="asmgemm-") as tmp:
         src = Path(tmp) / ptx_name
         out = Path(tmp) / "out.cubin"
-        src.write_text(ptx)
-        cmd = [exe, f"-arch={target}", "-v", "-o", str(out), str(src)] + list(extra_args or [])
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        src.write_text(ptx, encoding="utf-8")
+        cmd = [f"-arch={target}", "-v", "-o", str(out), str(src)] + list(extra_args or [])
+        proc = _run_tool("ptxas", exe, cmd)
         log = proc.stdout + proc.stderr
         cubin = out.read_bytes() if proc.returncode == 0 and out.exists() else None
         return proc.returncode, log, cubin
@@ -218,7 +253,12 @@ def disassemble(cubin: bytes, extra_args: list[str] | None = None) -> str:
         path = Path(tmp) / "in.cubin"
         path.write_bytes(cubin)
         args = extra_args if extra_args is not None else ["-hex", "-c"]
-        proc = subprocess.run([exe, *args, str(path)], capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise ToolchainError(f"nvdisasm failed: {proc.stderr.strip() or proc.stdout.strip()}")
+        proc = _run_tool("nvdisasm", exe, [*args, str(path)])
+        code = proc.returncode
+        if code < 0:
+            raise ToolchainError(f"nvdisasm was killed by signal {-code} ({signal_name(-code)}): "
+                                 "an nvdisasm crash on this cubin")
+        if code != 0:
+            said = proc.stderr.strip() or proc.stdout.strip()
+            raise ToolchainError(f"nvdisasm failed (exit {code})" + (f": {said}" if said else " and printed nothing"))
         return proc.stdout

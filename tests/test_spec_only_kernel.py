@@ -12,7 +12,6 @@ from __future__ import annotations
 import ctypes
 import json
 import sys
-import types
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +19,7 @@ import pytest
 
 from asmgemm import kernel_spec
 from asmgemm.toolchain import find_tool
+from fake_cupy import FakeArray, forget_loaded, make_cupy, read_bytes
 
 TINY = Path(__file__).parent / "data" / "tiny_gemm"
 SPEC_FILE = TINY / "tiny_dgemm.toml"
@@ -39,29 +39,6 @@ def tiny(monkeypatch, tmp_path):
 
 
 # ---- a stand-in CuPy that launches by interpreting the tiny kernel's arguments -------------------
-class _Device:
-    def __init__(self, id=0):
-        self.id = 0
-        self.compute_capability = "90"
-        self.attributes = {"MultiProcessorCount": 132}
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
-class FakeArray(np.ndarray):
-    @property
-    def device(self):
-        return _Device()
-
-    @property
-    def data(self):
-        return types.SimpleNamespace(ptr=self.ctypes.data)
-
-
 def _matrix(ptr: int, rows: int, cols: int, ld: int) -> np.ndarray:
     """A float64 rows x cols row-major view (leading dimension ld) of memory at ptr, as the kernel reads it."""
     count = (rows - 1) * ld + cols
@@ -85,25 +62,13 @@ def _tiny_dgemm_launch(launches):
 @pytest.fixture
 def fake_cupy(monkeypatch):
     launches = []
-    cp = types.ModuleType("cupy")
-    cp.ndarray = FakeArray
-    cp.empty = lambda shape, dtype=np.float64: np.empty(shape, dtype).view(FakeArray)
 
-    class RawModule:
-        def __init__(self, path):
-            assert Path(path).read_bytes()[:4] == b"\x7fELF", "the runtime loads the cubin ptxas made"
-
-        def get_function(self, name):
-            assert name == "tiny_dgemm"
-            return _tiny_dgemm_launch(launches)
-    cp.RawModule = RawModule
-    cp.cuda = types.SimpleNamespace(
-        runtime=types.SimpleNamespace(getDeviceCount=lambda: 1, getDeviceProperties=lambda d: {"name": b"Fake GPU"}),
-        Device=_Device)
-    monkeypatch.setitem(sys.modules, "cupy", cp)
-    from asmgemm.runtime import gemm
-    monkeypatch.setattr(gemm, "_functions", {})      # functions loaded through another test's stand-in
-    monkeypatch.setattr(gemm, "_modules", {})
+    def function(path, entry):
+        assert read_bytes(path)[:4] == b"\x7fELF", "the runtime loads the cubin ptxas made"
+        assert entry == "tiny_dgemm"
+        return _tiny_dgemm_launch(launches)
+    monkeypatch.setitem(sys.modules, "cupy", make_cupy(function))
+    forget_loaded(monkeypatch)
     return launches
 
 

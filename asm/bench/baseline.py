@@ -118,17 +118,28 @@ def merge_baseline(old: dict | None, gpu_name: str, entries: dict[str, dict], me
     return out
 
 
-def save_baseline(folder: str | os.PathLike, gpu_name: str, entries: dict[str, dict],
-                  meta: dict | None = None) -> Path:
-    from ..files import write_atomic
-
+def baseline_update(folder: str | os.PathLike, gpu_name: str, entries: dict[str, dict],
+                    meta: dict | None = None) -> tuple[Path, str]:
+    """(the baseline file, its new text): the measured entries merged into the existing file, not
+    written yet, so that a command can commit it together with its other outputs."""
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise AsmError(f"cannot create the baseline folder {folder}: {exc.strerror}") from None
     path = folder / baseline_file_name(gpu_name)
     old = load_baseline(path) if path.exists() else None
     if old is not None and old.get("gpu") not in (None, gpu_name):
         raise AsmError(f"{path} belongs to GPU '{old.get('gpu')}', not '{gpu_name}'")
-    write_atomic(path, json.dumps(merge_baseline(old, gpu_name, entries, meta), indent=1) + "\n")
+    return path, json.dumps(merge_baseline(old, gpu_name, entries, meta), indent=1) + "\n"
+
+
+def save_baseline(folder: str | os.PathLike, gpu_name: str, entries: dict[str, dict],
+                  meta: dict | None = None) -> Path:
+    from ..files import write_atomic
+
+    path, text = baseline_update(folder, gpu_name, entries, meta)
+    write_atomic(path, text)
     return path
 
 

@@ -32,7 +32,8 @@ from ..errors import AsmError
 
 LAYOUTS = ("nn", "nt", "tn", "tt")
 
-# Limits that keep a typo (an extra digit) from asking for a terabyte of device memory.
+# Limits that keep a typo (an extra digit) from asking for a terabyte of device memory. MAX_DIM is
+# the one bound on M, N and K of `run` (its --m/--n/--k option type), `bench` and `tune`.
 MAX_DIM = 1 << 20
 MAX_ELEMENTS_PER_MATRIX = 1 << 31
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ..files import write_atomic
+from ..files import check_outputs, write_files
 from .common import emit_json, make_console, parse_defines
 
 EXIT_WRONG = 2
@@ -90,9 +90,13 @@ def command(kernels, shapes_spec, layouts_spec, reps, warmup, no_flush, no_pre_r
                        hint="a baseline for a variant would be compared against the defaults later")
     if save_baseline or check_baseline:
         use_defaults = True
+    if json_out not in (None, "-"):
+        check_outputs([json_out])          # a missing folder or a typo fails now, not after the whole run
     import contextlib
+    from ..files import cache_warnings_as_lines
     from ..runtime.tune_cache import lookups_off
-    with lookups_off() if use_defaults else contextlib.nullcontext():   # untuned: gemm() ignores the cache
+    with cache_warnings_as_lines(), \
+            lookups_off() if use_defaults else contextlib.nullcontext():   # untuned: gemm() ignores the cache
         _bench(bench_kernels, shapes, layouts, reps, warmup, no_flush, no_pre_roll, no_torch, no_triton, overrides,
                use_defaults, json_out, save_baseline, check_baseline, baseline_dir, tolerance, seed)
 
@@ -117,25 +121,39 @@ def _bench(bench_kernels, shapes, layouts, reps, warmup, no_flush, no_pre_roll, 
     if old_baseline is not None:
         comparisons = [c for c in bl.compare(old_baseline, measured, tolerance) if c.key in measured]
         report["baseline_check"] = [{**c.__dict__, "change": c.change} for c in comparisons]
-    if save_baseline:
-        entries = {r.key: bl.new_entry(r.kernel, r.layout, r.shape.m, r.shape.n, r.shape.k, r.ratio(),
-                                       r.tflops("asmgemm"), r.tflops("cublas"),
-                                       spread=round(r.stats["asmgemm"].spread, 4))
-                   for r in rows if r.ratio() is not None}
-        if entries:
-            from .. import __version__
-            path = bl.save_baseline(folder, gpu, entries, meta={"asmgemm": __version__, "reps": reps})
-            report["baseline_saved"] = str(path)
-            click.echo(f"baseline: {len(entries)} entries saved to {path}", err=True)
 
-    if json_out == "-":
-        emit_json(report)
-    else:
-        if json_out:
+    def show():
+        if json_out == "-":
+            emit_json(report)
+        else:
+            _print_table(gpu, rows, reps, no_flush)
+            _print_comparisons(comparisons)
+
+    from ..errors import AsmError
+    entries = {}
+    try:
+        outputs = []          # the baseline and --json OUT: written together at the end, or neither
+        if save_baseline:
+            entries = {r.key: bl.new_entry(r.kernel, r.layout, r.shape.m, r.shape.n, r.shape.k, r.ratio(),
+                                           r.tflops("asmgemm"), r.tflops("cublas"),
+                                           spread=round(r.stats["asmgemm"].spread, 4))
+                       for r in rows if r.ratio() is not None}
+            if entries:
+                from .. import __version__
+                path, text = bl.baseline_update(folder, gpu, entries, {"asmgemm": __version__, "reps": reps})
+                outputs.append((path, text))
+                report["baseline_saved"] = str(path)
+        if json_out not in (None, "-"):
             import json
-            write_atomic(json_out, json.dumps(report, indent=1) + "\n")
-        _print_table(gpu, rows, reps, no_flush)
-        _print_comparisons(comparisons)
+            outputs.append((json_out, json.dumps(report, indent=1) + "\n"))
+        write_files(outputs)
+    except AsmError:
+        report.pop("baseline_saved", None)
+        show()                 # the measurements are shown even when they could not be saved
+        raise
+    if report.get("baseline_saved"):
+        click.echo(f"baseline: {len(entries)} entries saved to {report['baseline_saved']}", err=True)
+    show()
     if any(r.error for r in rows):
         sys.exit(EXIT_WRONG)
     if any(c.status == "regressed" for c in comparisons):

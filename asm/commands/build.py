@@ -1,12 +1,43 @@
 """`asmgemm build`: .sasm/.ptx -> PTX (and optionally a cubin)."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import click
 
-from ..files import write_atomic
+from ..files import write_files
 from .common import build_options, emit_json, source_options
+
+_INCLUDE_RE = re.compile(r'^\s*\.include\s+"([^"]+)"', re.MULTILINE)
+MAX_INPUTS = 256
+
+
+def input_files(source: str, include_dirs=()) -> list[Path]:
+    """The source and every file it `.include`s (relative to the including file, then the -I
+    folders, as the expander looks): the files no output may replace."""
+    out: list[Path] = []
+    todo, seen = [Path(source)], set()
+    while todo and len(seen) < MAX_INPUTS:
+        p = todo.pop()
+        try:
+            key = p.resolve()
+        except (OSError, RuntimeError):
+            continue
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(p)
+        try:
+            text = p.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        for inc in _INCLUDE_RE.findall(text):
+            for folder in (p.parent, *map(Path, include_dirs)):
+                if (folder / inc).is_file():
+                    todo.append(folder / inc)
+                    break
+    return out
 
 
 @click.command("build")
@@ -24,8 +55,11 @@ from .common import build_options, emit_json, source_options
 def command(file, output, cubin, trace, no_schedule, annotate, as_json, defines, target, include_dirs):
     """Assemble FILE (.sasm or plain .ptx, or a shipped kernel name) into PTX.
 
-    Every output is written only after the whole build succeeded, so a failed build leaves no
-    file behind. With --cubin, ptxas errors are reported at the .sasm line they came from.
+    Every output is written only after the whole build succeeded, and the PTX and the cubin are
+    committed together, so a failed build leaves no file behind (and every old one as it was).
+    An output never replaces the source or a file it includes; a character device or FIFO
+    (-o /dev/null) is written in place; a folder is an error. With --cubin, ptxas errors are
+    reported at the .sasm line they came from.
 
     \b
     Examples:
@@ -47,14 +81,14 @@ def command(file, output, cubin, trace, no_schedule, annotate, as_json, defines,
             click.echo(f"ptxas warning: {w}", err=True)
     if output is None:
         output = Path(Path(result.source.path).name).with_suffix(".ptx").name
+    outputs = [] if output == "-" else [(output, result.ptx)]
+    if cubin_bytes is not None:
+        outputs.append((cubin, cubin_bytes))
+    # One commit: every output after everything succeeded, or none; never onto the source or an include.
+    write_files(outputs, inputs=input_files(result.source.path, include_dirs))
     if output == "-":
-        if cubin_bytes is not None:
-            write_atomic(cubin, cubin_bytes)
         click.echo(result.ptx, nl=False)
         return
-    write_atomic(output, result.ptx)
-    if cubin_bytes is not None:
-        write_atomic(cubin, cubin_bytes)
     if as_json:
         emit_json({"source": result.source.path, "ptx": output, "cubin": cubin, "target": result.target,
                    "kernels": result.kernel_names, "parameters": result.parameters, "ptxas": kernels})

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import click
 
+from ..bench.shapes import MAX_DIM
 from .common import emit_json, make_console, parse_defines
+
+# The one bound on M, N and K (bench.shapes.MAX_DIM, also what bench --shapes and tune --shape accept),
+# checked while the options are parsed: a typo never reaches the GPU.
+_DIM = click.IntRange(1, MAX_DIM)
 
 
 @click.command("run")
 @click.argument("kernel")
-@click.option("--m", "m", type=click.IntRange(min=1), required=True, help="Rows of C.")
-@click.option("--n", "n", type=click.IntRange(min=1), required=True, help="Columns of C.")
-@click.option("--k", "k", type=click.IntRange(min=1), required=True, help="Inner dimension.")
+@click.option("--m", "m", type=_DIM, required=True, help="Rows of C.")
+@click.option("--n", "n", type=_DIM, required=True, help="Columns of C.")
+@click.option("--k", "k", type=_DIM, required=True, help="Inner dimension.")
 @click.option("--layout", type=click.Choice(["nn", "nt", "tn", "tt"]), default="nn", show_default=True,
               help="op(A), op(B): n = as stored (row-major), t = transposed.")
 @click.option("--alpha", type=float, default=1.0, show_default=True)
@@ -40,10 +45,14 @@ def command(kernel, m, n, k, layout, alpha, beta, defines, reps, warmup, no_flus
       asmgemm run sgemm --m 3000 --n 5000 --k 700 --layout tn --alpha 0.5 --beta 2 --json
     """
     from ..bench.run_check import RunConfig, run_gemm
+    from ..bench.shapes import make_shape
 
+    make_shape(m, n, k, where="--m/--n/--k: ")      # the per-matrix element bound, before the GPU
     params = {k_: int(v) if v.lstrip("-").isdigit() else v for k_, v in parse_defines(defines).items()}
-    res = run_gemm(RunConfig(kernel, m, n, k, layout, alpha, beta, tuple(params.items()) if params else None,
-                             reps, warmup, not no_flush, not no_pre_roll))
+    from ..files import cache_warnings_as_lines
+    with cache_warnings_as_lines():
+        res = run_gemm(RunConfig(kernel, m, n, k, layout, alpha, beta, tuple(params.items()) if params else None,
+                                 reps, warmup, not no_flush, not no_pre_roll))
     if as_json:
         emit_json(res)
     else:

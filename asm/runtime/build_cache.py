@@ -1,30 +1,36 @@
 """Build a spec'd kernel once per configuration: in memory for the process, on disk across runs.
 
 Key: sha256 over the kernel source and every file it `.include`s, the -D defines (sorted), the
-target, the ptxas version and the asmgemm version. Disk folder: `kernels/` under the cache folder
-(asmgemm.files.cache_root). Each entry is `<key>.cubin`, `<key>.ptx` and `<key>.json` (launch
-geometry and parameter list), each written atomically, the JSON last, so a reader that finds the
-JSON finds complete files.
+target, the ptxas version, the asmgemm version and the entry format. Disk folder: `kernels/` under
+the cache folder (asmgemm.files.cache_root). Each entry is `<key>.cubin`, `<key>.ptx` and
+`<key>.json` (launch geometry, parameter list, the two files' names and sha256), written as one
+commit (asmgemm.files.write_files). Nothing read back is trusted: every field is checked and both
+digests compared (`read_entry`); a damaged entry is rebuilt with one warning and never loaded.
+A cache folder that cannot be created or written costs the cache, not the call: the kernel is
+built into a private temporary folder for the process, with one warning.
 
 The launch geometry comes from the build itself: the spec names the constants (THREADS, TM, ...)
 and the pipeline returns their values; the parameter list is the entry's `.param` list.
 """
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import re
+import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .. import __version__
 from ..errors import AsmError
-from ..files import cache_root, write_atomic
+from ..files import cache_root, warn_cache, write_files
 from ..kernel_spec import ARGUMENTS, KernelSpec
 from ..toolchain import ptxas_version
 
 _INCLUDE_RE = re.compile(r'^\s*\.include\s+"([^"]+)"', re.MULTILINE)
 MAX_INCLUDES = 64
+META_FORMAT = 2          # of <key>.json (see read_entry); part of the key, so older entries are never read
 
 
 @dataclass(frozen=True)
@@ -98,7 +104,7 @@ def cache_key(source_path: Path, defines: dict, target: str, ptxas: str, entry: 
     h = hashlib.sha256(source_digest(source_path).encode() + b"\0")
     for k in sorted(defines):
         h.update(f"-D{k}={defines[k]}\0".encode())
-    h.update(f"target={target}\0ptxas={ptxas}\0asmgemm={__version__}\0entry={entry}".encode())
+    h.update(f"target={target}\0ptxas={ptxas}\0asmgemm={__version__}\0entry={entry}\0meta={META_FORMAT}".encode())
     return h.hexdigest()[:32]
 
 
@@ -151,6 +157,108 @@ def build_kernel(spec: KernelSpec, defines: dict, target: str) -> BuiltKernel:
     return built
 
 
+# ---- the disk entry ------------------------------------------------------------------------------
+# <key>.json holds the launch geometry, the parameter list, the FILE NAMES of <key>.cubin and
+# <key>.ptx (never paths: those are derived from the key and the cache folder) and the sha256 of
+# each, plus a sha256 over the metadata itself. Everything is checked on every read from disk;
+# an entry that fails any check is damaged: rebuilt (one warning) and never loaded.
+MAX_TILE = 1 << 16
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+class DamagedEntry(Exception):
+    """A kernel-cache entry that cannot be trusted (why: the message)."""
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _meta_digest(meta: dict) -> str:
+    body = {k: v for k, v in meta.items() if k != "sha256"}
+    return _sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
+
+
+def entry_metadata(built: BuiltKernel, cubin: bytes, ptx: bytes) -> dict:
+    """The JSON content of a kernel-cache entry for `built`, whose files hold `cubin` and `ptx`."""
+    meta = {"format": META_FORMAT, "key": built.key, "name": built.name, "target": built.target,
+            "threads": built.threads, "tile_m": built.tile_m, "tile_n": built.tile_n,
+            "smem_bytes": built.smem_bytes, "params": [list(p) for p in built.params],
+            "cubin": f"{built.key}.cubin", "ptx": f"{built.key}.ptx",
+            "cubin_sha256": _sha256(cubin), "ptx_sha256": _sha256(ptx)}
+    meta["sha256"] = _meta_digest(meta)
+    return meta
+
+
+def _int_field(meta: dict, name: str, low: int, high: int) -> int:
+    v = meta.get(name)
+    if not isinstance(v, int) or isinstance(v, bool) or not low <= v <= high:
+        raise DamagedEntry(f"{name} is {v!r}, not an integer in {low}..{high}")
+    return v
+
+
+def read_entry(meta_path: Path, key: str, spec: KernelSpec, target: str) -> BuiltKernel:
+    """The entry <key>.json in its folder, every field and both digests checked; DamagedEntry when
+    anything is off."""
+    from ..isa.arch import arch_for
+
+    folder = meta_path.parent
+    try:
+        meta = json.loads(meta_path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise DamagedEntry(f"unreadable metadata ({exc})") from None
+    if not isinstance(meta, dict):
+        raise DamagedEntry("the metadata is not a JSON object")
+    if meta.get("format") != META_FORMAT:
+        raise DamagedEntry(f"format {meta.get('format')!r}, expected {META_FORMAT}")
+    expected = {"key": key, "name": spec.entry, "target": target, "cubin": f"{key}.cubin", "ptx": f"{key}.ptx"}
+    for name, want in expected.items():
+        if meta.get(name) != want:
+            raise DamagedEntry(f"{name} is {meta.get(name)!r}, expected {want!r}")
+    limits = arch_for(target).limits
+    threads = _int_field(meta, "threads", 1, limits.max_threads_per_block)
+    tile_m = _int_field(meta, "tile_m", 1, MAX_TILE)
+    tile_n = _int_field(meta, "tile_n", 1, MAX_TILE)
+    smem = _int_field(meta, "smem_bytes", 0, limits.shared_per_block_optin)
+    raw = meta.get("params")
+    if not (isinstance(raw, list) and all(isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p)
+                                          for p in raw)):
+        raise DamagedEntry("params is not a list of [name, PTX type] pairs")
+    params = tuple((n, t) for n, t in raw)
+    if [n for n, _ in params] != list(spec.abi):
+        raise DamagedEntry(f"params {[n for n, _ in params]} do not follow the spec's abi {list(spec.abi)}")
+    for n, t in params:
+        if t not in ARGUMENTS[n]:
+            raise DamagedEntry(f"param {n} has type {t!r}, not one of {'/'.join(ARGUMENTS[n])}")
+    if meta.get("sha256") != _meta_digest(meta):
+        raise DamagedEntry("the metadata does not match its sha256 (edited by hand?)")
+    for kind in ("cubin", "ptx"):
+        digest = meta.get(f"{kind}_sha256")
+        if not isinstance(digest, str) or not _HEX64.fullmatch(digest):
+            raise DamagedEntry(f"{kind}_sha256 is not a sha256")
+        try:
+            data = (folder / expected[kind]).read_bytes()
+        except OSError as exc:
+            raise DamagedEntry(f"cannot read {expected[kind]} ({exc.strerror})") from None
+        if _sha256(data) != digest:
+            raise DamagedEntry(f"{expected[kind]} ({len(data)} bytes) does not match its sha256")
+    return BuiltKernel(key, spec.entry, threads, tile_m, tile_n, smem, params,
+                       str(folder / expected["cubin"]), str(folder / expected["ptx"]), target)
+
+
+_uncached_dir: tempfile.TemporaryDirectory | None = None
+
+
+def _uncached_folder() -> Path:
+    """A private temporary folder for kernels built while the cache folder cannot be written
+    (removed when the process exits): CuPy loads a cubin from a path."""
+    global _uncached_dir
+    if _uncached_dir is None:
+        _uncached_dir = tempfile.TemporaryDirectory(prefix="asmgemm-kernels-")
+        atexit.register(_uncached_dir.cleanup)
+    return Path(_uncached_dir.name)
+
+
 def _build_kernel(spec: KernelSpec, defines: dict, target: str) -> BuiltKernel:
     from ..pipeline import BuildOptions, assemble, build_file
 
@@ -160,29 +268,41 @@ def _build_kernel(spec: KernelSpec, defines: dict, target: str) -> BuiltKernel:
         return hit
     folder = cache_dir()
     meta_path = folder / f"{key}.json"
-    if meta_path.is_file():
+    try:
+        present = meta_path.exists()
+    except OSError:            # a folder this process may not search: the same as no entry
+        present = False
+    if present:
         try:
-            built = BuiltKernel.from_json(json.loads(meta_path.read_text()))
-            if Path(built.cubin_path).is_file() and Path(built.ptx_path).is_file():
-                _memory[key] = built
-                return built
-        except (OSError, ValueError, TypeError, KeyError):
-            pass  # a damaged entry is rebuilt below
+            built = read_entry(meta_path, key, spec, target)
+            _memory[key] = built
+            return built
+        except DamagedEntry as exc:
+            warn_cache(f"asmgemm: the kernel cache entry {meta_path} is damaged ({exc}); rebuilding it",
+                       once=f"kernel-entry:{meta_path}")
     result = build_file(spec.source, BuildOptions(defines=defines, target=target))
     geo = launch_geometry(spec, result)
     params = abi_params(spec, result)
     asm = assemble(result)
+    ptx = result.ptx.encode("utf-8")
+
+    def entry_in(where: Path) -> tuple[BuiltKernel, list]:
+        built = BuiltKernel(key, spec.entry, geo["threads"], geo["tile_m"], geo["tile_n"], geo["smem_bytes"],
+                            params, str(where / f"{key}.cubin"), str(where / f"{key}.ptx"), target)
+        meta = json.dumps(entry_metadata(built, asm.cubin, ptx), indent=1) + "\n"
+        # one commit, the metadata with its files: a reader finds all three or the old entry
+        return built, [(built.cubin_path, asm.cubin), (built.ptx_path, ptx), (where / f"{key}.json", meta)]
+
     try:
         folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise AsmError(f"cannot create the kernel cache folder {folder}: {exc.strerror}",
-                       hint="set ASMGEMM_CACHE_DIR to a writable folder") from None
-    cubin_path, ptx_path = folder / f"{key}.cubin", folder / f"{key}.ptx"
-    built = BuiltKernel(key, spec.entry, geo["threads"], geo["tile_m"], geo["tile_n"], geo["smem_bytes"], params,
-                        str(cubin_path), str(ptx_path), target)
-    write_atomic(cubin_path, asm.cubin)
-    write_atomic(ptx_path, result.ptx)
-    write_atomic(meta_path, json.dumps(built.to_json(), indent=1))
+        built, files = entry_in(folder)
+        write_files(files)
+    except (OSError, AsmError) as exc:
+        why = exc.message if isinstance(exc, AsmError) else (exc.strerror or str(exc))
+        warn_cache(f"asmgemm: cannot write the kernel cache folder {folder} ({why}); building kernels in memory "
+                   "for this process (set ASMGEMM_CACHE_DIR to a writable folder)", once=f"kernel-folder:{folder}")
+        built, files = entry_in(_uncached_folder())
+        write_files(files)
     _memory[key] = built
     return built
 

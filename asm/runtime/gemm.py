@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import AsmError
+from ..files import warn_cache
 from ..isa.arch import arch_for
 from ..kernel_spec import KernelSpec, get_spec, spec_for_dtype
 from .build_cache import BuiltKernel, build_kernel
@@ -46,6 +47,8 @@ def _load(cupy, built: BuiltKernel, static_smem_limit: int):
 
 
 _tuned: dict[tuple, dict | None] = {}
+# (kernel, target, tuned parameters) the kernel refused to build: never tried again in this process
+_rejected: set[tuple] = set()
 
 
 def _lookup_tuned(gpu_name: str, spec: KernelSpec, plan: LaunchPlan) -> dict | None:
@@ -60,6 +63,34 @@ def _lookup_tuned(gpu_name: str, spec: KernelSpec, plan: LaunchPlan) -> dict | N
 def forget_tuned_choices() -> None:
     """Forget the tuning-cache answers remembered by this process (after `asmgemm tune` stored one)."""
     _tuned.clear()
+
+
+def _build_for(spec: KernelSpec, plan: LaunchPlan, params: dict | None, tuned: dict | None, facts,
+               target: str) -> BuiltKernel:
+    """The kernel built with the caller's params, else the tuning cache's choice, else the untuned
+    choice. A tuning-cache entry the kernel refuses (an `.error`, an unknown parameter) costs one
+    warning and falls back to the untuned choice; it is remembered, so no later call rebuilds it.
+    The caller's own params= that fail raise."""
+    if tuned:
+        rejected = (spec.name, target, tuple(sorted((k, str(v)) for k, v in tuned.items())))
+        if rejected not in _rejected:
+            try:
+                return build_kernel(spec, choose_params(spec, plan, None, tuned, facts.sm_count), target)
+            except (AsmError, ValueError, TypeError) as exc:
+                failure = exc
+        else:
+            failure = None
+        built = build_kernel(spec, choose_params(spec, plan, None, None, facts.sm_count), target)
+        if failure is not None:    # the untuned build works, so the entry was at fault
+            _rejected.add(rejected)
+            why = failure.message if isinstance(failure, AsmError) else str(failure)
+            where = f"{failure.span.path}:{failure.span.line}: " if getattr(failure, "span", None) else ""
+            shown = " ".join(f"{k}={v}" for k, v in tuned.items())
+            warn_cache(f"asmgemm: the tuning cache entry for {spec.name} {plan.layout} {plan.m}x{plan.n}x{plan.k} "
+                       f"({shown}) does not build ({where}{why.splitlines()[0] if why else 'error'}); "
+                       "using the untuned choice", once=f"tuned:{rejected}")
+        return built
+    return build_kernel(spec, choose_params(spec, plan, params, None, facts.sm_count), target)
 
 
 def _pick_spec(kernel: str | None, dtype: str, target: str) -> KernelSpec:
@@ -118,8 +149,7 @@ def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 0.0, trans_a: bool =
                 c *= beta
             return c
         tuned = None if params is not None else _lookup_tuned(facts.name, spec, plan)
-        defines = choose_params(spec, plan, params, tuned, facts.sm_count)
-        built = build_kernel(spec, defines, target)
+        built = _build_for(spec, plan, params, tuned, facts, target)
         fn = _load(cupy, built, arch_for(target).limits.static_shared_per_block)
         fn(grid(spec, built, plan), (built.threads, 1, 1), pack_args(built, plan, alpha, beta),
            shared_mem=built.smem_bytes)

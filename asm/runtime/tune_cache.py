@@ -31,11 +31,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import warnings
+import re
 from pathlib import Path
 
-from ..files import cache_root
-from ..errors import ToolchainError
+from ..files import cache_root, warn_cache
+from ..errors import AsmError, ToolchainError
 from ..toolchain import ptxas_version
 from .build_cache import digest_files, source_digest, source_files
 
@@ -145,7 +145,9 @@ def _parse(text: str) -> dict:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise CacheCorrupt(f"invalid JSON at line {exc.lineno}: {exc.msg}") from None
+        raise CacheCorrupt(f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    except RecursionError:
+        raise CacheCorrupt("invalid JSON: nested too deeply") from None
     if not isinstance(data, dict) or not isinstance(data.get("entries"), dict):
         raise CacheCorrupt("not a tuning cache (no 'entries' object)")
     if data.get("format") != CACHE_FORMAT:
@@ -156,6 +158,26 @@ def _parse(text: str) -> dict:
     return data
 
 
+_PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_PARAM_TEXT = re.compile(r"-?[A-Za-z0-9_.]{1,64}")
+
+
+def entry_problem(entry: dict) -> str | None:
+    """Why an entry (of a readable cache) cannot be used as it stands, or None: its parameters must
+    be -D NAME=VALUE pairs (names; integers or short words), its kernel a name, its kernel_path a
+    path or null. (Parameters the kernel itself refuses are caught when gemm builds them.)"""
+    if not isinstance(entry.get("kernel"), str):
+        return f"'kernel' is {entry.get('kernel')!r}, not a kernel name"
+    if entry.get("kernel_path") is not None and not isinstance(entry.get("kernel_path"), str):
+        return f"'kernel_path' is {entry.get('kernel_path')!r}, not a path"
+    for name, value in entry["params"].items():
+        ok_value = (isinstance(value, int) and not isinstance(value, bool)) or \
+            (isinstance(value, str) and _PARAM_TEXT.fullmatch(value))
+        if not _PARAM_NAME.fullmatch(name) or not ok_value:
+            return f"parameter {name}={value!r} is not NAME=integer"
+    return None
+
+
 def read_cache(path: Path | None = None) -> dict:
     """The cache's content; an empty cache when the file does not exist; CacheCorrupt when it is
     not a readable cache."""
@@ -164,13 +186,14 @@ def read_cache(path: Path | None = None) -> dict:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return {"format": CACHE_FORMAT, "entries": {}}
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CacheCorrupt(f"cannot read {path}: {exc}") from None
+    except UnicodeDecodeError:
+        raise CacheCorrupt("not UTF-8 text") from None
+    except OSError as exc:
+        raise CacheCorrupt(f"not readable ({exc.strerror or exc})") from None
     return _parse(text)
 
 
 _memo: dict[str, tuple[tuple, dict | None]] = {}
-_warned: set[str] = set()
 
 
 def _read_memoized(path: Path) -> dict | None:
@@ -187,9 +210,7 @@ def _read_memoized(path: Path) -> dict | None:
     try:
         data = read_cache(path)
     except CacheCorrupt as exc:
-        if key not in _warned:
-            _warned.add(key)
-            warnings.warn(f"asmgemm: ignoring the tuning cache {path}: {exc}", RuntimeWarning, stacklevel=3)
+        warn_cache(f"asmgemm: ignoring the tuning cache {path}: {exc}", once=f"tune-cache:{key}")
         data = None
     _memo[key] = (stamp, data)
     return data
@@ -205,8 +226,15 @@ def lookup_entry(gpu_name: str, kernel: str, layout: str, m: int, n: int, k: int
     data = _read_memoized(Path(path) if path else cache_path())
     if not data:
         return None
-    entry = data["entries"].get(cache_key(gpu_name, kernel, layout, m, n, k))
+    key = cache_key(gpu_name, kernel, layout, m, n, k)
+    entry = data["entries"].get(key)
     if entry is None or entry.get("kernel") != kernel:
+        return None
+    problem = entry_problem(entry)
+    if problem:
+        path = Path(path) if path else cache_path()
+        warn_cache(f"asmgemm: ignoring the tuning cache entry {key!r} in {path}: {problem}",
+                   once=f"tune-entry:{path}:{key}:{problem}")
         return None
     if not entry_is_current(entry):
         return None
@@ -222,6 +250,8 @@ def lookup_tuned(gpu_name: str, kernel: str, layout: str, m: int, n: int, k: int
     try:
         entry = lookup_entry(gpu_name, kernel, layout, m, n, k)
     except Exception as exc:  # the cache must never take gemm down
-        warnings.warn(f"asmgemm: tuning cache lookup failed: {exc}", RuntimeWarning, stacklevel=2)
+        why = exc.message if isinstance(exc, AsmError) else f"{type(exc).__name__}: {exc}"
+        warn_cache(f"asmgemm: tuning cache lookup failed: {why.splitlines()[0] if why else ''}",
+                   once=f"tune-lookup:{why}")
         return None
     return dict(entry["params"]) if entry else None

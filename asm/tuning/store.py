@@ -10,6 +10,7 @@ import os
 import time
 from pathlib import Path
 
+from ..errors import AsmError
 from ..files import write_atomic
 from ..runtime import tune_cache as cache
 
@@ -18,7 +19,10 @@ from ..runtime import tune_cache as cache
 def _locked(path: Path):
     """An exclusive lock on <cache>.lock for the read-modify-write (POSIX; elsewhere, no lock)."""
     lock_path = path.with_name(path.name + ".lock")
-    fh = open(lock_path, "a+")
+    try:
+        fh = open(lock_path, "a+")
+    except OSError as exc:
+        raise AsmError(f"cannot lock the tuning cache {path}: {lock_path}: {exc.strerror or exc}") from None
     try:
         try:
             import fcntl
@@ -54,14 +58,22 @@ def store_tuned(gpu_name: str, layout: str, shape: tuple[int, int, int], entry: 
     """Insert/replace one entry; stale entries are dropped on the way. Returns (cache path, where a
     corrupt old file was moved, or None)."""
     path = Path(path) if path else cache.cache_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise AsmError(f"cannot create the tuning cache folder {path.parent}: {exc.strerror or exc}",
+                       hint="set ASMGEMM_CACHE_DIR or ASMGEMM_TUNE_CACHE to a writable place") from None
     moved = None
     with _locked(path):
         try:
             data = cache.read_cache(path)
         except cache.CacheCorrupt:
             moved = str(path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}"))
-            os.replace(path, moved)
+            try:
+                os.replace(path, moved)
+            except OSError as exc:
+                raise AsmError(f"the tuning cache {path} is not readable and cannot be moved aside: "
+                               f"{exc.strerror or exc}") from None
             data = {"format": cache.CACHE_FORMAT, "entries": {}}
         entries = {k: v for k, v in data["entries"].items() if cache.entry_is_current(v)}
         entries[cache.cache_key(gpu_name, entry["kernel"], layout, *shape)] = entry

@@ -56,8 +56,10 @@ def cli():
 
 def main(argv=None):
     from .errors import AsmError
+    from .files import cache_warnings_as_lines
     try:
-        cli.main(args=argv, prog_name="asmgemm", standalone_mode=False)
+        with cache_warnings_as_lines():     # every command shows a cache warning as one line
+            cli.main(args=argv, prog_name="asmgemm", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)

@@ -72,6 +72,7 @@ class ExpandResult:
     tunables: dict[str, list]          # `.const NAME ?= ...` parameters with their declared choices
     parameters: dict[str, object]      # every overridable constant and the value used
     constants: dict[str, object]       # every top-level constant (parameters too) and its value
+    includes: tuple[Path, ...] = ()    # every file `.include` read, as found
 
 
 class Expander:
@@ -83,6 +84,7 @@ class Expander:
         self.items_emitted = 0
         self.macro_stack: list[tuple[str, Span]] = []
         self.include_stack: list[str] = []
+        self.included: list[Path] = []
         self.uid = 0
         self.version: str | None = None
         self.target: list[str] = []
@@ -121,7 +123,7 @@ class Expander:
                 raise AsmError(f"'.tune {name}' names no parameter: declare it with `.const {name} ?= default`", span)
         mod = ir.Module(self.version, self.target, self.address_size, top, module.source.path)
         constants = {k: v for k, v in root.values.items() if isinstance(v, (int, float, str))}
-        return ExpandResult(mod, dict(self.tunables), dict(self.parameters), constants)
+        return ExpandResult(mod, dict(self.tunables), dict(self.parameters), constants, tuple(self.included))
 
     # ---- statements ----------------------------------------------------------------------------
     def _count(self, n: int, span: Span):
@@ -309,6 +311,7 @@ class Expander:
             raise AsmError(f"includes nested deeper than {MAX_INCLUDE_DEPTH}", s.span)
         src = read_source(found, shown_as=str(found) if not s.span.path else _display_path(here, s.path, found))
         module = parse_source(src)
+        self.included.append(found)
         self.include_stack.append(key)
         try:
             self._stmts(module.body, scope, out, toplevel)

@@ -26,6 +26,7 @@ Pure data and checks: nothing here builds, imports CuPy or touches a GPU.
 """
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from dataclasses import dataclass, field
@@ -243,7 +244,9 @@ def _str_list(v, what: str) -> list[str]:
 
 
 # ---- the registry --------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=1)
 def shipped_spec_file() -> Path:
+    """kernels_ptx/kernels.toml of this installation (where the package lies does not change)."""
     from importlib import resources
     return Path(str(resources.files("asmgemm.kernels_ptx") / "kernels.toml"))
 

@@ -22,7 +22,8 @@ from .parse import parse_source
 from .regalloc import Allocation, allocate
 from .scheduler import schedule_module
 from .source import SourceFile, read_source
-from .toolchain import ABORTED, KernelResources, parse_diagnostics, parse_resource_usage, run_ptxas
+from .toolchain import (ABORTED, KernelResources, killed_by_signal, parse_diagnostics, parse_resource_usage,
+                        run_ptxas)
 
 
 @dataclass
@@ -50,6 +51,12 @@ class BuildResult:
     schedule_report: object | None
     target: str
     emitted: EmittedPtx
+    includes: tuple[Path, ...] = ()    # every file the build `.include`d, as the expander found it
+
+    @property
+    def input_files(self) -> list[Path]:
+        """The source and every file it included: what the build read, and no output may replace."""
+        return [Path(self.source.path), *self.includes]
 
     @property
     def ptx(self) -> str:
@@ -117,7 +124,7 @@ def build(source: SourceFile, options: BuildOptions | None = None) -> BuildResul
     emitted = emit_ptx(scheduled, target, trace=options.trace, source_name=source.path,
                        ptx_name=Path(source.path).with_suffix(".ptx").name)
     return BuildResult(source, options, tree, module, result.parameters, result.tunables, result.constants,
-                       allocated, allocation, scheduled, report, target, emitted)
+                       allocated, allocation, scheduled, report, target, emitted, result.includes)
 
 
 def _schedule(module: ir.Module, target: str, options: BuildOptions):
@@ -167,7 +174,9 @@ def assemble(result: BuildResult, extra_args: list[str] | None = None) -> Assemb
     code, log, cubin = run_ptxas(result.ptx, result.target, args, ptx_name=ptx_name)
     diags = parse_diagnostics(log)
     if code < 0:
-        raise AsmError(_killed_by_signal(-code, log))
+        raise AsmError(killed_by_signal(
+            "ptxas", -code, log, "this is a ptxas crash on this input, not an error asmgemm can point at in the "
+            "source; write the PTX with `asmgemm build -o FILE.ptx` and run ptxas on it to reproduce"))
     if code != 0 or cubin is None:
         errors = [d for d in diags if d.severity == "error"] or diags
         # "Ptx assembly aborted due to errors" only closes the real errors before it.
@@ -203,21 +212,6 @@ def _header_span(result: BuildResult, ptx_lines: list[str], line: int):
     if kind is None:
         return None
     return next((s.span for s in result.ast.body if isinstance(s, kind)), None)
-
-
-def _killed_by_signal(signum: int, log: str) -> str:
-    import signal
-    from .toolchain import signal_name
-    name = signal_name(signum)
-    if signum == getattr(signal, "SIGKILL", None):
-        why = "something outside ptxas killed it (often the out-of-memory killer)"
-    elif signum in (getattr(signal, "SIGINT", None), getattr(signal, "SIGTERM", None)):
-        why = "it was stopped from outside"
-    else:
-        why = ("this is a ptxas crash on this input, not an error asmgemm can point at in the source; "
-               "write the PTX with `asmgemm build -o FILE.ptx` and run ptxas on it to reproduce")
-    tail = log.strip()[-2000:]
-    return f"ptxas was killed by signal {signum} ({name}): {why}" + (f"\nptxas said: {tail}" if tail else "")
 
 
 @dataclass

@@ -104,6 +104,21 @@ def signal_name(signum: int) -> str:
         return f"signal {signum}"
 
 
+def killed_by_signal(tool: str, signum: int, log: str, crash: str) -> str:
+    """The message for a tool that a signal ended: who is likely to blame (`crash` when the tool
+    itself crashed), and what it said."""
+    import signal
+    if signum == getattr(signal, "SIGKILL", None):
+        why = f"something outside {tool} killed it (often the out-of-memory killer)"
+    elif signum in (getattr(signal, "SIGINT", None), getattr(signal, "SIGTERM", None)):
+        why = "it was stopped from outside"
+    else:
+        why = crash
+    tail = log.strip()[-2000:]
+    return (f"{tool} was killed by signal {signum} ({signal_name(signum)}): {why}"
+            + (f"\n{tool} said: {tail}" if tail else ""))
+
+
 def tool_version(name: str) -> str:
     exe = find_tool(name)
     out = _run_tool(name, exe, ["--version"]).stdout
@@ -256,8 +271,7 @@ def disassemble(cubin: bytes, extra_args: list[str] | None = None) -> str:
         proc = _run_tool("nvdisasm", exe, [*args, str(path)])
         code = proc.returncode
         if code < 0:
-            raise ToolchainError(f"nvdisasm was killed by signal {-code} ({signal_name(-code)}): "
-                                 "an nvdisasm crash on this cubin")
+            raise ToolchainError(killed_by_signal("nvdisasm", -code, proc.stderr, "an nvdisasm crash on this cubin"))
         if code != 0:
             said = proc.stderr.strip() or proc.stdout.strip()
             raise ToolchainError(f"nvdisasm failed (exit {code})" + (f": {said}" if said else " and printed nothing"))

@@ -35,6 +35,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from asmgemm.bench.shapes import parse_shape
 from asmgemm.bench.timing import L2Flusher, make_pre_roll, tflops, time_interleaved
 from asmgemm.errors import AsmError
 from asmgemm.files import write_atomic
@@ -106,13 +107,12 @@ def describe(pair) -> dict:
 
 
 def _parse_shape(text: str) -> tuple[int, int, int]:
+    """M,N,K (or MxNxK) as asmgemm's own shape parser reads it, bounds included."""
     try:
-        m, n, k = (int(x) for x in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not M,N,K") from None
-    if min(m, n, k) < 1:
-        raise argparse.ArgumentTypeError(f"'{text}': sizes must be positive")
-    return m, n, k
+        s = parse_shape(text)
+    except AsmError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+    return s.m, s.n, s.k
 
 
 def main(argv=None) -> int:

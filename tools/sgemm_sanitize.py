@@ -19,6 +19,7 @@ import argparse
 import json
 import sys
 
+from asmgemm.bench.shapes import parse_shape
 from asmgemm.errors import AsmError
 from asmgemm.kernel_spec import get_spec
 from asmgemm.runtime.gemm import gemm
@@ -50,11 +51,12 @@ def _params(text: str):
 
 
 def _shape(text: str) -> tuple[int, int, int]:
+    """M,N,K (or MxNxK) as asmgemm's own shape parser reads it, bounds included."""
     try:
-        m, n, k = (int(x) for x in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not M,N,K") from None
-    return m, n, k
+        s = parse_shape(text)
+    except AsmError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+    return s.m, s.n, s.k
 
 
 def main(argv=None) -> int:

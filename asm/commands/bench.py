@@ -93,10 +93,8 @@ def command(kernels, shapes_spec, layouts_spec, reps, warmup, no_flush, no_pre_r
     if json_out not in (None, "-"):
         check_outputs([json_out])          # a missing folder or a typo fails now, not after the whole run
     import contextlib
-    from ..files import cache_warnings_as_lines
     from ..runtime.tune_cache import lookups_off
-    with cache_warnings_as_lines(), \
-            lookups_off() if use_defaults else contextlib.nullcontext():   # untuned: gemm() ignores the cache
+    with lookups_off() if use_defaults else contextlib.nullcontext():   # untuned: gemm() ignores the cache
         _bench(bench_kernels, shapes, layouts, reps, warmup, no_flush, no_pre_roll, no_torch, no_triton, overrides,
                use_defaults, json_out, save_baseline, check_baseline, baseline_dir, tolerance, seed)
 

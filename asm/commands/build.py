@@ -1,43 +1,12 @@
 """`asmgemm build`: .sasm/.ptx -> PTX (and optionally a cubin)."""
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import click
 
 from ..files import write_files
 from .common import build_options, emit_json, source_options
-
-_INCLUDE_RE = re.compile(r'^\s*\.include\s+"([^"]+)"', re.MULTILINE)
-MAX_INPUTS = 256
-
-
-def input_files(source: str, include_dirs=()) -> list[Path]:
-    """The source and every file it `.include`s (relative to the including file, then the -I
-    folders, as the expander looks): the files no output may replace."""
-    out: list[Path] = []
-    todo, seen = [Path(source)], set()
-    while todo and len(seen) < MAX_INPUTS:
-        p = todo.pop()
-        try:
-            key = p.resolve()
-        except (OSError, RuntimeError):
-            continue
-        if key in seen:
-            continue
-        seen.add(key)
-        out.append(p)
-        try:
-            text = p.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            continue
-        for inc in _INCLUDE_RE.findall(text):
-            for folder in (p.parent, *map(Path, include_dirs)):
-                if (folder / inc).is_file():
-                    todo.append(folder / inc)
-                    break
-    return out
 
 
 @click.command("build")
@@ -85,7 +54,7 @@ def command(file, output, cubin, trace, no_schedule, annotate, as_json, defines,
     if cubin_bytes is not None:
         outputs.append((cubin, cubin_bytes))
     # One commit: every output after everything succeeded, or none; never onto the source or an include.
-    write_files(outputs, inputs=input_files(result.source.path, include_dirs))
+    write_files(outputs, inputs=result.input_files)
     if output == "-":
         click.echo(result.ptx, nl=False)
         return

@@ -49,10 +49,8 @@ def command(kernel, m, n, k, layout, alpha, beta, defines, reps, warmup, no_flus
 
     make_shape(m, n, k, where="--m/--n/--k: ")      # the per-matrix element bound, before the GPU
     params = {k_: int(v) if v.lstrip("-").isdigit() else v for k_, v in parse_defines(defines).items()}
-    from ..files import cache_warnings_as_lines
-    with cache_warnings_as_lines():
-        res = run_gemm(RunConfig(kernel, m, n, k, layout, alpha, beta, tuple(params.items()) if params else None,
-                                 reps, warmup, not no_flush, not no_pre_roll))
+    res = run_gemm(RunConfig(kernel, m, n, k, layout, alpha, beta, tuple(params.items()) if params else None,
+                             reps, warmup, not no_flush, not no_pre_roll))
     if as_json:
         emit_json(res)
     else:

@@ -60,10 +60,8 @@ def command(kernel, shape_text, layout, dry_run, jobs, reps, warmup, no_flush, n
     config = TuneConfig(kernel, parse_shape(shape_text, "--shape: "), layout, dry_run, jobs, reps, warmup,
                         not no_flush, not no_pre_roll, max_candidates, not no_save,
                         tuple(parse_defines(defines).items()), target, tuple(include_dirs))
-    from ..files import cache_warnings_as_lines
     try:
-        with cache_warnings_as_lines():
-            result = _run_with_progress(tune, config)
+        result = _run_with_progress(tune, config)
     except KeyboardInterrupt:
         click.echo("interrupted: the tuning cache was not changed", err=True)
         sys.exit(130)

@@ -19,7 +19,7 @@ import hashlib
 import json
 import re
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from .. import __version__
@@ -47,17 +47,6 @@ class BuiltKernel:
     cubin_path: str
     ptx_path: str
     target: str
-
-    def to_json(self) -> dict:
-        d = asdict(self)
-        d["params"] = [list(p) for p in self.params]
-        return d
-
-    @staticmethod
-    def from_json(d: dict) -> "BuiltKernel":
-        d = dict(d)
-        d["params"] = tuple(tuple(p) for p in d["params"])
-        return BuiltKernel(**d)
 
 
 def cache_dir() -> Path:

@@ -4,6 +4,7 @@ process."""
 from __future__ import annotations
 
 import functools
+import sys
 from dataclasses import dataclass
 
 from ..errors import AsmError
@@ -11,8 +12,15 @@ from ..errors import AsmError
 GPU_HINT = ("run it on a machine with an NVIDIA GPU and CuPy (pip install 'asmgemm[gpu]'); "
             "`asmgemm tune --dry-run` builds and lists candidates without a GPU")
 
+_verified: list = [None]      # the cupy module that last answered with a device
+
+
 def require_gpu(what: str = "this command"):
-    """The cupy module, once CuPy imports and CUDA reports at least one device; AsmError otherwise."""
+    """The cupy module, once CuPy imports and CUDA reports at least one device; AsmError otherwise.
+    Asked once per cupy module (gemm calls this per launch); a different module in sys.modules
+    (a test's stand-in, or none) is asked afresh."""
+    if sys.modules.get("cupy") is _verified[0] is not None:
+        return _verified[0]
     try:
         import cupy
     except ImportError as exc:
@@ -23,6 +31,7 @@ def require_gpu(what: str = "this command"):
         raise AsmError(f"{what} needs a GPU, but CUDA reports: {exc}", hint=GPU_HINT) from None
     if count < 1:
         raise AsmError(f"{what} needs a GPU, but CUDA found no device", hint=GPU_HINT)
+    _verified[0] = cupy
     return cupy
 
 
@@ -61,7 +70,3 @@ def _device_facts(cupy, device_id: int) -> DeviceFacts:
 
 def gpu_name(device_id: int | None = None) -> str:
     return device_facts(device_id).name
-
-
-def gpu_target(device_id: int | None = None) -> str:
-    return device_facts(device_id).target

@@ -37,7 +37,7 @@ from pathlib import Path
 from ..files import cache_root, warn_cache
 from ..errors import AsmError, ToolchainError
 from ..toolchain import ptxas_version
-from .build_cache import digest_files, source_digest, source_files
+from .build_cache import digest_files, source_files
 
 CACHE_FORMAT = 2
 
@@ -64,11 +64,6 @@ def cache_key(gpu_name: str, kernel: str, layout: str, m: int, n: int, k: int) -
 
 
 # ---- what an entry is valid for ----------------------------------------------------------------
-def source_hash(path: str | os.PathLike) -> str:
-    """sha256 over the kernel file and every file it includes (the runtime's build-cache digest)."""
-    return source_digest(Path(path))
-
-
 def _stamp(p: Path):
     try:
         st = p.stat()

@@ -15,9 +15,12 @@ A table (every key is checked; an unknown one is an error, so a typo never passe
                                         # argument vocabulary (ARGUMENTS below); types are checked
                                         # against the built PTX
     call_params = { TRANS_A = "trans_a", ... }   # -D parameters the runtime derives from the call
+    defines = { BF16 = 1 }              # -D parameters fixed for this kernel (one source, several
+                                        # kernels: e.g. the bf16 HGEMM is hgemm.sasm with BF16=1)
     rel_err_limit = 1e-4                # ‖C − ref‖/‖ref‖ against float64 that a correct result stays under
     [NAME.launch]                       # launch geometry: names of constants of the built kernel
-    threads = "THREADS"; tile_m = "TM"; tile_n = "TN"; smem_bytes = "SMEM_BYTES"; grid = "tiles"
+    threads = "THREADS"; tile_m = "TM"; tile_n = "TN"; smem_bytes = "SMEM_BYTES"; grid = "tiles" (or "persistent")
+    box_rows_a = "BOX_A_ROWS"; box_rows_b = "BOX_B_ROWS"   # TMA box heights (kernels taking tmap_a/b)
     [[NAME.size_rule]]                  # the untuned choice: the first rule whose `when` holds wins
     when = "2 * ceil_div(M, 128) * ceil_div(N, 128) <= SMS"    # asmgemm's expression language
     set = { THREADS = 64, BK = 16 }     # names M, N, K (after the operand swap) and SMS (SM count)
@@ -44,22 +47,31 @@ else:  # pragma: no cover - Python 3.10
 SPECS_ENV = "ASMGEMM_KERNEL_SPECS"
 
 # The runtime's argument vocabulary: a name in `abi` -> the PTX .param types it may have. A new
-# argument kind (a TMA descriptor, a batch stride) is added here and in runtime/launch.py.
+# argument kind (a batch stride) is added here and in runtime/launch.py.
 ARGUMENTS: dict[str, tuple[str, ...]] = {
     "A": (".u64", ".b64", ".s64"), "B": (".u64", ".b64", ".s64"), "C": (".u64", ".b64", ".s64"),
     "M": (".u32", ".s32", ".b32"), "N": (".u32", ".s32", ".b32"), "K": (".u32", ".s32", ".b32"),
     "lda": (".u32", ".s32", ".b32"), "ldb": (".u32", ".s32", ".b32"), "ldc": (".u32", ".s32", ".b32"),
     "alpha": (".f32", ".f64"), "beta": (".f32", ".f64"),
+    # TMA tensor maps of A and B (runtime/tensor_map.py): a CUtensorMap passed by value,
+    # `.param .align 64 .b8 name[128]`; the spec's launch table names the box heights.
+    "tmap_a": (".b8",), "tmap_b": (".b8",),
 }
+# Arguments passed as a .param array: their element count.
+ARRAY_ARGUMENTS = {"tmap_a": 128, "tmap_b": 128}
 # -D parameters the runtime can derive from a call (runtime/plan.py computes them).
-CALL_VALUES = ("trans_a", "trans_b", "vec_a", "vec_b")
-GRIDS = ("tiles",)          # tiles: (ceil(N / tile_n), ceil(M / tile_m), 1)
+CALL_VALUES = ("trans_a", "trans_b", "vec_a", "vec_b", "vec_c")
+# tiles: (ceil(N / tile_n), ceil(M / tile_m), 1), a block per tile of C.
+# persistent: (min(tiles, SMs), 1, 1): each block walks tiles blockIdx.x, + gridDim.x, ... itself.
+GRIDS = ("tiles", "persistent")
 DTYPES = ("float32", "float64", "float16", "bfloat16")
 SIZE_NAMES = ("M", "N", "K", "SMS")
 
-_TOP_KEYS = {"source", "entry", "summary", "dtypes", "targets", "abi", "call_params", "rel_err_limit", "launch",
-             "size_rule"}
-_LAUNCH_KEYS = {"threads", "tile_m", "tile_n", "smem_bytes", "grid"}
+_TOP_KEYS = {"source", "entry", "summary", "dtypes", "targets", "abi", "call_params", "defines", "rel_err_limit",
+             "launch", "size_rule"}
+_LAUNCH_KEYS = {"threads", "tile_m", "tile_n", "smem_bytes", "grid", "box_rows_a", "box_rows_b"}
+# abi argument -> the launch key naming the constant it needs
+_NEEDS_LAUNCH_KEY = {"tmap_a": "box_rows_a", "tmap_b": "box_rows_b"}
 
 
 @dataclass(frozen=True)
@@ -77,6 +89,8 @@ class Launch:
     tile_n: str
     smem_bytes: str
     grid: str = "tiles"
+    box_rows_a: str | None = None   # TMA box heights, for kernels that take tmap_a / tmap_b
+    box_rows_b: str | None = None
 
 
 @dataclass(frozen=True)
@@ -109,6 +123,7 @@ class KernelSpec:
     launch: Launch
     size_rules: tuple[SizeRule, ...]
     spec_file: Path
+    defines: tuple[tuple[str, int], ...] = ()    # fixed -D parameters of this kernel
 
     def size_rule(self, m: int, n: int, k: int, sms: int) -> dict[str, int]:
         """The untuned -D overrides for an M x N x K launch (after the operand swap) on a GPU with
@@ -132,7 +147,7 @@ class KernelSpec:
                 "dtypes": vars(self.dtypes), "targets": list(self.targets), "abi": list(self.abi),
                 "call_params": dict(self.call_params), "rel_err_limit": self.rel_err_limit,
                 "launch": vars(self.launch), "size_rules": [{"when": r.when, "set": dict(r.set)} for r in self.size_rules],
-                "spec_file": str(self.spec_file)}
+                "defines": dict(self.defines), "spec_file": str(self.spec_file)}
 
 
 # ---- reading spec files --------------------------------------------------------------------------
@@ -193,6 +208,15 @@ def _spec(path: Path, source: SourceFile, name: str, t) -> KernelSpec:
     for k, v in calls.items():
         if v not in CALL_VALUES:
             fail(f"call_params.{k}: '{v}' is not a call value (known: {', '.join(CALL_VALUES)})")
+    defines = t.get("defines", {})
+    if not isinstance(defines, dict) or not all(isinstance(v, int) and not isinstance(v, bool)
+                                                for v in defines.values()):
+        fail("defines: a table of PARAM = integer")
+    for k in defines:
+        if not k.isidentifier():
+            fail(f"defines: '{k}' is not a parameter name")
+        if k in calls:
+            fail(f"defines.{k}: also a call parameter; the call sets it")
     limit = t["rel_err_limit"]
     if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not 0 < limit < 1:
         fail("rel_err_limit: a number between 0 and 1")
@@ -206,13 +230,16 @@ def _spec(path: Path, source: SourceFile, name: str, t) -> KernelSpec:
     if la.get("grid", "tiles") not in GRIDS:
         fail(f"launch.grid: '{la['grid']}' is not one of {', '.join(GRIDS)}")
     launch = Launch(**{k: _str(v, f"{where} launch.{k}") for k, v in la.items()})
+    for arg, key in _NEEDS_LAUNCH_KEY.items():
+        if arg in abi and getattr(launch, key) is None:
+            fail(f"launch: needs '{key}' (the constant with the TMA box height of abi argument '{arg}')")
     rules = t.get("size_rule", [])
     if not isinstance(rules, list):
         fail("size_rule: an array of tables ([[NAME.size_rule]])")
     size_rules = tuple(_size_rule(source, where, i, r) for i, r in enumerate(rules))
     return KernelSpec(name, src, _str(t.get("entry", name), f"{where} entry"), str(t.get("summary", "")),
                       Dtypes(**d), tuple(targets), tuple(abi), tuple(calls.items()), float(limit), launch,
-                      size_rules, path)
+                      size_rules, path, tuple(defines.items()))
 
 
 def _size_rule(source: SourceFile, where: str, i: int, r) -> SizeRule:

@@ -97,7 +97,7 @@ def gemm_cost(a, b, c, ta, tb, ms):
 
 def test_bench_table_json_and_baselines(fake_gpu, run_cli, tmp_path):
     out = tmp_path / "bench.json"
-    code, stdout, err = run_cli("bench", "--shapes", "small", "--layouts", "nn,tn", "--reps", "3",
+    code, stdout, err = run_cli("bench", "sgemm", "--shapes", "small", "--layouts", "nn,tn", "--reps", "3",
                                 "--json", str(out), "--save-baseline", "--baseline-dir", str(tmp_path / "bl"))
     assert code == 0, err
     assert "asm/cuBLAS" in stdout and "129x65x33" in stdout and "0.50×" in stdout
@@ -112,14 +112,14 @@ def test_bench_table_json_and_baselines(fake_gpu, run_cli, tmp_path):
     for e in base["entries"].values():
         e["ratio"] = 100.0
     (tmp_path / "bl" / "Fake_GPU_80GB.json").write_text(json.dumps(base))
-    code, stdout, _ = run_cli("bench", "--shapes", "128x128x128", "--reps", "2", "--check-baseline",
+    code, stdout, _ = run_cli("bench", "sgemm", "--shapes", "128x128x128", "--reps", "2", "--check-baseline",
                               "--baseline-dir", str(tmp_path / "bl"))
     assert code == 3 and "regressed" in stdout and "100.000 (baseline)" in stdout
 
 
 def test_bench_wrong_kernel_exits_2(fake_gpu, run_cli):
     fake_gpu(lambda a, b, c, ta, tb, params: c.fill(1.0))
-    code, stdout, _ = run_cli("bench", "--shapes", "small", "--reps", "2")
+    code, stdout, _ = run_cli("bench", "sgemm", "--shapes", "small", "--reps", "2")
     assert code == 2 and "wrong result" in stdout
 
 

@@ -56,7 +56,7 @@ def command(kernels, shapes_spec, layouts_spec, reps, warmup, no_flush, no_pre_r
             use_defaults,
             json_out, save_baseline, check_baseline, baseline_dir, tolerance, seed):
     """Benchmark KERNELs (kernel spec names, `asmgemm kernels`; default: every kernel that ships in
-    kernels_ptx/kernels.toml) against cuBLAS on the GPU.
+    kernels_ptx/kernels.toml, runs on this GPU and takes dtypes CuPy has) against cuBLAS on the GPU.
 
     For each kernel, layout and shape: the result is checked against a float64 reference
     (‖C − ref‖/‖ref‖, NaN-poisoned output first); then asmgemm, cuBLAS (cupy.matmul) and
@@ -82,6 +82,7 @@ def command(kernels, shapes_spec, layouts_spec, reps, warmup, no_flush, no_pre_r
 
     names = list(kernels) or [s.name for s in load_spec_file(shipped_spec_file())]
     bench_kernels = list({s.name: s for s in (get_spec(n) for n in names)}.values())
+    default_set = not kernels
     shapes = parse_shapes(shapes_spec)
     layouts = parse_layouts(layouts_spec)
     overrides = parse_defines(defines)
@@ -96,15 +97,29 @@ def command(kernels, shapes_spec, layouts_spec, reps, warmup, no_flush, no_pre_r
     from ..runtime.tune_cache import lookups_off
     with lookups_off() if use_defaults else contextlib.nullcontext():   # untuned: gemm() ignores the cache
         _bench(bench_kernels, shapes, layouts, reps, warmup, no_flush, no_pre_roll, no_torch, no_triton, overrides,
-               use_defaults, json_out, save_baseline, check_baseline, baseline_dir, tolerance, seed)
+               use_defaults, json_out, save_baseline, check_baseline, baseline_dir, tolerance, seed, default_set)
+
+
+def _runnable_here(cp, spec, target: str) -> bool:
+    """A kernel the default set benchmarks on this GPU: built for it, with dtypes CuPy arrays have
+    (bf16 kernels are left to an explicit name)."""
+    try:
+        for d in (spec.dtypes.a, spec.dtypes.c):
+            cp.dtype(d)
+    except TypeError:
+        return False
+    return spec.build_target(target) is not None
 
 
 def _bench(bench_kernels, shapes, layouts, reps, warmup, no_flush, no_pre_roll, no_torch, no_triton, overrides,
-           use_defaults, json_out, save_baseline, check_baseline, baseline_dir, tolerance, seed):
+           use_defaults, json_out, save_baseline, check_baseline, baseline_dir, tolerance, seed, default_set=False):
     from ..bench import baseline as bl
-    from ..runtime.gpu import gpu_name, require_gpu
+    from ..runtime.gpu import device_facts, gpu_name, require_gpu
     cp = require_gpu("asmgemm bench")
     gpu = gpu_name()
+    if default_set:
+        target = device_facts().target
+        bench_kernels = [s for s in bench_kernels if _runnable_here(cp, s, target)]
     folder = Path(baseline_dir) if baseline_dir else bl.default_baseline_dir()
     old_baseline = bl.load_baseline(folder / bl.baseline_file_name(gpu)) if check_baseline else None
     from ..bench.timing import make_pre_roll

@@ -35,15 +35,25 @@ def command(as_json):
     from ..pipeline import shipped_kernels
 
     specs = all_specs()
-    by_source = {spec.source.resolve(): spec for spec in specs.values()}
+    by_source: dict = {}            # one source may be several kernels (hgemm.sasm: hgemm, bgemm)
+    for spec in specs.values():
+        by_source.setdefault(spec.source.resolve(), []).append(spec)
     rows = []
+
+    def spec_row(spec):
+        params = _parameters(spec.source)
+        params.update({k: str(v) for k, v in spec.defines})
+        return {"name": spec.name, "path": str(spec.source), "summary": spec.summary or _first_comment(spec.source),
+                "parameters": params, "spec": spec.to_json()}
     for name, path in shipped_kernels().items():
-        spec = by_source.pop(path.resolve(), None)
-        rows.append({"name": spec.name if spec else name, "path": str(path), "summary": _first_comment(path),
-                     "parameters": _parameters(path), "spec": spec.to_json() if spec else None})
-    for spec in by_source.values():      # spec'd kernels from elsewhere (not shipped)
-        rows.append({"name": spec.name, "path": str(spec.source), "summary": spec.summary or _first_comment(spec.source),
-                     "parameters": _parameters(spec.source), "spec": spec.to_json()})
+        found = by_source.pop(path.resolve(), None)
+        if found:
+            rows.extend(spec_row(spec) for spec in found)
+        else:
+            rows.append({"name": name, "path": str(path), "summary": _first_comment(path),
+                         "parameters": _parameters(path), "spec": None})
+    for found in by_source.values():      # spec'd kernels from elsewhere (not shipped)
+        rows.extend(spec_row(spec) for spec in found)
     if as_json:
         emit_json(rows)
         return

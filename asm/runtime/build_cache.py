@@ -25,12 +25,12 @@ from pathlib import Path
 from .. import __version__
 from ..errors import AsmError
 from ..files import cache_root, warn_cache, write_files
-from ..kernel_spec import ARGUMENTS, KernelSpec
+from ..kernel_spec import ARGUMENTS, ARRAY_ARGUMENTS, KernelSpec
 from ..toolchain import ptxas_version
 
 _INCLUDE_RE = re.compile(r'^\s*\.include\s+"([^"]+)"', re.MULTILINE)
 MAX_INCLUDES = 64
-META_FORMAT = 2          # of <key>.json (see read_entry); part of the key, so older entries are never read
+META_FORMAT = 3          # of <key>.json (see read_entry); part of the key, so older entries are never read
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,7 @@ class BuiltKernel:
     cubin_path: str
     ptx_path: str
     target: str
+    box_rows: tuple[int, int] = (0, 0)     # TMA box heights of tmap_a, tmap_b (0: no such argument)
 
 
 def cache_dir() -> Path:
@@ -98,10 +99,13 @@ def cache_key(source_path: Path, defines: dict, target: str, ptxas: str, entry: 
 
 
 def launch_geometry(spec: KernelSpec, result) -> dict[str, int]:
-    """threads, tile_m, tile_n and smem_bytes of a build, from the constants the spec names."""
-    out = {}
-    for field in ("threads", "tile_m", "tile_n", "smem_bytes"):
+    """threads, tile_m, tile_n, smem_bytes and the TMA box heights (0 when the kernel takes no tensor
+    map) of a build, from the constants the spec names."""
+    out = {"box_rows_a": 0, "box_rows_b": 0}
+    for field in ("threads", "tile_m", "tile_n", "smem_bytes", "box_rows_a", "box_rows_b"):
         const = getattr(spec.launch, field)
+        if const is None:          # an optional key the spec leaves out
+            continue
         value = result.constants.get(const)
         if not isinstance(value, int) or isinstance(value, bool) or value < (0 if field == "smem_bytes" else 1):
             raise AsmError(f"{spec.spec_file}: [{spec.name}] launch.{field} names the constant '{const}', which "
@@ -120,9 +124,10 @@ def abi_params(spec: KernelSpec, result) -> tuple[tuple[str, str], ...]:
                        f"{', '.join(p.name for p in params) or 'none'}")
     out = []
     for name, p in zip(spec.abi, params):
-        if p.type not in ARGUMENTS[name] or p.count is not None:
+        if p.type not in ARGUMENTS[name] or p.count != ARRAY_ARGUMENTS.get(name):
+            count = ARRAY_ARGUMENTS.get(name)
             raise AsmError(f"{spec.spec_file}: [{spec.name}] abi argument '{name}' is passed as "
-                           f"{'/'.join(ARGUMENTS[name])}, but .param {p.name} of '{spec.entry}' is "
+                           f"{'/'.join(ARGUMENTS[name])}{'' if count is None else f'[{count}]'}, but .param {p.name} of '{spec.entry}' is "
                            f"{p.type or 'untyped'}{'' if p.count is None else f'[{p.count}]'}")
         out.append((name, p.type))
     return tuple(out)
@@ -172,7 +177,7 @@ def entry_metadata(built: BuiltKernel, cubin: bytes, ptx: bytes) -> dict:
     """The JSON content of a kernel-cache entry for `built`, whose files hold `cubin` and `ptx`."""
     meta = {"format": META_FORMAT, "key": built.key, "name": built.name, "target": built.target,
             "threads": built.threads, "tile_m": built.tile_m, "tile_n": built.tile_n,
-            "smem_bytes": built.smem_bytes, "params": [list(p) for p in built.params],
+            "smem_bytes": built.smem_bytes, "box_rows": list(built.box_rows), "params": [list(p) for p in built.params],
             "cubin": f"{built.key}.cubin", "ptx": f"{built.key}.ptx",
             "cubin_sha256": _sha256(cubin), "ptx_sha256": _sha256(ptx)}
     meta["sha256"] = _meta_digest(meta)
@@ -209,6 +214,10 @@ def read_entry(meta_path: Path, key: str, spec: KernelSpec, target: str) -> Buil
     tile_m = _int_field(meta, "tile_m", 1, MAX_TILE)
     tile_n = _int_field(meta, "tile_n", 1, MAX_TILE)
     smem = _int_field(meta, "smem_bytes", 0, limits.shared_per_block_optin)
+    box_rows = meta.get("box_rows")
+    if not (isinstance(box_rows, list) and len(box_rows) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 256 for v in box_rows)):
+        raise DamagedEntry(f"box_rows is {box_rows!r}, not two integers in 0..256")
     raw = meta.get("params")
     if not (isinstance(raw, list) and all(isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p)
                                           for p in raw)):
@@ -232,7 +241,7 @@ def read_entry(meta_path: Path, key: str, spec: KernelSpec, target: str) -> Buil
         if _sha256(data) != digest:
             raise DamagedEntry(f"{expected[kind]} ({len(data)} bytes) does not match its sha256")
     return BuiltKernel(key, spec.entry, threads, tile_m, tile_n, smem, params,
-                       str(folder / expected["cubin"]), str(folder / expected["ptx"]), target)
+                       str(folder / expected["cubin"]), str(folder / expected["ptx"]), target, tuple(box_rows))
 
 
 _uncached_dir: tempfile.TemporaryDirectory | None = None
@@ -277,7 +286,8 @@ def _build_kernel(spec: KernelSpec, defines: dict, target: str) -> BuiltKernel:
 
     def entry_in(where: Path) -> tuple[BuiltKernel, list]:
         built = BuiltKernel(key, spec.entry, geo["threads"], geo["tile_m"], geo["tile_n"], geo["smem_bytes"],
-                            params, str(where / f"{key}.cubin"), str(where / f"{key}.ptx"), target)
+                            params, str(where / f"{key}.cubin"), str(where / f"{key}.ptx"), target,
+                            (geo["box_rows_a"], geo["box_rows_b"]))
         meta = json.dumps(entry_metadata(built, asm.cubin, ptx), indent=1) + "\n"
         # one commit, the metadata with its files: a reader finds all three or the old entry
         return built, [(built.cubin_path, asm.cubin), (built.ptx_path, ptx), (where / f"{key}.json", meta)]

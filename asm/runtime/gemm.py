@@ -93,10 +93,15 @@ def _build_for(spec: KernelSpec, plan: LaunchPlan, params: dict | None, tuned: d
     return build_kernel(spec, choose_params(spec, plan, params, None, facts.sm_count), target)
 
 
+# CuPy has no bfloat16 dtype: bfloat16 data in CuPy arrays travels as its 16-bit patterns (uint16 or
+# int16 arrays) to a kernel whose spec says bfloat16, named with kernel= (e.g. 'bgemm').
+_BITS_OF = {"bfloat16": ("uint16", "int16")}
+
+
 def _pick_spec(kernel: str | None, dtype: str, target: str) -> KernelSpec:
     spec = get_spec(kernel) if kernel else spec_for_dtype(dtype, target)
     d = spec.dtypes
-    if not (d.a == d.b == d.c == dtype):
+    if not (d.a == d.b == d.c == dtype or (d.a == d.b == d.c and dtype in _BITS_OF.get(d.a, ()))):
         raise AsmError(f"kernel '{spec.name}' takes A/B {d.a}, C {d.c}; the arrays are {dtype}")
     return spec
 
@@ -110,7 +115,10 @@ def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 0.0, trans_a: bool =
     dimension must be contiguous. c: M x N output, updated in place (row- or column-major); None
     allocates a new row-major C (then beta must be 0). beta == 0 never reads C.
     params: -D overrides for the kernel (e.g. {'BK': 16, 'THREADS': 64}), bypassing tuned choices.
-    kernel: a kernel spec's name (`asmgemm kernels`; default: chosen by dtype).
+    kernel: a kernel spec's name (`asmgemm kernels`; default: chosen by dtype). bfloat16 kernels
+    take CuPy uint16/int16 arrays holding bfloat16 bit patterns (CuPy has no bfloat16 dtype).
+    Operands TMA cannot read in place (Hopper kernels: rows not 16-byte aligned) are copied into
+    padded storage first.
     Raises AsmError for unsupported dtypes, mismatched shapes, unsupported strides, or no GPU.
     """
     cupy = require_gpu("asmgemm.gemm")
@@ -140,6 +148,8 @@ def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 0.0, trans_a: bool =
             c = cupy.empty((m, n), dtype=dtype)
     with a.device:
         plan = plan_launch(a, b, c, trans_a=trans_a, trans_b=trans_b)
+        if _takes_tensor_maps(spec):
+            a, b, plan = _tma_ready(cupy, spec, a, b, c, plan, trans_a, trans_b)
         if plan.m == 0 or plan.n == 0:
             return c
         if plan.k == 0:
@@ -151,6 +161,35 @@ def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 0.0, trans_a: bool =
         tuned = None if params is not None else _lookup_tuned(facts.name, spec, plan)
         built = _build_for(spec, plan, params, tuned, facts, target)
         fn = _load(cupy, built, arch_for(target).limits.static_shared_per_block)
-        fn(grid(spec, built, plan), (built.threads, 1, 1), pack_args(built, plan, alpha, beta),
+        fn(grid(spec, built, plan, facts.sm_count), (built.threads, 1, 1), pack_args(built, plan, alpha, beta, spec.dtypes.a),
            shared_mem=built.smem_bytes)
     return c
+
+
+def _takes_tensor_maps(spec: KernelSpec) -> bool:
+    return "tmap_a" in spec.abi or "tmap_b" in spec.abi
+
+
+def _tma_ready(cupy, spec: KernelSpec, a, b, c, plan: LaunchPlan, trans_a: bool, trans_b: bool):
+    """(a, b, plan) with every operand TMA can read: one whose base or row stride is not a multiple
+    of 16 bytes is copied into row-major storage with a padded leading dimension (the copy costs
+    one pass over that operand; the alternative is TMA's refusal)."""
+    from .tensor_map import ALIGN
+
+    def legal(op) -> bool:
+        return op.ptr % ALIGN == 0 and (op.rows == 1 or op.ld * plan.itemsize % ALIGN == 0)
+    if legal(plan.a) and legal(plan.b):
+        return a, b, plan
+    user_a_is_kernel_a = not plan.swapped
+
+    def padded(x):
+        elems = ALIGN // plan.itemsize
+        rows, cols = x.shape
+        y = cupy.empty((rows, -(-cols // elems) * elems), dtype=x.dtype)[:, :cols]
+        y[...] = x
+        return y
+    if not legal(plan.a if user_a_is_kernel_a else plan.b):
+        a = padded(a)
+    if not legal(plan.b if user_a_is_kernel_a else plan.a):
+        b = padded(b)
+    return a, b, plan_launch(a, b, c, trans_a=trans_a, trans_b=trans_b)

@@ -60,20 +60,41 @@ def choose_params(spec: KernelSpec, plan: LaunchPlan, params: dict | None, tuned
     else:
         chosen.update(spec.size_rule(plan.m, plan.n, plan.k, sm_count))
     chosen.update(call_defines(spec, plan.call_values, chosen))
+    chosen.update(spec.defines)       # what makes this kernel this kernel (e.g. BF16=1): never overridden
     return chosen
 
 
-def grid(spec: KernelSpec, built: BuiltKernel, plan: LaunchPlan) -> tuple[int, int, int]:
+def grid(spec: KernelSpec, built: BuiltKernel, plan: LaunchPlan, sm_count: int = 1) -> tuple[int, int, int]:
+    """The launch grid of the spec's grid kind (kernel_spec.GRIDS); `sm_count`: the device's SMs."""
+    gx, gy = math.ceil(plan.n / built.tile_n), math.ceil(plan.m / built.tile_m)
     if spec.launch.grid == "tiles":
-        gx, gy = math.ceil(plan.n / built.tile_n), math.ceil(plan.m / built.tile_m)
         if gy > MAX_GRID_Y:
             raise AsmError(f"M = {plan.m} needs {gy} block rows, more than the grid allows ({MAX_GRID_Y})")
         return gx, gy, 1
+    if spec.launch.grid == "persistent":
+        if gx * gy > 0xFFFFFFFF:
+            raise AsmError(f"{plan.m} x {plan.n} is {gx * gy} tiles, more than the kernel counts in 32 bits")
+        return max(1, min(gx * gy, sm_count)), 1, 1
     raise AsmError(f"unknown grid kind '{spec.launch.grid}'")
 
 
-def pack_args(built: BuiltKernel, plan: LaunchPlan, alpha: float, beta: float) -> tuple:
-    """The kernel's arguments in .param order, each as the numpy scalar of its PTX type."""
+def pack_args(built: BuiltKernel, plan: LaunchPlan, alpha: float, beta: float, dtype: str = "") -> tuple:
+    """The kernel's arguments in .param order, each as the numpy scalar of its PTX type (a tensor
+    map: the 128-byte value runtime/tensor_map.py encodes)."""
     values = {"A": plan.a.ptr, "B": plan.b.ptr, "C": plan.c_ptr, "M": plan.m, "N": plan.n, "K": plan.k,
               "lda": plan.a.ld, "ldb": plan.b.ld, "ldc": plan.ldc, "alpha": alpha, "beta": beta}
-    return tuple(_SCALAR[ptype](values[name]) for name, ptype in built.params)
+    out = []
+    for name, ptype in built.params:
+        if name in ("tmap_a", "tmap_b"):
+            out.append(operand_tensor_map(built, plan, name, dtype))
+        else:
+            out.append(_SCALAR[ptype](values[name]))
+    return tuple(out)
+
+
+def operand_tensor_map(built: BuiltKernel, plan: LaunchPlan, name: str, dtype: str):
+    """The encoded TMA map of the kernel's A (tmap_a) or B (tmap_b): over the stored matrix, boxes
+    as tall as the kernel's BOX_*_ROWS constant."""
+    from .tensor_map import encode, tile_map
+    op, rows = (plan.a, built.box_rows[0]) if name == "tmap_a" else (plan.b, built.box_rows[1])
+    return encode(tile_map("A" if name == "tmap_a" else "B", op.ptr, dtype, op.rows, op.cols, op.ld, rows))

@@ -130,6 +130,9 @@ def plan_launch(a, b, c, *, trans_a: bool, trans_b: bool, ptr_of=lambda x: x.dat
         # A is K-contiguous unless transposed; B is K-contiguous only when transposed.
         "vec_a": int(_aligned(A.ptr, A.ld, elems) and (not A.trans or m % elems == 0)),
         "vec_b": int(_aligned(B.ptr, B.ld, elems) and (B.trans or n % elems == 0)),
+        # C written in pairs of elements (one 2-element store): both columns of every pair in
+        # C and aligned, which takes an even N and ldc and a pair-aligned base.
+        "vec_c": int(n % 2 == 0 and ldc % 2 == 0 and ptr_of(c) % (2 * itemsize) == 0),
     }
     return LaunchPlan(A, B, ptr_of(c), m, n, k, ldc, tc, itemsize, values)
 

@@ -1,0 +1,129 @@
+"""TMA tensor maps for the Hopper kernels: what to encode (pure, tested on the CPU) and the encoding
+itself through NVIDIA's `cuda-bindings` (cuda.bindings.driver.cuTensorMapEncodeTiled), cached.
+
+The contract with the kernels (kernels_ptx/hopper.inc, "128-byte swizzle contract"): an operand's
+map covers its *stored* row-major matrix (rows x cols, leading dimension ld elements) as a 2-D
+tensor {cols, rows} (the contiguous dimension first, as the driver counts them); a box is one
+128-byte swizzle row wide (64 halves) and `box_rows` rows tall; 128-byte swizzle; elements outside
+the matrix read as zero (that is how the kernels handle the M, N and K edges).
+
+The driver's rules (CUDA Driver API, cuTensorMapEncodeTiled) that a call can break are checked
+here first, so a user gets a sentence instead of CUDA_ERROR_INVALID_VALUE: the base address
+16-byte aligned, every stride a multiple of 16 bytes and under 2^40, each dimension 1..2^32, the
+box at most 256 per dimension.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from ..errors import AsmError
+
+SWIZZLE_BYTES = 128            # the box's row: one 128-byte swizzle span
+MAX_BOX = 256
+MAX_DIM = 1 << 32
+MAX_STRIDE = 1 << 40
+ALIGN = 16
+CACHE_ENTRIES = 512            # encoded maps kept per process (one per operand shape and pointer)
+_DTYPES = {"float16": 2, "bfloat16": 2}
+
+TMA_HINT = ("TMA needs 16-byte aligned operands whose rows start at multiples of 16 bytes (a leading "
+            "dimension that is a multiple of 8 halves); pass a contiguous copy, e.g. cupy.ascontiguousarray(x) "
+            "with an even number of 8-element groups per row, or pad the leading dimension")
+
+
+@dataclass(frozen=True)
+class TileMap:
+    """One tensor map to encode: the stored matrix and the box. Hashable: the cache key."""
+
+    ptr: int
+    dtype: str         # 'float16' | 'bfloat16'
+    rows: int
+    cols: int
+    row_bytes: int     # stride between rows in bytes
+    box_rows: int
+
+    @property
+    def itemsize(self) -> int:
+        return _DTYPES[self.dtype]
+
+    @property
+    def dims(self) -> tuple[int, int]:
+        return (self.cols, self.rows)
+
+    @property
+    def box(self) -> tuple[int, int]:
+        return (SWIZZLE_BYTES // self.itemsize, self.box_rows)
+
+
+def tile_map(name: str, ptr: int, dtype: str, rows: int, cols: int, ld: int, box_rows: int) -> TileMap:
+    """The map for operand `name` stored as rows x cols (ld elements apart), checked against TMA's
+    rules; AsmError saying which rule fails otherwise."""
+    if dtype not in _DTYPES:
+        raise AsmError(f"{name}: TMA tensor maps are built here for {', '.join(_DTYPES)}, not {dtype}")
+    item = _DTYPES[dtype]
+    if not 1 <= box_rows <= MAX_BOX:
+        raise AsmError(f"{name}: a TMA box of {box_rows} rows (the kernel's constant) is outside 1..{MAX_BOX}")
+    for what, v in (("rows", rows), ("columns", cols)):
+        if not 1 <= v <= MAX_DIM:
+            raise AsmError(f"{name}: {v} {what} is outside what a TMA tensor map can describe (1..{MAX_DIM})")
+    if ptr % ALIGN:
+        raise AsmError(f"{name}: its data starts at 0x{ptr:x}, not a multiple of {ALIGN} bytes as TMA requires",
+                       hint=TMA_HINT)
+    if rows == 1:
+        # never stepped over: any legal stride describes the one row
+        row_bytes = -(-cols * item // ALIGN) * ALIGN
+    else:
+        row_bytes = ld * item
+        if row_bytes % ALIGN:
+            raise AsmError(f"{name}: rows are {row_bytes} bytes apart (leading dimension {ld}), not a multiple of "
+                           f"{ALIGN} bytes as TMA requires", hint=TMA_HINT)
+        if row_bytes >= MAX_STRIDE:
+            raise AsmError(f"{name}: a row stride of {row_bytes} bytes exceeds TMA's limit (2^40)")
+    return TileMap(ptr, dtype, rows, cols, row_bytes, box_rows)
+
+
+_cache: OrderedDict[TileMap, object] = OrderedDict()
+
+
+def encode(tm: TileMap):
+    """The 128-byte kernel argument for `tm`: a numpy V128 scalar holding the driver's CUtensorMap
+    (CuPy passes it by value into a `.param .align 64 .b8 [128]`). Cached per TileMap."""
+    hit = _cache.get(tm)
+    if hit is not None:
+        _cache.move_to_end(tm)
+        return hit
+    value = _encode(tm)
+    _cache[tm] = value
+    if len(_cache) > CACHE_ENTRIES:
+        _cache.popitem(last=False)
+    return value
+
+
+def _encode(tm: TileMap):
+    import numpy as np
+    try:
+        from cuda.bindings import driver
+    except ImportError as exc:
+        raise AsmError(f"the Hopper kernels need NVIDIA's cuda-bindings for their TMA tensor maps ({exc})",
+                       hint="pip install 'asmgemm[gpu]'") from None
+    dtype = {"float16": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+             "bfloat16": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16}[tm.dtype]
+    err, tmap = driver.cuTensorMapEncodeTiled(
+        dtype, 2, tm.ptr,
+        [driver.cuuint64_t(d) for d in tm.dims],
+        [driver.cuuint64_t(tm.row_bytes)],
+        [driver.cuuint32_t(b) for b in tm.box],
+        [driver.cuuint32_t(1), driver.cuuint32_t(1)],
+        driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+        driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise AsmError(f"cuTensorMapEncodeTiled refused the map {tm} ({err})")
+    words = np.array([int(w) for w in tmap.opaque], dtype=np.uint64)
+    return np.frombuffer(words.tobytes(), dtype="V128")[0]
+
+
+def clear_cache() -> None:
+    _cache.clear()

@@ -57,6 +57,10 @@ def configs() -> list[tuple[str, dict]]:
     sweep += [("sgemm", {**LARGE, **layout}) for layout in LAYOUTS]
     sweep += [("sgemm", point) for point in tune_space("sgemm")]
     sweep += [("sgemm", mixed) for mixed in MIXED]
+    sweep += [("hgemm", {})]
+    sweep += [("hgemm", dict(TRANS_A=ta, TRANS_B=tb, VEC_C=vc, BF16=bf)) for ta in (0, 1) for tb in (0, 1)
+              for vc in (0, 1) for bf in (0, 1)]
+    sweep += [("hgemm", point) for point in tune_space("hgemm")]
     return list({config_id(n, d): (n, d) for n, d in sweep}.values())
 
 
@@ -74,7 +78,8 @@ def defaults(name: str) -> dict:
 def ptx_digest(name: str, defines: dict) -> str:
     """sha256 of the PTX, or "error" when the kernel refuses the parameters with `.error`."""
     try:
-        result = build_file(name, BuildOptions(defines={k: str(v) for k, v in defines.items()}, target="sm_90"))
+        result = build_file(name, BuildOptions(defines={k: str(v) for k, v in defines.items()},
+                                               target="sm_90a" if name == "hgemm" else "sm_90"))
     except AsmError:
         return "error"
     return hashlib.sha256(normalized(result.ptx, result.source.path, name).encode()).hexdigest()
@@ -89,7 +94,7 @@ def normalized(ptx: str, path: str, name: str) -> str:
     return REGION_MARKER.sub(r"\1", ptx)
 
 
-DEFAULTS = {name: defaults(name) for name in ("sgemm_naive", "sgemm")}
+DEFAULTS = {name: defaults(name) for name in ("sgemm_naive", "sgemm", "hgemm")}
 CONFIGS = configs()
 IDS = [config_id(n, d) for n, d in CONFIGS]
 REGEN = bool(os.environ.get("ASMGEMM_REGEN_GOLDEN"))

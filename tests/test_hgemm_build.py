@@ -1,0 +1,255 @@
+"""The Hopper HGEMM on the CPU: every shipped variant builds for sm_90a without a ptxas warning
+(setmaxnreg ignored, wgmma serialized), its SASS runs on HGMMA and UTMALDG with no
+WARPGROUP.DEPBAR after every HGMMA, no spills and no local memory; the include library's macros
+produce the descriptor bits and instructions they document; the spec, the tensor-map arguments and
+the TMA rules (runtime/tensor_map.py) hold without a GPU."""
+from __future__ import annotations
+
+import functools
+import re
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from asmgemm.errors import AsmError
+from asmgemm.pipeline import BuildOptions, assemble, build_file
+from asmgemm.toolchain import disassemble, find_tool
+
+HERE = Path(__file__).parent
+KERNELS = HERE.parent / "kernels_ptx"
+
+needs_tools = pytest.mark.skipif(
+    find_tool("ptxas", required=False) is None or find_tool("nvdisasm", required=False) is None,
+    reason="ptxas/nvdisasm not installed")
+
+# The tuning space that fits in shared memory: BN=256 is 48 KB a stage (3-4 stages), BN=128 32 KB (3-6).
+TILES = [(256, 3), (256, 4), (128, 4), (128, 6)]
+LAYOUTS = [(ta, tb) for ta in (0, 1) for tb in (0, 1)]
+
+
+@functools.lru_cache(maxsize=None)
+def _assembled(bn=256, stages=4, ta=0, tb=0, bf16=0, vec_c=1):
+    defines = {"BN": str(bn), "STAGES": str(stages), "TRANS_A": str(ta), "TRANS_B": str(tb), "BF16": str(bf16),
+               "VEC_C": str(vec_c)}
+    result = build_file("hgemm", BuildOptions(defines=defines, target="sm_90a"))
+    asm = assemble(result)
+    return result, asm, disassemble(asm.cubin)
+
+
+def _opcodes(sass: str) -> list[str]:
+    out = []
+    for line in sass.splitlines():
+        m = re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Za-z0-9_.]*)", line)
+        if m:
+            out.append(m.group(1))
+    return out
+
+
+def _check_variant(bn, stages, ta, tb, bf16, vec_c):
+    result, asm, sass = _assembled(bn, stages, ta, tb, bf16, vec_c)
+    assert not asm.warnings, asm.warnings          # C7508 (setmaxnreg ignored), C7510/C7515 (wgmma serialized)
+    (k,) = asm.kernels
+    assert k.spill_stores == k.spill_loads == k.local_bytes == k.stack_frame == 0
+    assert k.registers <= 168                      # 384 threads, one block per SM: 65536 / 384, rounded to 8
+    ops = _opcodes(sass)
+    counts = Counter(op.split(".")[0] for op in ops)
+    hgmma = [op for op in ops if op.startswith("HGMMA")]
+    assert len(hgmma) == 4 and all(op.startswith(f"HGMMA.64x{bn}x16.F32") for op in hgmma), hgmma
+    assert ("BF16" in hgmma[0]) == bool(bf16)
+    # one UTMALDG per K-major tile, one per 64-wide chunk of an MN-major tile
+    assert counts["UTMALDG"] == (2 if ta else 1) + (1 if tb else bn // 64)
+    # wait_group 1 in the loop and 0 after it: ptxas did not serialize the wgmmas
+    assert counts["WARPGROUP"] <= 3 and sum(op.startswith("WARPGROUP.DEPBAR") for op in ops) == 2
+    assert counts["USETMAXREG"] == 2
+    assert not any(op.startswith(("LDL", "STL")) for op in ops)
+
+
+@needs_tools
+@pytest.mark.parametrize("ta,tb", LAYOUTS)
+def test_layouts_build_clean(ta, tb):
+    _check_variant(256, 4, ta, tb, 0, 1)
+
+
+@needs_tools
+@pytest.mark.parametrize("bn,stages", TILES)
+def test_tiles_build_clean(bn, stages):
+    _check_variant(bn, stages, 0, 0, 0, 1)
+
+
+@needs_tools
+def test_bf16_and_scalar_stores_build_clean():
+    _check_variant(256, 4, 1, 1, 1, 0)
+    _check_variant(128, 4, 0, 1, 1, 1)
+
+
+def test_too_many_stages_stop_the_build_with_the_kernels_message():
+    with pytest.raises(AsmError) as exc:
+        build_file("hgemm", BuildOptions(defines={"STAGES": "5"}, target="sm_90a"))
+    assert "227 KB" in exc.value.message and exc.value.span.path.endswith("hgemm.sasm")
+
+
+def test_geometry_and_abi_from_the_build():
+    from asmgemm.kernel_spec import get_spec
+    from asmgemm.runtime.build_cache import abi_params, launch_geometry
+    spec = get_spec("hgemm")
+    for ta, tb in LAYOUTS:
+        result = build_file("hgemm", BuildOptions(defines={"TRANS_A": str(ta), "TRANS_B": str(tb)}, target="sm_90a"))
+        geo = launch_geometry(spec, result)
+        assert (geo["threads"], geo["tile_m"], geo["tile_n"]) == (384, 128, 256)
+        assert geo["smem_bytes"] == 1024 + 4 * (128 + 256) * 64 * 2 + 16 * 4
+        assert geo["box_rows_a"] == (64 if ta else 128) and geo["box_rows_b"] == (256 if tb else 64)
+        assert abi_params(spec, result)[:2] == (("tmap_a", ".b8"), ("tmap_b", ".b8"))
+
+
+def test_bgemm_is_the_same_source_with_bf16():
+    from asmgemm.kernel_spec import get_spec, spec_for_dtype
+    h, b = get_spec("hgemm"), get_spec("bgemm")
+    assert h.source == b.source and b.entry == "hgemm" and dict(b.defines) == {"BF16": 1}
+    assert spec_for_dtype("float16", "sm_90") is h and spec_for_dtype("bfloat16", "sm_90") is b
+    assert h.build_target("sm_90") == "sm_90a" and h.build_target("sm_80") is None
+    with pytest.raises(AsmError, match="no float16 GEMM kernel supports sm_80"):
+        spec_for_dtype("float16", "sm_80")
+
+
+# ---- hopper.inc, macro by macro -----------------------------------------------------------------
+def _macro_kernel(body: str, decls: str = "") -> str:
+    return f""".include "hopper.inc"
+.extern .shared .align 1024 .b8 smem[];
+.visible .entry probe(.param .align 64 .b8 param_tmap[128], .param .u64 param_out)
+.maxntid 128, 1, 1
+{{
+    .regs .u64 desc, tmap
+    .regs .u32 addr, bar, t
+{decls}
+    mov.u32 addr, smem;
+    add.u32 bar, addr, 8192;
+    mov.b64 tmap, param_tmap;
+    cvta.param.u64 tmap, tmap;
+{body}
+    ret;
+}}
+"""
+
+
+def _build_text(tmp_path, text: str):
+    src = tmp_path / "probe.sasm"
+    src.write_text(text)
+    return build_file(src, BuildOptions(target="sm_90a", include_dirs=[str(KERNELS)]))
+
+
+def test_smem_desc_bits(tmp_path):
+    """Bits 16-29 LBO >> 4, 32-45 SBO >> 4, 62-63 swizzle mode 1 (128 B), address bits 4-17 at 0-13."""
+    result = _build_text(tmp_path, _macro_kernel("    SMEM_DESC_128B(desc, addr, 8192, 1024, t)\n"))
+    ptx = result.ptx
+    assert re.search(r"bfe\.u32 \S+, \S+, 4, 14;", ptx)
+    assert f"or.b32 %R" in ptx and f", {(8192 >> 4) << 16};" in ptx
+    assert f", {((1024 >> 4) | (1 << 30)) << 32};" in ptx
+
+
+@needs_tools
+def test_tma_load_and_mbar_wait_become_utmaldg_and_a_trywait_loop(tmp_path):
+    body = """    mbarrier.init.shared::cta.b64 [bar], 1;
+    mbarrier.arrive.expect_tx.shared::cta.b64 _, [bar], 8192;
+    TMA_LOAD_2D(addr, tmap, 0, 0, bar)
+    MBAR_WAIT(bar, 0)
+    MBAR_WAIT(bar, 1)
+"""
+    result = _build_text(tmp_path, _macro_kernel(body))
+    ops = _opcodes(disassemble(assemble(result).cubin))
+    assert "UTMALDG.2D" in ops
+    assert sum(op.startswith("SYNCS.PHASECHK") for op in ops) >= 2     # two waits, two distinct loops
+    assert result.ptx.count("mbarrier.try_wait.parity") == 2
+
+
+@needs_tools
+def test_wgmma_ss_covers_n_over_2_accumulators(tmp_path):
+    body = """    SMEM_DESC_128B(desc, addr, 16, 1024, t)
+.for i in range(32)
+    mov.f32 acc{i}, 0f00000000;
+.endfor
+    wgmma.fence.sync.aligned;
+    WGMMA_SS(64, f16, acc, 0, desc, desc, 0, 1)
+    wgmma.commit_group.sync.aligned;
+    wgmma.wait_group.sync.aligned 0;
+    ld.param.u64 tmap, [param_out];
+.for i in range(32)
+    st.global.f32 [tmap+{4 * i}], acc{i};
+.endfor
+"""
+    result = _build_text(tmp_path, _macro_kernel(body, "    .regs .f32 acc<0-31>"))
+    line = next(ln for ln in result.ptx.splitlines() if "wgmma.mma_async" in ln)
+    assert "m64n64k16.f32.f16.f16" in line and line.count("%R") == 32 + 2
+    assert line.rstrip().endswith("1, 1, 1, 0, 1;")
+    ops = _opcodes(disassemble(assemble(result).cubin))
+    assert any(op.startswith("HGMMA.64x64x16.F32") for op in ops)
+
+
+# ---- tensor maps: what the runtime encodes -------------------------------------------------------
+def test_tile_map_follows_the_stored_matrix():
+    from asmgemm.runtime.tensor_map import tile_map
+    tm = tile_map("A", 0x1000, "float16", 300, 200, 208, 128)
+    assert tm.dims == (200, 300) and tm.row_bytes == 416 and tm.box == (64, 128)
+    one = tile_map("B", 0x1000, "bfloat16", 1, 7, 7, 64)       # one row: its stride is never used
+    assert one.row_bytes == 16 and one.box == (64, 64)
+
+
+@pytest.mark.parametrize("ptr,rows,ld,box,message", [
+    (0x1008, 10, 64, 64, "not a multiple of 16 bytes as TMA requires"),
+    (0x1000, 10, 100, 64, "rows are 200 bytes apart"),
+    (0x1000, 10, 64, 300, "outside 1..256"),
+    (0x1000, 0, 64, 64, "0 rows"),
+])
+def test_tile_map_refuses_what_tma_cannot_read(ptr, rows, ld, box, message):
+    from asmgemm.runtime.tensor_map import tile_map
+    with pytest.raises(AsmError, match=message):
+        tile_map("A", ptr, "float16", rows, 64, ld, box)
+
+
+def test_pack_args_puts_each_tensor_map_in_its_slot(monkeypatch):
+    """The A and B maps go to tmap_a and tmap_b with the kernel's box heights, as 128-byte values."""
+    from types import SimpleNamespace
+
+    from asmgemm.runtime import tensor_map
+    from asmgemm.runtime.build_cache import BuiltKernel
+    from asmgemm.runtime.launch import pack_args
+    from asmgemm.runtime.plan import plan_launch
+
+    seen = []
+
+    def fake_encode(tm):
+        seen.append(tm)
+        return np.frombuffer(bytes([len(seen)]) * 128, dtype="V128")[0]
+    monkeypatch.setattr(tensor_map, "encode", fake_encode)
+
+    def matrix(rows, cols, ptr):
+        return SimpleNamespace(shape=(rows, cols), ndim=2, strides=(cols * 2, 2), dtype=SimpleNamespace(itemsize=2),
+                               ptr=ptr)
+    a, b, c = matrix(300, 64, 0x10000), matrix(64, 200, 0x20000), matrix(300, 200, 0x30000)
+    plan = plan_launch(a, b, c, trans_a=False, trans_b=False, ptr_of=lambda x: x.ptr)
+    built = BuiltKernel("k", "hgemm", 384, 128, 256, 0,
+                        (("tmap_a", ".b8"), ("tmap_b", ".b8"), ("C", ".u64"), ("M", ".u32"), ("N", ".u32"),
+                         ("K", ".u32"), ("ldc", ".u32"), ("alpha", ".f32"), ("beta", ".f32")),
+                        "x.cubin", "x.ptx", "sm_90a", (128, 64))
+    args = pack_args(built, plan, 1.0, 0.0, "float16")
+    assert [x.dtype.itemsize for x in args[:2]] == [128, 128]
+    assert seen[0].ptr == 0x10000 and seen[0].dims == (64, 300) and seen[0].box == (64, 128)
+    assert seen[1].ptr == 0x20000 and seen[1].dims == (200, 64) and seen[1].box == (64, 64)
+    assert int(args[2]) == 0x30000 and [int(x) for x in args[3:7]] == [300, 200, 64, 200]
+    assert plan.call_values["vec_c"] == 1
+
+
+def test_vec_c_needs_even_n_ldc_and_pair_alignment():
+    from types import SimpleNamespace
+
+    from asmgemm.runtime.plan import plan_launch
+
+    def matrix(rows, cols, ld, ptr=0x1000):
+        return SimpleNamespace(shape=(rows, cols), ndim=2, strides=(ld * 2, 2), dtype=SimpleNamespace(itemsize=2),
+                               ptr=ptr)
+    for n, ldc, ptr, want in ((200, 200, 0x1000, 1), (201, 201, 0x1000, 0), (200, 202, 0x1000, 1),
+                              (200, 201, 0x1000, 0), (200, 200, 0x1002, 0)):
+        plan = plan_launch(matrix(8, 16, 16), matrix(16, n, n), matrix(8, n, ldc, ptr),
+                           trans_a=False, trans_b=False, ptr_of=lambda x: x.ptr)
+        assert plan.call_values["vec_c"] == want, (n, ldc, ptr)

@@ -1,0 +1,164 @@
+"""The Hopper HGEMM (kernels_ptx/hgemm.sasm) on the GPU: the TMA swizzle the kernel assumes, then
+fp16 and bf16 results against an fp32 reference of the same inputs over odd shapes, all layouts,
+alpha/beta, column-major C and operands TMA cannot read in place. Skipped without CuPy, a GPU, or
+when the GPU is not sm_90."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+from asmgemm.runtime.gpu import gpu_available  # noqa: E402
+
+if not gpu_available():
+    pytest.skip("needs CuPy and a CUDA GPU", allow_module_level=True)
+import cupy as cp  # noqa: E402
+
+import asmgemm  # noqa: E402
+from asmgemm.kernel_spec import get_spec  # noqa: E402
+from asmgemm.runtime.gpu import device_facts  # noqa: E402
+
+if device_facts().target != "sm_90":
+    pytest.skip("the HGEMM needs an sm_90 (Hopper) GPU", allow_module_level=True)
+
+HERE = Path(__file__).parent
+KERNELS = HERE.parent / "kernels_ptx"
+
+
+# ---- step 1: TMA and the 128-byte swizzle ------------------------------------------------------
+def _probe_kernel(tmp_path):
+    from asmgemm.pipeline import BuildOptions, assemble, build_file
+    result = build_file(HERE / "data" / "hopper" / "tma_swizzle_probe.sasm",
+                        BuildOptions(target="sm_90a", include_dirs=[str(KERNELS)]))
+    cubin = tmp_path / "probe.cubin"
+    cubin.write_bytes(assemble(result).cubin)
+    return cp.RawModule(path=str(cubin)).get_function("tma_swizzle_probe")
+
+
+@pytest.mark.parametrize("x0,y0", [(0, 0), (64, 8), (100, 190)])
+def test_tma_box_lands_in_the_128_byte_swizzle(tmp_path, x0, y0):
+    """A {64, 64} fp16 box loaded by TMA (runtime/tensor_map.py's map) lands in shared memory as
+    hopper.inc says: smem row r, 16-byte chunk j holds matrix row y0 + r, chunk j ^ (r % 8); what
+    lies outside the matrix reads as zero."""
+    from asmgemm.runtime.tensor_map import encode, tile_map
+    rows, cols = 200, 136                               # row stride 272 bytes: a multiple of 16
+    bits = cp.arange(rows * cols, dtype=cp.uint16).reshape(rows, cols)
+    fn = _probe_kernel(tmp_path)
+    out = cp.zeros(64 * 64, dtype=cp.uint16)
+    tmap = encode(tile_map("A", bits.data.ptr, "float16", rows, cols, cols, 64))
+    fn((1, 1, 1), (128, 1, 1), (tmap, np.int32(x0), np.int32(y0), out), shared_mem=64 * 128 + 2048)
+    got = cp.asnumpy(out).reshape(64, 8, 8)             # [smem row][16-byte chunk][half]
+    host = cp.asnumpy(bits)
+    for r in range(64):
+        for j in range(8):
+            src = j ^ (r % 8)
+            want = np.zeros(8, dtype=np.uint16)
+            y, x = y0 + r, x0 + 8 * src
+            if y < rows:
+                seg = host[y, x:min(x + 8, cols)]
+                want[:len(seg)] = seg
+            assert (got[r, j] == want).all(), f"smem row {r} chunk {j}: {got[r, j]} != {want}"
+
+
+# ---- the GEMM ------------------------------------------------------------------------------------
+def _bf16_bits(x32):
+    """fp32 CuPy array -> bfloat16 bit patterns (round to nearest even), and their fp32 values."""
+    u = x32.view(cp.uint32)
+    rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+    bits = rounded.astype(cp.uint16)
+    return bits, (bits.astype(cp.uint32) << 16).view(cp.float32)
+
+
+def _operand(rng, shape, dtype, ld_pad=0):
+    """(array handed to gemm, its fp32 values). ld_pad > 0: a strided view, rows ld_pad apart."""
+    x32 = rng.standard_normal(shape, dtype=cp.float32)
+    if dtype == "bfloat16":
+        x, v = _bf16_bits(x32)
+    else:
+        x = x32.astype(cp.float16)
+        v = x.astype(cp.float32)
+    if ld_pad:
+        big = cp.zeros((shape[0], ld_pad), dtype=x.dtype)
+        big[:, :shape[1]] = x
+        x = big[:, :shape[1]]
+    return x, v
+
+
+def _values(c, dtype):
+    return (c.astype(cp.uint32) << 16).view(cp.float32) if dtype == "bfloat16" else c.astype(cp.float32)
+
+
+def _check(m, n, k, layout="nn", dtype="float16", alpha=1.0, beta=0.0, c_order="C", pad=False, seed=0):
+    rng = cp.random.default_rng(seed + 7 * m + 13 * n + k)
+    ta, tb = layout[0] == "t", layout[1] == "t"
+    a_shape, b_shape = ((k, m) if ta else (m, k)), ((n, k) if tb else (k, n))
+    a, av = _operand(rng, a_shape, dtype, ld_pad=(a_shape[1] + 8 - a_shape[1] % 8) if pad else 0)
+    b, bv = _operand(rng, b_shape, dtype, ld_pad=(b_shape[1] + 8 - b_shape[1] % 8) if pad else 0)
+    c0, c0v = _operand(rng, (m, n), dtype)
+    if c_order == "F":
+        c = cp.asfortranarray(c0)
+    else:
+        c = c0.copy()
+    if beta == 0:
+        c.view(cp.uint16)[...] = 0x7E00 if dtype == "float16" else 0x7FC0   # NaN: beta = 0 must not read C
+    kernel = "bgemm" if dtype == "bfloat16" else None
+    out = asmgemm.gemm(a, b, c, alpha=alpha, beta=beta, trans_a=ta, trans_b=tb, kernel=kernel)
+    assert out is c
+    ref = alpha * ((av.T if ta else av) @ (bv.T if tb else bv))
+    if beta != 0:
+        ref = ref + beta * c0v
+    got = _values(cp.ascontiguousarray(c), dtype)
+    assert bool(cp.isfinite(got).all()), "non-finite values in C"
+    err = float(cp.linalg.norm(got - ref)) / (float(cp.linalg.norm(ref)) or 1.0)
+    limit = get_spec(kernel or "hgemm").rel_err_limit
+    assert err < limit, f"{dtype} {m}x{n}x{k} {layout} alpha={alpha} beta={beta} C {c_order}: rel err {err:.3e}"
+
+
+SHAPES = [(1, 1, 1), (7, 7, 7), (127, 127, 127), (129, 129, 129), (1000, 1000, 1000), (3000, 5000, 700),
+          (300, 200, 1), (1, 300, 257), (300, 1, 257), (130, 250, 9), (256, 512, 4096), (200, 300, 100)]
+
+
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_fp16_shapes_nn(m, n, k):
+    _check(m, n, k)
+
+
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+@pytest.mark.parametrize("m,n,k", [(129, 257, 200), (1000, 520, 136), (64, 64, 64)])
+def test_fp16_layouts(layout, m, n, k):
+    _check(m, n, k, layout)
+
+
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+def test_bf16_layouts(layout):
+    _check(333, 517, 300, layout, dtype="bfloat16")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_alpha_beta(dtype):
+    _check(300, 260, 150, "nn", dtype=dtype, alpha=0.5, beta=-1.5)
+    _check(300, 260, 150, "tn", dtype=dtype, alpha=2.0, beta=0.25)
+
+
+@pytest.mark.parametrize("layout", ["nn", "tt"])
+def test_column_major_c(layout):
+    _check(257, 130, 96, layout, c_order="F")
+    _check(257, 130, 96, layout, c_order="F", beta=1.0)
+
+
+def test_strided_views_with_aligned_rows():
+    _check(127, 129, 65, "nn", pad=True)
+    _check(127, 129, 65, "tt", pad=True)
+
+
+def test_odd_leading_dimensions_are_copied_not_refused():
+    """K = 7: rows of 14 bytes, which TMA cannot read; the runtime pads a copy (tensor_map.py)."""
+    _check(100, 60, 7, "nn")
+    _check(100, 61, 7, "tn")
+
+
+def test_large_square():
+    _check(2048, 2048, 2048)

@@ -29,7 +29,8 @@ def test_bench_small_shapes_all_layouts_json(tmp_path):
 
 
 def test_save_then_check_baseline(tmp_path):
-    proc = asmgemm("bench", "--shapes", "128x128x128", "--reps", "3", "--save-baseline", "--baseline-dir", tmp_path)
+    proc = asmgemm("bench", "sgemm", "--shapes", "128x128x128", "--reps", "3", "--save-baseline", "--baseline-dir",
+                   tmp_path)
     assert proc.returncode == 0, proc.stderr
     files = list(tmp_path.glob("*.json"))
     assert len(files) == 1
@@ -38,6 +39,7 @@ def test_save_then_check_baseline(tmp_path):
     # an impossible baseline (ratio 1000x) must be reported as a regression, exit 3
     data["entries"]["sgemm/nn/128x128x128"]["ratio"] = 1000.0
     files[0].write_text(json.dumps(data))
-    proc = asmgemm("bench", "--shapes", "128x128x128", "--reps", "3", "--check-baseline", "--baseline-dir", tmp_path)
+    proc = asmgemm("bench", "sgemm", "--shapes", "128x128x128", "--reps", "3", "--check-baseline", "--baseline-dir",
+                   tmp_path)
     assert proc.returncode == 3, proc.stderr
     assert "1000.000" in proc.stdout and "regressed" in proc.stdout

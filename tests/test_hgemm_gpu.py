@@ -38,7 +38,9 @@ def _probe_kernel(tmp_path):
     return cp.RawModule(path=str(cubin)).get_function("tma_swizzle_probe")
 
 
-@pytest.mark.parametrize("x0,y0", [(0, 0), (64, 8), (100, 190)])
+# Box origins: the contiguous coordinate in 16-byte steps (TMA faults on others: the first run here
+# with x0 = 100 halves ended in CUDA_ERROR_ILLEGAL_INSTRUCTION); (96, 190) reaches past both edges.
+@pytest.mark.parametrize("x0,y0", [(0, 0), (64, 8), (96, 190)])
 def test_tma_box_lands_in_the_128_byte_swizzle(tmp_path, x0, y0):
     """A {64, 64} fp16 box loaded by TMA (runtime/tensor_map.py's map) lands in shared memory as
     hopper.inc says: smem row r, 16-byte chunk j holds matrix row y0 + r, chunk j ^ (r % 8); what

@@ -6,5 +6,6 @@ def __getattr__(name):
     # `asmgemm.gemm` loads the CuPy runtime on first use only: `import asmgemm` never imports CuPy.
     if name == "gemm":
         from .runtime.gemm import gemm
+        globals()["gemm"] = gemm     # found directly from now on: no lookup hook per call
         return gemm
     raise AttributeError(f"module 'asmgemm' has no attribute '{name}'")

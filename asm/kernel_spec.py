@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -322,10 +323,41 @@ def register(specs: KernelSpec | list[KernelSpec]) -> None:
     """Make kernels known to gemm/run/bench/tune in this process (tests, notebooks)."""
     for spec in [specs] if isinstance(specs, KernelSpec) else specs:
         _registered[spec.name] = spec
+    _registry_generation[0] += 1
 
 
 def unregister(name: str) -> None:
     _registered.pop(name, None)
+    _registry_generation[0] += 1
+
+
+# ---- cheap change detection (the runtime's launch-plan cache, asmgemm.gemm) -------------------------
+# all_specs() stats every spec file per call (microseconds); gemm's repeated-call path must not.
+# specs_version() is exact for what a process does itself (register/unregister, the environment
+# variable) and looks at the files' stamps at most every SPEC_RECHECK_S seconds: an edited spec
+# file reaches a running gemm() within that time (refresh_specs() makes it immediate).
+SPEC_RECHECK_S = 0.5
+_registry_generation = [0]
+_version_memo: list = [float("-inf"), None, None]     # [monotonic time of the last stat, env value, token]
+
+
+def specs_version():
+    """A token that stays the *same object* while all_specs() would answer the same, and is a new
+    object when the registry, $ASMGEMM_KERNEL_SPECS or a spec file's stamp changed (files looked at
+    no more often than every SPEC_RECHECK_S seconds). Costs an environment read and a clock read."""
+    env = os.environ.get(SPECS_ENV, "")
+    now = time.monotonic()
+    last, last_env, token = _version_memo
+    if token is not None and env == last_env and token[0] == _registry_generation[0] and now - last < SPEC_RECHECK_S:
+        return token
+    new = (_registry_generation[0], env, tuple((str(p), _stamp(p)) for p in _spec_files()))
+    _version_memo[:] = [now, env, token if new == token else new]
+    return _version_memo[2]
+
+
+def refresh_specs() -> None:
+    """Make the next specs_version() look at the spec files now (after editing one)."""
+    _version_memo[0] = float("-inf")
 
 
 def get_spec(name: str) -> KernelSpec:

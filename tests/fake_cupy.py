@@ -1,8 +1,13 @@
 """A stand-in CuPy for driving `asmgemm.gemm` to the launch on a machine without a GPU: arrays are
 numpy arrays with a device and a real data pointer, and RawModule's functions are whatever the
-test supplies (a recorder, or an interpreter of the kernel's packed arguments)."""
+test supplies (a recorder, or an interpreter of the kernel's packed arguments).
+
+Also a stand-in PyTorch (`make_torch`: tensors over numpy memory, a settable current stream) and a
+foreign GPU array exposing only __cuda_array_interface__ (`CudaArrayInterface`), so the paths for
+other libraries' arrays run on the CPU too."""
 from __future__ import annotations
 
+import ctypes
 import types
 from pathlib import Path
 from typing import Callable
@@ -11,26 +16,65 @@ import numpy as np
 
 
 class Device:
-    def __init__(self, id=0):
-        self.id = 0
+    current = [0]
+
+    def __init__(self, id=None):
+        self.id = Device.current[0] if id is None else int(id)
         self.compute_capability = "90"
         self.attributes = {"MultiProcessorCount": 132}
 
     def __enter__(self):
+        self._prev = Device.current[0]
+        Device.current[0] = self.id
         return self
 
     def __exit__(self, *exc):
+        Device.current[0] = self._prev
         return False
+
+    def synchronize(self):
+        pass
 
 
 class FakeArray(np.ndarray):
     @property
     def device(self):
-        return Device()
+        return Device(0)
 
     @property
     def data(self):
-        return types.SimpleNamespace(ptr=self.ctypes.data)
+        return types.SimpleNamespace(ptr=self.ctypes.data, device_id=0)
+
+
+class ExternalStream:
+    def __init__(self, ptr, device_id=-1):
+        self.ptr, self.device_id = int(ptr), device_id
+
+    def __repr__(self):
+        return f"ExternalStream(0x{self.ptr:x})"
+
+
+def view_of(ptr: int, shape, strides, dtype) -> np.ndarray:
+    """A numpy view of memory at `ptr` (strides in bytes, non-negative), writes going to that memory."""
+    dtype = np.dtype(dtype)
+    if 0 in shape:
+        return np.empty(shape, dtype)
+    span = sum((n - 1) * s for n, s in zip(shape, strides)) + dtype.itemsize
+    flat = np.frombuffer((ctypes.c_char * span).from_address(ptr), dtype=dtype)
+    return np.lib.stride_tricks.as_strided(flat, shape, strides)
+
+
+def _from_interface(obj) -> FakeArray:
+    cai = obj.__cuda_array_interface__
+    dtype = np.dtype(cai["typestr"])
+    shape = tuple(cai["shape"])
+    strides = cai.get("strides")
+    if strides is None:        # C-contiguous
+        strides, step = [], dtype.itemsize
+        for n in reversed(shape):
+            strides.insert(0, step)
+            step *= n
+    return view_of(cai["data"][0], shape, tuple(strides), dtype).view(FakeArray)
 
 
 def make_cupy(function: Callable[[str, str], Callable], name: str = "Fake GPU") -> types.ModuleType:
@@ -38,6 +82,11 @@ def make_cupy(function: Callable[[str, str], Callable], name: str = "Fake GPU") 
     cp = types.ModuleType("cupy")
     cp.ndarray = FakeArray
     cp.empty = lambda shape, dtype=np.float64: np.zeros(shape, dtype).view(FakeArray)
+    cp.asarray = _from_interface
+
+    def from_dlpack(x):
+        return np.from_dlpack(_Capsule(x.__dlpack__(stream=None))).view(FakeArray)
+    cp.from_dlpack = from_dlpack
 
     class RawModule:
         def __init__(self, path):
@@ -46,10 +95,187 @@ def make_cupy(function: Callable[[str, str], Callable], name: str = "Fake GPU") 
         def get_function(self, entry):
             return function(self.path, entry)
     cp.RawModule = RawModule
+    # what the benchmark's problem set-up and cuBLAS reference use
+    cp.dtype, cp.float32, cp.float64 = np.dtype, np.float32, np.float64
+    cp.matmul = lambda a, b, out=None: np.matmul(a, b, out=out)
+
+    class RandomState:
+        def __init__(self, seed):
+            self._rs = np.random.RandomState(seed)
+
+        def uniform(self, low, high, size, dtype=float):
+            return self._rs.uniform(low, high, size).astype(dtype).view(FakeArray)
+    cp.random = types.SimpleNamespace(RandomState=RandomState)
     cp.cuda = types.SimpleNamespace(
-        runtime=types.SimpleNamespace(getDeviceCount=lambda: 1, getDeviceProperties=lambda d: {"name": name.encode()}),
-        Device=Device)
+        runtime=types.SimpleNamespace(getDeviceCount=lambda: 1, getDeviceProperties=lambda d: {"name": name.encode()},
+                                      getDevice=lambda: Device.current[0]),
+        Device=Device, ExternalStream=ExternalStream)
     return cp
+
+
+class _Capsule:
+    """What numpy's from_dlpack reads: a DLPack capsule of host memory."""
+
+    def __init__(self, capsule):
+        self.capsule = capsule
+
+    def __dlpack__(self, stream=None, **kw):
+        return self.capsule
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+
+class CudaArrayInterface:
+    """A foreign "GPU" array that offers only __cuda_array_interface__ (version 3) over a numpy
+    array's memory: what a gemm() writes through it lands in `.host`."""
+
+    def __init__(self, host: np.ndarray):
+        self.host = host
+
+    @property
+    def __cuda_array_interface__(self):
+        h = self.host
+        return {"shape": h.shape, "typestr": h.dtype.str, "data": (h.ctypes.data, False), "version": 3,
+                "strides": None if h.flags.c_contiguous else h.strides, "stream": None}
+
+
+class CudaDLPack:
+    """A foreign "GPU" array that offers only DLPack, with a CUDA device type (the memory is a numpy
+    array's)."""
+
+    def __init__(self, host: np.ndarray):
+        self.host = host
+
+    def __dlpack__(self, stream=None, **kw):
+        return self.host.__dlpack__()
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+
+# ---- a stand-in PyTorch ------------------------------------------------------------------------
+class TorchDtype:
+    def __init__(self, name: str, np_dtype):
+        self.name, self.np, self.itemsize = name, np.dtype(np_dtype), np.dtype(np_dtype).itemsize
+
+    def __repr__(self):
+        return f"torch.{self.name}"
+
+
+class TorchDevice:
+    def __init__(self, type: str, index):
+        self.type, self.index = type, index
+
+    def __str__(self):
+        return self.type if self.index is None else f"{self.type}:{self.index}"
+
+
+class Tensor:
+    """A torch.Tensor stand-in over a numpy array (which it shares: no copies)."""
+
+    def __init__(self, array: np.ndarray, dtype: TorchDtype, device_index: int = 0):
+        self._a, self.dtype, self._dev = array, dtype, device_index
+
+    @property
+    def shape(self):
+        return tuple(self._a.shape)
+
+    def stride(self):
+        return tuple(s // self._a.itemsize for s in self._a.strides)
+
+    def dim(self):
+        return self._a.ndim
+
+    def data_ptr(self):
+        return self._a.ctypes.data
+
+    def element_size(self):
+        return self._a.itemsize
+
+    def get_device(self):
+        return self._dev
+
+    @property
+    def device(self):
+        return TorchDevice("cuda" if self._dev >= 0 else "cpu", self._dev if self._dev >= 0 else None)
+
+    @property
+    def T(self):
+        return Tensor(self._a.T, self.dtype, self._dev)
+
+    def t(self):
+        return self.T
+
+    def __getitem__(self, idx):
+        return Tensor(self._a[idx], self.dtype, self._dev)
+
+    def copy_(self, other):
+        self._a[...] = other._a
+        return self
+
+    def zero_(self):
+        self._a[...] = 0
+        return self
+
+    def __imul__(self, x):
+        self._a *= x
+        return self
+
+    def numpy(self):
+        return self._a
+
+
+def make_torch() -> types.ModuleType:
+    """A torch module: float32/float64/float16, empty() (NaN-filled), tensor(), and
+    torch.cuda.current_stream(device).cuda_stream read from `torch.stream_ptr[0]`."""
+    torch = types.ModuleType("torch")
+    torch.Tensor = Tensor
+    torch.float32, torch.float64, torch.float16 = (TorchDtype("float32", np.float32), TorchDtype("float64", np.float64),
+                                                   TorchDtype("float16", np.float16))
+    torch.stream_ptr = [0]
+    by_np = {np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64,
+             np.dtype(np.float16): torch.float16}
+
+    def empty(shape, dtype=None, device=None):
+        dtype = dtype or torch.float32
+        return Tensor(np.full(shape, np.nan, dtype.np), dtype, 0)
+    torch.empty = empty
+    torch.from_numpy = lambda a, device_index=0: Tensor(a, by_np[a.dtype], device_index)
+    torch.cuda = types.SimpleNamespace(
+        current_stream=lambda device=None: types.SimpleNamespace(cuda_stream=torch.stream_ptr[0]))
+    return torch
+
+
+# ---- a "kernel" that computes what the packed arguments say --------------------------------------
+def interpreting_kernel(launches: list, dtype=np.float64) -> Callable[[str, str], Callable]:
+    """function(path, entry) for make_cupy: the loaded kernel reads its packed arguments by the
+    build's .param list (names from the spec's abi) and its TRANS_A/TRANS_B defines, and computes
+    C = alpha * op(A) * op(B) + beta * C in the memory the pointers address; each launch is
+    recorded as (grid, block, args, shared_mem, stream)."""
+    def function(path, entry):
+        from asmgemm.runtime import build_cache
+        found = [(dict(cfg[2]), b) for cfg, b in build_cache._by_config.items() if b.cubin_path == str(path)]
+        assert found, f"no build of {path} in this process"
+        defines, built = found[0]
+        names = [n for n, _ in built.params]
+        ta, tb = defines.get("TRANS_A", "0") == "1", defines.get("TRANS_B", "0") == "1"
+
+        def fn(grid, block, args, shared_mem=0, stream=None):
+            launches.append((grid, block, args, shared_mem, stream))
+            v = dict(zip(names, args))
+            m, n, k = int(v["M"]), int(v["N"]), int(v["K"])
+            item = np.dtype(dtype).itemsize
+
+            def matrix(ptr, rows, cols, ld):
+                return view_of(int(ptr), (rows, cols), (int(ld) * item, item), dtype)
+            a = matrix(v["A"], *((k, m) if ta else (m, k)), v["lda"])
+            b = matrix(v["B"], *((n, k) if tb else (k, n)), v["ldb"])
+            c = matrix(v["C"], m, n, v["ldc"])
+            prod = (a.T if ta else a) @ (b.T if tb else b)
+            c[...] = float(v["alpha"]) * prod + (float(v["beta"]) * c if float(v["beta"]) != 0 else 0.0)
+        return fn
+    return function
 
 
 def forget_loaded(monkeypatch) -> None:

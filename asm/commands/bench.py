@@ -15,9 +15,10 @@ EXIT_REGRESSED = 3
 
 @click.command("bench")
 @click.argument("kernels", nargs=-1, metavar="[KERNEL]...")
-@click.option("--shapes", "shapes_spec", default="square", show_default=True, metavar="PRESET|SHAPES|FILE",
+@click.option("--shapes", "shapes_spec", default=None, metavar="PRESET|SHAPES|FILE",
               help="Presets (square, odd, transformer, small), MxNxK shapes, comma-separated "
-                   "('square,3000x5000x700'); or a file with one 'M N K [label]' per line or a JSON list.")
+                   "('square,3000x5000x700'); or a file with one 'M N K [label]' per line or a JSON list. "
+                   "Default: square (with --host-overhead: 128x128x128).")
 @click.option("--layouts", "layouts_spec", default="nn", show_default=True, metavar="nn,nt,tn,tt|all",
               help="Storage of A and B: first letter A, second B; n = as is, t = stored transposed.")
 @click.option("--reps", type=click.IntRange(1, 10000), default=20, show_default=True,
@@ -52,9 +53,20 @@ EXIT_REGRESSED = 3
 @click.option("--tolerance", type=click.FloatRange(0, 1, max_open=True), default=None,
               help="Allowed relative drop of the ratio for --check-baseline (default: the baseline file's, 0.05).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random operands.")
+@click.option("--plot", "plot_out", default=None, metavar="FILE.png|svg|pdf",
+              help="Also draw TFLOP/s per shape (asmgemm, cuBLAS, torch, Triton; the GPU's peak for the dtype as "
+                   "a line) into FILE. Needs matplotlib: pip install 'asmgemm[plot]'.")
+@click.option("--from", "from_json", default=None, type=click.Path(dir_okay=False), metavar="RESULT.json",
+              help="With --plot: draw a stored result (written by --json OUT) instead of running; no GPU needed.")
+@click.option("--host-overhead", is_flag=True,
+              help="Measure the host time of one call instead: --calls repeated calls of asmgemm.gemm and of "
+                   "cupy.matmul (and torch) on the first shape (default 128x128x128), in us/call.")
+@click.option("--calls", type=click.IntRange(1, 10_000_000), default=10000, show_default=True,
+              help="Calls per implementation for --host-overhead.")
 def command(kernels, shapes_spec, layouts_spec, reps, warmup, no_flush, no_pre_roll, no_torch, no_triton, defines,
             use_defaults,
-            json_out, save_baseline, check_baseline, baseline_dir, tolerance, seed):
+            json_out, save_baseline, check_baseline, baseline_dir, tolerance, seed, plot_out, from_json, host_overhead,
+            calls):
     """Benchmark KERNELs (kernel spec names, `asmgemm kernels`; default: every kernel that ships in
     kernels_ptx/kernels.toml, runs on this GPU and takes dtypes CuPy has) against cuBLAS on the GPU.
 
@@ -75,10 +87,30 @@ def command(kernels, shapes_spec, layouts_spec, reps, warmup, no_flush, no_pre_r
       asmgemm bench sgemm --shapes odd --layouts all --reps 50
       asmgemm bench --shapes transformer --json out.json
       asmgemm bench --shapes square,3000x5000x700 --save-baseline
+      asmgemm bench --json out.json --plot out.png    # the table, the JSON and a picture
+      asmgemm bench --plot out.svg --from out.json    # redraw a stored result (no GPU)
+      asmgemm bench --host-overhead                   # us/call of gemm vs cupy.matmul, 10,000 calls
     """
     from ..bench.shapes import parse_layouts, parse_shapes
     from ..errors import AsmError
     from ..kernel_spec import get_spec, load_spec_file, shipped_spec_file
+
+    if from_json is not None:
+        if plot_out is None:
+            raise AsmError("--from RESULT.json redraws a stored result: give --plot FILE.png|svg|pdf")
+        _redraw(from_json, plot_out)
+        return
+    if plot_out is not None:
+        if host_overhead:
+            raise AsmError("--plot draws the throughput benchmark; --host-overhead has no picture")
+        from ..bench.plot import plot_format, require_matplotlib
+        plot_format(plot_out)
+        require_matplotlib()            # before the GPU work, not after it
+        check_outputs([plot_out])
+    if host_overhead:
+        _host_overhead(kernels, shapes_spec or "128x128x128", calls, no_torch, json_out, seed)
+        return
+    shapes_spec = shapes_spec or "square"
 
     names = list(kernels) or [s.name for s in load_spec_file(shipped_spec_file())]
     bench_kernels = list({s.name: s for s in (get_spec(n) for n in names)}.values())
@@ -97,7 +129,57 @@ def command(kernels, shapes_spec, layouts_spec, reps, warmup, no_flush, no_pre_r
     from ..runtime.tune_cache import lookups_off
     with lookups_off() if use_defaults else contextlib.nullcontext():   # untuned: gemm() ignores the cache
         _bench(bench_kernels, shapes, layouts, reps, warmup, no_flush, no_pre_roll, no_torch, no_triton, overrides,
-               use_defaults, json_out, save_baseline, check_baseline, baseline_dir, tolerance, seed, default_set)
+               use_defaults, json_out, save_baseline, check_baseline, baseline_dir, tolerance, seed, default_set,
+               plot_out=plot_out)
+
+
+def _redraw(from_json: str, plot_out: str) -> None:
+    """--plot OUT --from RESULT.json: the picture of a stored report, without a GPU."""
+    from ..bench.plot import load_report, plot_format, render
+    fmt = plot_format(plot_out)
+    report = load_report(from_json)
+    write_files([(plot_out, render(report, fmt))], inputs=[from_json])
+    click.echo(f"plot: {len(report['rows'])} rows drawn into {plot_out}", err=True)
+
+
+def _host_overhead(kernels, shapes_spec, calls, no_torch, json_out, seed) -> None:
+    """--host-overhead: us/call of asmgemm.gemm against cupy.matmul on the first shape."""
+    from ..bench.host_overhead import measure_host_overhead
+    from ..bench.runner import torch_module
+    from ..bench.shapes import parse_shapes
+    from ..errors import AsmError
+    from ..kernel_spec import get_spec
+    from ..runtime.gpu import require_gpu
+    if len(kernels) > 1:
+        raise AsmError("--host-overhead measures one kernel: name at most one")
+    spec = get_spec(kernels[0]) if kernels else None
+    shape = parse_shapes(shapes_spec)[0]
+    if json_out not in (None, "-"):
+        check_outputs([json_out])
+    cp = require_gpu("asmgemm bench --host-overhead")
+    torch = None if no_torch else torch_module()
+    report = measure_host_overhead(cp, shape.m, shape.n, shape.k, kernel=spec, calls=calls, torch=torch, seed=seed)
+    if json_out not in (None, "-"):
+        import json
+        write_files([(json_out, json.dumps(report, indent=1) + "\n")])
+    if json_out == "-":
+        emit_json(report)
+        return
+    from rich.table import Table
+    t = Table(title=f"asmgemm bench --host-overhead on {report['gpu']}: host time per call (us), {calls} calls of "
+                    f"{shape.key} {report['dtype']} each", title_justify="left")
+    for col in ("implementation", "mean", "median", "p90", "min", "mean over cuBLAS"):
+        t.add_column(col, justify="left" if col == "implementation" else "right")
+    for impl, h in report["host_us"].items():
+        over = report["overhead_over_cublas_us"].get(impl)
+        t.add_row(impl, f"{h['mean_us']:.2f}", f"{h['median_us']:.2f}", f"{h['p90_us']:.2f}", f"{h['min_us']:.2f}",
+                  "-" if over is None else f"{over['mean']:+.2f}")
+    con = make_console()
+    con.print(t)
+    behind = [i for i, h in report["host_us"].items() if h["gpu_bound_blocks"]]
+    if behind:
+        con.print(f"[yellow]the GPU was slower than the host in some blocks of {', '.join(behind)}: "
+                  "take a smaller shape for a host-bound measurement[/]")
 
 
 def _runnable_here(cp, spec, target: str) -> bool:
@@ -112,7 +194,8 @@ def _runnable_here(cp, spec, target: str) -> bool:
 
 
 def _bench(bench_kernels, shapes, layouts, reps, warmup, no_flush, no_pre_roll, no_torch, no_triton, overrides,
-           use_defaults, json_out, save_baseline, check_baseline, baseline_dir, tolerance, seed, default_set=False):
+           use_defaults, json_out, save_baseline, check_baseline, baseline_dir, tolerance, seed, default_set=False,
+           plot_out=None):
     from ..bench import baseline as bl
     from ..runtime.gpu import device_facts, gpu_name, require_gpu
     cp = require_gpu("asmgemm bench")
@@ -127,8 +210,9 @@ def _bench(bench_kernels, shapes, layouts, reps, warmup, no_flush, no_pre_roll, 
     rows = _run(cp, bench_kernels, shapes, layouts, reps, warmup, no_flush, pre_roll, no_torch, no_triton,
                 overrides, use_defaults, seed)
 
+    from ..bench.plot import peak_tflops
     report = {"gpu": gpu, "reps": reps, "warmup": warmup, "l2_flush": not no_flush, "pre_roll": pre_roll is not None,
-              "rows": [r.to_json() for r in rows]}
+              "peak_tflops": peak_tflops(gpu), "rows": [r.to_json() for r in rows]}
     measured = {r.key: r.ratio() for r in rows if r.ratio() is not None}
     comparisons = []
     if old_baseline is not None:
@@ -159,6 +243,9 @@ def _bench(bench_kernels, shapes, layouts, reps, warmup, no_flush, no_pre_roll, 
         if json_out not in (None, "-"):
             import json
             outputs.append((json_out, json.dumps(report, indent=1) + "\n"))
+        if plot_out is not None and report["rows"]:
+            from ..bench.plot import plot_format, render
+            outputs.append((plot_out, render(report, plot_format(plot_out))))
         write_files(outputs)
     except AsmError:
         report.pop("baseline_saved", None)

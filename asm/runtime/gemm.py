@@ -1,23 +1,43 @@
-"""`asmgemm.gemm`: C = alpha * op(A) * op(B) + beta * C on CuPy arrays, through the spec'd kernels.
+"""`asmgemm.gemm`: C = alpha * op(A) * op(B) + beta * C on GPU arrays, through the spec'd kernels.
 
 The dtype picks the kernel: the first spec in kernels_ptx/kernels.toml (then $ASMGEMM_KERNEL_SPECS,
 then `asmgemm.kernel_spec.register`) whose A, B and C dtype it is and that supports the device;
 `kernel=` names one. runtime/launch.py chooses the -D parameters (params=, the tuning cache, the
 spec's size rule), packs the arguments and sizes the grid; build_cache.py builds once.
+
+A call goes: arrays -> (spec lookup -> plan -> build -> launch plan) -> launch. Everything in the
+parentheses depends only on a key of the call (shapes, strides, dtype, 16-byte alignment of each
+pointer, device, flags, params, kernel), so it is done once per key and kept (`_plans`); a repeated
+call builds the key, finds its launch plan, fills in the pointers and scalars and launches.
+A kept launch plan is used only while what it was made from is still current:
+  * the kernel specs (kernel_spec.specs_version: registry and environment exactly, spec files'
+    stamps at most every SPEC_RECHECK_S seconds), the CuPy module, and the tuning-cache choices
+    of this process (forget_tuned_choices) -- each of these clears all launch plans;
+  * its BuiltKernel is still what the build cache holds (build_cache.clear_memory_cache() after a
+    kernel edit: the next call builds again) and its loaded function is still loaded.
+Calls that copy operands first (TMA padding) or launch nothing (M, N or K zero) are not kept.
+
+Arrays: CuPy arrays; PyTorch CUDA tensors (launched on torch's current stream, results as
+tensors, no copies); any other object with __cuda_array_interface__ or __dlpack__ (viewed as a
+CuPy array without a copy, launched on CuPy's current stream; a new C is a CuPy array).
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+from typing import NamedTuple
 
 from ..errors import AsmError
 from ..files import warn_cache
 from ..isa.arch import arch_for
-from ..kernel_spec import KernelSpec, get_spec, spec_for_dtype
+from ..kernel_spec import KernelSpec, get_spec, spec_for_dtype, specs_version
+from . import build_cache
 from .build_cache import BuiltKernel, build_kernel
 from .gpu import device_facts, require_gpu
-from .launch import choose_params, grid, pack_args
+from .launch import ArgPacker, choose_params, grid
 from .plan import LaunchPlan, plan_launch
-from .tune_cache import lookup_tuned
+from .tensor_map import ALIGN
+from .tune_cache import lookup_tuned, lookups_disabled
 
 _functions: dict[tuple[str, int], object] = {}
 _modules: dict[tuple[str, int], object] = {}
@@ -61,8 +81,10 @@ def _lookup_tuned(gpu_name: str, spec: KernelSpec, plan: LaunchPlan) -> dict | N
 
 
 def forget_tuned_choices() -> None:
-    """Forget the tuning-cache answers remembered by this process (after `asmgemm tune` stored one)."""
+    """Forget the tuning-cache answers remembered by this process (after `asmgemm tune` stored one),
+    and the launch plans made with them."""
     _tuned.clear()
+    clear_plan_cache()
 
 
 def _build_for(spec: KernelSpec, plan: LaunchPlan, params: dict | None, tuned: dict | None, facts,
@@ -106,63 +128,339 @@ def _pick_spec(kernel: str | None, dtype: str, target: str) -> KernelSpec:
     return spec
 
 
+# ---- arrays of several libraries ---------------------------------------------------------------
+class _Dtype(NamedTuple):
+    name: str
+    itemsize: int
+
+
+class _Matrix(NamedTuple):
+    """What plan_launch reads of an operand, whichever library holds it (strides in bytes)."""
+
+    shape: tuple
+    strides: tuple
+    dtype: _Dtype
+    ptr: int
+    device: int
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+
+def _ptr_of(x: _Matrix) -> int:
+    return x.ptr
+
+
+class _CupyArrays:
+    """CuPy arrays (and what was viewed as one): launched on CuPy's current stream."""
+
+    def __init__(self, cupy):
+        self.cupy = cupy
+
+    @staticmethod
+    def key(x) -> tuple:
+        # Everything the launch plan depends on; of the pointer only its 16-byte alignment (the
+        # 128-bit load and paired-store flags, TMA's rule), so new arrays of a shape reuse the plan.
+        d = x.data
+        return (x.shape, x.strides, x.dtype.char, d.ptr & 15, d.device_id)
+
+    @staticmethod
+    def ptr(x) -> int:
+        return x.data.ptr
+
+    @staticmethod
+    def matrix(x, name: str) -> _Matrix:
+        return _Matrix(tuple(x.shape), tuple(x.strides), _Dtype(str(x.dtype), int(x.dtype.itemsize)), int(x.data.ptr),
+                       int(x.data.device_id))
+
+    def empty(self, like, shape):
+        return self.cupy.empty(shape, dtype=like.dtype)
+
+    @staticmethod
+    def stream(device: int):
+        return None                     # CuPy's current stream: the launch leaves stream= out
+
+    def padded_copy(self, x, elems: int):
+        rows, cols = x.shape
+        y = self.cupy.empty((rows, -(-cols // elems) * elems), dtype=x.dtype)[:, :cols]
+        y[...] = x
+        return y
+
+    @staticmethod
+    def zero(c) -> None:
+        c.fill(0)
+
+
+class _TorchArrays:
+    """PyTorch CUDA tensors: read in place, launched on torch's current stream of their device (so
+    the kernel is ordered after the work that wrote the inputs), a new C allocated by torch."""
+
+    def __init__(self, cupy, torch):
+        self.cupy, self.torch = cupy, torch
+        self._streams: dict[tuple[int, int], object] = {}
+
+    @staticmethod
+    def key(x) -> tuple:
+        return (x.shape, x.stride(), x.dtype, x.data_ptr() & 15, x.get_device())
+
+    @staticmethod
+    def ptr(x) -> int:
+        return x.data_ptr()
+
+    @staticmethod
+    def matrix(x, name: str) -> _Matrix:
+        device = x.get_device()
+        if device < 0:
+            raise AsmError(f"{name} is a torch tensor on '{x.device}'; asmgemm.gemm runs on CUDA tensors",
+                           hint="move it with x.cuda() (or x.to('cuda'))")
+        item = int(x.element_size())
+        return _Matrix(tuple(x.shape), tuple(int(s) * item for s in x.stride()),
+                       _Dtype(str(x.dtype).removeprefix("torch."), item), int(x.data_ptr()), int(device))
+
+    def empty(self, like, shape):
+        return self.torch.empty(shape, dtype=like.dtype, device=like.device)
+
+    def stream(self, device: int):
+        """torch's current stream on `device`, as the CuPy stream object the launch takes."""
+        ptr = int(self.torch.cuda.current_stream(device).cuda_stream)
+        hit = self._streams.get((ptr, device))
+        if hit is None:
+            if len(self._streams) >= 64:      # streams come and go: keep the wrappers bounded
+                self._streams.clear()
+            hit = self._streams[(ptr, device)] = self.cupy.cuda.ExternalStream(ptr, device)
+        return hit
+
+    def padded_copy(self, x, elems: int):
+        rows, cols = x.shape
+        y = self.torch.empty((rows, -(-cols // elems) * elems), dtype=x.dtype, device=x.device)[:, :cols]
+        y.copy_(x)
+        return y
+
+    @staticmethod
+    def zero(c) -> None:
+        c.zero_()
+
+
+_DLPACK_CUDA = (2, 13)          # DLDeviceType kDLCUDA, kDLCUDAManaged
+
+
+def _as_cupy(cupy, x, name: str):
+    """A CuPy view (no copy) of a GPU array of another library, through DLPack (which lets the
+    producer order its stream before CuPy's current one) or __cuda_array_interface__."""
+    if isinstance(x, cupy.ndarray):
+        return x
+    kind = type(x).__name__
+    try:
+        if hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__"):
+            device_type = int(x.__dlpack_device__()[0])
+            if device_type not in _DLPACK_CUDA:
+                raise AsmError(f"{name} ({kind}) lives in host memory (DLPack device type {device_type}); "
+                               "asmgemm.gemm takes GPU arrays", hint="copy it to the GPU first, e.g. cupy.asarray(x)")
+            return cupy.from_dlpack(x)
+        if hasattr(x, "__cuda_array_interface__"):
+            return cupy.asarray(x)
+    except AsmError:
+        raise
+    except Exception as exc:
+        raise AsmError(f"{name} ({kind}) could not be viewed as a CuPy array: {type(exc).__name__}: {exc}") from None
+    raise AsmError(f"{name} must be a GPU array (cupy.ndarray, a CUDA torch.Tensor, or an object with "
+                   f"__cuda_array_interface__ or __dlpack__), got {kind}")
+
+
+# ---- launch plans ------------------------------------------------------------------------------
+class _LaunchPlan:
+    """Everything a repeated call needs that does not change with the pointers and scalars."""
+
+    __slots__ = ("built", "fn", "fn_key", "grid", "block", "smem", "packer", "swapped", "c_shape", "c_align",
+                 "device")
+
+    def __init__(self, built: BuiltKernel, fn, fn_key, grid_, packer: ArgPacker, swapped: bool, c_shape, c_align: int,
+                 device: int):
+        self.built, self.fn, self.fn_key = built, fn, fn_key
+        self.grid, self.block, self.smem = grid_, (built.threads, 1, 1), built.smem_bytes
+        self.packer, self.swapped = packer, swapped
+        self.c_shape, self.c_align, self.device = c_shape, c_align, device
+
+    def current(self) -> bool:
+        """Still what planning afresh would give: the build cache still holds this very build and
+        the function is still loaded (a rebuilt kernel or a reloaded module replaces them)."""
+        return build_cache._memory.get(self.built.key) is self.built and _functions.get(self.fn_key) is self.fn
+
+    def launch(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha, beta, stream) -> None:
+        """The kernel on the kernel's A, B and C at these addresses."""
+        args = self.packer.pack(a_ptr, b_ptr, c_ptr, alpha, beta)
+        if stream is None:
+            self.fn(self.grid, self.block, args, shared_mem=self.smem)
+        else:
+            self.fn(self.grid, self.block, args, shared_mem=self.smem, stream=stream)
+
+
+MAX_PLANS = 4096                 # launch plans kept; the oldest goes first
+_plans: dict[tuple, _LaunchPlan] = {}
+_state: list = [None, None, None, None]      # [specs_version token, cupy module, _CupyArrays, _TorchArrays]
+
+
+def clear_plan_cache() -> None:
+    """Forget every launch plan (the next call of each key plans again)."""
+    _plans.clear()
+
+
+def _current_state(cupy):
+    """The plan cache's state for this cupy module; every plan is dropped when the kernel specs
+    changed since (specs_version) or the cupy module is another (a test's stand-in)."""
+    token = specs_version()
+    if token is not _state[0] or cupy is not _state[1]:
+        _plans.clear()
+        _state[:] = [token, cupy, _CupyArrays(cupy), None]
+    return _state
+
+
+def _options_key(params: dict | None, kernel: str | None):
+    """The part of the key the caller's options make; None when params cannot be part of a key
+    (unhashable values: such a call is planned afresh each time)."""
+    if params is None:
+        # the tuning cache is consulted only with lookups on (`asmgemm bench --defaults` turns them off)
+        return (kernel, None, lookups_disabled())
+    try:
+        items = tuple(sorted(params.items()))
+        hash(items)
+    except TypeError:
+        return None
+    return (kernel, items, True)
+
+
 def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 0.0, trans_a: bool = False,
          trans_b: bool = False, params: dict | None = None, kernel: str | None = None):
-    """C = alpha * op(A) * op(B) + beta * C on the current CuPy device; returns C.
+    """C = alpha * op(A) * op(B) + beta * C on the GPU; returns C.
 
-    a, b: 2-D CuPy arrays; op(X) = X.T when trans_x. Row-major, column-major (e.g. `.T` views) and
-    strided views (a leading dimension larger than the row) are accepted; the last or the first
-    dimension must be contiguous. c: M x N output, updated in place (row- or column-major); None
-    allocates a new row-major C (then beta must be 0). beta == 0 never reads C.
+    a, b: 2-D GPU arrays: CuPy arrays, PyTorch CUDA tensors, or any object with
+    __cuda_array_interface__ or __dlpack__; never copied (except for TMA padding, below).
+    op(X) = X.T when trans_x. Row-major, column-major (e.g. `.T` views) and strided views (a
+    leading dimension larger than the row) are accepted; the last or the first dimension must be
+    contiguous. c: M x N output, updated in place (row- or column-major); None allocates a new
+    row-major C (then beta must be 0). beta == 0 never reads C.
+    The result follows the inputs: torch tensors in, a torch tensor out, launched on
+    torch.cuda.current_stream() of their device; otherwise CuPy's current stream, and a new C is a
+    CuPy array (a given C is returned as passed). Torch tensors and other arrays do not mix in one call.
     params: -D overrides for the kernel (e.g. {'BK': 16, 'THREADS': 64}), bypassing tuned choices.
     kernel: a kernel spec's name (`asmgemm kernels`; default: chosen by dtype). bfloat16 kernels
-    take CuPy uint16/int16 arrays holding bfloat16 bit patterns (CuPy has no bfloat16 dtype).
+    take torch bfloat16 tensors, or CuPy uint16/int16 arrays holding bfloat16 bit patterns.
     Operands TMA cannot read in place (Hopper kernels: rows not 16-byte aligned) are copied into
     padded storage first.
+    Repeated calls with the same shapes, strides, dtype and options reuse their launch plan (the
+    module docstring says when a plan is made again).
     Raises AsmError for unsupported dtypes, mismatched shapes, unsupported strides, or no GPU.
     """
     cupy = require_gpu("asmgemm.gemm")
-    for name, x in (("A", a), ("B", b)) + ((("C", c),) if c is not None else ()):
-        if not isinstance(x, cupy.ndarray):
-            raise AsmError(f"{name} must be a cupy.ndarray, got {type(x).__name__}")
-    dtypes = {str(a.dtype), str(b.dtype)} | ({str(c.dtype)} if c is not None else set())
+    state = _state if cupy is _state[1] and specs_version() is _state[0] else _current_state(cupy)
+    nd = cupy.ndarray
+    if type(a) is nd and type(b) is nd and (c is None or type(c) is nd):
+        return _gemm(cupy, state[2], a, b, c, alpha, beta, trans_a, trans_b, params, kernel)
+    torch = sys.modules.get("torch")      # a torch tensor exists only once torch was imported
+    is_torch = [torch is not None and isinstance(x, torch.Tensor) for x in (a, b, c)]
+    if any(is_torch):
+        if not all(t for t, x in zip(is_torch, (a, b, c)) if x is not None):
+            kinds = [f"{n} is a {type(x).__module__}.{type(x).__name__}" for n, x in zip("ABC", (a, b, c))
+                     if x is not None]
+            raise AsmError("torch tensors cannot be mixed with other arrays in one call (" + ", ".join(kinds) + ")",
+                           hint="pass all of them as torch tensors (torch.from_dlpack(x)) or all as CuPy arrays "
+                                "(cupy.from_dlpack(t))")
+        if state[3] is None or state[3].torch is not torch:
+            state[3] = _TorchArrays(cupy, torch)
+        return _gemm(cupy, state[3], a, b, c, alpha, beta, trans_a, trans_b, params, kernel)
+    views = [_as_cupy(cupy, x, name) if x is not None else None for name, x in zip("ABC", (a, b, c))]
+    out = _gemm(cupy, state[2], *views, alpha, beta, trans_a, trans_b, params, kernel)
+    return c if c is not None else out
+
+
+def _gemm(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, params, kernel):
+    """One call on arrays of one library (`arrays`: _CupyArrays or _TorchArrays): through the kept
+    launch plan of its key, else planned afresh."""
+    options = _options_key(params, kernel)
+    key = None
+    if options is not None:
+        # C: its own key, or (when gemm allocates it) whether beta == 0, the one case that runs
+        key = (arrays.key(a), arrays.key(b), arrays.key(c) if c is not None else beta == 0, trans_a, trans_b, options)
+        plan = _plans.get(key)
+        if plan is not None and plan.current():
+            if cupy.cuda.runtime.getDevice() == plan.device:
+                out = _launch_kept(arrays, plan, a, b, c, alpha, beta)
+            else:
+                with cupy.cuda.Device(plan.device):
+                    out = _launch_kept(arrays, plan, a, b, c, alpha, beta)
+            if out is not None:
+                return out
+            key = None          # a new C of another alignment than planned: plan this call alone
+    return _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, params, kernel, key)
+
+
+def _launch_kept(arrays, plan: _LaunchPlan, a, b, c, alpha, beta):
+    """The launch through a kept plan, on the plan's device; None when gemm's own new C is not
+    aligned as the plan assumed (allocators align far more, so this is a safeguard)."""
+    if c is None:
+        c = arrays.empty(a, plan.c_shape)
+        if arrays.ptr(c) & 15 != plan.c_align:
+            return None
+    a_ptr, b_ptr = arrays.ptr(a), arrays.ptr(b)
+    if plan.swapped:                # column-major C: the kernel's A is the user's B
+        a_ptr, b_ptr = b_ptr, a_ptr
+    plan.launch(a_ptr, b_ptr, arrays.ptr(c), alpha, beta, arrays.stream(plan.device))
+    return c
+
+
+def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, params, kernel, key):
+    """The whole way: check the arrays, pick the spec, plan, build, load, launch; keep the launch
+    plan under `key` (None: keep nothing)."""
+    ma, mb = arrays.matrix(a, "A"), arrays.matrix(b, "B")
+    mc = arrays.matrix(c, "C") if c is not None else None
+    mats = (ma, mb) + ((mc,) if mc is not None else ())
+    dtypes = {x.dtype.name for x in mats}
     if len(dtypes) != 1:
         raise AsmError(f"A, B and C must share one dtype, got {sorted(dtypes)}")
     dtype = next(iter(dtypes))
-    if a.ndim != 2 or b.ndim != 2:
-        raise AsmError(f"A and B must be 2-D matrices, got shapes {tuple(a.shape)} and {tuple(b.shape)}")
-    if a.device.id != b.device.id or (c is not None and a.device.id != c.device.id):
+    if ma.ndim != 2 or mb.ndim != 2:
+        raise AsmError(f"A and B must be 2-D matrices, got shapes {ma.shape} and {mb.shape}")
+    if len({x.device for x in mats}) != 1:
         raise AsmError("A, B and C must be on the same GPU")
-    facts = device_facts(a.device.id)
+    # spec lookup -> plan -> build -> launch
+    facts = device_facts(ma.device)
     spec = _pick_spec(kernel, dtype, facts.target)
     target = spec.build_target(facts.target)
     if target is None:
         raise AsmError(f"kernel '{spec.name}' is not built for {facts.target} ({facts.name}); "
                        f"its targets: {', '.join(spec.targets)}")
-    m = a.shape[1] if trans_a else a.shape[0]
-    n = b.shape[0] if trans_b else b.shape[1]
-    if c is None:
-        if beta != 0:
-            raise AsmError(f"beta = {beta} needs a C to scale; pass c= or beta=0")
-        with a.device:
-            c = cupy.empty((m, n), dtype=dtype)
-    with a.device:
-        plan = plan_launch(a, b, c, trans_a=trans_a, trans_b=trans_b)
+    m = ma.shape[1] if trans_a else ma.shape[0]
+    n = mb.shape[0] if trans_b else mb.shape[1]
+    with cupy.cuda.Device(ma.device):
+        if c is None:
+            if beta != 0:
+                raise AsmError(f"beta = {beta} needs a C to scale; pass c= or beta=0")
+            c = arrays.empty(a, (m, n))
+            mc = arrays.matrix(c, "C")
+        plan = plan_launch(ma, mb, mc, trans_a=trans_a, trans_b=trans_b, ptr_of=_ptr_of)
+        copies = ()
         if _takes_tensor_maps(spec):
-            a, b, plan = _tma_ready(cupy, spec, a, b, c, plan, trans_a, trans_b)
+            plan, copies = _tma_ready(arrays, a, b, ma, mb, mc, plan, trans_a, trans_b)
         if plan.m == 0 or plan.n == 0:
             return c
         if plan.k == 0:
             if beta == 0:
-                c.fill(0)
+                arrays.zero(c)
             else:
                 c *= beta
             return c
-        tuned = None if params is not None else _lookup_tuned(facts.name, spec, plan)
+        tuned = None if params is not None or lookups_disabled() else _lookup_tuned(facts.name, spec, plan)
         built = _build_for(spec, plan, params, tuned, facts, target)
         fn = _load(cupy, built, arch_for(target).limits.static_shared_per_block)
-        fn(grid(spec, built, plan, facts.sm_count), (built.threads, 1, 1), pack_args(built, plan, alpha, beta, spec.dtypes.a),
-           shared_mem=built.smem_bytes)
+        kept = _LaunchPlan(built, fn, (built.key, cupy.cuda.Device().id), grid(spec, built, plan, facts.sm_count),
+                           ArgPacker(built, plan, spec.dtypes.a), plan.swapped, (m, n), mc.ptr & 15, ma.device)
+        kept.launch(plan.a.ptr, plan.b.ptr, plan.c_ptr, alpha, beta, arrays.stream(ma.device))
+    # A plan made on padded copies holds their pointers' layout, not the caller's: not kept.
+    if key is not None and not copies:
+        if len(_plans) >= MAX_PLANS:
+            del _plans[next(iter(_plans))]
+        _plans[key] = kept
     return c
 
 
@@ -170,26 +468,25 @@ def _takes_tensor_maps(spec: KernelSpec) -> bool:
     return "tmap_a" in spec.abi or "tmap_b" in spec.abi
 
 
-def _tma_ready(cupy, spec: KernelSpec, a, b, c, plan: LaunchPlan, trans_a: bool, trans_b: bool):
-    """(a, b, plan) with every operand TMA can read: one whose base or row stride is not a multiple
-    of 16 bytes is copied into row-major storage with a padded leading dimension (the copy costs
-    one pass over that operand; the alternative is TMA's refusal)."""
-    from .tensor_map import ALIGN
-
+def _tma_ready(arrays, a, b, ma: _Matrix, mb: _Matrix, mc: _Matrix, plan: LaunchPlan, trans_a: bool,
+               trans_b: bool) -> tuple[LaunchPlan, tuple]:
+    """(plan, copies) with every operand TMA can read: one whose base or row stride is not a
+    multiple of 16 bytes is copied into row-major storage with a padded leading dimension (the
+    copy costs one pass over that operand; the alternative is TMA's refusal). `copies` keeps the
+    copies alive until the launch is queued (their memory is then reused in stream order)."""
     def legal(op) -> bool:
         return op.ptr % ALIGN == 0 and (op.rows == 1 or op.ld * plan.itemsize % ALIGN == 0)
     if legal(plan.a) and legal(plan.b):
-        return a, b, plan
+        return plan, ()
     user_a_is_kernel_a = not plan.swapped
-
-    def padded(x):
-        elems = ALIGN // plan.itemsize
-        rows, cols = x.shape
-        y = cupy.empty((rows, -(-cols // elems) * elems), dtype=x.dtype)[:, :cols]
-        y[...] = x
-        return y
+    elems = ALIGN // plan.itemsize
+    copies = []
     if not legal(plan.a if user_a_is_kernel_a else plan.b):
-        a = padded(a)
+        a = arrays.padded_copy(a, elems)
+        ma = arrays.matrix(a, "A")
+        copies.append(a)
     if not legal(plan.b if user_a_is_kernel_a else plan.a):
-        b = padded(b)
-    return a, b, plan_launch(a, b, c, trans_a=trans_a, trans_b=trans_b)
+        b = arrays.padded_copy(b, elems)
+        mb = arrays.matrix(b, "B")
+        copies.append(b)
+    return plan_launch(ma, mb, mc, trans_a=trans_a, trans_b=trans_b, ptr_of=_ptr_of), tuple(copies)

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..errors import AsmError
 from ..kernel_spec import KernelSpec
+from . import tensor_map
 from .build_cache import BuiltKernel
 from .plan import LaunchPlan
 
@@ -78,23 +79,72 @@ def grid(spec: KernelSpec, built: BuiltKernel, plan: LaunchPlan, sm_count: int =
     raise AsmError(f"unknown grid kind '{spec.launch.grid}'")
 
 
+# Per-call values of a launch: the pointers (kernel A, kernel B, C: after the operand swap) and the
+# scalars. Everything else in the argument tuple is fixed by the plan.
+_CALL_SLOTS = {"A": 0, "B": 1, "C": 2, "alpha": 3, "beta": 4, "tmap_a": 0, "tmap_b": 1}
+
+
+class ArgPacker:
+    """The argument tuple of one launch plan, built once: every argument that the plan fixes (sizes,
+    leading dimensions) is converted to its numpy scalar here, and `pack` only fills in what changes
+    between calls with the same plan (pointers; alpha and beta, converted again only when they
+    change; a tensor map follows its pointer)."""
+
+    __slots__ = ("template", "pointer_slots", "scalar_slots", "_scalars")
+
+    def __init__(self, built: BuiltKernel, plan: LaunchPlan, dtype: str = ""):
+        values = {"M": plan.m, "N": plan.n, "K": plan.k, "lda": plan.a.ld, "ldb": plan.b.ld, "ldc": plan.ldc}
+        template, pointers, scalars = [], [], []
+        for i, (name, ptype) in enumerate(built.params):
+            if name in ("tmap_a", "tmap_b"):
+                template.append(None)
+                pointers.append((i, _CALL_SLOTS[name], _tensor_map_of(built, plan, name, dtype)))
+            elif name in ("alpha", "beta"):
+                template.append(None)
+                scalars.append((i, _CALL_SLOTS[name] - 3, _SCALAR[ptype]))
+            elif name in _CALL_SLOTS:
+                template.append(None)
+                pointers.append((i, _CALL_SLOTS[name], _SCALAR[ptype]))
+            else:
+                template.append(_SCALAR[ptype](values[name]))
+        self.template = tuple(template)
+        self.pointer_slots = tuple(pointers)
+        self.scalar_slots = tuple(scalars)
+        self._scalars = (None, None, ())      # (alpha, beta, ((position, converted), ...)) of the last call
+
+    def pack(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha: float, beta: float) -> tuple:
+        """The arguments for kernel operands at these addresses (same shapes, strides and 16-byte
+        alignment as the plan's: the caller's cache key guarantees it)."""
+        out = list(self.template)
+        ptrs = (a_ptr, b_ptr, c_ptr)
+        for i, which, convert in self.pointer_slots:
+            out[i] = convert(ptrs[which])
+        memo = self._scalars            # one read and one write: threads sharing a plan never mix two calls
+        if memo[0] is not alpha and memo[0] != alpha or memo[1] is not beta and memo[1] != beta:
+            ab = (alpha, beta)
+            memo = self._scalars = (alpha, beta, tuple((i, convert(ab[which])) for i, which, convert in self.scalar_slots))
+        for i, value in memo[2]:
+            out[i] = value
+        return tuple(out)
+
+
 def pack_args(built: BuiltKernel, plan: LaunchPlan, alpha: float, beta: float, dtype: str = "") -> tuple:
     """The kernel's arguments in .param order, each as the numpy scalar of its PTX type (a tensor
     map: the 128-byte value runtime/tensor_map.py encodes)."""
-    values = {"A": plan.a.ptr, "B": plan.b.ptr, "C": plan.c_ptr, "M": plan.m, "N": plan.n, "K": plan.k,
-              "lda": plan.a.ld, "ldb": plan.b.ld, "ldc": plan.ldc, "alpha": alpha, "beta": beta}
-    out = []
-    for name, ptype in built.params:
-        if name in ("tmap_a", "tmap_b"):
-            out.append(operand_tensor_map(built, plan, name, dtype))
-        else:
-            out.append(_SCALAR[ptype](values[name]))
-    return tuple(out)
+    return ArgPacker(built, plan, dtype).pack(plan.a.ptr, plan.b.ptr, plan.c_ptr, alpha, beta)
 
 
-def operand_tensor_map(built: BuiltKernel, plan: LaunchPlan, name: str, dtype: str):
-    """The encoded TMA map of the kernel's A (tmap_a) or B (tmap_b): over the stored matrix, boxes
-    as tall as the kernel's BOX_*_ROWS constant."""
-    from .tensor_map import encode, tile_map
+def _tensor_map_of(built: BuiltKernel, plan: LaunchPlan, name: str, dtype: str):
+    """ptr -> the encoded map of the kernel's A (tmap_a) or B (tmap_b) at that address, the rest of
+    the map (shape, leading dimension, box) from the plan."""
+    def encoded(ptr: int):
+        return operand_tensor_map(built, plan, name, dtype, ptr)
+    return encoded
+
+
+def operand_tensor_map(built: BuiltKernel, plan: LaunchPlan, name: str, dtype: str, ptr: int | None = None):
+    """The encoded TMA map of the kernel's A (tmap_a) or B (tmap_b): over the stored matrix (at
+    `ptr`, default the plan's), boxes as tall as the kernel's BOX_*_ROWS constant."""
     op, rows = (plan.a, built.box_rows[0]) if name == "tmap_a" else (plan.b, built.box_rows[1])
-    return encode(tile_map("A" if name == "tmap_a" else "B", op.ptr, dtype, op.rows, op.cols, op.ld, rows))
+    return tensor_map.encode(tensor_map.tile_map("A" if name == "tmap_a" else "B", op.ptr if ptr is None else ptr,
+                                                 dtype, op.rows, op.cols, op.ld, rows))

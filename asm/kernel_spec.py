@@ -21,6 +21,8 @@ A table (every key is checked; an unknown one is an error, so a typo never passe
     [NAME.launch]                       # launch geometry: names of constants of the built kernel
     threads = "THREADS"; tile_m = "TM"; tile_n = "TN"; smem_bytes = "SMEM_BYTES"; grid = "tiles" (or "persistent")
     box_rows_a = "BOX_A_ROWS"; box_rows_b = "BOX_B_ROWS"   # TMA box heights (kernels taking tmap_a/b)
+    cluster = "CLUSTER_M"               # blocks per cluster (the kernel's .reqnctapercluster x); grid
+                                        # "persistent" then walks units of that many tile rows
     [[NAME.size_rule]]                  # the untuned choice: the first rule whose `when` holds wins
     when = "2 * ceil_div(M, 128) * ceil_div(N, 128) <= SMS"    # asmgemm's expression language
     set = { THREADS = 64, BK = 16 }     # names M, N, K (after the operand swap) and SMS (SM count)
@@ -63,14 +65,15 @@ ARRAY_ARGUMENTS = {"tmap_a": 128, "tmap_b": 128}
 # -D parameters the runtime can derive from a call (runtime/plan.py computes them).
 CALL_VALUES = ("trans_a", "trans_b", "vec_a", "vec_b", "vec_c")
 # tiles: (ceil(N / tile_n), ceil(M / tile_m), 1), a block per tile of C.
-# persistent: (min(tiles, SMs), 1, 1): each block walks tiles blockIdx.x, + gridDim.x, ... itself.
+# persistent: (min(units, SMs / cluster) * cluster, 1, 1): each cluster walks units (`cluster` tile
+# rows of one tile column) clusterid.x, + nclusterid.x, ... itself.
 GRIDS = ("tiles", "persistent")
 DTYPES = ("float32", "float64", "float16", "bfloat16")
 SIZE_NAMES = ("M", "N", "K", "SMS")
 
 _TOP_KEYS = {"source", "entry", "summary", "dtypes", "targets", "abi", "call_params", "defines", "rel_err_limit",
              "launch", "size_rule"}
-_LAUNCH_KEYS = {"threads", "tile_m", "tile_n", "smem_bytes", "grid", "box_rows_a", "box_rows_b"}
+_LAUNCH_KEYS = {"threads", "tile_m", "tile_n", "smem_bytes", "grid", "box_rows_a", "box_rows_b", "cluster"}
 # abi argument -> the launch key naming the constant it needs
 _NEEDS_LAUNCH_KEY = {"tmap_a": "box_rows_a", "tmap_b": "box_rows_b"}
 
@@ -92,6 +95,7 @@ class Launch:
     grid: str = "tiles"
     box_rows_a: str | None = None   # TMA box heights, for kernels that take tmap_a / tmap_b
     box_rows_b: str | None = None
+    cluster: str | None = None      # blocks per cluster along the grid's x (.reqnctapercluster); default 1
 
 
 @dataclass(frozen=True)

@@ -30,9 +30,9 @@ LAYOUTS = [(ta, tb) for ta in (0, 1) for tb in (0, 1)]
 
 
 @functools.lru_cache(maxsize=None)
-def _assembled(bn=256, stages=4, ta=0, tb=0, bf16=0, vec_c=1):
+def _assembled(bn=256, stages=4, ta=0, tb=0, bf16=0, vec_c=1, cluster=2):
     defines = {"BN": str(bn), "STAGES": str(stages), "TRANS_A": str(ta), "TRANS_B": str(tb), "BF16": str(bf16),
-               "VEC_C": str(vec_c)}
+               "VEC_C": str(vec_c), "CLUSTER_M": str(cluster)}
     result = build_file("hgemm", BuildOptions(defines=defines, target="sm_90a"))
     asm = assemble(result)
     return result, asm, disassemble(asm.cubin)
@@ -47,8 +47,8 @@ def _opcodes(sass: str) -> list[str]:
     return out
 
 
-def _check_variant(bn, stages, ta, tb, bf16, vec_c):
-    result, asm, sass = _assembled(bn, stages, ta, tb, bf16, vec_c)
+def _check_variant(bn, stages, ta, tb, bf16, vec_c, cluster=2):
+    result, asm, sass = _assembled(bn, stages, ta, tb, bf16, vec_c, cluster)
     assert not asm.warnings, asm.warnings          # C7508 (setmaxnreg ignored), C7510/C7515 (wgmma serialized)
     (k,) = asm.kernels
     assert k.spill_stores == k.spill_loads == k.local_bytes == k.stack_frame == 0
@@ -58,8 +58,11 @@ def _check_variant(bn, stages, ta, tb, bf16, vec_c):
     hgmma = [op for op in ops if op.startswith("HGMMA")]
     assert len(hgmma) == 4 and all(op.startswith(f"HGMMA.64x{bn}x16.F32") for op in hgmma), hgmma
     assert ("BF16" in hgmma[0]) == bool(bf16)
-    # one UTMALDG per K-major tile, one per 64-wide chunk of an MN-major tile
-    assert counts["UTMALDG"] == (2 if ta else 1) + (1 if tb else bn // 64)
+    # one UTMALDG per K-major tile, one per 64-wide chunk of an MN-major tile; with a cluster of 2
+    # each block loads half of B (one K-major box of BN / 2 rows, or half of the chunks), multicast
+    b_loads = (1 if tb else bn // 64 // cluster)
+    assert counts["UTMALDG"] == (2 if ta else 1) + b_loads
+    assert sum(".MULTICAST" in op for op in ops if op.startswith("UTMALDG")) == (b_loads if cluster > 1 else 0)
     # wait_group 1 in the loop and 0 after it: ptxas did not serialize the wgmmas
     assert counts["WARPGROUP"] <= 3 and sum(op.startswith("WARPGROUP.DEPBAR") for op in ops) == 2
     assert counts["USETMAXREG"] == 2
@@ -84,6 +87,12 @@ def test_bf16_and_scalar_stores_build_clean():
     _check_variant(128, 4, 0, 1, 1, 1)
 
 
+@needs_tools
+@pytest.mark.parametrize("ta,tb", [(0, 0), (1, 1)])
+def test_without_clusters_builds_clean(ta, tb):
+    _check_variant(256, 4, ta, tb, 0, 1, cluster=1)
+
+
 def test_too_many_stages_stop_the_build_with_the_kernels_message():
     with pytest.raises(AsmError) as exc:
         build_file("hgemm", BuildOptions(defines={"STAGES": "5"}, target="sm_90a"))
@@ -99,7 +108,8 @@ def test_geometry_and_abi_from_the_build():
         geo = launch_geometry(spec, result)
         assert (geo["threads"], geo["tile_m"], geo["tile_n"]) == (384, 128, 256)
         assert geo["smem_bytes"] == 1024 + 4 * (128 + 256) * 64 * 2 + 16 * 4
-        assert geo["box_rows_a"] == (64 if ta else 128) and geo["box_rows_b"] == (256 if tb else 64)
+        assert geo["box_rows_a"] == (64 if ta else 128) and geo["box_rows_b"] == (128 if tb else 64)
+        assert geo["cluster"] == 2 and ".reqnctapercluster 2, 1, 1" in result.ptx
         assert abi_params(spec, result)[:2] == (("tmap_a", ".b8"), ("tmap_b", ".b8"))
 
 
@@ -253,3 +263,23 @@ def test_vec_c_needs_even_n_ldc_and_pair_alignment():
         plan = plan_launch(matrix(8, 16, 16), matrix(16, n, n), matrix(8, n, ldc, ptr),
                            trans_a=False, trans_b=False, ptr_of=lambda x: x.ptr)
         assert plan.call_values["vec_c"] == want, (n, ldc, ptr)
+
+
+def test_persistent_grid_walks_units_of_the_cluster():
+    """grid = min(units, SMs // cluster) * cluster blocks; a unit is `cluster` tile rows of one column."""
+    from types import SimpleNamespace
+
+    from asmgemm.kernel_spec import get_spec
+    from asmgemm.runtime.launch import grid
+    spec = get_spec("hgemm")
+
+    def built(cluster):
+        return SimpleNamespace(tile_m=128, tile_n=256, cluster=cluster)
+
+    def plan(m, n):
+        return SimpleNamespace(m=m, n=n)
+    assert grid(spec, built(2), plan(4096, 4096), 132) == (132, 1, 1)      # 256 units, 66 clusters
+    assert grid(spec, built(2), plan(300, 300), 132) == (8, 1, 1)          # 3 tile rows -> 2 units, x 2 columns
+    assert grid(spec, built(1), plan(300, 300), 132) == (6, 1, 1)
+    assert grid(spec, built(2), plan(1, 1), 133) == (2, 1, 1)
+    assert grid(spec, built(2), plan(100000, 256), 133)[0] == 132            # never an odd block count

@@ -30,7 +30,7 @@ from ..toolchain import ptxas_version
 
 _INCLUDE_RE = re.compile(r'^\s*\.include\s+"([^"]+)"', re.MULTILINE)
 MAX_INCLUDES = 64
-META_FORMAT = 3          # of <key>.json (see read_entry); part of the key, so older entries are never read
+META_FORMAT = 4          # of <key>.json (see read_entry); part of the key, so older entries are never read
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,7 @@ class BuiltKernel:
     ptx_path: str
     target: str
     box_rows: tuple[int, int] = (0, 0)     # TMA box heights of tmap_a, tmap_b (0: no such argument)
+    cluster: int = 1                       # blocks per cluster along the grid's x
 
 
 def cache_dir() -> Path:
@@ -101,8 +102,8 @@ def cache_key(source_path: Path, defines: dict, target: str, ptxas: str, entry: 
 def launch_geometry(spec: KernelSpec, result) -> dict[str, int]:
     """threads, tile_m, tile_n, smem_bytes and the TMA box heights (0 when the kernel takes no tensor
     map) of a build, from the constants the spec names."""
-    out = {"box_rows_a": 0, "box_rows_b": 0}
-    for field in ("threads", "tile_m", "tile_n", "smem_bytes", "box_rows_a", "box_rows_b"):
+    out = {"box_rows_a": 0, "box_rows_b": 0, "cluster": 1}
+    for field in ("threads", "tile_m", "tile_n", "smem_bytes", "box_rows_a", "box_rows_b", "cluster"):
         const = getattr(spec.launch, field)
         if const is None:          # an optional key the spec leaves out
             continue
@@ -177,7 +178,8 @@ def entry_metadata(built: BuiltKernel, cubin: bytes, ptx: bytes) -> dict:
     """The JSON content of a kernel-cache entry for `built`, whose files hold `cubin` and `ptx`."""
     meta = {"format": META_FORMAT, "key": built.key, "name": built.name, "target": built.target,
             "threads": built.threads, "tile_m": built.tile_m, "tile_n": built.tile_n,
-            "smem_bytes": built.smem_bytes, "box_rows": list(built.box_rows), "params": [list(p) for p in built.params],
+            "smem_bytes": built.smem_bytes, "box_rows": list(built.box_rows), "cluster": built.cluster,
+            "params": [list(p) for p in built.params],
             "cubin": f"{built.key}.cubin", "ptx": f"{built.key}.ptx",
             "cubin_sha256": _sha256(cubin), "ptx_sha256": _sha256(ptx)}
     meta["sha256"] = _meta_digest(meta)
@@ -218,6 +220,7 @@ def read_entry(meta_path: Path, key: str, spec: KernelSpec, target: str) -> Buil
     if not (isinstance(box_rows, list) and len(box_rows) == 2
             and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 256 for v in box_rows)):
         raise DamagedEntry(f"box_rows is {box_rows!r}, not two integers in 0..256")
+    cluster = _int_field(meta, "cluster", 1, 16)
     raw = meta.get("params")
     if not (isinstance(raw, list) and all(isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p)
                                           for p in raw)):
@@ -241,7 +244,7 @@ def read_entry(meta_path: Path, key: str, spec: KernelSpec, target: str) -> Buil
         if _sha256(data) != digest:
             raise DamagedEntry(f"{expected[kind]} ({len(data)} bytes) does not match its sha256")
     return BuiltKernel(key, spec.entry, threads, tile_m, tile_n, smem, params,
-                       str(folder / expected["cubin"]), str(folder / expected["ptx"]), target, tuple(box_rows))
+                       str(folder / expected["cubin"]), str(folder / expected["ptx"]), target, tuple(box_rows), cluster)
 
 
 _uncached_dir: tempfile.TemporaryDirectory | None = None
@@ -287,7 +290,7 @@ def _build_kernel(spec: KernelSpec, defines: dict, target: str) -> BuiltKernel:
     def entry_in(where: Path) -> tuple[BuiltKernel, list]:
         built = BuiltKernel(key, spec.entry, geo["threads"], geo["tile_m"], geo["tile_n"], geo["smem_bytes"],
                             params, str(where / f"{key}.cubin"), str(where / f"{key}.ptx"), target,
-                            (geo["box_rows_a"], geo["box_rows_b"]))
+                            (geo["box_rows_a"], geo["box_rows_b"]), geo["cluster"])
         meta = json.dumps(entry_metadata(built, asm.cubin, ptx), indent=1) + "\n"
         # one commit, the metadata with its files: a reader finds all three or the old entry
         return built, [(built.cubin_path, asm.cubin), (built.ptx_path, ptx), (where / f"{key}.json", meta)]

@@ -73,9 +73,11 @@ def grid(spec: KernelSpec, built: BuiltKernel, plan: LaunchPlan, sm_count: int =
             raise AsmError(f"M = {plan.m} needs {gy} block rows, more than the grid allows ({MAX_GRID_Y})")
         return gx, gy, 1
     if spec.launch.grid == "persistent":
-        if gx * gy > 0xFFFFFFFF:
-            raise AsmError(f"{plan.m} x {plan.n} is {gx * gy} tiles, more than the kernel counts in 32 bits")
-        return max(1, min(gx * gy, sm_count)), 1, 1
+        c = built.cluster
+        units = gx * -(-gy // c)              # a unit: c tile rows of one tile column, one per block
+        if units > 0xFFFFFFFF:
+            raise AsmError(f"{plan.m} x {plan.n} is {units} tiles, more than the kernel counts in 32 bits")
+        return max(1, min(units, sm_count // c)) * c, 1, 1
     raise AsmError(f"unknown grid kind '{spec.launch.grid}'")
 
 

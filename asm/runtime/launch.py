@@ -139,8 +139,15 @@ def pack_args(built: BuiltKernel, plan: LaunchPlan, alpha: float, beta: float, d
 def _tensor_map_of(built: BuiltKernel, plan: LaunchPlan, name: str, dtype: str):
     """ptr -> the encoded map of the kernel's A (tmap_a) or B (tmap_b) at that address, the rest of
     the map (shape, leading dimension, box) from the plan."""
+    # (pointer, map) of the previous call, one object (threads sharing a plan never pair one call's
+    # pointer with another's map): a repeated call on the same arrays skips the encode cache's lookup
+    last = [(None, None)]
+
     def encoded(ptr: int):
-        return operand_tensor_map(built, plan, name, dtype, ptr)
+        memo = last[0]
+        if memo[0] != ptr:
+            memo = last[0] = (ptr, operand_tensor_map(built, plan, name, dtype, ptr))
+        return memo[1]
     return encoded
 
 

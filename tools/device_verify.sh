@@ -15,8 +15,8 @@
 #   cli       asmgemm run: odd shape with alpha/beta (tn), 4096^3 as JSON, a tiny 8^3 (~1 min)
 #   ncu       Nsight Compute over tools/sgemm_profile.py, condensed by tools/ncu_summary.py
 #             (NCU_SHAPE="M N K", default 4096^3; NCU_PARAMS='{"BK": 16}' JSON, default gemm's choice)
-#   baseline  asmgemm bench --save-baseline over a copy of tests/perf/baselines in $OUT/baselines
-#             (~1.5 min); copy $OUT/baselines/<GPU>.json to tests/perf/baselines/ to adopt it
+#   baseline  asmgemm bench --save-baseline (sgemm, then hgemm) over a copy of tests/perf/baselines in
+#             $OUT/baselines (~2.5 min); copy $OUT/baselines/<GPU>.json to tests/perf/baselines/ to adopt it
 # Logs and JSON land in $OUT (default /tmp/verify-out); a summary comes last. Exit status 1 when
 # a step failed (each step's status is in $OUT/exits.txt), 2 for an unknown part.
 set -u
@@ -84,20 +84,23 @@ if want baseline; then
   mkdir -p "$OUT/baselines" && cp tests/perf/baselines/*.json "$OUT/baselines/" 2>/dev/null
   step baseline timeout 240 python3 -m asmgemm.cli bench sgemm --shapes square,3000x5000x700 --reps 20 \
       --save-baseline --baseline-dir "$OUT/baselines" --json "$OUT/baseline_bench.json"
+  step baseline_hgemm timeout 240 python3 -m asmgemm.cli bench hgemm --reps 20 --no-triton \
+      --shapes 2048x2048x2048,4096x4096x4096,8192x8192x8192,8192x1024x8192,4096x4096x1024 \
+      --save-baseline --baseline-dir "$OUT/baselines" --json "$OUT/baseline_hgemm.json"
 fi
 
 echo "===== summary"; cat "$OUT/exits.txt"
-for f in pytest_gpu sanitize sched_ab sched_ab_large run_odd run_4096 run_tiny ncu_summary bench baseline; do
+for f in pytest_gpu sanitize sanitize_hgemm sched_ab sched_ab_large run_odd run_4096 run_tiny ncu_summary bench baseline baseline_hgemm; do
   [ -f "$OUT/$f.txt" ] || continue
   echo "----- $f"
   case $f in
     pytest_gpu) grep -E "passed|failed|error" "$OUT/$f.txt" | tail -3 ;;
-    sanitize) tail -n 4 "$OUT/$f.txt" ;;
+    sanitize|sanitize_hgemm) tail -n 4 "$OUT/$f.txt" ;;
     run_4096) python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print('run 4096 json: ratio %.3f ok %s err %.1e' % (r['ratio_to_cublas'], r['ok'], r['errors']['rel_norm_err_vs_fp64']))" \
                 "$OUT/run_4096.json" 2>&1 || tail -n 5 "$OUT/$f.txt" ;;
     run_odd|run_tiny) tail -n 8 "$OUT/$f.txt" ;;
     ncu_summary) cat "$OUT/$f.txt" ;;
-    bench|baseline) tail -n 20 "$OUT/$f.txt" ;;
+    bench|baseline|baseline_hgemm) tail -n 20 "$OUT/$f.txt" ;;
     *) tail -n 14 "$OUT/$f.txt" ;;
   esac
 done

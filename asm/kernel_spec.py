@@ -63,7 +63,7 @@ ARGUMENTS: dict[str, tuple[str, ...]] = {
 # Arguments passed as a .param array: their element count.
 ARRAY_ARGUMENTS = {"tmap_a": 128, "tmap_b": 128}
 # -D parameters the runtime can derive from a call (runtime/plan.py computes them).
-CALL_VALUES = ("trans_a", "trans_b", "vec_a", "vec_b", "vec_c")
+CALL_VALUES = ("trans_a", "trans_b", "vec_a", "vec_b", "vec_c", "wide_c")
 # tiles: (ceil(N / tile_n), ceil(M / tile_m), 1), a block per tile of C.
 # persistent: (min(units, SMs / cluster) * cluster, 1, 1): each cluster walks units (`cluster` tile
 # rows of one tile column) clusterid.x, + nclusterid.x, ... itself.

@@ -30,9 +30,9 @@ LAYOUTS = [(ta, tb) for ta in (0, 1) for tb in (0, 1)]
 
 
 @functools.lru_cache(maxsize=None)
-def _assembled(bn=256, stages=4, ta=0, tb=0, bf16=0, vec_c=1, cluster=2):
+def _assembled(bn=256, stages=4, ta=0, tb=0, bf16=0, vec_c=1, cluster=2, wide=0):
     defines = {"BN": str(bn), "STAGES": str(stages), "TRANS_A": str(ta), "TRANS_B": str(tb), "BF16": str(bf16),
-               "VEC_C": str(vec_c), "CLUSTER_M": str(cluster)}
+               "VEC_C": str(vec_c), "CLUSTER_M": str(cluster), "WIDE_C": str(wide)}
     result = build_file("hgemm", BuildOptions(defines=defines, target="sm_90a"))
     asm = assemble(result)
     return result, asm, disassemble(asm.cubin)
@@ -47,8 +47,8 @@ def _opcodes(sass: str) -> list[str]:
     return out
 
 
-def _check_variant(bn, stages, ta, tb, bf16, vec_c, cluster=2):
-    result, asm, sass = _assembled(bn, stages, ta, tb, bf16, vec_c, cluster)
+def _check_variant(bn, stages, ta, tb, bf16, vec_c, cluster=2, wide=0):
+    result, asm, sass = _assembled(bn, stages, ta, tb, bf16, vec_c, cluster, wide)
     assert not asm.warnings, asm.warnings          # C7508 (setmaxnreg ignored), C7510/C7515 (wgmma serialized)
     (k,) = asm.kernels
     assert k.spill_stores == k.spill_loads == k.local_bytes == k.stack_frame == 0
@@ -67,6 +67,10 @@ def _check_variant(bn, stages, ta, tb, bf16, vec_c, cluster=2):
     assert counts["WARPGROUP"] <= 3 and sum(op.startswith("WARPGROUP.DEPBAR") for op in ops) == 2
     assert counts["USETMAXREG"] == 2
     assert not any(op.startswith(("LDL", "STL")) for op in ops)
+    # WIDE_C: the tile through shared memory, stmatrix x4 per two 8-column blocks, 16-byte stores
+    assert counts["STSM"] == (bn // 16 if wide else 0)
+    assert sum(op.startswith("STG.E.128") for op in ops) == (16 if wide else 0)
+    return ops
 
 
 @needs_tools
@@ -85,6 +89,22 @@ def test_tiles_build_clean(bn, stages):
 def test_bf16_and_scalar_stores_build_clean():
     _check_variant(256, 4, 1, 1, 1, 0)
     _check_variant(128, 4, 0, 1, 1, 1)
+
+
+@needs_tools
+@pytest.mark.parametrize("bn,stages,bf16", [(256, 3, 0), (128, 5, 1)])
+def test_staged_wide_stores_build_clean(bn, stages, bf16):
+    _check_variant(bn, stages, 0, 0, bf16, 1, wide=1)
+
+
+def test_wide_stores_take_the_fourth_stage():
+    """BN=256 with a staged C tile fits a ring of 3 stages: STAGES=4 (the default, which the runtime
+    passes) builds with RING = 3; without WIDE_C the ring is STAGES deep."""
+    wide = build_file("hgemm", BuildOptions(defines={"WIDE_C": "1", "STAGES": "4"}, target="sm_90a"))
+    assert wide.constants["RING"] == 3 and wide.constants["SMEM_BYTES"] <= 232448
+    assert build_file("hgemm", BuildOptions(target="sm_90a")).constants["RING"] == 4
+    assert build_file("hgemm", BuildOptions(defines={"WIDE_C": "1", "BN": "128", "STAGES": "6"},
+                                            target="sm_90a")).constants["RING"] == 5
 
 
 @needs_tools
@@ -258,11 +278,12 @@ def test_vec_c_needs_even_n_ldc_and_pair_alignment():
     def matrix(rows, cols, ld, ptr=0x1000):
         return SimpleNamespace(shape=(rows, cols), ndim=2, strides=(ld * 2, 2), dtype=SimpleNamespace(itemsize=2),
                                ptr=ptr)
-    for n, ldc, ptr, want in ((200, 200, 0x1000, 1), (201, 201, 0x1000, 0), (200, 202, 0x1000, 1),
-                              (200, 201, 0x1000, 0), (200, 200, 0x1002, 0)):
+    for n, ldc, ptr, want, wide in ((200, 200, 0x1000, 1, 1), (201, 201, 0x1000, 0, 0), (200, 202, 0x1000, 1, 0),
+                                    (200, 201, 0x1000, 0, 0), (200, 200, 0x1002, 0, 0), (200, 200, 0x1008, 1, 0),
+                                    (204, 208, 0x1000, 1, 0)):
         plan = plan_launch(matrix(8, 16, 16), matrix(16, n, n), matrix(8, n, ldc, ptr),
                            trans_a=False, trans_b=False, ptr_of=lambda x: x.ptr)
-        assert plan.call_values["vec_c"] == want, (n, ldc, ptr)
+        assert (plan.call_values["vec_c"], plan.call_values["wide_c"]) == (want, wide), (n, ldc, ptr)
 
 
 def test_persistent_grid_walks_units_of_the_cluster():

@@ -60,6 +60,8 @@ def configs() -> list[tuple[str, dict]]:
     sweep += [("hgemm", {})]
     sweep += [("hgemm", dict(TRANS_A=ta, TRANS_B=tb, VEC_C=vc, BF16=bf)) for ta in (0, 1) for tb in (0, 1)
               for vc in (0, 1) for bf in (0, 1)]
+    sweep += [("hgemm", dict(TRANS_A=ta, TRANS_B=tb, VEC_C=1, WIDE_C=1, BF16=bf)) for ta in (0, 1) for tb in (0, 1)
+              for bf in (0, 1)]
     sweep += [("hgemm", point) for point in tune_space("hgemm")]
     return list({config_id(n, d): (n, d) for n, d in sweep}.values())
 

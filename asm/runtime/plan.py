@@ -133,6 +133,8 @@ def plan_launch(a, b, c, *, trans_a: bool, trans_b: bool, ptr_of=lambda x: x.dat
         # C written in pairs of elements (one 2-element store): both columns of every pair in
         # C and aligned, which takes an even N and ldc and a pair-aligned base.
         "vec_c": int(n % 2 == 0 and ldc % 2 == 0 and ptr_of(c) % (2 * itemsize) == 0),
+        # C written in 16-byte pieces: every row of C a whole number of them, all aligned
+        "wide_c": int(n % elems == 0 and ldc % elems == 0 and ptr_of(c) % VECTOR_BYTES == 0),
     }
     return LaunchPlan(A, B, ptr_of(c), m, n, k, ldc, tc, itemsize, values)
 

@@ -108,6 +108,18 @@ NO_BARRIER = 7       # barrier index meaning "none" [CUASM]
 NUM_SCOREBOARDS = 6  # wait mask width [JIA18]
 REUSE_SLOTS = ("A", "B", "C", "D")
 
+# Opcodes whose text leaves out a hardware source slot: text source i reads slot TEXT_SOURCE_SLOTS[op][i]
+# (default: slot i). HADD2 is an HFMA2 with the multiplier implied: `HADD2.F32 R4, -RZ,
+# R16.reuse.H0_H0` sets the reuse bit of slot C for R16 ([HERE]: nvdisasm's `.reuse` against the
+# bits, tests/corpus/ptx/fp8_video_sm89.ptx).
+TEXT_SOURCE_SLOTS: dict[str, tuple[int, ...]] = {"HADD2": (0, 2)}
+
+
+def source_slot(opcode: str, index: int) -> int:
+    """The hardware source slot (0 = A) that text source `index` of `opcode` reads."""
+    slots = TEXT_SOURCE_SLOTS.get(opcode)
+    return slots[index] if slots is not None and index < len(slots) else index
+
 # Instruction fields observed on sm_90 ([HERE]); used to cross-check the text, never as ISA facts.
 GUARD_PREDICATE = BitField("guard", 12, 3, "guard predicate index (7 = PT)", "[HERE]")
 GUARD_NEGATE = BitField("guard_negate", 15, 1, "guard predicate negated (@!P)", "[HERE]")

@@ -69,7 +69,8 @@ def analyse_banks(instrs: list[SassInstruction], blocks: list[BasicBlock], model
             ins.banks = [[model.bank_of(r) for r in regs] for regs in ins.source_regs]
             ins.reuse_hits = []
             reads: list[int] = []
-            for slot, regs in enumerate(ins.source_regs):
+            for index, regs in enumerate(ins.source_regs):
+                slot = cb.source_slot(ins.opcode, index)
                 if len(regs) != 1:
                     reads.extend(regs)
                     continue

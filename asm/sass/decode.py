@@ -207,7 +207,7 @@ def text_reuse_slots(text: str, destinations: int) -> list[int]:
     if m is None or not m["rest"]:
         return []
     ops = split_operands(m["rest"])[destinations:]
-    return [i for i, o in enumerate(ops) if ".reuse" in o]
+    return sorted(cb.source_slot(m["op"], i) for i, o in enumerate(ops) if ".reuse" in o)
 
 
 def label_reference(operand: str) -> str | None:

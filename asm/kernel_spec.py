@@ -374,15 +374,21 @@ def get_spec(name: str) -> KernelSpec:
     return specs[name]
 
 
-def spec_for_dtype(dtype: str, device_target: str | None = None) -> KernelSpec:
-    """The first spec (in file order) whose A/B/C dtype is `dtype` and that supports the device."""
-    candidates = [s for s in all_specs().values() if s.dtypes.a == s.dtypes.b == s.dtypes.c == dtype]
+def spec_for_dtype(dtype: str, device_target: str | None = None, c_dtype: str | None = None) -> KernelSpec:
+    """The first spec (in file order) whose A/B dtype is `dtype`, whose C dtype is `c_dtype` (default:
+    `dtype`) and that supports the device."""
+    c_dtype = c_dtype or dtype
+    candidates = [s for s in all_specs().values() if s.dtypes.a == s.dtypes.b == dtype and s.dtypes.c == c_dtype]
     for s in candidates:
         if device_target is None or s.build_target(device_target) is not None:
             return s
     known = sorted({s.dtypes.a for s in all_specs().values()})
+    what = dtype if c_dtype == dtype else f"{dtype} -> {c_dtype}"
     if candidates:
-        raise AsmError(f"no {dtype} GEMM kernel supports {device_target} "
+        raise AsmError(f"no {what} GEMM kernel supports {device_target} "
                        f"({', '.join(f'{s.name}: {s.targets}' for s in candidates)})")
+    if c_dtype != dtype and dtype in known:
+        pairs = sorted({f"{s.dtypes.a} -> {s.dtypes.c}" for s in all_specs().values()})
+        raise AsmError(f"no GEMM kernel takes {what} (A/B -> C: {', '.join(pairs)})")
     raise AsmError(f"unsupported dtype {dtype}: asmgemm has GEMM kernels for {', '.join(known)}",
-                   hint="A, B and C must share one dtype")
+                   hint="A and B share one dtype; C has it too, or float32 for the 16-bit kernels")

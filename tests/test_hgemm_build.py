@@ -133,6 +133,26 @@ def test_geometry_and_abi_from_the_build():
         assert abi_params(spec, result)[:2] == (("tmap_a", ".b8"), ("tmap_b", ".b8"))
 
 
+def test_fp32_c_kernels_are_picked_by_c_dtype():
+    from asmgemm.kernel_spec import get_spec, spec_for_dtype
+    assert spec_for_dtype("float16", "sm_90", "float32") is get_spec("hgemm_f32c")
+    assert spec_for_dtype("bfloat16", "sm_90", "float32") is get_spec("bgemm_f32c")
+    assert dict(get_spec("bgemm_f32c").defines) == {"BF16": 1, "C_F32": 1}
+    with pytest.raises(AsmError, match="no GEMM kernel takes float32 -> float16"):
+        spec_for_dtype("float32", "sm_90", "float16")
+
+
+@needs_tools
+def test_fp32_c_builds_clean_without_the_staged_tile():
+    """C_F32: pairs stored as v2.f32 (8 bytes); WIDE_C is ignored (stmatrix moves 16-bit elements)."""
+    result = build_file("hgemm", BuildOptions(defines={"C_F32": "1", "WIDE_C": "1", "VEC_C": "1"}, target="sm_90a"))
+    asm = assemble(result)
+    assert not asm.warnings and asm.kernels[0].spill_stores == 0
+    ops = _opcodes(disassemble(asm.cubin))
+    assert "STSM" not in {op.split(".")[0] for op in ops} and any(op.startswith("STG.E.64") for op in ops)
+    assert result.constants["RING"] == 4
+
+
 def test_bgemm_is_the_same_source_with_bf16():
     from asmgemm.kernel_spec import get_spec, spec_for_dtype
     h, b = get_spec("hgemm"), get_spec("bgemm")

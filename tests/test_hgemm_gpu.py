@@ -164,3 +164,27 @@ def test_odd_leading_dimensions_are_copied_not_refused():
 
 def test_large_square():
     _check(2048, 2048, 2048)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("layout", ["nn", "tt"])
+def test_fp32_c_from_16_bit_operands(dtype, layout):
+    """C float32 picks hgemm_f32c / bgemm_f32c: alpha * op(A) op(B) + beta * C in fp32, no rounding to 16 bits."""
+    rng = cp.random.default_rng(5)
+    m, n, k = 257, 130, 200
+    ta, tb = layout[0] == "t", layout[1] == "t"
+    a, av = _operand(rng, (k, m) if ta else (m, k), dtype)
+    b, bv = _operand(rng, (n, k) if tb else (k, n), dtype)
+    c0 = rng.standard_normal((m, n), dtype=cp.float32)
+    ref = 1.5 * ((av.T if ta else av) @ (bv.T if tb else bv)) - 0.5 * c0
+    kernel = "bgemm_f32c" if dtype == "bfloat16" else None
+    c = c0.copy()
+    out = asmgemm.gemm(a, b, c, alpha=1.5, beta=-0.5, trans_a=ta, trans_b=tb, kernel=kernel)
+    assert out is c and c.dtype == cp.float32
+    err = float(cp.linalg.norm(c - ref) / cp.linalg.norm(ref))
+    assert err < get_spec(kernel or "hgemm_f32c").rel_err_limit, err
+    if dtype == "float16":                       # a new C: float32 when the kernel is named
+        new = asmgemm.gemm(a, b, trans_a=ta, trans_b=tb, kernel="hgemm_f32c")
+        assert new.dtype == cp.float32
+        prod = (av.T if ta else av) @ (bv.T if tb else bv)
+        assert float(cp.linalg.norm(new - prod) / cp.linalg.norm(prod)) < get_spec("hgemm_f32c").rel_err_limit

@@ -1,10 +1,13 @@
-"""An optional third reference for `asmgemm bench`: a plain Triton matmul in IEEE fp32 (no TF32),
-one fixed configuration (128x128 tile, k-step 32, 8 warps, 3 stages, grouped tile order), no
-autotuning. It shows what a straightforward Triton kernel reaches on the same problem; it is not
-Triton at its best. Imported only when Triton and torch are installed."""
+"""An optional third reference for `asmgemm bench`: a plain Triton matmul, one fixed configuration
+per operand width, no autotuning. fp32 operands: IEEE fp32 (no TF32), 128x128 tiles, k-step 32, 8
+warps, 3 stages. 16-bit operands (fp16/bf16, fp32 accumulation, tensor cores): 128x256 tiles, k-step
+64, 8 warps, 3 stages, Triton's usual Hopper matmul shape. Grouped tile order in both. It shows what
+a straightforward Triton kernel reaches on the same problem; it is not Triton at its best.
+Imported only when Triton and torch are installed."""
 from __future__ import annotations
 
-BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, NUM_WARPS, NUM_STAGES = 128, 128, 32, 8, 8, 3
+# (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages) per operand width in bytes
+CONFIGS = {4: (128, 128, 32, 8, 8, 3), 2: (128, 256, 64, 8, 8, 3)}
 
 _kernel = None
 
@@ -15,7 +18,8 @@ def _build():
 
     @triton.jit
     def asmgemm_ref_matmul(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_cm, s_cn,
-                           BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GM: tl.constexpr):
+                           BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GM: tl.constexpr,
+                           IEEE: tl.constexpr):
         pid = tl.program_id(0)
         tiles_m = tl.cdiv(M, BM)
         tiles_n = tl.cdiv(N, BN)
@@ -34,11 +38,14 @@ def _build():
         for k0 in range(0, K, BK):
             ta = tl.load(a, mask=(rm[:, None] < M) & (rk[None, :] + k0 < K), other=0.0)
             tb = tl.load(b, mask=(rk[:, None] + k0 < K) & (rn[None, :] < N), other=0.0)
-            acc = tl.dot(ta, tb, acc, input_precision="ieee")
+            if IEEE:
+                acc = tl.dot(ta, tb, acc, input_precision="ieee")
+            else:
+                acc = tl.dot(ta, tb, acc)
             a += BK * s_ak
             b += BK * s_bk
         c = c_ptr + rm[:, None] * s_cm + rn[None, :] * s_cn
-        tl.store(c, acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+        tl.store(c, acc.to(c_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
 
     return triton, asmgemm_ref_matmul
 
@@ -60,11 +67,13 @@ def make_triton_matmul(op_a, op_b, c):
     triton, kernel = _kernel
     m, k = op_a.shape
     n = op_b.shape[1]
-    grid = (triton.cdiv(m, BLOCK_M) * triton.cdiv(n, BLOCK_N),)
+    width = op_a.element_size()
+    bm, bn, bk, gm, warps, stages = CONFIGS.get(width, CONFIGS[4])
+    grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn),)
 
     def run():
         kernel[grid](op_a, op_b, c, m, n, k, op_a.stride(0), op_a.stride(1), op_b.stride(0), op_b.stride(1),
-                     c.stride(0), c.stride(1), BM=BLOCK_M, BN=BLOCK_N, BK=BLOCK_K, GM=GROUP_M,
-                     num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+                     c.stride(0), c.stride(1), BM=bm, BN=bn, BK=bk, GM=gm, IEEE=width == 4,
+                     num_warps=warps, num_stages=stages)
 
     return run

@@ -184,7 +184,10 @@ def _host_overhead(kernels, shapes_spec, calls, no_torch, json_out, seed) -> Non
 
 def _runnable_here(cp, spec, target: str) -> bool:
     """A kernel the default set benchmarks on this GPU: built for it, with dtypes CuPy arrays have
-    (bf16 kernels are left to an explicit name)."""
+    (bf16 kernels are left to an explicit name), C in A's type (the cuBLAS reference here is
+    cupy.matmul, which has no fp16 -> fp32 form)."""
+    if spec.dtypes.c != spec.dtypes.a:
+        return False
     try:
         for d in (spec.dtypes.a, spec.dtypes.c):
             cp.dtype(d)

@@ -120,11 +120,16 @@ def _build_for(spec: KernelSpec, plan: LaunchPlan, params: dict | None, tuned: d
 _BITS_OF = {"bfloat16": ("uint16", "int16")}
 
 
-def _pick_spec(kernel: str | None, dtype: str, target: str) -> KernelSpec:
-    spec = get_spec(kernel) if kernel else spec_for_dtype(dtype, target)
+def _pick_spec(kernel: str | None, dtype: str, c_dtype: str | None, target: str) -> KernelSpec:
+    """The spec for A/B of `dtype` and C of `c_dtype` (None: gemm allocates C; the kernel decides)."""
+    spec = get_spec(kernel) if kernel else spec_for_dtype(dtype, target, c_dtype)
     d = spec.dtypes
-    if not (d.a == d.b == d.c == dtype or (d.a == d.b == d.c and dtype in _BITS_OF.get(d.a, ()))):
-        raise AsmError(f"kernel '{spec.name}' takes A/B {d.a}, C {d.c}; the arrays are {dtype}")
+
+    def takes(want: str, got: str) -> bool:
+        return got == want or got in _BITS_OF.get(want, ())
+    if not (d.a == d.b and takes(d.a, dtype) and (c_dtype is None or takes(d.c, c_dtype))):
+        shown = dtype if c_dtype in (None, dtype) else f"{dtype} (A, B) and {c_dtype} (C)"
+        raise AsmError(f"kernel '{spec.name}' takes A/B {d.a}, C {d.c}; the arrays are {shown}")
     return spec
 
 
@@ -174,8 +179,8 @@ class _CupyArrays:
         return _Matrix(tuple(x.shape), tuple(x.strides), _Dtype(str(x.dtype), int(x.dtype.itemsize)), int(x.data.ptr),
                        int(x.data.device_id))
 
-    def empty(self, like, shape):
-        return self.cupy.empty(shape, dtype=like.dtype)
+    def empty(self, like, shape, dtype: str | None = None):
+        return self.cupy.empty(shape, dtype=dtype or like.dtype)
 
     @staticmethod
     def stream(device: int):
@@ -218,8 +223,8 @@ class _TorchArrays:
         return _Matrix(tuple(x.shape), tuple(int(s) * item for s in x.stride()),
                        _Dtype(str(x.dtype).removeprefix("torch."), item), int(x.data_ptr()), int(device))
 
-    def empty(self, like, shape):
-        return self.torch.empty(shape, dtype=like.dtype, device=like.device)
+    def empty(self, like, shape, dtype: str | None = None):
+        return self.torch.empty(shape, dtype=getattr(self.torch, dtype) if dtype else like.dtype, device=like.device)
 
     def stream(self, device: int):
         """torch's current stream on `device`, as the CuPy stream object the launch takes."""
@@ -273,14 +278,15 @@ class _LaunchPlan:
     """Everything a repeated call needs that does not change with the pointers and scalars."""
 
     __slots__ = ("built", "fn", "fn_key", "grid", "block", "smem", "packer", "swapped", "c_shape", "c_align",
-                 "device")
+                 "device", "c_dtype")
 
     def __init__(self, built: BuiltKernel, fn, fn_key, grid_, packer: ArgPacker, swapped: bool, c_shape, c_align: int,
-                 device: int):
+                 device: int, c_dtype: str | None = None):
         self.built, self.fn, self.fn_key = built, fn, fn_key
         self.grid, self.block, self.smem = grid_, (built.threads, 1, 1), built.smem_bytes
         self.packer, self.swapped = packer, swapped
         self.c_shape, self.c_align, self.device = c_shape, c_align, device
+        self.c_dtype = c_dtype          # of a C gemm allocates; None: A's
 
     def current(self) -> bool:
         """Still what planning afresh would give: the build cache still holds this very build and
@@ -399,7 +405,7 @@ def _launch_kept(arrays, plan: _LaunchPlan, a, b, c, alpha, beta):
     """The launch through a kept plan, on the plan's device; None when gemm's own new C is not
     aligned as the plan assumed (allocators align far more, so this is a safeguard)."""
     if c is None:
-        c = arrays.empty(a, plan.c_shape)
+        c = arrays.empty(a, plan.c_shape, plan.c_dtype)
         if arrays.ptr(c) & 15 != plan.c_align:
             return None
     a_ptr, b_ptr = arrays.ptr(a), arrays.ptr(b)
@@ -415,17 +421,19 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
     ma, mb = arrays.matrix(a, "A"), arrays.matrix(b, "B")
     mc = arrays.matrix(c, "C") if c is not None else None
     mats = (ma, mb) + ((mc,) if mc is not None else ())
-    dtypes = {x.dtype.name for x in mats}
-    if len(dtypes) != 1:
-        raise AsmError(f"A, B and C must share one dtype, got {sorted(dtypes)}")
-    dtype = next(iter(dtypes))
+    if ma.dtype.name != mb.dtype.name:
+        raise AsmError(f"A and B must share one dtype, got {ma.dtype.name} and {mb.dtype.name}")
+    dtype = ma.dtype.name
+    c_dtype = mc.dtype.name if mc is not None else None
     if ma.ndim != 2 or mb.ndim != 2:
         raise AsmError(f"A and B must be 2-D matrices, got shapes {ma.shape} and {mb.shape}")
     if len({x.device for x in mats}) != 1:
         raise AsmError("A, B and C must be on the same GPU")
     # spec lookup -> plan -> build -> launch
     facts = device_facts(ma.device)
-    spec = _pick_spec(kernel, dtype, facts.target)
+    spec = _pick_spec(kernel, dtype, c_dtype, facts.target)
+    # a C gemm allocates: the kernel's C type when it differs from its A type (fp32 C of a 16-bit GEMM)
+    new_c_dtype = spec.dtypes.c if spec.dtypes.c != spec.dtypes.a else None
     target = spec.build_target(facts.target)
     if target is None:
         raise AsmError(f"kernel '{spec.name}' is not built for {facts.target} ({facts.name}); "
@@ -436,7 +444,7 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
         if c is None:
             if beta != 0:
                 raise AsmError(f"beta = {beta} needs a C to scale; pass c= or beta=0")
-            c = arrays.empty(a, (m, n))
+            c = arrays.empty(a, (m, n), new_c_dtype)
             mc = arrays.matrix(c, "C")
         plan = plan_launch(ma, mb, mc, trans_a=trans_a, trans_b=trans_b, ptr_of=_ptr_of)
         copies = ()
@@ -454,7 +462,8 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
         built = _build_for(spec, plan, params, tuned, facts, target)
         fn = _load(cupy, built, arch_for(target).limits.static_shared_per_block)
         kept = _LaunchPlan(built, fn, (built.key, cupy.cuda.Device().id), grid(spec, built, plan, facts.sm_count),
-                           ArgPacker(built, plan, spec.dtypes.a), plan.swapped, (m, n), mc.ptr & 15, ma.device)
+                           ArgPacker(built, plan, spec.dtypes.a), plan.swapped, (m, n), mc.ptr & 15, ma.device,
+                           new_c_dtype)
         kept.launch(plan.a.ptr, plan.b.ptr, plan.c_ptr, alpha, beta, arrays.stream(ma.device))
     # A plan made on padded copies holds their pointers' layout, not the caller's: not kept.
     if key is not None and not copies:
@@ -475,11 +484,11 @@ def _tma_ready(arrays, a, b, ma: _Matrix, mb: _Matrix, mc: _Matrix, plan: Launch
     copy costs one pass over that operand; the alternative is TMA's refusal). `copies` keeps the
     copies alive until the launch is queued (their memory is then reused in stream order)."""
     def legal(op) -> bool:
-        return op.ptr % ALIGN == 0 and (op.rows == 1 or op.ld * plan.itemsize % ALIGN == 0)
+        return op.ptr % ALIGN == 0 and (op.rows == 1 or op.ld * ma.dtype.itemsize % ALIGN == 0)
     if legal(plan.a) and legal(plan.b):
         return plan, ()
     user_a_is_kernel_a = not plan.swapped
-    elems = ALIGN // plan.itemsize
+    elems = ALIGN // ma.dtype.itemsize
     copies = []
     if not legal(plan.a if user_a_is_kernel_a else plan.b):
         a = arrays.padded_copy(a, elems)

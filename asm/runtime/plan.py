@@ -124,12 +124,13 @@ def plan_launch(a, b, c, *, trans_a: bool, trans_b: bool, ptr_of=lambda x: x.dat
     if ldc * itemsize > 0xFFFFFFFF:
         raise AsmError(f"ldc = {ldc} is too large for the kernel (ldc * {itemsize} bytes must fit 32 bits)")
     elems = max(1, VECTOR_BYTES // itemsize)
+    ab_elems = max(1, VECTOR_BYTES // int(a.dtype.itemsize))     # A and B may be narrower than C
     values = {
         "trans_a": int(A.trans),
         "trans_b": int(B.trans),
         # A is K-contiguous unless transposed; B is K-contiguous only when transposed.
-        "vec_a": int(_aligned(A.ptr, A.ld, elems) and (not A.trans or m % elems == 0)),
-        "vec_b": int(_aligned(B.ptr, B.ld, elems) and (B.trans or n % elems == 0)),
+        "vec_a": int(_aligned(A.ptr, A.ld, ab_elems) and (not A.trans or m % ab_elems == 0)),
+        "vec_b": int(_aligned(B.ptr, B.ld, ab_elems) and (B.trans or n % ab_elems == 0)),
         # C written in pairs of elements (one 2-element store): both columns of every pair in
         # C and aligned, which takes an even N and ldc and a pair-aligned base.
         "vec_c": int(n % 2 == 0 and ldc % 2 == 0 and ptr_of(c) % (2 * itemsize) == 0),

@@ -7,7 +7,8 @@ operand to a concrete ir operand. The result has no macro-layer constructs left.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import ast, ir
@@ -59,11 +60,67 @@ class _Scope:
             return False
 
 
+class _PlainRegs:
+    """The registers one function declares with plain `.reg` lines ('%' or not), by name, each
+    with (span of its declarator, vector lanes: 0 for a scalar, 2/4 for `.v2`/`.v4`). A
+    `.reg .f32 acc<4>;` range covers acc0..acc3 and is looked up without listing its names."""
+
+    def __init__(self):
+        self.exact: dict[str, tuple[Span, int]] = {}
+        self.ranges: dict[str, tuple[int, Span, int]] = {}     # base -> (count, span, lanes)
+
+    def __bool__(self) -> bool:
+        return bool(self.exact or self.ranges)
+
+    def add(self, name: str, count: int | None, span: Span, lanes: int) -> None:
+        if count is None:
+            self.exact.setdefault(name, (span, lanes))
+        else:
+            self.ranges.setdefault(name, (count, span, lanes))
+
+    def find(self, name: str) -> tuple[Span, int] | None:
+        hit = self.exact.get(name)
+        if hit is not None or not self.ranges:
+            return hit
+        # acc12 may be acc<13>'s 12 or acc1<3>'s 2: try every split of the trailing digits.
+        k = len(name)
+        while k and name[k - 1].isdigit():
+            k -= 1
+        for cut in range(k, len(name)):
+            digits = name[cut:]
+            r = self.ranges.get(name[:cut])
+            if r is not None and str(int(digits)) == digits and int(digits) < r[0]:
+                return r[1], r[2]
+        return None
+
+
+# Vector components: PTX ISA "Vectors" (5.4.2): .x .y .z .w, or .r .g .b .a, select elements 0-3.
+_COMPONENT_INDEX = {"x": 0, "y": 1, "z": 2, "w": 3, "r": 0, "g": 1, "b": 2, "a": 3}
+_VECTOR_QUALIFIERS = {".v2": 2, ".v4": 4}
+
+
+# Video instructions' byte and half-word selectors and masks (PTX ISA "Scalar Video Instructions",
+# "SIMD Video Instructions"): %r1.b0, %r1.b3210, %r1.h10. They name part of the register.
+_SELECTOR = re.compile(r"\.(b[0-7]{1,4}|h[0-3]{1,2})$")
+
+
+def _split_component(text: str) -> tuple[str, str] | None:
+    """'q.x' -> ('q', 'x'), '%r1.b0' -> ('%r1', 'b0'); None when `text` ends in neither."""
+    if len(text) > 2 and text[-2] == "." and text[-1] in _COMPONENT_INDEX:
+        return text[:-2], text[-1]
+    m = _SELECTOR.search(text)
+    if m is not None and m.start():
+        return text[:m.start()], m.group(1)
+    return None
+
+
 @dataclass
 class _FunctionContext:
     named: dict[str, ir.NamedReg] = field(default_factory=dict)
     in_schedule: bool = False
-    plain_regs: dict[str, Span] = field(default_factory=dict)   # names a plain `.reg` declared (no '%')
+    plain_regs: _PlainRegs = field(default_factory=_PlainRegs)  # what plain `.reg` lines declared
+    # `.regs .v4 .f32 q`: q -> its components' named registers ('q.x', 'q.y', 'q.z', 'q.w')
+    named_vectors: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass
@@ -365,6 +422,14 @@ class Expander:
         ptx_type = s.types[-1] if s.types else None
         if ptx_type not in REG_TYPES:
             raise AsmError(f"'.{s.kind}' needs a register type such as .f32, .b32, .u64 or .pred, got {ptx_type}", s.span)
+        # `.regs .v4 .f32 q`: a vector register; its components q.x .. q.w are named registers of an
+        # aligned group (as with `: vec4`), and `q` alone is the vector {q.x, q.y, q.z, q.w}.
+        lanes = 0
+        for t in s.types[:-1]:
+            if t not in _VECTOR_QUALIFIERS or lanes:
+                raise AsmError(f"'.{s.kind}' takes one register type, optionally after .v2 or .v4 "
+                               f"(as in `.{s.kind} .v4 .f32 q`); got {' '.join(s.types)}", s.span)
+            lanes = _VECTOR_QUALIFIERS[t]
         look = self._lookup(scope)
         names: list[tuple[str, int, Span]] = []
         for item in s.items:
@@ -398,6 +463,34 @@ class Expander:
             else:
                 raise AsmError(f"unknown register attribute '{attr.name}' (known: bank(expr), banks(b0, b1, ...), vec2, vec4)",
                                attr.span)
+        if lanes:
+            if vec > 1:
+                raise AsmError(f"a .v{lanes} register is already a vector group: drop vec{vec}", s.span)
+            if ptx_type == ".pred":
+                raise AsmError("predicate registers have no banks or vectors", s.span)
+            if any(b is not None for b in banks):
+                # The components take consecutive registers from an index aligned to the vector
+                # size, so their banks are not each free; scalars with `: vecN, banks(...)` say
+                # exactly which bank each element wants, and the planner checks them all.
+                raise AsmError(f"bank()/banks() do not apply to a .v{lanes} register: its components take "
+                               "consecutive registers from an aligned index", s.span,
+                               hint=f"to choose banks, declare scalar registers with `: vec{lanes}, banks(...)`")
+            # Each vector becomes its components, in order, as one aligned group.
+            for nm, _, span in names:
+                if nm in self.fn.named_vectors or nm in self.fn.named:
+                    first = self.fn.named.get(nm) or self.fn.named[self.fn.named_vectors[nm][0]]
+                    raise AsmError(f"register '{nm}' is already declared", span,
+                                   notes=[Note("first declared here", first.span)])
+                plain = self._plain_reg_span(nm)
+                if plain is not None:
+                    raise AsmError(f"register '{nm}' is declared twice: by this '.{s.kind}' and by a plain '.reg'",
+                                   span, notes=[Note("first declared here", plain)],
+                                   hint="declare it once: `.regs` for a named register asmgemm allocates, or `.reg`")
+            vec = lanes
+            for nm, _, _ in names:
+                self.fn.named_vectors[nm] = tuple(f"{nm}.{c}" for c in "xyzw"[:lanes])
+            banks = [None] * (len(names) * lanes)
+            names = [(f"{nm}.{c}", num, span) for nm, num, span in names for c in "xyzw"[:lanes]]
         if ptx_type == ".pred" and (vec > 1 or any(b is not None for b in banks)):
             raise AsmError("predicate registers have no banks or vectors", s.span)
         if vec > 1 and len(names) % vec:
@@ -407,6 +500,9 @@ class Expander:
             if nm in self.fn.named:
                 raise AsmError(f"register '{nm}' is already declared", span,
                                notes=[Note("first declared here", self.fn.named[nm].span)])
+            if nm in self.fn.named_vectors and not lanes:
+                raise AsmError(f"register '{nm}' is already declared", span,
+                               notes=[Note("first declared here", self.fn.named[self.fn.named_vectors[nm][0]].span)])
             plain = self._plain_reg_span(nm)
             if plain is not None:
                 raise AsmError(f"register '{nm}' is declared twice: by this '.{s.kind}' and by a plain '.reg'", span,
@@ -417,18 +513,8 @@ class Expander:
             self.fn.named[nm] = ir.NamedReg(nm, ptx_type, s.kind == "temp", banks[pos], group, align, span)
 
     def _plain_reg_span(self, name: str) -> Span | None:
-        regs = self.fn.plain_regs
-        if not regs:
-            return None
-        if name in regs:
-            return regs[name]
-        for key, span in regs.items():      # `.reg .f32 acc<4>;` covers acc0..acc3
-            if key.endswith(">") and "<" in key:
-                base, count = key[:-1].rsplit("<", 1)
-                rest = name[len(base):]
-                if name.startswith(base) and rest.isdigit() and str(int(rest)) == rest and int(rest) < int(count):
-                    return span
-        return None
+        hit = self.fn.plain_regs.find(name) if self.fn.plain_regs else None
+        return hit[0] if hit is not None else None
 
     def _s_Decl(self, s: ast.Decl, scope: _Scope, out, toplevel):
         quals = " ".join(self._qualifier(q, scope) for q in s.qualifiers)
@@ -442,22 +528,25 @@ class Expander:
     def _check_plain_regs(self, s: ast.Decl, scope: _Scope):
         """A name declared both by `.regs`/`.temp` and by a plain `.reg` is an error: the two
         mechanisms would give one name two registers."""
+        lanes = max((_VECTOR_QUALIFIERS.get(q.word, 0) for q in s.qualifiers), default=0)
         for d in s.declarators:
             name = self._name_text(d.name.name if isinstance(d.name, ast.RegRef) else d.name, scope)
             if name.startswith("%"):
-                continue                # `.regs` names never start with '%'
+                # `.regs` names never start with '%'; kept for its vector components (%q.x).
+                self.fn.plain_regs.add(name, d.count, d.span, lanes)
+                continue
             if d.count is None:
-                clash = name if name in self.fn.named else None
+                clash = name if name in self.fn.named or name in self.fn.named_vectors else None
             else:                       # `.reg .f32 acc<4>;` declares acc0..acc3
                 clash = next((n for n in self.fn.named if n.startswith(name) and n[len(name):].isdigit()
                               and str(int(n[len(name):])) == n[len(name):] and int(n[len(name):]) < d.count), None)
             if clash is not None:
-                named = self.fn.named[clash]
+                named = self.fn.named[self.fn.named_vectors[clash][0] if clash in self.fn.named_vectors else clash]
                 raise AsmError(f"register '{clash}' is declared twice: by '.{'temp' if named.temp else 'regs'}' "
                                "and by this plain '.reg'", d.span,
                                notes=[Note("first declared here", named.span)],
                                hint="declare it once: `.regs` for a named register asmgemm allocates, or `.reg`")
-            self.fn.plain_regs.setdefault(name if d.count is None else f"{name}<{d.count}>", d.span)
+            self.fn.plain_regs.add(name, d.count, d.span, lanes)
 
     def _qualifier(self, q: ast.Qualifier, scope) -> str:
         if q.arg is None:
@@ -631,9 +720,73 @@ class Expander:
             return v  # a macro parameter bound to an operand
         if text == "_":
             return ir.Reg("_")
-        if self.fn is not None and text in self.fn.named:
+        if self.fn is None:
+            return ir.Sym(text)
+        if text in self.fn.named:
             return ir.Reg(text, named=True)
+        members = self.fn.named_vectors.get(text)
+        if members is not None:                 # a `.regs .v4` register used whole
+            return ir.Vector(tuple(ir.Reg(m, named=True) for m in members))
+        if self.fn.plain_regs and self.fn.plain_regs.find(text) is not None:
+            # PTX lets `.reg .b32 t;` declare a register without '%': it is a register all the
+            # same (for `!t`, for `{t}`, and for the scheduler's dependencies), not a symbol.
+            return ir.Reg(text)
+        split = _split_component(text)
+        if split is not None:
+            found = self._component(split[0], split[1], span, scope)
+            if found is not None:
+                return found
         return ir.Sym(text)
+
+    def _component(self, base: str, comp: str, span: Span, scope: _Scope) -> ir.Operand | None:
+        """`base.comp` where `base` is a vector register: a macro parameter bound to one, a
+        `.regs .v4` register, or a plain `.reg .v4` register. None when `base` is none of these
+        (the text then goes to ptxas as written)."""
+        try:
+            bound = scope.find(base)
+        except KeyError:
+            bound = None
+        if comp not in _COMPONENT_INDEX:        # a byte/half selector: part of a scalar register
+            if isinstance(bound, ir.Reg) and not bound.negated and not bound.component:
+                return replace(bound, component=comp)
+            if bound is None and base in self.fn.named:
+                return ir.Reg(base, named=True, component=comp)
+            if bound is None and self.fn.plain_regs and self.fn.plain_regs.find(base) is not None:
+                return ir.Reg(base, component=comp)
+            return None
+        index = _COMPONENT_INDEX[comp]
+        if isinstance(bound, ir.Vector):
+            if index >= len(bound.elems):
+                raise AsmError(f"'{base}.{comp}': '{base}' is a vector of {len(bound.elems)} elements, "
+                               f"so it has no .{comp}", span)
+            return bound.elems[index]
+        if isinstance(bound, ir.Reg) and not bound.negated and not bound.component:
+            if bound.named:
+                raise AsmError(f"'{base}.{comp}': '{base}' is bound to the scalar register {bound.name}", span)
+            return self._plain_component(bound.name, comp, span)
+        if bound is not None:
+            return None
+        members = self.fn.named_vectors.get(base)
+        if members is not None:
+            if index >= len(members):
+                raise AsmError(f"'{base}.{comp}': '{base}' is a .v{len(members)} register, so it has no .{comp}",
+                               span)
+            return ir.Reg(members[index], named=True)
+        if base in self.fn.named:
+            raise AsmError(f"'{base}.{comp}': '{base}' is a scalar register (declare it `.regs .v4 ...` "
+                           "to give it components)", span)
+        return self._plain_component(base, comp, span)
+
+    def _plain_component(self, base: str, comp: str, span: Span) -> ir.Reg | None:
+        """A component of a register declared by a plain `.reg .v2`/`.v4` (None when `base` is not
+        such a register: `%tid.x` and friends stay the special registers they are)."""
+        hit = self.fn.plain_regs.find(base) if self.fn.plain_regs else None
+        if hit is None or not hit[1]:
+            return None
+        if _COMPONENT_INDEX[comp] >= hit[1]:
+            raise AsmError(f"'{base}.{comp}': '{base}' is a .v{hit[1]} register, so it has no .{comp}", span,
+                           notes=[Note("declared here", hit[0])])
+        return ir.Reg(base, component=comp)
 
     def _operand(self, e, scope: _Scope) -> ir.Operand:
         if isinstance(e, ast.Num):
@@ -641,7 +794,15 @@ class Expander:
         if isinstance(e, ast.Name):
             return self._resolve_name(self._name_text(e, scope), e.span, scope)
         if isinstance(e, ast.RegRef):
-            return ir.Reg(self._name_text(e.name, scope))
+            text = self._name_text(e.name, scope)
+            split = _split_component(text) if self.fn is not None else None
+            if split is not None:
+                if split[1] not in _COMPONENT_INDEX:        # %r1.b0: a part of %r1
+                    return ir.Reg(split[0], component=split[1])
+                found = self._plain_component(split[0], split[1], e.span)
+                if found is not None:
+                    return found
+            return ir.Reg(text)
         if isinstance(e, ast.Str):
             return ir.Str(e.value)
         if isinstance(e, ast.Pair):
@@ -655,8 +816,10 @@ class Expander:
         if isinstance(e, ast.UnOp) and e.op == "!":
             inner = self._operand(e.operand, scope)
             if not isinstance(inner, ir.Reg):
-                raise AsmError("'!' negates a predicate register", e.span)
-            return ir.Reg(inner.name, inner.named, not inner.negated)
+                why = (f": '{inner.name}' is not a register this function declares" if isinstance(inner, ir.Sym)
+                       and not inner.offset else "")
+                raise AsmError("'!' negates a predicate register" + why, e.span)
+            return ir.Reg(inner.name, inner.named, not inner.negated, inner.component)
         if isinstance(e, ast.UnOp) and e.op == "-" and isinstance(e.operand, ast.Num):
             return ir.Imm("-" + e.operand.text, -parse_number(e.operand.text, e.operand.span))
         if isinstance(e, (ast.BinOp, ast.UnOp)):

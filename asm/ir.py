@@ -16,12 +16,18 @@ from .source import Span
 # ---- operands ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Reg:
-    name: str                  # '%r1', '%tid.x', or a named register 'acc3' (named=True)
+    name: str                  # '%r1', '%tid.x', 'q', or a named register 'acc3' (named=True)
     named: bool = False
     negated: bool = False      # !%p1 as a source predicate
+    # One component of a vector register (`.reg .v4 .b32 q;` ... q.x): 'x', 'y', 'z', 'w' (or
+    # 'r', 'g', 'b', 'a', as written). `name` stays the vector's, so that everything keyed by
+    # register name (the scheduler's dependencies, liveness) sees q.x and q as one register: a
+    # write of q.y orders against a read of q.x, which is conservative and never wrong. Special
+    # registers (%tid.x) are distinct read-only registers and keep the component in `name`.
+    component: str = ""
 
     def render(self) -> str:
-        return ("!" if self.negated else "") + self.name
+        return ("!" if self.negated else "") + self.name + ("." + self.component if self.component else "")
 
 
 @dataclass(frozen=True)

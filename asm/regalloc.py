@@ -14,10 +14,12 @@ Rules, in order:
 - `.temp` registers share indices with other temps whose live ranges do not overlap (liveness
   over the control-flow graph, so loops are respected), never with `.regs` registers.
 - Registers PTX declares itself (`.reg .b32 %r<10>;`) are left exactly as written.
+- A target without a bank model (one only ptxas knows, such as sm_120: isa/arch.py) is planned
+  the same way without banks; a bank constraint there is an error at its declaration.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, asdict
+from dataclasses import dataclass, field, asdict, replace
 
 from . import ir
 from .errors import AsmError
@@ -77,11 +79,12 @@ class FunctionPlan:
 @dataclass
 class Allocation:
     target: str
-    model: str
+    model: str                 # the bank model's name, or 'none' for an unmodelled target
     functions: dict[str, FunctionPlan] = field(default_factory=dict)
+    note: str = ""             # what the plan cannot say for this target ('' when it is modelled)
 
     def to_json(self) -> dict:
-        return {"target": self.target, "bank_model": self.model,
+        return {"target": self.target, "bank_model": self.model, "note": self.note,
                 "functions": [f.to_json() for f in self.functions.values()]}
 
 
@@ -101,12 +104,12 @@ def ptx_name_for(reg: ir.NamedReg, index: int) -> str:
 
 def allocate(module: ir.Module, target: str) -> tuple[ir.Module, Allocation]:
     arch = arch_for(target)
-    model = arch.bank_model
-    alloc = Allocation(target, model.name)
+    model = arch.banks                 # None: no register-bank data for this target
+    alloc = Allocation(target, model.name if model is not None else "none", note=arch.unmodelled_note)
     items = []
     for item in module.items:
         if isinstance(item, ir.Function) and item.body is not None and item.named_regs:
-            new_fn, plan = _allocate_function(item, model, arch.max_registers_per_thread)
+            new_fn, plan = _allocate_function(item, model, arch.max_registers_per_thread, target)
             alloc.functions[item.name] = plan
             items.append(new_fn)
         else:
@@ -120,14 +123,22 @@ def _program(fn: ir.Function) -> list:
     return list(ir.iter_body(fn.body or []))
 
 
-def _plan_without_named(fn: ir.Function, model: BankModel) -> FunctionPlan:
+def _plan_without_named(fn: ir.Function, model: BankModel | None) -> FunctionPlan:
     n = sum(1 for i in _program(fn) if isinstance(i, ir.Instruction) and is_three_source(i))
     return FunctionPlan(fn.name, [], [], n, 0)
 
 
-def _allocate_function(fn: ir.Function, model: BankModel, max_registers: int) -> tuple[ir.Function, FunctionPlan]:
+def _allocate_function(fn: ir.Function, model: BankModel | None, max_registers: int,
+                       target: str = "") -> tuple[ir.Function, FunctionPlan]:
     program = _program(fn)
     named = {r.name: r for r in fn.named_regs}
+    if model is None:
+        asked = next((r for r in fn.named_regs if r.bank is not None), None)
+        if asked is not None:
+            raise AsmError(f"register '{asked.name}' asks for bank {asked.bank}, but asmgemm has no register-bank "
+                           f"model for {target}", asked.span,
+                           hint="drop the bank()/banks() attributes for this target, or build for one of "
+                                "sm_50 ... sm_90a, whose banks are modelled")
     first, last, count = _use_positions(program, named)
     occupied: dict[int, str] = {}      # 32-bit index -> owner (permanent registers)
     index_of: dict[str, int] = {}
@@ -214,7 +225,7 @@ def _allocate_function(fn: ir.Function, model: BankModel, max_registers: int) ->
 
     def rn(r: ir.Reg) -> ir.Reg:
         if r.named:
-            return ir.Reg(rename[r.name], False, r.negated)
+            return replace(r, name=rename[r.name], named=False)
         return r
 
     new_body = _rewrite(fn.body, rn)
@@ -226,11 +237,11 @@ def _allocate_function(fn: ir.Function, model: BankModel, max_registers: int) ->
         idx = index_of[reg.name]
         is_pred = reg.ptx_type == ".pred"
         planned.append(PlannedReg(reg.name, reg.ptx_type, rename[reg.name], idx, _width(reg.ptx_type),
-                                  None if is_pred else model.bank_of(idx), reg.temp, reg.bank,
+                                  None if is_pred or model is None else model.bank_of(idx), reg.temp, reg.bank,
                                   first.get(reg.name), last.get(reg.name), count.get(reg.name, 0),
                                   reg.span.location() if reg.span else ""))
     conflicts, checked = _bank_conflicts(program, index_of, named, rename, model)
-    used = max((p.index + p.width for p in planned if p.bank is not None), default=0)
+    used = max((p.index + p.width for p in planned if p.ptx_type != ".pred"), default=0)
     return new_fn, FunctionPlan(fn.name, planned, conflicts, checked, used)
 
 
@@ -359,9 +370,11 @@ def _declarations(named, index_of, rename) -> list[ir.Directive]:
     return out
 
 
-def _bank_conflicts(program, index_of, named, rename, model: BankModel):
+def _bank_conflicts(program, index_of, named, rename, model: BankModel | None):
     conflicts = []
     checked = 0
+    if model is None:                   # no banks, no conflicts to name
+        return conflicts, checked
     pos = -1
     for item in program:
         if not isinstance(item, ir.Instruction):

@@ -85,6 +85,45 @@ def ptxas_version() -> str:
     return tool_version("ptxas")
 
 
+def ptxas_targets() -> tuple[str, ...] | None:
+    """The `.target` names (sm_XX, sm_XXa, sm_XXf) the ptxas in use assembles, or None when there
+    is no ptxas (or it cannot be run, or its help lists none). Asked once per ptxas path: tests
+    and users may point ASMGEMM_PTXAS at another ptxas within one process."""
+    try:
+        exe = find_tool("ptxas", required=False)
+    except ToolchainError:          # a broken ASMGEMM_PTXAS: the build reports it when it runs ptxas
+        return None
+    if exe is None:
+        return None
+    return _ptxas_targets_at(exe)
+
+
+# ptxas has no option that lists its architectures alone (13.0 refuses `--list-gpu-arch`, which
+# nvcc has); `ptxas --help` lists them as the allowed values of --gpu-name:
+#   --gpu-name <gpu name>   (-arch)
+#           ... Allowed values for this option:  'compute_100',...,'sm_90','sm_90a'.
+_GPU_NAME_HELP = re.compile(r"^--gpu-name\b(?P<body>.*?)(?=^--|\Z)", re.M | re.S)
+_SM_NAME = re.compile(r"'(sm_\d+[a-z]?)'")
+
+
+@functools.lru_cache(maxsize=8)
+def _ptxas_targets_at(exe: str) -> tuple[str, ...] | None:
+    try:
+        proc = subprocess.run([exe, "--help"], capture_output=True, text=True, errors="replace", timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return parse_ptxas_targets(proc.stdout + proc.stderr)
+
+
+def parse_ptxas_targets(help_text: str) -> tuple[str, ...] | None:
+    """The sm_* values `ptxas --help` allows for --gpu-name (None when it names none)."""
+    m = _GPU_NAME_HELP.search(help_text)
+    if m is None:
+        return None
+    names = tuple(dict.fromkeys(_SM_NAME.findall(m.group("body"))))
+    return names or None
+
+
 def _run_tool(name: str, exe: str, args: list[str]) -> subprocess.CompletedProcess:
     """Run a tool; failing to start it (a file that is not a program) is a ToolchainError."""
     try:

@@ -194,7 +194,7 @@ def test_smem_desc_bits(tmp_path):
     result = _build_text(tmp_path, _macro_kernel("    SMEM_DESC_128B(desc, addr, 8192, 1024, t)\n"))
     ptx = result.ptx
     assert re.search(r"bfe\.u32 \S+, \S+, 4, 14;", ptx)
-    assert f"or.b32 %R" in ptx and f", {(8192 >> 4) << 16};" in ptx
+    assert "or.b32 %R" in ptx and f", {(8192 >> 4) << 16};" in ptx
     assert f", {((1024 >> 4) | (1 << 30)) << 32};" in ptx
 
 

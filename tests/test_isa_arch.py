@@ -1,29 +1,44 @@
 """The architecture objects (asmgemm.isa.arch): one Arch per supported target, its limits, bank
-model, timing table and PTX features; the pipeline's located errors for a feature the target
-lacks; and, with ptxas, that the feature table agrees with ptxas's own checks."""
+model, timing table and PTX features; the targets the ptxas in use assembles, accepted but
+unmodelled; the pipeline's located errors for a feature the target lacks; and, with ptxas, that
+the feature table agrees with ptxas's own checks."""
+import os
+import stat
+
 import pytest
 
 from asmgemm.errors import AsmError
-from asmgemm.isa.arch import (ARCHS, DEFAULT_TARGET, FEATURE_USES, FEATURES, SUPPORTED_TARGETS, Arch,
-                              arch_for, arch_for_compute_capability, blocks_per_sm, required_features)
+from asmgemm import toolchain
+from asmgemm.isa.arch import (ARCHS, DEFAULT_TARGET, FEATURE_USES, FEATURES, MODELLED_TARGETS,
+                              PTXAS_FALLBACK_TARGETS, SUPPORTED_TARGETS, Arch, arch_for,
+                              arch_for_compute_capability, blocks_per_sm, check_features, required_features,
+                              supported_targets)
 from asmgemm.isa.register_banks import MAXWELL, VOLTA_PLUS, bank_model
 from asmgemm.pipeline import BuildOptions, build_source
-from asmgemm.toolchain import find_tool, run_ptxas
+from asmgemm.toolchain import find_tool, parse_ptxas_targets, ptxas_targets, run_ptxas
 
 needs_ptxas = pytest.mark.skipif(find_tool("ptxas", required=False) is None, reason="needs ptxas")
 
-# Non-arch-specific targets in order of compute capability (sm_90a is the `a` variant of sm_90).
-ORDERED = [t for t in SUPPORTED_TARGETS if not t.endswith("a")]
+# Modelled non-arch-specific targets in order of compute capability (sm_90a: the `a` variant of sm_90).
+ORDERED = [t for t in MODELLED_TARGETS if not t.endswith("a")]
 
 
 def test_supported_targets_and_default():
-    assert SUPPORTED_TARGETS == ("sm_50", "sm_52", "sm_53", "sm_60", "sm_61", "sm_62", "sm_70", "sm_72",
-                                 "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a")
+    assert MODELLED_TARGETS == tuple(ARCHS) == ("sm_50", "sm_52", "sm_53", "sm_60", "sm_61", "sm_62", "sm_70",
+                                                "sm_72", "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90",
+                                                "sm_90a")
     assert DEFAULT_TARGET == "sm_90" and DEFAULT_TARGET in SUPPORTED_TARGETS
     assert [arch_for(t).number for t in ORDERED] == sorted(arch_for(t).number for t in ORDERED)
+    # Accepted: the modelled targets and whatever the ptxas in use assembles, in order.
+    listed = ptxas_targets() or PTXAS_FALLBACK_TARGETS
+    assert set(SUPPORTED_TARGETS) == set(MODELLED_TARGETS) | set(listed)
+    assert tuple(SUPPORTED_TARGETS) == supported_targets() and len(SUPPORTED_TARGETS) == len(supported_targets())
+    numbers = [arch_for(t).number for t in SUPPORTED_TARGETS]
+    assert numbers == sorted(numbers)
+    assert SUPPORTED_TARGETS.index("sm_90a") == SUPPORTED_TARGETS.index("sm_90") + 1
 
 
-@pytest.mark.parametrize("target", SUPPORTED_TARGETS)
+@pytest.mark.parametrize("target", MODELLED_TARGETS)
 def test_every_target_has_a_plausible_arch(target):
     a = arch_for(target)
     assert isinstance(a, Arch) and a.name == target and arch_for(target) is a
@@ -65,10 +80,11 @@ def test_known_limits():
 
 def test_unknown_targets_list_the_supported_ones():
     with pytest.raises(AsmError) as e:
-        arch_for("sm_100")
-    assert "unsupported target 'sm_100'" in e.value.message and "sm_90a" in e.value.message
-    with pytest.raises(AsmError):
-        arch_for("compute_90")
+        arch_for("sm_01")
+    assert "unsupported target 'sm_01'" in e.value.message and "sm_90a" in e.value.message
+    for bad in ("compute_90", "sm_90x", "sm_", "90"):
+        with pytest.raises(AsmError):
+            arch_for(bad)
 
 
 def test_arch_for_compute_capability():
@@ -76,7 +92,7 @@ def test_arch_for_compute_capability():
     assert arch_for_compute_capability("8.6").name == "sm_86"
     assert arch_for_compute_capability(75).name == "sm_75"
     assert arch_for_compute_capability((8, 9)).name == "sm_89"
-    with pytest.raises(AsmError) as e:
+    with pytest.raises(AsmError) as e:      # running a kernel needs the SM limits: modelled targets only
         arch_for_compute_capability("100")
     assert "100" in e.value.message and "sm_90" in e.value.message
 
@@ -97,7 +113,7 @@ def test_feature_table_is_consistent():
         assert use.feature in FEATURES
         assert sum(bool(x) for x in (use.opcode, use.modifiers, use.directive, use.sreg)) == 1, use
     for f in FEATURES.values():
-        assert f.min_target in SUPPORTED_TARGETS and f.section
+        assert f.min_target in MODELLED_TARGETS and f.section
         assert any(use.feature == f.name for use in FEATURE_USES), f"{f.name}: no way to use it"
 
 
@@ -106,11 +122,11 @@ def test_features_grow_with_the_architecture():
         assert arch_for(lo).features <= arch_for(hi).features, (lo, hi)
     assert arch_for("sm_90").features < arch_for("sm_90a").features
     for f in FEATURES.values():
-        have = [t for t in SUPPORTED_TARGETS if arch_for(t).has(f.name)]
+        have = [t for t in MODELLED_TARGETS if arch_for(t).has(f.name)]
         if f.min_target.endswith("a"):
             assert have == [f.min_target]
         else:
-            assert have == list(SUPPORTED_TARGETS[SUPPORTED_TARGETS.index(f.min_target):])
+            assert have == list(MODELLED_TARGETS[MODELLED_TARGETS.index(f.min_target):])
 
 
 def test_named_feature_minimums():
@@ -218,8 +234,8 @@ def test_the_declared_target_is_checked_too():
     with pytest.raises(AsmError) as e:
         build("stmatrix.sync.aligned.m8n8.x1.shared.b16 [%r1], {%r2};", declared="sm_80")
     assert "stmatrix needs sm_90; this build targets sm_80 (the source's .target sm_80)" in e.value.message
-    with pytest.raises(AsmError, match="unsupported .target sm_100"):
-        build("mov.u32 %r2, 0;", declared="sm_100")
+    with pytest.raises(AsmError, match="unsupported .target sm_01"):
+        build("mov.u32 %r2, 0;", declared="sm_01")
 
 
 def test_further_missing_features_become_notes():
@@ -323,3 +339,154 @@ def test_feature_minimum_agrees_with_ptxas(feature):
     assert f".target {before}\n" in ptx_before
     code, log, _ = _ptxas(ptx_before, before)
     assert code != 0 and ("requires .target" in log or "not supported on .target" in log), log
+
+
+# ---- targets the ptxas in use assembles: accepted, unmodelled -------------------------------------
+PTXAS_13_HELP = """Usage  : ptxas [options] <ptx file>,...
+--fmad <true|false>                                 (-fmad)
+        Enables (disables) the contraction of floating-point multiplies and adds.
+        Default value:  'true'.
+
+--gpu-name <gpu name>                               (-arch)
+        Specify name of NVIDIA GPU to generate code for. This option also takes virtual
+        compute architectures, in which case code generation is suppressed.
+        Allowed values for this option:  'compute_100','compute_100a','compute_75','lto_100',
+        'sm_100','sm_100a','sm_100f','sm_120','sm_75','sm_90','sm_90a'.
+        Default value:  'sm_75'.
+
+--help                                              (-h)
+        Print this help information on this tool.
+
+--opt-level <N>                                     (-O)
+        Allowed values for this option:  'sm_999'.
+"""
+
+
+def test_ptxas_help_is_parsed_for_its_gpu_names():
+    # Only the --gpu-name option's values, only sm_* (compute_*/lto_* are not .target names).
+    assert parse_ptxas_targets(PTXAS_13_HELP) == ("sm_100", "sm_100a", "sm_100f", "sm_120", "sm_75", "sm_90", "sm_90a")
+    assert parse_ptxas_targets("ptxas: unknown option --help") is None
+    assert parse_ptxas_targets("--gpu-name <gpu name>\n  Allowed values for this option: 'compute_90'.\n") is None
+
+
+@needs_ptxas
+@pytest.mark.toolchain
+def test_the_installed_ptxas_is_asked():
+    listed = ptxas_targets()
+    assert listed is not None and "sm_90a" in listed
+    assert set(listed) <= set(SUPPORTED_TARGETS)
+    code, log, _ = run_ptxas(".version 8.7\n.target sm_90\n.address_size 64\n", listed[-1])
+    assert code == 0, log   # every name it lists, it takes
+
+
+def _fake_ptxas(tmp_path, help_text: str) -> str:
+    exe = tmp_path / "ptxas"
+    exe.write_text("#!/bin/sh\ncat <<'HELP'\n" + help_text + "HELP\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    return str(exe)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="a shell-script ptxas")
+def test_accepted_targets_follow_the_ptxas_in_use(tmp_path, monkeypatch):
+    newer = PTXAS_13_HELP.replace("'sm_120',", "'sm_120','sm_130','sm_130a',")
+    monkeypatch.setenv("ASMGEMM_PTXAS", _fake_ptxas(tmp_path, newer))
+    assert "sm_130" in SUPPORTED_TARGETS and "sm_130a" in SUPPORTED_TARGETS and "sm_103" not in SUPPORTED_TARGETS
+    assert "sm_61" in SUPPORTED_TARGETS        # modelled targets stay, even where this ptxas dropped them
+    result = build_source(kernel("mov.u32 %r2, 0;", "sm_130"), "k.sasm")
+    assert result.target == "sm_130" and ".target sm_130\n" in result.ptx
+    assert arch_for("sm_130").family == "unknown" and not arch_for("sm_130").modelled
+
+
+def test_without_ptxas_the_fallback_list_is_accepted(monkeypatch):
+    monkeypatch.setattr(toolchain, "find_tool", lambda name, required=True: None)
+    assert ptxas_targets() is None
+    assert set(SUPPORTED_TARGETS) == set(MODELLED_TARGETS) | set(PTXAS_FALLBACK_TARGETS)
+    assert "sm_120" in SUPPORTED_TARGETS and "sm_130" not in SUPPORTED_TARGETS
+
+
+def test_a_broken_ptxas_override_falls_back_to_the_static_list(tmp_path, monkeypatch):
+    monkeypatch.setenv("ASMGEMM_PTXAS", str(tmp_path / "no-such-ptxas"))
+    assert ptxas_targets() is None and "sm_100a" in SUPPORTED_TARGETS
+
+
+@pytest.mark.parametrize("target", ["sm_100", "sm_100a", "sm_100f", "sm_120", "sm_120a"])
+def test_an_unmodelled_target_has_features_but_no_tables(target):
+    a = arch_for(target)
+    assert a is arch_for(target) and target not in ARCHS and not a.modelled
+    assert a.family == "Blackwell" and a.number in (100, 120) and a.suffix == target[len(a.base):]
+    assert a.arch_specific == target.endswith("a") and a.base == f"sm_{a.number}"
+    assert a.max_registers_per_thread == 255
+    assert target in a.unmodelled_note and "unmodelled" in a.unmodelled_note
+    with pytest.raises(AsmError, match=f"no SM resource limits for {target}"):
+        a.limits
+    with pytest.raises(AsmError, match=f"no register-bank model for {target}"):
+        a.bank_model
+    with pytest.raises(AsmError):
+        bank_model(target)
+    with pytest.raises(ValueError, match=f"no latency data for {target}"):
+        a.timing_table()
+    assert not a.sass_decodable
+    # The onion model for the plain features; none of sm_90a's architecture-specific ones.
+    assert a.has("cp.async") and a.has("tma") and a.has("clusters") and a.has("fp8")
+    assert not a.has("wgmma") and not a.has("setmaxnreg")
+
+
+def test_an_unmodelled_target_leaves_architecture_specific_features_to_ptxas():
+    uses = [("setmaxnreg", None), ("cp.async", None)]
+    check_features(arch_for("sm_100a"), uses)           # ptxas decides: sm_100a has setmaxnreg
+    with pytest.raises(AsmError, match="setmaxnreg needs sm_90a; this build targets sm_90"):
+        check_features(arch_for("sm_90"), uses)
+    with pytest.raises(AsmError, match="fp8 needs sm_89; this build targets sm_88"):
+        check_features(arch_for("sm_88"), [("fp8", None)])   # a plain feature above the target: ours to refuse
+
+
+def test_plain_ptx_builds_for_an_unmodelled_target_with_a_note():
+    result = build("mov.u32 %r2, 0;", declared="sm_120")
+    assert result.target == "sm_120" and ".target sm_120\n" in result.ptx
+    assert result.allocation.model == "none" and "sm_120 is unmodelled" in result.allocation.note
+    assert result.allocation.to_json()["note"] == result.allocation.note
+    assert "no latency table for sm_120" in result.schedule_report.table_note
+    assert build("mov.u32 %r2, 0;", target="sm_100a").target == "sm_100a"
+    assert build("mov.u32 %r2, 0;").allocation.note == ""     # modelled: nothing to say
+
+
+SASM_120 = """.target sm_120
+.visible .entry k(.param .u64 p)
+{{
+    .regs .u64 ptr
+    .regs .f32 a, b{attrs}
+    ld.param.u64 ptr, [p];
+{pre}    ld.global.f32 a, [ptr];
+    add.f32 b, a, a;
+{post}    st.global.f32 [ptr], b;
+    ret;
+}}
+"""
+
+
+def test_unmodelled_target_refuses_what_needs_the_model_at_its_line():
+    # .regs without banks: planned (no banks, no conflicts to report).
+    ok = build_source(SASM_120.format(attrs="", pre="", post=""), "k.sasm")
+    plan = ok.allocation.functions["k"]
+    assert [r.bank for r in plan.regs] == [None, None, None] and plan.conflicts == []
+    assert plan.registers_used == 4
+    # A bank constraint: an error at the declaration.
+    with pytest.raises(AsmError) as e:
+        build_source(SASM_120.format(attrs=" : banks(0, 1)", pre="", post=""), "k.sasm")
+    assert "asks for bank 0" in e.value.message and "no register-bank model for sm_120" in e.value.message
+    assert (e.value.span.line, e.value.span.col) == (5, 16)
+    # A .schedule region: an error at the region, unless scheduling is off.
+    sched = SASM_120.format(attrs="", pre=".schedule\n", post=".endschedule\n")
+    with pytest.raises(AsmError) as e:
+        build_source(sched, "k.sasm")
+    assert e.value.message.startswith("cannot schedule for sm_120: asmgemm has no latency data for sm_120")
+    assert e.value.span.line == 7 and "--no-schedule" in e.value.hint
+    assert "add.f32" in build_source(sched, "k.sasm", BuildOptions(schedule=False)).ptx
+
+
+@needs_ptxas
+@pytest.mark.toolchain
+def test_unmodelled_target_ptx_assembles():
+    result = build("mov.u32 %r2, 0;", declared="sm_120")
+    code, log, cubin = run_ptxas(result.ptx, "sm_120")
+    assert code == 0 and cubin, log

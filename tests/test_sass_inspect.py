@@ -1,6 +1,7 @@
 """The SASS inspector on real ptxas output (ptxas + nvdisasm from the cuda-tools extra)."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -65,7 +66,9 @@ def test_reuse_bits_agree_with_nvdisasm_reuse_markers():
     """Reuse flag i must sit on the i-th source operand nvdisasm marks `.reuse`: this checks the
     bit positions of the reuse field and the decoder's destination rules together."""
     checked = flagged = 0
-    inputs = sorted(DATA.glob("*.ptx")) + sorted(p for p in CORPUS.glob("*.ptx") if "_G" not in p.name)
+    # The inspector decodes sm_90 cubins: corpus files for later targets (sm_100a, sm_120) cannot be built for it.
+    inputs = sorted(DATA.glob("*.ptx")) + sorted(p for p in CORPUS.glob("*.ptx") if "_G" not in p.name
+                                                 and not re.search(r"^\.target sm_1\d\d", p.read_text(), re.M))
     for path in inputs:
         text = path.read_text()
         code, log, cubin = run_ptxas(text, "sm_90a" if "sm_90a" in text else "sm_90")

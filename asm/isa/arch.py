@@ -3,7 +3,8 @@ in one place. Data, with its sources; the little code here only looks it up.
 
     arch_for("sm_80")                   -> Arch  (AsmError for an unknown target, listing the supported)
     arch_for_compute_capability("90")   -> Arch  (what the runtime asks for a device: cupy's '90')
-    SUPPORTED_TARGETS, DEFAULT_TARGET
+    SUPPORTED_TARGETS, DEFAULT_TARGET    (supported: the modelled targets and what the ptxas in use
+                                         assembles; MODELLED_TARGETS: those asmgemm has data for)
     required_features(module)           -> [(feature, span)]: the features a module uses
     check_features(arch, uses, ...)     -> AsmError at the first use of a feature the target lacks
 
@@ -19,6 +20,7 @@ What an Arch holds, and where each fact comes from:
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .. import ir
@@ -285,11 +287,12 @@ FEATURE_USES: tuple[FeatureUse, ...] = (
 
 # ---- the architectures -----------------------------------------------------------------------
 def _split(target: str) -> tuple[int, str]:
-    """'sm_90a' -> (90, 'a'); ValueError for anything that is not sm_<digits>[a]."""
+    """'sm_90a' -> (90, 'a'), 'sm_100f' -> (100, 'f'); ValueError for anything that is not
+    sm_<digits> with an optional `a` (architecture-specific) or `f` (family-specific) suffix."""
     rest = target[3:] if target.startswith("sm_") else ""
-    digits = rest.rstrip("a")
+    digits = rest.rstrip("af")
     if not digits.isdigit() or len(rest) - len(digits) > 1:
-        raise ValueError(f"not a target name: {target!r} (expected sm_XX or sm_XXa)")
+        raise ValueError(f"not a target name: {target!r} (expected sm_XX, sm_XXa or sm_XXf)")
     return int(digits), rest[len(digits):]
 
 
@@ -302,14 +305,43 @@ def _has(feature: Feature, number: int, name: str) -> bool:
 
 @dataclass(frozen=True)
 class Arch:
+    """A target. `modelled` targets (sm_50 ... sm_90a) have every fact below; the others (targets
+    the ptxas in use assembles, such as sm_100 or sm_120, that asmgemm has no tables for) build
+    plain PTX, and asking them for a bank model, SM limits or a latency table is an error that
+    says so (`unmodelled_note`)."""
     name: str                    # 'sm_90a'
     number: int                  # 90
-    suffix: str                  # 'a' for the architecture-specific variant, else ''
+    suffix: str                  # 'a' (architecture-specific), 'f' (family-specific) or ''
     family: str                  # 'Hopper'
-    bank_model: BankModel
-    limits: SmLimits
+    banks: BankModel | None      # None: no register-bank data for this target
+    sm_limits: SmLimits | None   # None: no SM resource table for this target
     sass_decodable: bool         # the SASS inspector decodes this target's cubins
     features: frozenset[str]
+
+    @property
+    def modelled(self) -> bool:
+        return self.banks is not None
+
+    @property
+    def unmodelled_note(self) -> str:
+        """'' for a modelled target; else what asmgemm does not know about it."""
+        if self.modelled:
+            return ""
+        return (f"{self.name} is unmodelled: asmgemm has no register-bank, SM-limit or latency data for it "
+                f"(its tables cover {MODELLED_TARGETS[0]} to {MODELLED_TARGETS[-1]}); plain PTX builds as "
+                "written, and ptxas checks it")
+
+    @property
+    def bank_model(self) -> BankModel:
+        if self.banks is None:
+            raise AsmError(f"no register-bank model for {self.name}: {self.unmodelled_note}")
+        return self.banks
+
+    @property
+    def limits(self) -> SmLimits:
+        if self.sm_limits is None:
+            raise AsmError(f"no SM resource limits for {self.name}: {self.unmodelled_note}")
+        return self.sm_limits
 
     @property
     def arch_specific(self) -> bool:
@@ -328,7 +360,9 @@ class Arch:
 
     @property
     def max_registers_per_thread(self) -> int:
-        return self.limits.max_registers_per_thread
+        # 255 for every compute capability in the programming guide's table, 10.x and 12.x included:
+        # the one SM fact an unmodelled target is given (the register planner needs it).
+        return self.sm_limits.max_registers_per_thread if self.sm_limits is not None else 255
 
     def has(self, feature: str) -> bool:
         if feature not in FEATURES:
@@ -340,8 +374,12 @@ class Arch:
 
     def timing_table(self):
         """(table, note): the scheduler's timing table for this target. Only sm_90 is measured for
-        now; other Volta-or-later targets (the same control-code format) use it with a note saying
-        so; earlier targets are refused with a ValueError."""
+        now; other modelled Volta-or-later targets (the same control-code format) use it with a note
+        saying so; earlier targets and unmodelled ones are refused with a ValueError (the scheduler
+        turns it into an error at the first `.schedule` region)."""
+        if not self.modelled:
+            raise ValueError(f"asmgemm has no latency data for {self.name} (the scheduler's table, "
+                             "measured on sm_90, serves sm_70 to sm_90a)")
         if self.number < 70:
             raise ValueError(f"the scheduler models Volta-and-later control codes; {self.name} is older "
                              "(Maxwell/Pascal use a different control-code format)")
@@ -353,32 +391,114 @@ class Arch:
 
 _FAMILIES = ((50, "Maxwell"), (60, "Pascal"), (70, "Volta"), (75, "Turing"), (80, "Ampere"),
              (89, "Ada"), (90, "Hopper"))
+# Families of targets asmgemm has no tables for, by name only (the CUDA programming guide's
+# compute-capability list: 10.x, 11.0 and 12.x are Blackwell). Others are "unknown".
+_UNMODELLED_FAMILIES = {100: "Blackwell", 101: "Blackwell", 103: "Blackwell", 110: "Blackwell",
+                        120: "Blackwell", 121: "Blackwell"}
 
 
 def _make(name: str) -> Arch:
     number, suffix = _split(name)
     family = [f for lo, f in _FAMILIES if number >= lo][-1]
     return Arch(name=name, number=number, suffix=suffix, family=family,
-                bank_model=MAXWELL if number < 70 else VOLTA_PLUS,
-                limits=SM_LIMITS[name],
+                banks=MAXWELL if number < 70 else VOLTA_PLUS,
+                sm_limits=SM_LIMITS[name],
                 sass_decodable=number == 90,
                 features=frozenset(f.name for f in FEATURES.values() if _has(f, number, name)))
 
 
+def _make_unmodelled(name: str) -> Arch:
+    """A target only ptxas knows: the features of the onion model (every plain feature whose
+    minimum it reaches), none of sm_90a's architecture-specific ones (check_features leaves those
+    to ptxas for such a target), and no banks, limits or latencies."""
+    number, suffix = _split(name)
+    return Arch(name=name, number=number, suffix=suffix, family=_UNMODELLED_FAMILIES.get(number, "unknown"),
+                banks=None, sm_limits=None, sass_decodable=False,
+                features=frozenset(f.name for f in FEATURES.values()
+                                   if not f.min_target.endswith("a") and _has(f, number, name)))
+
+
 ARCHS: dict[str, Arch] = {name: _make(name) for name in SM_LIMITS}
-SUPPORTED_TARGETS: tuple[str, ...] = tuple(ARCHS)
+# The targets asmgemm has data for (banks, limits, the latency table's reach).
+MODELLED_TARGETS: tuple[str, ...] = tuple(ARCHS)
+
+# What `ptxas --help` of nvidia-cuda-nvcc 13.0.88 (the `cuda-tools` extra) lists for --gpu-name:
+# the accepted targets when no ptxas can be asked. A ptxas that can be asked is the judge.
+PTXAS_FALLBACK_TARGETS: tuple[str, ...] = (
+    "sm_75", "sm_80", "sm_86", "sm_87", "sm_88", "sm_89", "sm_90", "sm_90a",
+    "sm_100", "sm_100a", "sm_100f", "sm_103", "sm_103a", "sm_103f", "sm_110", "sm_110a", "sm_110f",
+    "sm_120", "sm_120a", "sm_120f", "sm_121", "sm_121a", "sm_121f")
+
+
+def _target_order(name: str) -> tuple[int, int]:
+    number, suffix = _split(name)
+    return number, " af".index(suffix or " ")
+
+
+def supported_targets() -> tuple[str, ...]:
+    """Every `.target` / --target asmgemm accepts, in order: the modelled targets, and every sm_*
+    target the ptxas in use assembles (PTXAS_FALLBACK_TARGETS without a ptxas). Modelled targets a
+    newer ptxas dropped (sm_50 ... sm_72 with ptxas 13) stay: their PTX still builds, and their
+    bank plans still mean something; ptxas says itself that it cannot assemble them."""
+    from ..toolchain import ptxas_targets
+    listed = ptxas_targets()
+    names = set(MODELLED_TARGETS)
+    for t in PTXAS_FALLBACK_TARGETS if listed is None else listed:
+        try:
+            _split(t)
+        except ValueError:
+            continue
+        names.add(t)
+    return tuple(sorted(names, key=_target_order))
+
+
+class _SupportedTargets(Sequence):
+    """SUPPORTED_TARGETS: supported_targets(), asked when first looked at (not at import: asking
+    means running ptxas) and again when the ptxas in use changes (the query is cached per ptxas)."""
+
+    def _all(self) -> tuple[str, ...]:
+        return supported_targets()
+
+    def __getitem__(self, i):
+        return self._all()[i]
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def __iter__(self):
+        return iter(self._all())
+
+    def __contains__(self, name) -> bool:
+        return name in self._all()
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, (tuple, list, Sequence)) and tuple(self) == tuple(other)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"SUPPORTED_TARGETS{self._all()!r}"
+
+
+SUPPORTED_TARGETS: Sequence[str] = _SupportedTargets()
+_UNMODELLED: dict[str, Arch] = {}
 
 
 def arch_for(target: str) -> Arch:
     arch = ARCHS.get(target)
+    if arch is not None:
+        return arch
+    arch = _UNMODELLED.get(target)
     if arch is None:
-        raise AsmError(f"unsupported target '{target}' (supported: {', '.join(SUPPORTED_TARGETS)})")
+        if target not in SUPPORTED_TARGETS:
+            raise AsmError(f"unsupported target '{target}' (supported: {', '.join(SUPPORTED_TARGETS)})")
+        arch = _UNMODELLED[target] = _make_unmodelled(target)
     return arch
 
 
 def arch_for_compute_capability(cc) -> Arch:
     """The Arch of a device's compute capability: '90' (cupy), '9.0', 90 or (9, 0). The plain
-    target (sm_90, not sm_90a)."""
+    target (sm_90, not sm_90a). Modelled targets only: running a kernel needs the SM limits."""
     if isinstance(cc, tuple):
         text = "".join(str(p) for p in cc)
     else:
@@ -386,7 +506,7 @@ def arch_for_compute_capability(cc) -> Arch:
     target = f"sm_{text}"
     if target not in ARCHS:
         raise AsmError(f"GPU compute capability {cc} ({target}) is not a supported target "
-                       f"(supported: {', '.join(SUPPORTED_TARGETS)})")
+                       f"(supported: {', '.join(MODELLED_TARGETS)})")
     return ARCHS[target]
 
 
@@ -443,6 +563,10 @@ def check_features(arch: Arch, uses: list[tuple[str, Span | None]], chosen_by: s
     """AsmError at the first use of a feature `arch` lacks; further ones become notes. `chosen_by`
     says where the target came from: 'option' (--target), 'directive' (the source's .target) or ''."""
     missing = [(f, span) for f, span in uses if f not in arch.features]
+    if not arch.modelled:
+        # The table knows sm_90a's architecture-specific features only; whether a newer a/f target
+        # has one (setmaxnreg is on sm_100a too, wgmma is not) is ptxas's to say.
+        missing = [(f, span) for f, span in missing if not FEATURES[f].min_target.endswith("a")]
     if not missing:
         return
     feature, span = missing[0]

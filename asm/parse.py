@@ -29,7 +29,7 @@ MAX_EXPR_DEPTH = 100         # levels of one expression or operand: operators an
 _TERMINAL_WORDS = {
     "SEMICOLON": "';'", "COMMA": "','", "LBRACE": "'{'", "RBRACE": "'}'", "LPAR": "'('",
     "RPAR": "')'", "LSQB": "'['", "RSQB": "']'", "MORETHAN": "'>'", "LESSTHAN": "'<'",
-    "OPCODE": "an instruction", "NAME": "a name", "REG": "a %register", "NUMBER": "a number",
+    "OPCODE": "an instruction", "NAME": "a name", "VEC_ELEM": "a vector component (q.x)", "REG": "a %register", "NUMBER": "a number",
     "STRING": "a string", "LABEL_DEF": "a label", "DIR_WORD": "a directive", "GUARD": "a guard",
     "BRACE_RAW": "'{...}'", "LINE_EXPR": "an expression", "LINE_RAW": "the rest of the line",
     "FUNC_KIND": "'.entry' or '.func'", "ENDM_KW": "'.endm'", "ENDFOR_KW": "'.endfor'",
@@ -85,6 +85,10 @@ def expression_parser() -> Lark:
 
 def parse_source(source: SourceFile) -> ast.Module:
     check_text_limits(source)
+    from .parse_fast import parse_plain     # plain-PTX lines without Lark; None: use the grammar
+    fast = parse_plain(source)
+    if fast is not None:
+        return fast
     try:
         tree = statement_parser().parse(source.text)
     except UnexpectedInput as exc:
@@ -567,7 +571,7 @@ class _AstBuilder:
             if isinstance(t, Token):
                 if t.type == "NUMBER":
                     return ast.Num(t.value, self.span(t))
-                if t.type == "NAME":
+                if t.type in ("NAME", "VEC_ELEM"):
                     return self.name(t)
                 if t.type == "REG":
                     return ast.RegRef(self.name(t), self.span(t))

@@ -8,17 +8,21 @@ its complaints back to the .sasm line that produced the offending PTX line.
 """
 from __future__ import annotations
 
+import dataclasses
+import gc
 import os
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
 from . import ast, ir
-from .emit import EmittedPtx, TRACE_MODES, emit_ptx
+from .emit import EmittedPtx, LineLayout, TRACE_MODES, emit_ptx
 from .errors import AsmError, Note
 from .expand import ExpandResult, expand
-from .isa.arch import DEFAULT_TARGET, SUPPORTED_TARGETS, arch_for, check_features, required_features
+from .isa.arch import (DEFAULT_TARGET, FEATURE_USES, SUPPORTED_TARGETS, arch_for, check_features,
+                       required_features)
 from .parse import parse_source
+from .parse_fast import PLAIN_PTX_NODES
 from .regalloc import Allocation, allocate
 from .scheduler import schedule_module
 from .source import SourceFile, read_source
@@ -110,6 +114,19 @@ def build_source(text: str, path: str = "<input>", options: BuildOptions | None 
 
 
 def build(source: SourceFile, options: BuildOptions | None = None) -> BuildResult:
+    # A build allocates a few objects per source token and frees almost nothing until it ends, the
+    # pattern in which CPython's cyclic collector runs over and over for nothing (a third of the
+    # time of a 10 MB PTX build); it makes no cycles worth collecting, so the collector pauses.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _build(source, options)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _build(source: SourceFile, options: BuildOptions | None) -> BuildResult:
     options = options or BuildOptions()
     if options.trace not in TRACE_MODES:
         raise AsmError(f"unknown trace mode '{options.trace}' (choose from {', '.join(TRACE_MODES)})")
@@ -121,14 +138,60 @@ def build(source: SourceFile, options: BuildOptions | None = None) -> BuildResul
     target = choose_target(module, options.target)
     allocated, allocation = allocate(module, target)
     scheduled, report = _schedule(allocated, target, options)
+    layout = plain_ptx_layout(tree) if options.trace == "none" and not options.annotate else None
     emitted = emit_ptx(scheduled, target, trace=options.trace, source_name=source.path,
-                       ptx_name=Path(source.path).with_suffix(".ptx").name)
+                       ptx_name=Path(source.path).with_suffix(".ptx").name, layout=layout)
     return BuildResult(source, options, tree, module, result.parameters, result.tunables, result.constants,
                        allocated, allocation, scheduled, report, target, emitted, result.includes)
 
 
+def plain_ptx_layout(tree: ast.Module) -> LineLayout | None:
+    """A LineLayout when `tree` is plain PTX (no macro-layer statement anywhere), else None.
+    Sources with a macro layer (the shipped kernels) keep the emitter's own layout: their lines
+    have no one-to-one counterpart in the PTX anyway."""
+    header: dict[str, int] = {}
+    todo = [tree.body]
+    while todo:
+        for s in todo.pop():
+            if type(s) not in PLAIN_PTX_NODES or type(s) is ast.Instr and s.pinned:
+                return None
+            if type(s) is ast.Function:
+                if s.body is not None:
+                    todo.append(s.body)
+            elif type(s) is ast.Scope:
+                todo.append(s.body)
+            elif type(s) in (ast.Version, ast.Target, ast.AddressSize):
+                header[{ast.Version: "version", ast.Target: "target", ast.AddressSize: "address_size"}[type(s)]] = \
+                    s.span.line
+    return LineLayout(tree.source.path, header)
+
+
 def _schedule(module: ir.Module, target: str, options: BuildOptions):
     return schedule_module(module, target, enabled=options.schedule, annotate=options.annotate)
+
+
+_FEATURE_SREGS = frozenset(u.sreg for u in FEATURE_USES if u.sreg)
+
+
+def _feature_sample(module: ir.Module) -> ir.Module:
+    """The module with only the first instruction of each (opcode, special registers): what an
+    instruction's features depend on (isa/arch.py, instruction_features), so the features and the
+    first use of each are those of the whole module, found in a fraction of the time (a plain-PTX
+    file repeats a few hundred opcodes). tests/test_parse_fast.py checks the two agree."""
+    seen: set = set()
+    items = []
+    for item in module.items:
+        if isinstance(item, ir.Function) and item.body is not None:
+            body = []
+            for ins in item.instructions():
+                regs = {r.name.split(".", 1)[0] for r in ins.registers()}
+                key = (ins.opcode, frozenset(regs & _FEATURE_SREGS) if regs else frozenset())
+                if key not in seen:
+                    seen.add(key)
+                    body.append(ins)
+            item = dataclasses.replace(item, body=body)
+        items.append(item)
+    return module.copy_with(items=items)
 
 
 def choose_target(module: ir.Module, requested: str | None) -> str:
@@ -136,7 +199,7 @@ def choose_target(module: ir.Module, requested: str | None) -> str:
     --target, a source that uses an architecture-specific feature (wgmma, setmaxnreg: sm_90a only)
     is built for the `a` variant of sm_90. A feature the chosen target lacks is an AsmError at the
     first instruction that uses it (isa/arch.py: FEATURES, FEATURE_USES)."""
-    uses = required_features(module)
+    uses = required_features(_feature_sample(module))
     declared = module.target[0] if module.target else None
     if requested:
         target, chosen_by = requested, "option"
@@ -229,7 +292,6 @@ class TracedBuild:
 def assemble_traced(result: BuildResult) -> TracedBuild:
     """The line-traced PTX of a build, assembled (the build is re-emitted only if it was not
     traced already: expansion, allocation and scheduling are not redone)."""
-    import dataclasses
     if result.options.trace != "ptx-lines":
         emitted = emit_ptx(result.scheduled, result.target, trace="ptx-lines", source_name=result.source.path,
                            ptx_name=Path(result.source.path).with_suffix(".ptx").name)

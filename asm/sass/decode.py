@@ -56,10 +56,14 @@ def split_operands(rest: str) -> list[str]:
     return out
 
 
+TWO_CARRY_OUTS = frozenset({"IADD3"})
+
+
 def split_destinations(opcode: str, operands: list[str]) -> int:
     """How many leading operands are results. Rules (checked against `.reuse` markers in tests):
     none for stores/branches/barriers (NO_DESTINATION); otherwise the first operand, plus one
-    predicate right after it (ISETP `P0, PT`, IADD3 `R2, P0` carry-out), plus the register after a
+    predicate right after it (ISETP `P0, PT`, IADD3 `R2, P0` carry-out; IADD3's second carry-out
+    too), plus the register after a
     leading predicate for SHFL/LOP3."""
     if opcode in NO_DESTINATION or opcode.startswith("U") and opcode[1:] in NO_DESTINATION or not operands:
         return 0
@@ -69,6 +73,10 @@ def split_destinations(opcode: str, operands: list[str]) -> int:
         return 2
     if len(operands) > 1 and _PRED_OPERAND.match(operands[1]):
         n = 2
+        # IADD3 has two carry-outs: `IADD3 R64, P3, P4, R91.reuse, UR4, R66` (Triton's PTX; the
+        # reuse bit is slot A's, so R91 is the first source)
+        if opcode in TWO_CARRY_OUTS and len(operands) > 2 and _PRED_OPERAND.match(operands[2]):
+            n = 3
     return n
 
 

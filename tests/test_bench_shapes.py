@@ -88,3 +88,14 @@ def test_layouts():
 
 def test_flops():
     assert Shape(2, 3, 4).flops == 48
+
+
+def test_presets_cover_decoding_small_batches_bert_primes_and_shallow_k():
+    from asmgemm.bench.shapes import PRESETS
+    tr = {(s.m, s.n, s.k) for s in PRESETS["transformer"]}
+    for tokens in (1, 16, 128, 512, 4096):
+        assert (tokens, 14336, 4096) in tr                     # Llama-3-8B FFN up
+        assert (tokens, 2304, 768) in tr and (tokens, 768, 3072) in tr   # GPT-2 small QKV, FFN down
+    odd = {(s.m, s.n, s.k) for s in PRESETS["odd"]}
+    assert {(4097, 4097, 4097), (1009, 1013, 1019)} <= odd
+    assert {k for m, n, k in odd if (m, n) == (2048, 2048)} == {1, 7, 16, 31}

@@ -6,19 +6,23 @@ A and the second for B: `n` = stored as the math says (row-major), `t` = stored 
 Presets:
   square       1024³, 2048³, 4096³, 8192³ — the classic throughput curve.
   odd          sizes that stress edge handling and wave quantization: 1000³, 3000×5000×700,
-               4097×4097×4097, 127×129×1000, 8192×1024×8192, 4096×4096×1024.
+               4097×4097×4097, 127×129×1000, 8192×1024×8192, 4096×4096×1024, primes
+               (1009×1013×1019, 4099×4093×509), and shallow K (2048×2048 with K = 1, 7, 16, 31).
   transformer  the four projections of one decoder layer (QKV, attention output, FFN up/gate,
-               FFN down) for token counts 512 and 4096, in the form C[tokens × out] =
-               X[tokens × in] · W[in × out], i.e. M = tokens, N = out features, K = in features.
+               FFN down) for token counts 1 and 16 (decoding), 128 (a small batch), 512 and
+               4096 (prefill), in the form C[tokens × out] = X[tokens × in] · W[in × out], i.e.
+               M = tokens, N = out features, K = in features.
   small        tiny shapes for smoke tests (a few ms in total).
 
 Transformer sizes, from each model's published config (hidden_size, intermediate_size,
-num_attention_heads, num_key_value_heads; head_dim = hidden / heads = 128 for all four):
+num_attention_heads, num_key_value_heads; head_dim = hidden / heads: 128, except 64 for BERT/GPT-2):
   Llama-3-8B   4096, 14336, 32 heads, 8 KV heads  (huggingface.co/meta-llama/Meta-Llama-3-8B config.json)
   Mistral-7B   4096, 14336, 32 heads, 8 KV heads  (Jiang et al. 2023, arXiv:2310.06825, Table 1):
                the same GEMMs as Llama-3-8B, so listed once under that name.
   Llama-2-7B   4096, 11008, 32 heads, 32 KV heads (Touvron et al. 2023, arXiv:2307.09288; HF config.json)
   Qwen2-7B     3584, 18944, 28 heads, 4 KV heads  (huggingface.co/Qwen/Qwen2-7B config.json)
+  BERT-base/GPT-2  768, 3072, 12 heads, 12 KV heads (Devlin et al. 2018, arXiv:1810.04805, BERT-base;
+               Radford et al. 2019, GPT-2 small: n_embd 768, 4 x 768 MLP); head_dim 64
 The QKV projection's output width is hidden + 2 · kv_heads · head_dim (grouped-query attention).
 """
 from __future__ import annotations
@@ -84,8 +88,9 @@ TRANSFORMER_MODELS = (
     TransformerModel("Llama-3-8B/Mistral-7B", hidden=4096, ffn=14336, heads=32, kv_heads=8),
     TransformerModel("Llama-2-7B", hidden=4096, ffn=11008, heads=32, kv_heads=32),
     TransformerModel("Qwen2-7B", hidden=3584, ffn=18944, heads=28, kv_heads=4),
+    TransformerModel("BERT-base/GPT-2", hidden=768, ffn=3072, heads=12, kv_heads=12),
 )
-TRANSFORMER_TOKEN_COUNTS = (512, 4096)
+TRANSFORMER_TOKEN_COUNTS = (1, 16, 128, 512, 4096)
 
 
 def dedupe(shapes: list[Shape]) -> list[Shape]:
@@ -115,7 +120,9 @@ PRESETS: dict[str, list[Shape]] = {
     "square": _square(1024, 2048, 4096, 8192),
     "odd": [Shape(1000, 1000, 1000, "odd 1000"), Shape(3000, 5000, 700, "odd 3000x5000x700"),
             Shape(4097, 4097, 4097, "odd 4097"), Shape(127, 129, 1000, "odd skinny"),
-            Shape(8192, 1024, 8192, "tall"), Shape(4096, 4096, 1024, "short k")],
+            Shape(8192, 1024, 8192, "tall"), Shape(4096, 4096, 1024, "short k"),
+            Shape(1009, 1013, 1019, "primes"), Shape(4099, 4093, 509, "primes large"),
+            *[Shape(2048, 2048, k, f"shallow k={k}") for k in (1, 7, 16, 31)]],
     "transformer": _transformer(),
     "small": [Shape(128, 128, 128, "small 128"), Shape(129, 65, 33, "small odd")],
 }

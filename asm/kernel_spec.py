@@ -58,10 +58,10 @@ ARGUMENTS: dict[str, tuple[str, ...]] = {
     "alpha": (".f32", ".f64"), "beta": (".f32", ".f64"),
     # TMA tensor maps of A and B (runtime/tensor_map.py): a CUtensorMap passed by value,
     # `.param .align 64 .b8 name[128]`; the spec's launch table names the box heights.
-    "tmap_a": (".b8",), "tmap_b": (".b8",),
+    "tmap_a": (".b8",), "tmap_b": (".b8",), "tmap_c": (".b8",),
 }
 # Arguments passed as a .param array: their element count.
-ARRAY_ARGUMENTS = {"tmap_a": 128, "tmap_b": 128}
+ARRAY_ARGUMENTS = {"tmap_a": 128, "tmap_b": 128, "tmap_c": 128}
 # -D parameters the runtime can derive from a call (runtime/plan.py computes them).
 CALL_VALUES = ("trans_a", "trans_b", "vec_a", "vec_b", "vec_c", "wide_c")
 # tiles: (ceil(N / tile_n), ceil(M / tile_m), 1), a block per tile of C.
@@ -73,9 +73,10 @@ SIZE_NAMES = ("M", "N", "K", "SMS")
 
 _TOP_KEYS = {"source", "entry", "summary", "dtypes", "targets", "abi", "call_params", "defines", "rel_err_limit",
              "launch", "size_rule"}
-_LAUNCH_KEYS = {"threads", "tile_m", "tile_n", "smem_bytes", "grid", "box_rows_a", "box_rows_b", "cluster"}
+_LAUNCH_KEYS = {"threads", "tile_m", "tile_n", "smem_bytes", "grid", "box_rows_a", "box_rows_b", "box_rows_c",
+                "cluster"}
 # abi argument -> the launch key naming the constant it needs
-_NEEDS_LAUNCH_KEY = {"tmap_a": "box_rows_a", "tmap_b": "box_rows_b"}
+_NEEDS_LAUNCH_KEY = {"tmap_a": "box_rows_a", "tmap_b": "box_rows_b", "tmap_c": "box_rows_c"}
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,7 @@ class Launch:
     grid: str = "tiles"
     box_rows_a: str | None = None   # TMA box heights, for kernels that take tmap_a / tmap_b
     box_rows_b: str | None = None
+    box_rows_c: str | None = None   # the box height of C's tensor map (kernels storing C by TMA)
     cluster: str | None = None      # blocks per cluster along the grid's x (.reqnctapercluster); default 1
 
 

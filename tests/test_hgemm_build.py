@@ -67,9 +67,10 @@ def _check_variant(bn, stages, ta, tb, bf16, vec_c, cluster=2, wide=0):
     assert counts["WARPGROUP"] <= 3 and sum(op.startswith("WARPGROUP.DEPBAR") for op in ops) == 2
     assert counts["USETMAXREG"] == 2
     assert not any(op.startswith(("LDL", "STL")) for op in ops)
-    # WIDE_C: the tile through shared memory, stmatrix x4 per two 8-column blocks, 16-byte stores
+    # WIDE_C: the tile through shared memory, stmatrix x4 per two 8-column blocks, then (TMA_C, the
+    # default) one bulk tensor store per 64-column box
     assert counts["STSM"] == (bn // 16 if wide else 0)
-    assert sum(op.startswith("STG.E.128") for op in ops) == (16 if wide else 0)
+    assert sum(op.startswith("UTMASTG") for op in ops) == (bn // 64 if wide else 0)
     return ops
 
 
@@ -104,7 +105,7 @@ def test_wide_stores_take_the_fourth_stage():
     assert wide.constants["RING"] == 3 and wide.constants["SMEM_BYTES"] <= 232448
     assert build_file("hgemm", BuildOptions(target="sm_90a")).constants["RING"] == 4
     assert build_file("hgemm", BuildOptions(defines={"WIDE_C": "1", "BN": "128", "STAGES": "6"},
-                                            target="sm_90a")).constants["RING"] == 5
+                                            target="sm_90a")).constants["RING"] == 6
 
 
 @needs_tools
@@ -127,10 +128,12 @@ def test_geometry_and_abi_from_the_build():
         result = build_file("hgemm", BuildOptions(defines={"TRANS_A": str(ta), "TRANS_B": str(tb)}, target="sm_90a"))
         geo = launch_geometry(spec, result)
         assert (geo["threads"], geo["tile_m"], geo["tile_n"]) == (384, 128, 256)
-        assert geo["smem_bytes"] == 1024 + 4 * (128 + 256) * 64 * 2 + 16 * 4
+        # the ring, its barriers (rounded up to 1024 for the staged C tile's swizzle), no C tile
+        assert geo["smem_bytes"] == 1024 + -(-(4 * (128 + 256) * 64 * 2 + 16 * 4) // 1024) * 1024
         assert geo["box_rows_a"] == (64 if ta else 128) and geo["box_rows_b"] == (128 if tb else 64)
         assert geo["cluster"] == 2 and ".reqnctapercluster 2, 1, 1" in result.ptx
-        assert abi_params(spec, result)[:2] == (("tmap_a", ".b8"), ("tmap_b", ".b8"))
+        assert abi_params(spec, result)[:3] == (("tmap_a", ".b8"), ("tmap_b", ".b8"), ("tmap_c", ".b8"))
+        assert geo["box_rows_c"] == 64
 
 
 def test_fp32_c_kernels_are_picked_by_c_dtype():
@@ -324,3 +327,41 @@ def test_persistent_grid_walks_units_of_the_cluster():
     assert grid(spec, built(1), plan(300, 300), 132) == (6, 1, 1)
     assert grid(spec, built(2), plan(1, 1), 133) == (2, 1, 1)
     assert grid(spec, built(2), plan(100000, 256), 133)[0] == 132            # never an odd block count
+
+
+def test_tmap_c_is_encoded_only_for_whole_16_byte_rows_of_a_16_bit_c(monkeypatch):
+    """WIDE_C (N, ldc multiples of 8, C 16-byte aligned) stores C by TMA: tmap_c is C's map (M x N,
+    ldc, boxes of 64 rows); otherwise, and for an fp32 C, the kernel never reads it: 128 zero bytes."""
+    from types import SimpleNamespace
+
+    from asmgemm.runtime import tensor_map
+    from asmgemm.runtime.build_cache import BuiltKernel
+    from asmgemm.runtime.launch import pack_args
+    from asmgemm.runtime.plan import plan_launch
+
+    seen = []
+
+    def fake_encode(tm):
+        seen.append(tm)
+        return np.frombuffer(bytes([7]) * 128, dtype="V128")[0]
+    monkeypatch.setattr(tensor_map, "encode", fake_encode)
+
+    def matrix(rows, cols, ptr, item=2):
+        return SimpleNamespace(shape=(rows, cols), ndim=2, strides=(cols * item, item),
+                               dtype=SimpleNamespace(itemsize=item), ptr=ptr)
+    params = (("tmap_a", ".b8"), ("tmap_b", ".b8"), ("tmap_c", ".b8"), ("C", ".u64"), ("M", ".u32"),
+              ("N", ".u32"), ("K", ".u32"), ("ldc", ".u32"), ("alpha", ".f32"), ("beta", ".f32"))
+    built = BuiltKernel("k", "hgemm", 384, 128, 256, 0, params, "x.cubin", "x.ptx", "sm_90a", (128, 64, 64), 2)
+    for n, item, c_dtype, wide in ((200, 2, "float16", True), (201, 2, "float16", False),
+                                   (200, 4, "float32", False)):
+        seen.clear()
+        b = matrix(64, n, 0x20000)
+        b.strides = (208 * 2, 2)                   # B's rows 16-byte aligned whatever N is
+        plan = plan_launch(matrix(300, 64, 0x10000), b, matrix(300, n, 0x30000, item),
+                           trans_a=False, trans_b=False, ptr_of=lambda x: x.ptr)
+        args = pack_args(built, plan, 1.0, 0.0, "float16", c_dtype)
+        if wide:
+            assert seen[2].ptr == 0x30000 and seen[2].dims == (n, 300) and seen[2].box == (64, 64)
+            assert bytes(args[2]) == bytes([7]) * 128
+        else:
+            assert len(seen) == 2 and bytes(args[2]) == bytes(128)

@@ -30,7 +30,7 @@ from ..toolchain import ptxas_version
 
 _INCLUDE_RE = re.compile(r'^\s*\.include\s+"([^"]+)"', re.MULTILINE)
 MAX_INCLUDES = 64
-META_FORMAT = 4          # of <key>.json (see read_entry); part of the key, so older entries are never read
+META_FORMAT = 5          # of <key>.json (see read_entry); part of the key, so older entries are never read
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class BuiltKernel:
     cubin_path: str
     ptx_path: str
     target: str
-    box_rows: tuple[int, int] = (0, 0)     # TMA box heights of tmap_a, tmap_b (0: no such argument)
+    box_rows: tuple[int, int, int] = (0, 0, 0)     # TMA box heights of tmap_a, tmap_b, tmap_c (0: none)
     cluster: int = 1                       # blocks per cluster along the grid's x
 
 
@@ -102,8 +102,8 @@ def cache_key(source_path: Path, defines: dict, target: str, ptxas: str, entry: 
 def launch_geometry(spec: KernelSpec, result) -> dict[str, int]:
     """threads, tile_m, tile_n, smem_bytes and the TMA box heights (0 when the kernel takes no tensor
     map) of a build, from the constants the spec names."""
-    out = {"box_rows_a": 0, "box_rows_b": 0, "cluster": 1}
-    for field in ("threads", "tile_m", "tile_n", "smem_bytes", "box_rows_a", "box_rows_b", "cluster"):
+    out = {"box_rows_a": 0, "box_rows_b": 0, "box_rows_c": 0, "cluster": 1}
+    for field in ("threads", "tile_m", "tile_n", "smem_bytes", "box_rows_a", "box_rows_b", "box_rows_c", "cluster"):
         const = getattr(spec.launch, field)
         if const is None:          # an optional key the spec leaves out
             continue
@@ -217,9 +217,9 @@ def read_entry(meta_path: Path, key: str, spec: KernelSpec, target: str) -> Buil
     tile_n = _int_field(meta, "tile_n", 1, MAX_TILE)
     smem = _int_field(meta, "smem_bytes", 0, limits.shared_per_block_optin)
     box_rows = meta.get("box_rows")
-    if not (isinstance(box_rows, list) and len(box_rows) == 2
+    if not (isinstance(box_rows, list) and len(box_rows) == 3
             and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 256 for v in box_rows)):
-        raise DamagedEntry(f"box_rows is {box_rows!r}, not two integers in 0..256")
+        raise DamagedEntry(f"box_rows is {box_rows!r}, not three integers in 0..256")
     cluster = _int_field(meta, "cluster", 1, 16)
     raw = meta.get("params")
     if not (isinstance(raw, list) and all(isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p)
@@ -290,7 +290,7 @@ def _build_kernel(spec: KernelSpec, defines: dict, target: str) -> BuiltKernel:
     def entry_in(where: Path) -> tuple[BuiltKernel, list]:
         built = BuiltKernel(key, spec.entry, geo["threads"], geo["tile_m"], geo["tile_n"], geo["smem_bytes"],
                             params, str(where / f"{key}.cubin"), str(where / f"{key}.ptx"), target,
-                            (geo["box_rows_a"], geo["box_rows_b"]), geo["cluster"])
+                            (geo["box_rows_a"], geo["box_rows_b"], geo["box_rows_c"]), geo["cluster"])
         meta = json.dumps(entry_metadata(built, asm.cubin, ptx), indent=1) + "\n"
         # one commit, the metadata with its files: a reader finds all three or the old entry
         return built, [(built.cubin_path, asm.cubin), (built.ptx_path, ptx), (where / f"{key}.json", meta)]

@@ -462,7 +462,8 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
         built = _build_for(spec, plan, params, tuned, facts, target)
         fn = _load(cupy, built, arch_for(target).limits.static_shared_per_block)
         kept = _LaunchPlan(built, fn, (built.key, cupy.cuda.Device().id), grid(spec, built, plan, facts.sm_count),
-                           ArgPacker(built, plan, spec.dtypes.a), plan.swapped, (m, n), mc.ptr & 15, ma.device,
+                           ArgPacker(built, plan, spec.dtypes.a, spec.dtypes.c), plan.swapped, (m, n), mc.ptr & 15,
+                           ma.device,
                            new_c_dtype)
         kept.launch(plan.a.ptr, plan.b.ptr, plan.c_ptr, alpha, beta, arrays.stream(ma.device))
     # A plan made on padded copies holds their pointers' layout, not the caller's: not kept.

@@ -83,7 +83,9 @@ def grid(spec: KernelSpec, built: BuiltKernel, plan: LaunchPlan, sm_count: int =
 
 # Per-call values of a launch: the pointers (kernel A, kernel B, C: after the operand swap) and the
 # scalars. Everything else in the argument tuple is fixed by the plan.
-_CALL_SLOTS = {"A": 0, "B": 1, "C": 2, "alpha": 3, "beta": 4, "tmap_a": 0, "tmap_b": 1}
+_CALL_SLOTS = {"A": 0, "B": 1, "C": 2, "alpha": 3, "beta": 4, "tmap_a": 0, "tmap_b": 1, "tmap_c": 2}
+# A tensor-map argument the kernel does not read in this launch (tmap_c without 16-byte rows of C)
+_NO_MAP = np.zeros((), dtype="V128")
 
 
 class ArgPacker:
@@ -94,13 +96,17 @@ class ArgPacker:
 
     __slots__ = ("template", "pointer_slots", "scalar_slots", "_scalars")
 
-    def __init__(self, built: BuiltKernel, plan: LaunchPlan, dtype: str = ""):
+    def __init__(self, built: BuiltKernel, plan: LaunchPlan, dtype: str = "", c_dtype: str | None = None):
         values = {"M": plan.m, "N": plan.n, "K": plan.k, "lda": plan.a.ld, "ldb": plan.b.ld, "ldc": plan.ldc}
         template, pointers, scalars = [], [], []
         for i, (name, ptype) in enumerate(built.params):
-            if name in ("tmap_a", "tmap_b"):
+            if name == "tmap_c" and not (plan.call_values.get("wide_c") and (c_dtype or dtype) == dtype):
+                # the kernel stores C by TMA only with whole 16-byte rows of a 16-bit C (WIDE_C)
+                template.append(_NO_MAP)
+            elif name in ("tmap_a", "tmap_b", "tmap_c"):
                 template.append(None)
-                pointers.append((i, _CALL_SLOTS[name], _tensor_map_of(built, plan, name, dtype)))
+                pointers.append((i, _CALL_SLOTS[name], _tensor_map_of(built, plan, name, c_dtype or dtype
+                                                                      if name == "tmap_c" else dtype)))
             elif name in ("alpha", "beta"):
                 template.append(None)
                 scalars.append((i, _CALL_SLOTS[name] - 3, _SCALAR[ptype]))
@@ -130,10 +136,11 @@ class ArgPacker:
         return tuple(out)
 
 
-def pack_args(built: BuiltKernel, plan: LaunchPlan, alpha: float, beta: float, dtype: str = "") -> tuple:
+def pack_args(built: BuiltKernel, plan: LaunchPlan, alpha: float, beta: float, dtype: str = "",
+              c_dtype: str | None = None) -> tuple:
     """The kernel's arguments in .param order, each as the numpy scalar of its PTX type (a tensor
     map: the 128-byte value runtime/tensor_map.py encodes)."""
-    return ArgPacker(built, plan, dtype).pack(plan.a.ptr, plan.b.ptr, plan.c_ptr, alpha, beta)
+    return ArgPacker(built, plan, dtype, c_dtype).pack(plan.a.ptr, plan.b.ptr, plan.c_ptr, alpha, beta)
 
 
 def _tensor_map_of(built: BuiltKernel, plan: LaunchPlan, name: str, dtype: str):
@@ -152,8 +159,12 @@ def _tensor_map_of(built: BuiltKernel, plan: LaunchPlan, name: str, dtype: str):
 
 
 def operand_tensor_map(built: BuiltKernel, plan: LaunchPlan, name: str, dtype: str, ptr: int | None = None):
-    """The encoded TMA map of the kernel's A (tmap_a) or B (tmap_b): over the stored matrix (at
-    `ptr`, default the plan's), boxes as tall as the kernel's BOX_*_ROWS constant."""
+    """The encoded TMA map of the kernel's A (tmap_a), B (tmap_b) or C (tmap_c, M x N with ldc, after
+    the operand swap): over the stored matrix (at `ptr`, default the plan's), boxes as tall as the
+    kernel's BOX_*_ROWS constant."""
+    if name == "tmap_c":
+        return tensor_map.encode(tensor_map.tile_map("C", plan.c_ptr if ptr is None else ptr, dtype, plan.m, plan.n,
+                                                     plan.ldc, built.box_rows[2]))
     op, rows = (plan.a, built.box_rows[0]) if name == "tmap_a" else (plan.b, built.box_rows[1])
     return tensor_map.encode(tensor_map.tile_map("A" if name == "tmap_a" else "B", op.ptr if ptr is None else ptr,
                                                  dtype, op.rows, op.cols, op.ld, rows))

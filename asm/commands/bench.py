@@ -189,8 +189,7 @@ def _runnable_here(cp, spec, target: str) -> bool:
     if spec.dtypes.c != spec.dtypes.a:
         return False
     try:
-        for d in (spec.dtypes.a, spec.dtypes.c):
-            cp.dtype(d)
+        cp.dtype(spec.dtypes.a)
     except TypeError:
         return False
     return spec.build_target(target) is not None

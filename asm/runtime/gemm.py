@@ -36,7 +36,7 @@ from .build_cache import BuiltKernel, build_kernel
 from .gpu import device_facts, require_gpu
 from .launch import ArgPacker, choose_params, grid
 from .plan import LaunchPlan, plan_launch
-from .tensor_map import ALIGN
+from .tensor_map import ALIGN, addressable
 from .tune_cache import lookup_tuned, lookups_disabled
 
 _functions: dict[tuple[str, int], object] = {}
@@ -485,7 +485,7 @@ def _tma_ready(arrays, a, b, ma: _Matrix, mb: _Matrix, mc: _Matrix, plan: Launch
     copy costs one pass over that operand; the alternative is TMA's refusal). `copies` keeps the
     copies alive until the launch is queued (their memory is then reused in stream order)."""
     def legal(op) -> bool:
-        return op.ptr % ALIGN == 0 and (op.rows == 1 or op.ld * ma.dtype.itemsize % ALIGN == 0)
+        return addressable(op.ptr, op.rows, op.ld, ma.dtype.itemsize)
     if legal(plan.a) and legal(plan.b):
         return plan, ()
     user_a_is_kernel_a = not plan.swapped

@@ -103,10 +103,9 @@ class ArgPacker:
             if name == "tmap_c" and not (plan.call_values.get("wide_c") and (c_dtype or dtype) == dtype):
                 # the kernel stores C by TMA only with whole 16-byte rows of a 16-bit C (WIDE_C)
                 template.append(_NO_MAP)
-            elif name in ("tmap_a", "tmap_b", "tmap_c"):
+            elif name in ("tmap_a", "tmap_b", "tmap_c"):     # (a tmap_c read here has C in A's type)
                 template.append(None)
-                pointers.append((i, _CALL_SLOTS[name], _tensor_map_of(built, plan, name, c_dtype or dtype
-                                                                      if name == "tmap_c" else dtype)))
+                pointers.append((i, _CALL_SLOTS[name], _tensor_map_of(built, plan, name, dtype)))
             elif name in ("alpha", "beta"):
                 template.append(None)
                 scalars.append((i, _CALL_SLOTS[name] - 3, _SCALAR[ptype]))
@@ -144,8 +143,15 @@ def pack_args(built: BuiltKernel, plan: LaunchPlan, alpha: float, beta: float, d
 
 
 def _tensor_map_of(built: BuiltKernel, plan: LaunchPlan, name: str, dtype: str):
-    """ptr -> the encoded map of the kernel's A (tmap_a) or B (tmap_b) at that address, the rest of
-    the map (shape, leading dimension, box) from the plan."""
+    """ptr -> the encoded map at that address of the kernel's A (tmap_a), B (tmap_b) or C (tmap_c:
+    M x N with ldc, after the operand swap); shape and leading dimension from the plan, the box
+    height from the build (BOX_*_ROWS)."""
+    if name == "tmap_c":
+        label, rows, cols, ld = "C", plan.m, plan.n, plan.ldc
+    else:
+        op = plan.a if name == "tmap_a" else plan.b
+        label, rows, cols, ld = name[-1].upper(), op.rows, op.cols, op.ld
+    box = built.box_rows["abc".index(name[-1])]
     # (pointer, map) of the previous call, one object (threads sharing a plan never pair one call's
     # pointer with another's map): a repeated call on the same arrays skips the encode cache's lookup
     last = [(None, None)]
@@ -153,18 +159,6 @@ def _tensor_map_of(built: BuiltKernel, plan: LaunchPlan, name: str, dtype: str):
     def encoded(ptr: int):
         memo = last[0]
         if memo[0] != ptr:
-            memo = last[0] = (ptr, operand_tensor_map(built, plan, name, dtype, ptr))
+            memo = last[0] = (ptr, tensor_map.encode(tensor_map.tile_map(label, ptr, dtype, rows, cols, ld, box)))
         return memo[1]
     return encoded
-
-
-def operand_tensor_map(built: BuiltKernel, plan: LaunchPlan, name: str, dtype: str, ptr: int | None = None):
-    """The encoded TMA map of the kernel's A (tmap_a), B (tmap_b) or C (tmap_c, M x N with ldc, after
-    the operand swap): over the stored matrix (at `ptr`, default the plan's), boxes as tall as the
-    kernel's BOX_*_ROWS constant."""
-    if name == "tmap_c":
-        return tensor_map.encode(tensor_map.tile_map("C", plan.c_ptr if ptr is None else ptr, dtype, plan.m, plan.n,
-                                                     plan.ldc, built.box_rows[2]))
-    op, rows = (plan.a, built.box_rows[0]) if name == "tmap_a" else (plan.b, built.box_rows[1])
-    return tensor_map.encode(tensor_map.tile_map("A" if name == "tmap_a" else "B", op.ptr if ptr is None else ptr,
-                                                 dtype, op.rows, op.cols, op.ld, rows))

@@ -56,6 +56,12 @@ class TileMap:
         return (SWIZZLE_BYTES // self.itemsize, self.box_rows)
 
 
+def addressable(ptr: int, rows: int, ld: int, itemsize: int) -> bool:
+    """TMA's alignment rules for a stored matrix: base and row starts on 16-byte boundaries (a
+    single row is never stepped over, so its stride does not count)."""
+    return ptr % ALIGN == 0 and (rows == 1 or ld * itemsize % ALIGN == 0)
+
+
 def tile_map(name: str, ptr: int, dtype: str, rows: int, cols: int, ld: int, box_rows: int) -> TileMap:
     """The map for operand `name` stored as rows x cols (ld elements apart), checked against TMA's
     rules; AsmError saying which rule fails otherwise."""
@@ -67,17 +73,15 @@ def tile_map(name: str, ptr: int, dtype: str, rows: int, cols: int, ld: int, box
     for what, v in (("rows", rows), ("columns", cols)):
         if not 1 <= v <= MAX_DIM:
             raise AsmError(f"{name}: {v} {what} is outside what a TMA tensor map can describe (1..{MAX_DIM})")
-    if ptr % ALIGN:
-        raise AsmError(f"{name}: its data starts at 0x{ptr:x}, not a multiple of {ALIGN} bytes as TMA requires",
-                       hint=TMA_HINT)
+    if not addressable(ptr, rows, ld, item):
+        why = f"its data starts at 0x{ptr:x}" if ptr % ALIGN else \
+            f"rows are {ld * item} bytes apart (leading dimension {ld})"
+        raise AsmError(f"{name}: {why}, not a multiple of {ALIGN} bytes as TMA requires", hint=TMA_HINT)
     if rows == 1:
         # never stepped over: any legal stride describes the one row
         row_bytes = -(-cols * item // ALIGN) * ALIGN
     else:
         row_bytes = ld * item
-        if row_bytes % ALIGN:
-            raise AsmError(f"{name}: rows are {row_bytes} bytes apart (leading dimension {ld}), not a multiple of "
-                           f"{ALIGN} bytes as TMA requires", hint=TMA_HINT)
         if row_bytes >= MAX_STRIDE:
             raise AsmError(f"{name}: a row stride of {row_bytes} bytes exceeds TMA's limit (2^40)")
     return TileMap(ptr, dtype, rows, cols, row_bytes, box_rows)

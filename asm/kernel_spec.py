@@ -6,6 +6,8 @@ by ':') or registered from Python with `register(load_spec_file(path))`.
 A table (every key is checked; an unknown one is an error, so a typo never passes silently):
 
     [NAME]                              # the kernel's name: asmgemm run NAME, gemm(..., kernel=NAME)
+    like = "OTHER"                      # start from the table OTHER above in this file (its entry
+                                        # too); every key given here replaces OTHER's whole key
     source = "sgemm.sasm"               # relative to the spec file
     entry = "sgemm"                     # the .entry to launch (default: NAME)
     summary = "one line"
@@ -72,7 +74,7 @@ DTYPES = ("float32", "float64", "float16", "bfloat16")
 SIZE_NAMES = ("M", "N", "K", "SMS")
 
 _TOP_KEYS = {"source", "entry", "summary", "dtypes", "targets", "abi", "call_params", "defines", "rel_err_limit",
-             "launch", "size_rule"}
+             "launch", "size_rule", "like"}
 _LAUNCH_KEYS = {"threads", "tile_m", "tile_n", "smem_bytes", "grid", "box_rows_a", "box_rows_b", "box_rows_c",
                 "cluster"}
 # abi argument -> the launch key naming the constant it needs
@@ -170,7 +172,24 @@ def load_spec_file(path: str | os.PathLike) -> list[KernelSpec]:
     except tomllib.TOMLDecodeError as exc:
         raise AsmError(f"{path}: not valid TOML: {exc}") from None
     source = SourceFile.from_text(str(path), text)
-    return [_spec(path, source, name, table) for name, table in data.items()]
+    resolved: dict[str, dict] = {}
+    for name, table in data.items():
+        resolved[name] = _inherit(path, name, table, resolved)
+    return [_spec(path, source, name, table) for name, table in resolved.items()]
+
+
+def _inherit(path: Path, name: str, t, above: dict[str, dict]):
+    """The table `t` with `like = "OTHER"` resolved: OTHER's keys (its entry included), then t's own."""
+    if not isinstance(t, dict) or "like" not in t:
+        return t
+    base_name = t["like"]
+    if not isinstance(base_name, str) or base_name not in above or not isinstance(above[base_name], dict):
+        raise AsmError(f"{path}: [{name}] like: {base_name!r} is not a kernel table defined above in this file "
+                       f"(above: {', '.join(above) or 'none'})")
+    base = above[base_name]
+    out = {**base, "entry": base.get("entry", base_name)}
+    out.update({k: v for k, v in t.items() if k != "like"})
+    return out
 
 
 def _spec(path: Path, source: SourceFile, name: str, t) -> KernelSpec:

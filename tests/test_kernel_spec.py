@@ -136,3 +136,41 @@ def test_register_and_unregister(tmp_path):
 def test_unsupported_dtype_names_the_known_ones():
     with pytest.raises(AsmError, match="unsupported dtype int8: asmgemm has GEMM kernels for bfloat16, float16, float32"):
         kernel_spec.spec_for_dtype("int8")
+
+
+def test_like_starts_from_a_table_above(tmp_path):
+    """`like` copies the named table's keys (its entry too); the table's own keys replace whole keys."""
+    p = write_spec(tmp_path, GOOD + """
+[[k.size_rule]]
+when = "M < 64"
+set = { TM = 32 }
+
+[k2]
+like = "k"
+dtypes = { a = "float64", b = "float64", acc = "float64", c = "float64" }
+defines = { WIDE = 1 }
+""")
+    k, k2 = load_spec_file(p)
+    assert k2.entry == "k" and k2.source == k.source and k2.abi == k.abi and k2.launch == k.launch
+    assert k2.size_rules == k.size_rules and k2.dtypes.a == "float64" and dict(k2.defines) == {"WIDE": 1}
+    assert k.dtypes.a == "float32" and k.defines == ()
+
+
+@pytest.mark.parametrize("like", ['"nope"', '"k2"', '3'])
+def test_like_names_a_table_above_or_fails(tmp_path, like):
+    p = write_spec(tmp_path, GOOD + f"""
+[k2]
+like = {like}
+""")
+    with pytest.raises(AsmError, match=r"\[k2\] like: .* is not a kernel table defined above in this file"):
+        load_spec_file(p)
+
+
+def test_the_shipped_hopper_kernels_share_one_table():
+    """bgemm, hgemm_f32c and bgemm_f32c are hgemm with other dtypes and defines: the same abi,
+    launch and size rules."""
+    h = get_spec("hgemm")
+    for name in ("bgemm", "hgemm_f32c", "bgemm_f32c"):
+        s = get_spec(name)
+        assert (s.source, s.entry, s.abi, s.call_params, s.launch, s.size_rules) == \
+            (h.source, h.entry, h.abi, h.call_params, h.launch, h.size_rules)

@@ -145,8 +145,11 @@ def _emit_line_preserving(module: ir.Module, target: str, source_name: str, layo
     lines = [("version", f".version {module.version or DEFAULT_VERSION}"),
              ("target", ".target " + ", ".join([target] + extra)),
              ("address_size", f".address_size {module.address_size or 64}")]
+    # The first line written: the header's when the source has one (it is written first, so an item
+    # the source put above it moves below it anyway), else the first item's.
+    placed = [n for n in header.values() if n]
     first_item = next((w.line_of(_item_span(it)) for it in module.items if w.line_of(_item_span(it))), None)
-    first = min([n for n in (*header.values(), first_item) if n] or [1])
+    first = min(placed) if placed else (first_item or 1)
     # The banner goes above the first source line when it fits there (nvcc's own 7-line banner
     # leaves room), in one line when only that fits, else at the end: it never shifts a line.
     top = first > 1

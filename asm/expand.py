@@ -16,6 +16,9 @@ from .errors import AsmError, Note
 from .expr import NotANumber, evaluate, format_number, parse_number
 from .source import Span, read_source
 
+# a PTX identifier (PTX ISA 4.4): what a string computed in { } may name
+_IDENTIFIER = re.compile(r"[A-Za-z_$%][A-Za-z0-9_$]*")
+
 # Limits that turn hostile or mistaken input into errors instead of hangs.
 MAX_LOOP_TRIPS = 100_000          # iterations of one .for
 MAX_EXPANDED_ITEMS = 2_000_000    # body items produced by one build; nested .for loops are checked
@@ -850,6 +853,12 @@ class Expander:
                     raise AsmError(f"undefined name '{op.name}'", item.span)
                 return op
             value = evaluate(item, self._lookup(scope))
+            if isinstance(value, str):
+                # {"acc" if c else "zero"}: a computed name stands for that register or symbol
+                if not _IDENTIFIER.fullmatch(value):
+                    raise AsmError(f"{{...}} gives the string {value!r}, which is not a name an operand can be",
+                                   item.span)
+                return self._resolve_name(value, item.span, scope)
             return ir.Imm(format_number(value), value)
         elems: list[ir.Operand] = []
         for item in e.items:

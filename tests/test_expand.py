@@ -178,3 +178,28 @@ def test_bank_value_checks():
         expand(kernel(".regs .f32 a<0-1> : banks(1.5, 0)\nmov.f32 a0, a1;\nret;"))
     with pytest.raises(AsmError, match="bank must be an integer"):
         expand(kernel('.regs .f32 a : bank("x")\nmov.f32 a, a;\nret;'))
+
+
+def test_a_string_computed_in_braces_names_a_register_or_a_macro_argument():
+    # {"a" if c else "b"} picks an operand by name; as a macro argument it can name a type too
+    src = kernel("""    .regs .pred acc_on
+    .reg .pred plain;
+.macro SEL(p, T)
+    cvt.rn.{T}.f32 %h1, %f1;
+    @p bra done;
+.endm
+.for i in range(2)
+    SEL({"acc_on" if i == 0 else "plain"}, {"bf16" if BF else "f16"})
+.endfor
+done:
+    ret;""", ".const BF ?= 0")
+    out = instrs(src, BF=1)
+    assert out[0] == "cvt.rn.bf16.f32 %h1, %f1;" and out[1].startswith("@") and out[1].endswith("bra done;")
+    assert out[3] == "@plain bra done;"
+    assert instrs(src, BF=0)[0] == "cvt.rn.f16.f32 %h1, %f1;"
+
+
+def test_a_string_in_braces_that_is_no_name_is_a_located_error():
+    with pytest.raises(AsmError, match="not a name an operand can be") as exc:
+        instrs(kernel('    mov.b32 %r1, {"1 + 2"};'))
+    assert exc.value.span is not None and exc.value.span.line == 3

@@ -63,14 +63,19 @@ def _check_variant(bn, stages, ta, tb, bf16, vec_c, cluster=2, wide=0):
     b_loads = (1 if tb else bn // 64 // cluster)
     assert counts["UTMALDG"] == (2 if ta else 1) + b_loads
     assert sum(".MULTICAST" in op for op in ops if op.startswith("UTMALDG")) == (b_loads if cluster > 1 else 0)
-    # wait_group 1 in the loop and 0 after it: ptxas did not serialize the wgmmas
-    assert counts["WARPGROUP"] <= 3 and sum(op.startswith("WARPGROUP.DEPBAR") for op in ops) == 2
+    # one wait_group per K tile in the loop (MMA_IN_FLIGHT=0, the default, waits for all; nothing
+    # after the loop): ptxas did not serialize the wgmmas with a wait after each
+    assert counts["WARPGROUP"] <= 3 and sum(op.startswith("WARPGROUP.DEPBAR") for op in ops) == 1
     assert counts["USETMAXREG"] == 2
     assert not any(op.startswith(("LDL", "STL")) for op in ops)
     # WIDE_C: the tile through shared memory, stmatrix x4 per two 8-column blocks, then (TMA_C, the
     # default) one bulk tensor store per 64-column box
     assert counts["STSM"] == (bn // 16 if wide else 0)
     assert sum(op.startswith("UTMASTG") for op in ops) == (bn // 64 if wide else 0)
+    # the accumulators are never zeroed by moves: a tile's first HGMMA overwrites them (scale-d)
+    # (zeroing them took 64 CS2R: 70-73 zero moves in all before, 8-9 since)
+    zero_moves = re.findall(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?(?:MOV R\d+, RZ|CS2R R\d+, SRZ)", sass, re.M)
+    assert len(zero_moves) < 32, len(zero_moves)
     return ops
 
 
@@ -106,6 +111,19 @@ def test_wide_stores_take_the_fourth_stage():
     assert build_file("hgemm", BuildOptions(target="sm_90a")).constants["RING"] == 4
     assert build_file("hgemm", BuildOptions(defines={"WIDE_C": "1", "BN": "128", "STAGES": "6"},
                                             target="sm_90a")).constants["RING"] == 6
+    # staging half the tile at a time (two rounds of TMA stores) makes room for the fourth stage
+    half = build_file("hgemm", BuildOptions(defines={"WIDE_C": "1", "C_BOXES_ASKED": "2"}, target="sm_90a"))
+    assert half.constants["RING"] == 4 and half.constants["C_ROUNDS"] == 2 and half.constants["SMEM_BYTES"] <= 232448
+
+
+@needs_tools
+def test_c_stored_in_rounds_issues_every_box_once():
+    result = build_file("hgemm", BuildOptions(defines={"WIDE_C": "1", "C_BOXES_ASKED": "1"}, target="sm_90a"))
+    asm = assemble(result)
+    assert not asm.warnings and asm.kernels[0].spill_stores == 0
+    ops = _opcodes(disassemble(asm.cubin))
+    assert sum(op.startswith("UTMASTG") for op in ops) == 4 and sum(op.startswith("STSM") for op in ops) == 16
+    assert result.ptx.count("cp.async.bulk.wait_group.read 0") == 4       # one per round, before reuse
 
 
 @needs_tools
@@ -223,7 +241,7 @@ def test_wgmma_ss_covers_n_over_2_accumulators(tmp_path):
     mov.f32 acc{i}, 0f00000000;
 .endfor
     wgmma.fence.sync.aligned;
-    WGMMA_SS(64, f16, acc, 0, desc, desc, 0, 1)
+    WGMMA_SS(64, f16, acc, 0, desc, desc, 0, 1, 1)
     wgmma.commit_group.sync.aligned;
     wgmma.wait_group.sync.aligned 0;
     ld.param.u64 tmap, [param_out];
@@ -365,3 +383,22 @@ def test_tmap_c_is_encoded_only_for_whole_16_byte_rows_of_a_16_bit_c(monkeypatch
             assert bytes(args[2]) == bytes([7]) * 128
         else:
             assert len(seen) == 2 and bytes(args[2]) == bytes(128)
+
+
+@needs_tools
+@pytest.mark.parametrize("wg_n,in_flight,depbars", [(256, 1, 2), (256, 2, 2), (128, 0, 1), (128, 2, 2)])
+def test_wgmma_width_and_waits_build_as_asked(wg_n, in_flight, depbars):
+    """WG_N=128 issues two m64n128k16 per k16 step on the two accumulator halves; MMA_IN_FLIGHT=1
+    waits for the K tile before (plus a wait after the loop), 2 commits half a K tile before it waits."""
+    defines = {"WIDE_C": "1", "WG_N": str(wg_n), "MMA_IN_FLIGHT": str(in_flight)}
+    result = build_file("hgemm", BuildOptions(defines=defines, target="sm_90a"))
+    asm = assemble(result)
+    assert not asm.warnings and asm.kernels[0].spill_stores == 0
+    sass = disassemble(asm.cubin)
+    ops = _opcodes(sass)
+    hgmma = [op for op in ops if op.startswith("HGMMA")]
+    assert len(hgmma) == 4 * 256 // wg_n and all(op.startswith(f"HGMMA.64x{wg_n}x16.F32") for op in hgmma)
+    assert sum(op.startswith("WARPGROUP.DEPBAR") for op in ops) == depbars
+    if in_flight == 2:      # the first half's group stays in flight: wait for at most one pending
+        assert re.search(r"WARPGROUP\.DEPBAR\.LE gsb0, 0x1", sass)
+    assert result.ptx.count("wgmma.commit_group") == (2 if in_flight == 2 else 1)

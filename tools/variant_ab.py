@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Time -D variants of one spec'd kernel against each other and cuBLAS, interleaved in one process.
+
+Each variant is a name and a set of -D overrides laid over what `asmgemm.gemm` would run untuned at
+that shape (the kernel's defaults and its spec's size rule), so `--variant old:DEFER_C_ASKED=0`
+changes one knob and nothing else. Per shape the script checks every variant against an fp32
+reference (fresh random-normal inputs, C poisoned with NaN first; the spec's rel_err_limit), then
+times the variants, cupy.matmul and torch.matmul (when importable) with asmgemm's benchmark timer
+(CUDA events around one call each, interleaved rep by rep, L2 flushed, a GPU pre-roll hiding the
+host time; medians). The table gives TFLOP/s and each variant's ratio to the faster cuBLAS.
+
+Usage (GPU, from the project root after `source tools/device_setup.sh`):
+    python3 tools/variant_ab.py hgemm --shape 4096,4096,4096 --variant new: --variant old:DEFER_C_ASKED=0
+    python3 tools/variant_ab.py sgemm --shape 1024,1024,1024 --variant bk8:BK=8 --variant bk16:BK=16 --json $OUT/ab.json
+
+Exit status: 0 done; 1 usage error, build error or no GPU; 2 a variant gave a wrong result.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from asmgemm.bench.shapes import parse_shape
+from asmgemm.bench.timing import L2Flusher, make_pre_roll, tflops, time_interleaved
+from asmgemm.errors import AsmError
+from asmgemm.files import write_atomic
+from asmgemm.kernel_spec import get_spec
+from asmgemm.runtime.gemm import gemm
+from asmgemm.runtime.gpu import device_facts, require_gpu
+
+
+def parse_variant(text: str) -> tuple[str, dict[str, int]]:
+    """'name:K=V,K=V' (or 'name:' for no overrides) -> (name, {K: V})."""
+    name, sep, rest = text.partition(":")
+    if not sep or not name:
+        raise ValueError(f"--variant {text!r}: expected NAME:K=V,K=V (or NAME: for none)")
+    defines = {}
+    for item in filter(None, rest.split(",")):
+        key, eq, value = item.partition("=")
+        if not eq or not key.isidentifier():
+            raise ValueError(f"--variant {text!r}: {item!r} is not NAME=VALUE")
+        try:
+            defines[key] = int(value, 0)
+        except ValueError:
+            raise ValueError(f"--variant {text!r}: {key}'s value {value!r} is not an integer") from None
+    return name, defines
+
+
+def _operands(cp, spec, m: int, n: int, k: int, layout: str, seed: int):
+    rng = cp.random.default_rng(seed)
+    ta, tb = layout[0] == "t", layout[1] == "t"
+    dtype = cp.dtype(spec.dtypes.a if spec.dtypes.a != "bfloat16" else "uint16")
+    if spec.dtypes.a == "bfloat16":
+        raise AsmError("variant_ab.py compares CuPy-typed kernels; bfloat16 has no CuPy dtype (use hgemm)")
+    a = rng.standard_normal((k, m) if ta else (m, k), dtype=cp.float32).astype(dtype)
+    b = rng.standard_normal((n, k) if tb else (k, n), dtype=cp.float32).astype(dtype)
+    return a, b, ta, tb
+
+
+def run_shape(cp, torch, spec, sms: int, shape, layout: str, variants, reps: int, flush, pre_roll) -> dict:
+    m, n, k = shape.m, shape.n, shape.k
+    a, b, ta, tb = _operands(cp, spec, m, n, k, layout, seed=m * 7 + n * 3 + k)
+    op_a, op_b = (a.T if ta else a), (b.T if tb else b)
+    c_dtype = cp.dtype(spec.dtypes.c)
+    ref = cp.matmul(op_a.astype(cp.float32), op_b.astype(cp.float32))
+    untuned = spec.size_rule(m, n, k, sms)
+    fns, outs, errors = {}, {}, {}
+    for name, defines in variants:
+        params = {**untuned, **defines}
+        c = cp.full((m, n), cp.nan, dtype=c_dtype)
+        gemm(a, b, c, trans_a=ta, trans_b=tb, params=params, kernel=spec.name)
+        err = float(cp.linalg.norm(c.astype(cp.float32) - ref) / cp.linalg.norm(ref))
+        errors[name] = err
+        outs[name] = c
+        fns[name] = (lambda c=c, p=params: gemm(a, b, c, trans_a=ta, trans_b=tb, params=p, kernel=spec.name))
+    cub = cp.empty((m, n), dtype=c_dtype)
+    fns["cupy"] = lambda: cp.matmul(op_a, op_b, out=cub)
+    if torch is not None:
+        tta, ttb = torch.from_dlpack(op_a), torch.from_dlpack(op_b)
+        ttc = torch.from_dlpack(cp.empty((m, n), dtype=c_dtype))
+        fns["torch"] = lambda: torch.matmul(tta, ttb, out=ttc)
+    stats = time_interleaved(fns, reps=reps, flush=flush, pre_roll=pre_roll)
+    flops = 2.0 * m * n * k
+    rate = {name: tflops(flops, st.median_ms) for name, st in stats.items()}
+    cublas = max(rate[x] for x in ("cupy", "torch") if x in rate)
+    return {"shape": [m, n, k], "layout": layout, "untuned": untuned, "tflops": rate,
+            "ratio": {name: rate[name] / cublas for name, _ in variants},
+            "rel_err": errors, "ok": all(e < spec.rel_err_limit for e in errors.values())}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("kernel", help="kernel spec name (`asmgemm kernels`)")
+    ap.add_argument("--shape", action="append", required=True, help="M,N,K (repeatable)")
+    ap.add_argument("--variant", action="append", required=True,
+                    help="NAME:K=V,K=V -D overrides over the untuned choice (repeatable; NAME: for none)")
+    ap.add_argument("--layout", choices=("nn", "nt", "tn", "tt"), default="nn")
+    ap.add_argument("--reps", type=int, default=15, help="timed repetitions per implementation (default 15)")
+    ap.add_argument("--no-torch", action="store_true", help="leave torch.matmul out")
+    ap.add_argument("--json", metavar="OUT", help="write the results as JSON to OUT")
+    args = ap.parse_args(argv)
+    try:
+        variants = [parse_variant(v) for v in args.variant]
+        shapes = [parse_shape(s.replace(",", "x")) for s in args.shape]
+    except (ValueError, AsmError) as exc:
+        ap.error(str(exc))
+    if len({name for name, _ in variants}) != len(variants) or {"cupy", "torch"} & {n for n, _ in variants}:
+        ap.error("variant names must be distinct and not 'cupy' or 'torch'")
+    try:
+        cp = require_gpu("variant_ab.py")
+        spec = get_spec(args.kernel)
+        torch = None
+        if not args.no_torch:
+            try:
+                import torch as _torch
+                torch = _torch if _torch.cuda.is_available() else None
+            except ImportError:
+                torch = None
+        sms = device_facts().sm_count
+        flush, pre_roll = L2Flusher(), make_pre_roll(True)
+        results = []
+        for shape in shapes:
+            r = run_shape(cp, torch, spec, sms, shape, args.layout, variants, args.reps, flush, pre_roll)
+            results.append(r)
+            m, n, k = r["shape"]
+            cells = "  ".join(f"{name} {r['tflops'][name]:6.1f} ({r['ratio'][name]:.3f})" for name, _ in variants)
+            ref = "  ".join(f"{x} {r['tflops'][x]:6.1f}" for x in ("cupy", "torch") if x in r["tflops"])
+            bad = "" if r["ok"] else "  WRONG: " + ", ".join(f"{n}={e:.1e}" for n, e in r["rel_err"].items())
+            print(f"{m}x{n}x{k} {args.layout}: {cells}  | {ref}{bad}", flush=True)
+    except AsmError as exc:
+        print(exc.format(), file=sys.stderr)
+        return 1
+    if args.json:
+        write_atomic(args.json, json.dumps({"kernel": args.kernel, "variants": dict(variants), "results": results},
+                                           indent=1))
+    return 0 if all(r["ok"] for r in results) else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -61,11 +61,19 @@ ARGUMENTS: dict[str, tuple[str, ...]] = {
     # TMA tensor maps of A and B (runtime/tensor_map.py): a CUtensorMap passed by value,
     # `.param .align 64 .b8 name[128]`; the spec's launch table names the box heights.
     "tmap_a": (".b8",), "tmap_b": (".b8",), "tmap_c": (".b8",),
+    # the fused epilogue's bias vector (gemm(bias=...)): a generic pointer, 0 when the call has none
+    "bias": (".u64", ".b64", ".s64"),
 }
 # Arguments passed as a .param array: their element count.
 ARRAY_ARGUMENTS = {"tmap_a": 128, "tmap_b": 128, "tmap_c": 128}
 # -D parameters the runtime can derive from a call (runtime/plan.py computes them).
-CALL_VALUES = ("trans_a", "trans_b", "vec_a", "vec_b", "vec_c", "wide_c")
+CALL_VALUES = ("trans_a", "trans_b", "vec_a", "vec_b", "vec_c", "wide_c",
+               # the fused epilogue (gemm(bias=, activation=)), after the operand swap:
+               # bias: 0 none, 1 one value per kernel column n, 2 one per kernel row m (BIAS_MODES);
+               # activation: 0 none, then ACTIVATIONS in order (1 relu, 2 gelu, 3 gelu_tanh, 4 silu)
+               "bias", "activation")
+BIAS_MODES = {"none": 0, "column": 1, "row": 2}
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 # tiles: (ceil(N / tile_n), ceil(M / tile_m), 1), a block per tile of C.
 # persistent: (min(units, SMs / cluster) * cluster, 1, 1): each cluster walks units (`cluster` tile
 # rows of one tile column) clusterid.x, + nclusterid.x, ... itself.
@@ -151,6 +159,14 @@ class KernelSpec:
             return device_target + "a"
         return None
 
+    def call_value_param(self, value: str) -> str | None:
+        """The -D parameter this kernel maps the call value `value` onto, or None (e.g. a kernel
+        without a fused epilogue has no parameter for "bias" or "activation")."""
+        for param, v in self.call_params:
+            if v == value:
+                return param
+        return None
+
     def to_json(self) -> dict:
         return {"name": self.name, "source": str(self.source), "entry": self.entry, "summary": self.summary,
                 "dtypes": vars(self.dtypes), "targets": list(self.targets), "abi": list(self.abi),
@@ -234,6 +250,8 @@ def _spec(path: Path, source: SourceFile, name: str, t) -> KernelSpec:
     for k, v in calls.items():
         if v not in CALL_VALUES:
             fail(f"call_params.{k}: '{v}' is not a call value (known: {', '.join(CALL_VALUES)})")
+    if "bias" in calls.values() and "bias" not in abi:
+        fail("call_params: maps the call value 'bias' but abi has no 'bias' argument to pass the vector in")
     defines = t.get("defines", {})
     if not isinstance(defines, dict) or not all(isinstance(v, int) and not isinstance(v, bool)
                                                 for v in defines.values()):

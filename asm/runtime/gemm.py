@@ -1,4 +1,6 @@
-"""`asmgemm.gemm`: C = alpha * op(A) * op(B) + beta * C on GPU arrays, through the spec'd kernels.
+"""`asmgemm.gemm`: C = act(alpha * op(A) * op(B) + beta * C + bias) on GPU arrays, through the
+spec'd kernels (bias and act: the fused epilogue of kernels whose spec maps the call values
+"bias" and "activation", e.g. sgemm).
 
 The dtype picks the kernel: the first spec in kernels_ptx/kernels.toml (then $ASMGEMM_KERNEL_SPECS,
 then `asmgemm.kernel_spec.register`) whose A, B and C dtype it is and that supports the device;
@@ -30,7 +32,7 @@ from typing import NamedTuple
 from ..errors import AsmError
 from ..files import warn_cache
 from ..isa.arch import arch_for
-from ..kernel_spec import KernelSpec, get_spec, spec_for_dtype, specs_version
+from ..kernel_spec import ACTIVATIONS, KernelSpec, get_spec, spec_for_dtype, specs_version
 from . import build_cache
 from .build_cache import BuiltKernel, build_kernel
 from .gpu import device_facts, require_gpu
@@ -293,9 +295,9 @@ class _LaunchPlan:
         the function is still loaded (a rebuilt kernel or a reloaded module replaces them)."""
         return build_cache._memory.get(self.built.key) is self.built and _functions.get(self.fn_key) is self.fn
 
-    def launch(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha, beta, stream) -> None:
-        """The kernel on the kernel's A, B and C at these addresses."""
-        args = self.packer.pack(a_ptr, b_ptr, c_ptr, alpha, beta)
+    def launch(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha, beta, stream, bias_ptr: int = 0) -> None:
+        """The kernel on the kernel's A, B and C (and the epilogue's bias) at these addresses."""
+        args = self.packer.pack(a_ptr, b_ptr, c_ptr, alpha, beta, bias_ptr)
         if stream is None:
             self.fn(self.grid, self.block, args, shared_mem=self.smem)
         else:
@@ -336,9 +338,23 @@ def _options_key(params: dict | None, kernel: str | None):
     return (kernel, items, True)
 
 
+# gemm(activation=...) -> kernel_spec's "activation" call value (0: none)
+_ACTIVATION_CODES = {None: 0, **{name: i + 1 for i, name in enumerate(ACTIVATIONS)}}
+
+
+def _activation_code(activation) -> int:
+    try:
+        return _ACTIVATION_CODES[activation]
+    except (KeyError, TypeError):
+        raise AsmError(f"unknown activation {activation!r}: the fused epilogue has "
+                       f"{', '.join(repr(a) for a in ACTIVATIONS)} (or None)",
+                       hint="PyTorch's definitions: gelu is the exact erf form, gelu_tanh is approximate='tanh'") from None
+
+
 def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 0.0, trans_a: bool = False,
-         trans_b: bool = False, params: dict | None = None, kernel: str | None = None):
-    """C = alpha * op(A) * op(B) + beta * C on the GPU; returns C.
+         trans_b: bool = False, bias=None, activation: str | None = None, params: dict | None = None,
+         kernel: str | None = None):
+    """C = act(alpha * op(A) * op(B) + beta * C + bias) on the GPU; returns C.
 
     a, b: 2-D GPU arrays: CuPy arrays, PyTorch CUDA tensors, or any object with
     __cuda_array_interface__ or __dlpack__; never copied (except for TMA padding, below).
@@ -346,6 +362,11 @@ def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 0.0, trans_a: bool =
     leading dimension larger than the row) are accepted; the last or the first dimension must be
     contiguous. c: M x N output, updated in place (row- or column-major); None allocates a new
     row-major C (then beta must be 0). beta == 0 never reads C.
+    bias, activation: the fused epilogue, computed in fp32 before C is stored (kernels whose spec
+    maps them, e.g. sgemm; others raise AsmError). bias: a GPU array of C's dtype (same library
+    as A and B), shape (N,) or (1, N) for one value per column of C (torch.nn.Linear's bias) or
+    (M, 1) for one per row, contiguous. activation: None, 'relu', 'gelu' (erf form), 'gelu_tanh'
+    (PyTorch's approximate='tanh') or 'silu', with PyTorch's definitions.
     The result follows the inputs: torch tensors in, a torch tensor out, launched on
     torch.cuda.current_stream() of their device; otherwise CuPy's current stream, and a new C is a
     CuPy array (a given C is returned as passed). Torch tensors and other arrays do not mix in one call.
@@ -358,50 +379,55 @@ def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 0.0, trans_a: bool =
     module docstring says when a plan is made again).
     Raises AsmError for unsupported dtypes, mismatched shapes, unsupported strides, or no GPU.
     """
+    act = _activation_code(activation)
     cupy = require_gpu("asmgemm.gemm")
     state = _state if cupy is _state[1] and specs_version() is _state[0] else _current_state(cupy)
     nd = cupy.ndarray
-    if type(a) is nd and type(b) is nd and (c is None or type(c) is nd):
-        return _gemm(cupy, state[2], a, b, c, alpha, beta, trans_a, trans_b, params, kernel)
+    if type(a) is nd and type(b) is nd and (c is None or type(c) is nd) and (bias is None or type(bias) is nd):
+        return _gemm(cupy, state[2], a, b, c, alpha, beta, trans_a, trans_b, params, kernel, bias, act)
     torch = sys.modules.get("torch")      # a torch tensor exists only once torch was imported
-    is_torch = [torch is not None and isinstance(x, torch.Tensor) for x in (a, b, c)]
+    names = ("A", "B", "C", "bias")
+    arrays = (a, b, c, bias)
+    is_torch = [torch is not None and isinstance(x, torch.Tensor) for x in arrays]
     if any(is_torch):
-        if not all(t for t, x in zip(is_torch, (a, b, c)) if x is not None):
-            kinds = [f"{n} is a {type(x).__module__}.{type(x).__name__}" for n, x in zip("ABC", (a, b, c))
+        if not all(t for t, x in zip(is_torch, arrays) if x is not None):
+            kinds = [f"{n} is a {type(x).__module__}.{type(x).__name__}" for n, x in zip(names, arrays)
                      if x is not None]
             raise AsmError("torch tensors cannot be mixed with other arrays in one call (" + ", ".join(kinds) + ")",
                            hint="pass all of them as torch tensors (torch.from_dlpack(x)) or all as CuPy arrays "
                                 "(cupy.from_dlpack(t))")
         if state[3] is None or state[3].torch is not torch:
             state[3] = _TorchArrays(cupy, torch)
-        return _gemm(cupy, state[3], a, b, c, alpha, beta, trans_a, trans_b, params, kernel)
-    views = [_as_cupy(cupy, x, name) if x is not None else None for name, x in zip("ABC", (a, b, c))]
-    out = _gemm(cupy, state[2], *views, alpha, beta, trans_a, trans_b, params, kernel)
+        return _gemm(cupy, state[3], a, b, c, alpha, beta, trans_a, trans_b, params, kernel, bias, act)
+    a, b, c_view, bias = [_as_cupy(cupy, x, name) if x is not None else None for name, x in zip(names, arrays)]
+    out = _gemm(cupy, state[2], a, b, c_view, alpha, beta, trans_a, trans_b, params, kernel, bias, act)
     return c if c is not None else out
 
 
-def _gemm(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, params, kernel):
+def _gemm(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, params, kernel, bias=None, act=0):
     """One call on arrays of one library (`arrays`: _CupyArrays or _TorchArrays): through the kept
     launch plan of its key, else planned afresh."""
     options = _options_key(params, kernel)
     key = None
     if options is not None:
-        # C: its own key, or (when gemm allocates it) whether beta == 0, the one case that runs
-        key = (arrays.key(a), arrays.key(b), arrays.key(c) if c is not None else beta == 0, trans_a, trans_b, options)
+        # C: its own key, or (when gemm allocates it) whether beta == 0, the one case that runs;
+        # the bias: its layout, dtype and alignment (arrays.key), and the activation
+        key = (arrays.key(a), arrays.key(b), arrays.key(c) if c is not None else beta == 0, trans_a, trans_b, options,
+               arrays.key(bias) if bias is not None else None, act)
         plan = _plans.get(key)
         if plan is not None and plan.current():
             if cupy.cuda.runtime.getDevice() == plan.device:
-                out = _launch_kept(arrays, plan, a, b, c, alpha, beta)
+                out = _launch_kept(arrays, plan, a, b, c, alpha, beta, bias)
             else:
                 with cupy.cuda.Device(plan.device):
-                    out = _launch_kept(arrays, plan, a, b, c, alpha, beta)
+                    out = _launch_kept(arrays, plan, a, b, c, alpha, beta, bias)
             if out is not None:
                 return out
             key = None          # a new C of another alignment than planned: plan this call alone
-    return _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, params, kernel, key)
+    return _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, params, kernel, key, bias, act)
 
 
-def _launch_kept(arrays, plan: _LaunchPlan, a, b, c, alpha, beta):
+def _launch_kept(arrays, plan: _LaunchPlan, a, b, c, alpha, beta, bias=None):
     """The launch through a kept plan, on the plan's device; None when gemm's own new C is not
     aligned as the plan assumed (allocators align far more, so this is a safeguard)."""
     if c is None:
@@ -411,16 +437,29 @@ def _launch_kept(arrays, plan: _LaunchPlan, a, b, c, alpha, beta):
     a_ptr, b_ptr = arrays.ptr(a), arrays.ptr(b)
     if plan.swapped:                # column-major C: the kernel's A is the user's B
         a_ptr, b_ptr = b_ptr, a_ptr
-    plan.launch(a_ptr, b_ptr, arrays.ptr(c), alpha, beta, arrays.stream(plan.device))
+    plan.launch(a_ptr, b_ptr, arrays.ptr(c), alpha, beta, arrays.stream(plan.device),
+                arrays.ptr(bias) if bias is not None else 0)
     return c
 
 
-def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, params, kernel, key):
+def _check_epilogue(spec: KernelSpec, bias, act: int) -> None:
+    """AsmError unless the kernel has the fused epilogue this call asks for."""
+    wants = [what for what, on in (("bias", bias is not None), ("activation", act != 0)) if on]
+    missing = [what for what in wants if spec.call_value_param(what) is None]
+    if missing:
+        raise AsmError(f"kernel '{spec.name}' has no fused epilogue for {' and '.join(missing)} (its spec maps no "
+                       f"parameter to the call value{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))})",
+                       hint="apply the bias/activation in a separate pass, or pick a kernel with a fused epilogue "
+                            "(sgemm for float32)")
+
+
+def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, params, kernel, key, bias=None, act=0):
     """The whole way: check the arrays, pick the spec, plan, build, load, launch; keep the launch
     plan under `key` (None: keep nothing)."""
     ma, mb = arrays.matrix(a, "A"), arrays.matrix(b, "B")
     mc = arrays.matrix(c, "C") if c is not None else None
-    mats = (ma, mb) + ((mc,) if mc is not None else ())
+    mbias = arrays.matrix(bias, "bias") if bias is not None else None
+    mats = (ma, mb) + ((mc,) if mc is not None else ()) + ((mbias,) if mbias is not None else ())
     if ma.dtype.name != mb.dtype.name:
         raise AsmError(f"A and B must share one dtype, got {ma.dtype.name} and {mb.dtype.name}")
     dtype = ma.dtype.name
@@ -428,10 +467,11 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
     if ma.ndim != 2 or mb.ndim != 2:
         raise AsmError(f"A and B must be 2-D matrices, got shapes {ma.shape} and {mb.shape}")
     if len({x.device for x in mats}) != 1:
-        raise AsmError("A, B and C must be on the same GPU")
+        raise AsmError("A, B and C" + (" and the bias" if mbias is not None else "") + " must be on the same GPU")
     # spec lookup -> plan -> build -> launch
     facts = device_facts(ma.device)
     spec = _pick_spec(kernel, dtype, c_dtype, facts.target)
+    _check_epilogue(spec, bias, act)
     # a C gemm allocates: the kernel's C type when it differs from its A type (fp32 C of a 16-bit GEMM)
     new_c_dtype = spec.dtypes.c if spec.dtypes.c != spec.dtypes.a else None
     target = spec.build_target(facts.target)
@@ -446,13 +486,15 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
                 raise AsmError(f"beta = {beta} needs a C to scale; pass c= or beta=0")
             c = arrays.empty(a, (m, n), new_c_dtype)
             mc = arrays.matrix(c, "C")
-        plan = plan_launch(ma, mb, mc, trans_a=trans_a, trans_b=trans_b, ptr_of=_ptr_of)
+        plan = plan_launch(ma, mb, mc, trans_a=trans_a, trans_b=trans_b, ptr_of=_ptr_of, bias=mbias, activation=act)
         copies = ()
         if _takes_tensor_maps(spec):
-            plan, copies = _tma_ready(arrays, a, b, ma, mb, mc, plan, trans_a, trans_b)
+            plan, copies = _tma_ready(arrays, a, b, ma, mb, mc, plan, trans_a, trans_b, mbias, act)
         if plan.m == 0 or plan.n == 0:
             return c
-        if plan.k == 0:
+        if plan.k == 0 and mbias is None and act == 0:
+            # (with a fused epilogue the kernel runs: its K loop does nothing and the epilogue
+            # still applies beta, the bias and the activation)
             if beta == 0:
                 arrays.zero(c)
             else:
@@ -465,7 +507,7 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
                            ArgPacker(built, plan, spec.dtypes.a, spec.dtypes.c), plan.swapped, (m, n), mc.ptr & 15,
                            ma.device,
                            new_c_dtype)
-        kept.launch(plan.a.ptr, plan.b.ptr, plan.c_ptr, alpha, beta, arrays.stream(ma.device))
+        kept.launch(plan.a.ptr, plan.b.ptr, plan.c_ptr, alpha, beta, arrays.stream(ma.device), plan.bias_ptr)
     # A plan made on padded copies holds their pointers' layout, not the caller's: not kept.
     if key is not None and not copies:
         if len(_plans) >= MAX_PLANS:
@@ -479,7 +521,7 @@ def _takes_tensor_maps(spec: KernelSpec) -> bool:
 
 
 def _tma_ready(arrays, a, b, ma: _Matrix, mb: _Matrix, mc: _Matrix, plan: LaunchPlan, trans_a: bool,
-               trans_b: bool) -> tuple[LaunchPlan, tuple]:
+               trans_b: bool, mbias: _Matrix | None = None, act: int = 0) -> tuple[LaunchPlan, tuple]:
     """(plan, copies) with every operand TMA can read: one whose base or row stride is not a
     multiple of 16 bytes is copied into row-major storage with a padded leading dimension (the
     copy costs one pass over that operand; the alternative is TMA's refusal). `copies` keeps the
@@ -499,4 +541,5 @@ def _tma_ready(arrays, a, b, ma: _Matrix, mb: _Matrix, mc: _Matrix, plan: Launch
         b = arrays.padded_copy(b, elems)
         mb = arrays.matrix(b, "B")
         copies.append(b)
-    return plan_launch(ma, mb, mc, trans_a=trans_a, trans_b=trans_b, ptr_of=_ptr_of), tuple(copies)
+    return (plan_launch(ma, mb, mc, trans_a=trans_a, trans_b=trans_b, ptr_of=_ptr_of, bias=mbias, activation=act),
+            tuple(copies))

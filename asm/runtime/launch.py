@@ -83,7 +83,7 @@ def grid(spec: KernelSpec, built: BuiltKernel, plan: LaunchPlan, sm_count: int =
 
 # Per-call values of a launch: the pointers (kernel A, kernel B, C: after the operand swap) and the
 # scalars. Everything else in the argument tuple is fixed by the plan.
-_CALL_SLOTS = {"A": 0, "B": 1, "C": 2, "alpha": 3, "beta": 4, "tmap_a": 0, "tmap_b": 1, "tmap_c": 2}
+_CALL_SLOTS = {"A": 0, "B": 1, "C": 2, "alpha": 3, "beta": 4, "tmap_a": 0, "tmap_b": 1, "tmap_c": 2, "bias": 3}
 # A tensor-map argument the kernel does not read in this launch (tmap_c without 16-byte rows of C)
 _NO_MAP = np.zeros((), dtype="V128")
 
@@ -119,11 +119,12 @@ class ArgPacker:
         self.scalar_slots = tuple(scalars)
         self._scalars = (None, None, ())      # (alpha, beta, ((position, converted), ...)) of the last call
 
-    def pack(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha: float, beta: float) -> tuple:
+    def pack(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha: float, beta: float, bias_ptr: int = 0) -> tuple:
         """The arguments for kernel operands at these addresses (same shapes, strides and 16-byte
-        alignment as the plan's: the caller's cache key guarantees it)."""
+        alignment as the plan's: the caller's cache key guarantees it); bias_ptr: the fused
+        epilogue's vector, 0 without one."""
         out = list(self.template)
-        ptrs = (a_ptr, b_ptr, c_ptr)
+        ptrs = (a_ptr, b_ptr, c_ptr, bias_ptr)
         for i, which, convert in self.pointer_slots:
             out[i] = convert(ptrs[which])
         memo = self._scalars            # one read and one write: threads sharing a plan never mix two calls
@@ -139,7 +140,7 @@ def pack_args(built: BuiltKernel, plan: LaunchPlan, alpha: float, beta: float, d
               c_dtype: str | None = None) -> tuple:
     """The kernel's arguments in .param order, each as the numpy scalar of its PTX type (a tensor
     map: the 128-byte value runtime/tensor_map.py encodes)."""
-    return ArgPacker(built, plan, dtype, c_dtype).pack(plan.a.ptr, plan.b.ptr, plan.c_ptr, alpha, beta)
+    return ArgPacker(built, plan, dtype, c_dtype).pack(plan.a.ptr, plan.b.ptr, plan.c_ptr, alpha, beta, plan.bias_ptr)
 
 
 def _tensor_map_of(built: BuiltKernel, plan: LaunchPlan, name: str, dtype: str):

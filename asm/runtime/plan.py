@@ -121,7 +121,8 @@ def bias_layout(bias, m: int, n: int, c_dtype: str, ptr_of) -> int:
         raise AsmError(f"bias: its {count} values are not contiguous (stride {step} bytes, elements of {item})",
                        hint="pass a contiguous copy (cupy.ascontiguousarray(bias), or bias.contiguous())")
     if ptr_of(bias) % item:
-        raise AsmError(f"bias: address 0x{ptr_of(bias):x} is not aligned to its {item}-byte elements")
+        raise AsmError(f"bias: address 0x{ptr_of(bias):x} is not aligned to its {item}-byte elements",
+                       hint="pass a fresh copy (allocators align every array)")
     return mode
 
 

@@ -362,6 +362,11 @@ def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 0.0, trans_a: bool =
     leading dimension larger than the row) are accepted; the last or the first dimension must be
     contiguous. c: M x N output, updated in place (row- or column-major); None allocates a new
     row-major C (then beta must be 0). beta == 0 never reads C.
+    Batches: A and B may be 3-D (batch, rows, cols); a batch of 1 or a 2-D operand is shared by
+    every batch (torch.matmul's broadcast), trans_a/trans_b transpose the last two dimensions, and C
+    is (batch, M, N). No kernel has a batched mode yet: a batched call runs when it is one 2-D GEMM
+    (B shared, A not transposed, A's and C's batches contiguous row-major matrices one after the
+    other: M' = batch * M), else AsmError names the kernel.
     bias, activation: the fused epilogue, computed in fp32 before C is stored (kernels whose spec
     maps them, e.g. sgemm; others raise AsmError). bias: a GPU array of C's dtype (same library
     as A and B), shape (N,) or (1, N) for one value per column of C (torch.nn.Linear's bias) or
@@ -464,8 +469,7 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
         raise AsmError(f"A and B must share one dtype, got {ma.dtype.name} and {mb.dtype.name}")
     dtype = ma.dtype.name
     c_dtype = mc.dtype.name if mc is not None else None
-    if ma.ndim != 2 or mb.ndim != 2:
-        raise AsmError(f"A and B must be 2-D matrices, got shapes {ma.shape} and {mb.shape}")
+    batch, batched, m, n = _batch_shape(ma, mb, trans_a, trans_b)
     if len({x.device for x in mats}) != 1:
         raise AsmError("A, B and C" + (" and the bias" if mbias is not None else "") + " must be on the same GPU")
     # spec lookup -> plan -> build -> launch
@@ -478,14 +482,20 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
     if target is None:
         raise AsmError(f"kernel '{spec.name}' is not built for {facts.target} ({facts.name}); "
                        f"its targets: {', '.join(spec.targets)}")
-    m = ma.shape[1] if trans_a else ma.shape[0]
-    n = mb.shape[0] if trans_b else mb.shape[1]
+    c_shape = (batch, m, n) if batched else (m, n)
     with cupy.cuda.Device(ma.device):
         if c is None:
             if beta != 0:
                 raise AsmError(f"beta = {beta} needs a C to scale; pass c= or beta=0")
-            c = arrays.empty(a, (m, n), new_c_dtype)
+            c = arrays.empty(a, c_shape, new_c_dtype)
             mc = arrays.matrix(c, "C")
+        if batched:
+            ma, mb, mc = _fold_batch(spec, ma, mb, mc, batch, m, n, trans_a, mbias)
+            if _takes_tensor_maps(spec) and not all(addressable(x.ptr, x.shape[0], x.strides[0] // x.dtype.itemsize,
+                                                                x.dtype.itemsize) for x in (ma, mb)):
+                # (the TMA padding copies 2-D operands only)
+                raise AsmError(f"kernel '{spec.name}' reads A and B through TMA, which needs 16-byte aligned rows; "
+                               "a batched call gets no padded copies", hint="pass operands whose rows are 16-byte aligned")
         plan = plan_launch(ma, mb, mc, trans_a=trans_a, trans_b=trans_b, ptr_of=_ptr_of, bias=mbias, activation=act)
         copies = ()
         if _takes_tensor_maps(spec):
@@ -504,7 +514,7 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
         built = _build_for(spec, plan, params, tuned, facts, target)
         fn = _load(cupy, built, arch_for(target).limits.static_shared_per_block)
         kept = _LaunchPlan(built, fn, (built.key, cupy.cuda.Device().id), grid(spec, built, plan, facts.sm_count),
-                           ArgPacker(built, plan, spec.dtypes.a, spec.dtypes.c), plan.swapped, (m, n), mc.ptr & 15,
+                           ArgPacker(built, plan, spec.dtypes.a, spec.dtypes.c), plan.swapped, c_shape, mc.ptr & 15,
                            ma.device,
                            new_c_dtype)
         kept.launch(plan.a.ptr, plan.b.ptr, plan.c_ptr, alpha, beta, arrays.stream(ma.device), plan.bias_ptr)
@@ -514,6 +524,71 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
             del _plans[next(iter(_plans))]
         _plans[key] = kept
     return c
+
+
+# ---- batches (3-D operands) ---------------------------------------------------------------------
+def _batch_shape(ma: _Matrix, mb: _Matrix, trans_a: bool, trans_b: bool) -> tuple[int, bool, int, int]:
+    """(batch, batched, M, N) of a call: A and B are matrices or batches (batch, rows, cols) of
+    them; a batch of 1 or a 2-D operand is shared by every batch (torch.matmul's broadcast of one
+    batch dimension); batched: whether C has the batch dimension (some operand is 3-D)."""
+    if ma.ndim not in (2, 3) or mb.ndim not in (2, 3):
+        raise AsmError(f"A and B must be 2-D matrices or 3-D batches (batch, rows, cols), got shapes {ma.shape} "
+                       f"and {mb.shape}")
+    ba = ma.shape[0] if ma.ndim == 3 else 1
+    bb = mb.shape[0] if mb.ndim == 3 else 1
+    if ba != bb and 1 not in (ba, bb):
+        raise AsmError(f"batch sizes differ: A has {ba} matrices, B has {bb} (one of them may be 1, or 2-D, to be "
+                       "shared by every batch)")
+    rows_a, cols_a = ma.shape[-2:]
+    rows_b, cols_b = mb.shape[-2:]
+    return max(ba, bb), ma.ndim == 3 or mb.ndim == 3, (cols_a if trans_a else rows_a), (rows_b if trans_b else cols_b)
+
+
+def _fold_batch(spec: KernelSpec, ma: _Matrix, mb: _Matrix, mc: _Matrix, batch: int, m: int, n: int, trans_a: bool,
+                mbias: _Matrix | None) -> tuple[_Matrix, _Matrix, _Matrix]:
+    """A batched call as one 2-D GEMM, with no kernel change: the batches' matrices without the
+    batch dimension when there is one batch; when B is shared and A's batches stack as rows (not
+    transposed, rows contiguous, batch stride = M rows) and C's do too, C' = A' B with
+    M' = batch * M. Anything else needs a batched kernel: AsmError naming the kernel."""
+    if tuple(mc.shape) != (batch, m, n):
+        raise AsmError(f"C has shape {tuple(mc.shape)}, expected ({batch}, {m}, {n}) = the batch of op(A) x op(B)")
+
+    def matrix(x: _Matrix) -> _Matrix:            # one batch (or a 2-D operand): the matrix itself
+        return x._replace(shape=tuple(x.shape[-2:]), strides=tuple(x.strides[-2:])) if x.ndim == 3 else x
+    ba = ma.shape[0] if ma.ndim == 3 else 1
+    bb = mb.shape[0] if mb.ndim == 3 else 1
+    if batch <= 1 or (ba == 1 and bb == 1):
+        return matrix(ma), matrix(mb), matrix(mc)
+
+    def stacked_rows(x: _Matrix):
+        """The row stride of x's batches read as one (batch * rows) x cols row-major matrix, or None."""
+        _, rows, cols = x.shape
+        s_batch, s_row, s_col = x.strides
+        if cols > 1 and s_col != x.dtype.itemsize:
+            return None
+        if rows == 1:
+            return s_batch
+        return s_row if s_batch == rows * s_row else None
+    why = None
+    if bb != 1:
+        why = "B has a matrix per batch"
+    elif ba == 1:
+        why = "A is shared but C is not"
+    elif trans_a:
+        why = "A is transposed, so its batches do not stack as rows"
+    elif stacked_rows(ma) is None:
+        why = "A's batches are not contiguous row-major matrices one after the other (batch stride = M rows)"
+    elif stacked_rows(mc) is None:
+        why = "C's batches are not contiguous row-major matrices one after the other (batch stride = M rows)"
+    elif mbias is not None and tuple(mbias.shape) == (m, 1) and m > 1:
+        why = "a per-row bias would have to repeat in every batch"
+    if why is not None:
+        raise AsmError(f"kernel '{spec.name}' has no batched mode, and this batched call is not one 2-D GEMM: {why}",
+                       hint="share a 2-D B between contiguous row-major batches of A and C (one GEMM with batch*M "
+                            "rows), or call gemm once per batch")
+    rows = batch * m
+    return (ma._replace(shape=(rows, ma.shape[2]), strides=(stacked_rows(ma), ma.strides[2])), matrix(mb),
+            mc._replace(shape=(rows, n), strides=(stacked_rows(mc), mc.strides[2])))
 
 
 def _takes_tensor_maps(spec: KernelSpec) -> bool:

@@ -364,9 +364,10 @@ def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 0.0, trans_a: bool =
     row-major C (then beta must be 0). beta == 0 never reads C.
     Batches: A and B may be 3-D (batch, rows, cols); a batch of 1 or a 2-D operand is shared by
     every batch (torch.matmul's broadcast), trans_a/trans_b transpose the last two dimensions, and C
-    is (batch, M, N). No kernel has a batched mode yet: a batched call runs when it is one 2-D GEMM
-    (B shared, A not transposed, A's and C's batches contiguous row-major matrices one after the
-    other: M' = batch * M), else AsmError names the kernel.
+    is (batch, M, N). A batched call that is one 2-D GEMM (B shared, A not transposed, A's and C's
+    batches contiguous row-major matrices one after the other: M' = batch * M) runs as that;
+    otherwise a kernel with a batched mode (sgemm) runs the batch as grid z with per-operand batch
+    strides (any layout of each batch, column-major C included), and other kernels raise AsmError.
     bias, activation: the fused epilogue, computed in fp32 before C is stored (kernels whose spec
     maps them, e.g. sgemm; others raise AsmError). bias: a GPU array of C's dtype (same library
     as A and B), shape (N,) or (1, N) for one value per column of C (torch.nn.Linear's bias) or
@@ -489,14 +490,16 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
                 raise AsmError(f"beta = {beta} needs a C to scale; pass c= or beta=0")
             c = arrays.empty(a, c_shape, new_c_dtype)
             mc = arrays.matrix(c, "C")
+        kernel_batch, batch_strides = 1, (0, 0, 0)
         if batched:
-            ma, mb, mc = _fold_batch(spec, ma, mb, mc, batch, m, n, trans_a, mbias)
+            ma, mb, mc, kernel_batch, batch_strides = _fold_batch(spec, ma, mb, mc, batch, m, n, trans_a, mbias)
             if _takes_tensor_maps(spec) and not all(addressable(x.ptr, x.shape[0], x.strides[0] // x.dtype.itemsize,
                                                                 x.dtype.itemsize) for x in (ma, mb)):
                 # (the TMA padding copies 2-D operands only)
                 raise AsmError(f"kernel '{spec.name}' reads A and B through TMA, which needs 16-byte aligned rows; "
                                "a batched call gets no padded copies", hint="pass operands whose rows are 16-byte aligned")
-        plan = plan_launch(ma, mb, mc, trans_a=trans_a, trans_b=trans_b, ptr_of=_ptr_of, bias=mbias, activation=act)
+        plan = plan_launch(ma, mb, mc, trans_a=trans_a, trans_b=trans_b, ptr_of=_ptr_of, bias=mbias, activation=act,
+                           batch=kernel_batch, batch_strides=batch_strides)
         copies = ()
         if _takes_tensor_maps(spec):
             plan, copies = _tma_ready(arrays, a, b, ma, mb, mc, plan, trans_a, trans_b, mbias, act)
@@ -545,11 +548,13 @@ def _batch_shape(ma: _Matrix, mb: _Matrix, trans_a: bool, trans_b: bool) -> tupl
 
 
 def _fold_batch(spec: KernelSpec, ma: _Matrix, mb: _Matrix, mc: _Matrix, batch: int, m: int, n: int, trans_a: bool,
-                mbias: _Matrix | None) -> tuple[_Matrix, _Matrix, _Matrix]:
-    """A batched call as one 2-D GEMM, with no kernel change: the batches' matrices without the
-    batch dimension when there is one batch; when B is shared and A's batches stack as rows (not
-    transposed, rows contiguous, batch stride = M rows) and C's do too, C' = A' B with
-    M' = batch * M. Anything else needs a batched kernel: AsmError naming the kernel."""
+                mbias: _Matrix | None) -> tuple[_Matrix, _Matrix, _Matrix, int, tuple]:
+    """(A, B, C, kernel batch, batch strides) for a batched call. One 2-D GEMM where it is one,
+    with no kernel change: the batches' matrices without the batch dimension when there is one
+    batch; when B is shared and A's batches stack as rows (not transposed, rows contiguous, batch
+    stride = M rows) and C's do too, C' = A' B with M' = batch * M. Otherwise a batched kernel
+    (its spec maps the call value "batched"): the first batch's matrices, the batch, and the
+    elements between batches of A, B and C (0: shared). No batched kernel: AsmError naming it."""
     if tuple(mc.shape) != (batch, m, n):
         raise AsmError(f"C has shape {tuple(mc.shape)}, expected ({batch}, {m}, {n}) = the batch of op(A) x op(B)")
 
@@ -558,7 +563,7 @@ def _fold_batch(spec: KernelSpec, ma: _Matrix, mb: _Matrix, mc: _Matrix, batch: 
     ba = ma.shape[0] if ma.ndim == 3 else 1
     bb = mb.shape[0] if mb.ndim == 3 else 1
     if batch <= 1 or (ba == 1 and bb == 1):
-        return matrix(ma), matrix(mb), matrix(mc)
+        return matrix(ma), matrix(mb), matrix(mc), 1, (0, 0, 0)
 
     def stacked_rows(x: _Matrix):
         """The row stride of x's batches read as one (batch * rows) x cols row-major matrix, or None."""
@@ -582,13 +587,25 @@ def _fold_batch(spec: KernelSpec, ma: _Matrix, mb: _Matrix, mc: _Matrix, batch: 
         why = "C's batches are not contiguous row-major matrices one after the other (batch stride = M rows)"
     elif mbias is not None and tuple(mbias.shape) == (m, 1) and m > 1:
         why = "a per-row bias would have to repeat in every batch"
-    if why is not None:
+    if why is None:
+        rows = batch * m
+        return (ma._replace(shape=(rows, ma.shape[2]), strides=(stacked_rows(ma), ma.strides[2])), matrix(mb),
+                mc._replace(shape=(rows, n), strides=(stacked_rows(mc), mc.strides[2])), 1, (0, 0, 0))
+    if spec.call_value_param("batched") is None:
         raise AsmError(f"kernel '{spec.name}' has no batched mode, and this batched call is not one 2-D GEMM: {why}",
                        hint="share a 2-D B between contiguous row-major batches of A and C (one GEMM with batch*M "
                             "rows), or call gemm once per batch")
-    rows = batch * m
-    return (ma._replace(shape=(rows, ma.shape[2]), strides=(stacked_rows(ma), ma.strides[2])), matrix(mb),
-            mc._replace(shape=(rows, n), strides=(stacked_rows(mc), mc.strides[2])))
+
+    def stride(x: _Matrix, name: str) -> int:
+        """Elements from one batch of x to the next; 0 for a matrix every batch shares."""
+        if x.ndim != 3 or x.shape[0] == 1:
+            return 0
+        s, item = x.strides[0], x.dtype.itemsize
+        if s % item or s < 0 or (s == 0 and name == "C"):
+            raise AsmError(f"{name}: a batch stride of {s} bytes is not supported (a non-negative whole number of "
+                           f"{item}-byte elements{', and not 0 for C' if name == 'C' else ''})")
+        return s // item
+    return matrix(ma), matrix(mb), matrix(mc), batch, (stride(ma, "A"), stride(mb, "B"), stride(mc, "C"))
 
 
 def _takes_tensor_maps(spec: KernelSpec) -> bool:

@@ -22,6 +22,7 @@ from .build_cache import BuiltKernel
 from .plan import LaunchPlan
 
 MAX_GRID_Y = 65535
+MAX_GRID_Z = 65535
 _SCALAR = {".u64": np.uint64, ".b64": np.uint64, ".s64": np.int64, ".u32": np.uint32, ".b32": np.uint32,
            ".s32": np.int32, ".f32": np.float32, ".f64": np.float64}
 
@@ -71,7 +72,10 @@ def grid(spec: KernelSpec, built: BuiltKernel, plan: LaunchPlan, sm_count: int =
     if spec.launch.grid == "tiles":
         if gy > MAX_GRID_Y:
             raise AsmError(f"M = {plan.m} needs {gy} block rows, more than the grid allows ({MAX_GRID_Y})")
-        return gx, gy, 1
+        if plan.batch > MAX_GRID_Z:
+            raise AsmError(f"a batch of {plan.batch} matrices needs {plan.batch} grid layers, more than the grid "
+                           f"allows ({MAX_GRID_Z})", hint=f"split the batch into calls of at most {MAX_GRID_Z}")
+        return gx, gy, plan.batch
     if spec.launch.grid == "persistent":
         c = built.cluster
         units = gx * -(-gy // c)              # a unit: c tile rows of one tile column, one per block
@@ -97,7 +101,9 @@ class ArgPacker:
     __slots__ = ("template", "pointer_slots", "scalar_slots", "_scalars")
 
     def __init__(self, built: BuiltKernel, plan: LaunchPlan, dtype: str = "", c_dtype: str | None = None):
-        values = {"M": plan.m, "N": plan.n, "K": plan.k, "lda": plan.a.ld, "ldb": plan.b.ld, "ldc": plan.ldc}
+        values = {"M": plan.m, "N": plan.n, "K": plan.k, "lda": plan.a.ld, "ldb": plan.b.ld, "ldc": plan.ldc,
+                  "batch_stride_a": plan.batch_strides[0], "batch_stride_b": plan.batch_strides[1],
+                  "batch_stride_c": plan.batch_strides[2]}
         template, pointers, scalars = [], [], []
         for i, (name, ptype) in enumerate(built.params):
             if name == "tmap_c" and not (plan.call_values.get("wide_c") and (c_dtype or dtype) == dtype):

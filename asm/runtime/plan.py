@@ -50,6 +50,8 @@ class LaunchPlan:
     itemsize: int
     call_values: dict  # trans_a, trans_b, vec_a, vec_b, ..., bias, activation (kernel_spec.CALL_VALUES)
     bias_ptr: int = 0  # the fused epilogue's bias vector (0: none)
+    batch: int = 1     # matrices in the batch (grid z of a batched kernel)
+    batch_strides: tuple = (0, 0, 0)   # elements between batches of kernel A, kernel B, C (0: shared)
 
     @property
     def layout(self) -> str:
@@ -127,10 +129,12 @@ def bias_layout(bias, m: int, n: int, c_dtype: str, ptr_of) -> int:
 
 
 def plan_launch(a, b, c, *, trans_a: bool, trans_b: bool, ptr_of=lambda x: x.data.ptr, bias=None,
-                activation: int = 0) -> LaunchPlan:
+                activation: int = 0, batch: int = 1, batch_strides: tuple = (0, 0, 0)) -> LaunchPlan:
     """Validate shapes and strides and build the launch. `c` must already exist (M x N).
     bias (optional): the fused epilogue's vector (bias_layout); activation: kernel_spec's code
-    (0 none). Both become call values, bias's after the operand swap."""
+    (0 none). Both become call values, bias's after the operand swap.
+    batch > 1: a batched kernel's launch; a, b, c are the first batch's matrices and batch_strides
+    the elements between the user's A, B and C batches (0: shared), swapped with the operands."""
     ra, ca, lda, ta = storage_of(a, "A")
     rb, cb, ldb, tb = storage_of(b, "B")
     eff_ta = bool(trans_a) != ta
@@ -147,6 +151,9 @@ def plan_launch(a, b, c, *, trans_a: bool, trans_b: bool, ptr_of=lambda x: x.dat
     if tc and bias_mode:
         # the kernel computes C^T: the user's columns are its rows and the other way round
         bias_mode = 3 - bias_mode
+    sa, sb, sc = (int(x) for x in batch_strides)
+    if tc:
+        sa, sb = sb, sa
     A = Operand(ptr_of(a), ra, ca, lda, eff_ta)
     B = Operand(ptr_of(b), rb, cb, ldb, eff_tb)
     if tc:
@@ -174,9 +181,10 @@ def plan_launch(a, b, c, *, trans_a: bool, trans_b: bool, ptr_of=lambda x: x.dat
         "wide_c": int(n % elems == 0 and ldc % elems == 0 and ptr_of(c) % VECTOR_BYTES == 0),
         "bias": bias_mode,
         "activation": int(activation),
+        "batched": int(batch > 1),
     }
     return LaunchPlan(A, B, ptr_of(c), m, n, k, ldc, tc, itemsize, values,
-                      ptr_of(bias) if bias is not None else 0)
+                      ptr_of(bias) if bias is not None else 0, int(batch), (sa, sb, sc))
 
 
 def call_values_for(m: int, n: int, k: int, layout: str, itemsize: int) -> dict[str, int]:

@@ -61,12 +61,28 @@ ARGUMENTS: dict[str, tuple[str, ...]] = {
     # TMA tensor maps of A and B (runtime/tensor_map.py): a CUtensorMap passed by value,
     # `.param .align 64 .b8 name[128]`; the spec's launch table names the box heights.
     "tmap_a": (".b8",), "tmap_b": (".b8",), "tmap_c": (".b8",),
+    # the fused epilogue's bias vector (gemm(bias=...)): a generic pointer, 0 when the call has none
+    "bias": (".u64", ".b64", ".s64"),
+    # batched kernels (call value "batched"): elements between the batches of the kernel's A, B and
+    # C (after the operand swap); 0 = one matrix shared by every batch
+    "batch_stride_a": (".u64", ".b64", ".s64"), "batch_stride_b": (".u64", ".b64", ".s64"),
+    "batch_stride_c": (".u64", ".b64", ".s64"),
 }
 # Arguments passed as a .param array: their element count.
 ARRAY_ARGUMENTS = {"tmap_a": 128, "tmap_b": 128, "tmap_c": 128}
 # -D parameters the runtime can derive from a call (runtime/plan.py computes them).
-CALL_VALUES = ("trans_a", "trans_b", "vec_a", "vec_b", "vec_c", "wide_c")
-# tiles: (ceil(N / tile_n), ceil(M / tile_m), 1), a block per tile of C.
+CALL_VALUES = ("trans_a", "trans_b", "vec_a", "vec_b", "vec_c", "wide_c",
+               # the fused epilogue (gemm(bias=, activation=)), after the operand swap:
+               # bias: 0 none, 1 one value per kernel column n, 2 one per kernel row m (BIAS_MODES);
+               # activation: 0 none, then ACTIVATIONS in order (1 relu, 2 gelu, 3 gelu_tanh, 4 silu)
+               "bias", "activation",
+               # batched: 1 when the launch runs a batch (grid z = batch, batch_stride_* arguments)
+               "batched")
+BIAS_MODES = {"none": 0, "column": 1, "row": 2}
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
+# tiles: (ceil(N / tile_n), ceil(M / tile_m), batch), a block per tile of C (batch: 1 unless the
+# kernel maps the call value "batched").
+_BATCH_STRIDES = ("batch_stride_a", "batch_stride_b", "batch_stride_c")
 # persistent: (min(units, SMs / cluster) * cluster, 1, 1): each cluster walks units (`cluster` tile
 # rows of one tile column) clusterid.x, + nclusterid.x, ... itself.
 GRIDS = ("tiles", "persistent")
@@ -149,6 +165,14 @@ class KernelSpec:
             return device_target
         if device_target + "a" in self.targets:
             return device_target + "a"
+        return None
+
+    def call_value_param(self, value: str) -> str | None:
+        """The -D parameter this kernel maps the call value `value` onto, or None (e.g. a kernel
+        without a fused epilogue has no parameter for "bias" or "activation")."""
+        for param, v in self.call_params:
+            if v == value:
+                return param
         return None
 
     def to_json(self) -> dict:
@@ -234,6 +258,13 @@ def _spec(path: Path, source: SourceFile, name: str, t) -> KernelSpec:
     for k, v in calls.items():
         if v not in CALL_VALUES:
             fail(f"call_params.{k}: '{v}' is not a call value (known: {', '.join(CALL_VALUES)})")
+    if "batched" in calls.values() and not set(_BATCH_STRIDES) <= set(abi):
+        fail("call_params: maps the call value 'batched' but abi lacks " +
+             ", ".join(f"'{x}'" for x in _BATCH_STRIDES if x not in abi))
+    if "batched" in calls.values() and la_grid(t) != "tiles":
+        fail("call_params: 'batched' needs launch.grid = \"tiles\" (the batch is the grid's z)")
+    if "bias" in calls.values() and "bias" not in abi:
+        fail("call_params: maps the call value 'bias' but abi has no 'bias' argument to pass the vector in")
     defines = t.get("defines", {})
     if not isinstance(defines, dict) or not all(isinstance(v, int) and not isinstance(v, bool)
                                                 for v in defines.values()):
@@ -266,6 +297,11 @@ def _spec(path: Path, source: SourceFile, name: str, t) -> KernelSpec:
     return KernelSpec(name, src, _str(t.get("entry", name), f"{where} entry"), str(t.get("summary", "")),
                       Dtypes(**d), tuple(targets), tuple(abi), tuple(calls.items()), float(limit), launch,
                       size_rules, path, tuple(defines.items()))
+
+
+def la_grid(t: dict) -> str:
+    la = t.get("launch")
+    return la.get("grid", "tiles") if isinstance(la, dict) else "tiles"
 
 
 def _size_rule(source: SourceFile, where: str, i: int, r) -> SizeRule:

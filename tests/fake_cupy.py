@@ -269,11 +269,27 @@ def interpreting_kernel(launches: list, dtype=np.float64) -> Callable[[str, str]
 
             def matrix(ptr, rows, cols, ld):
                 return view_of(int(ptr), (rows, cols), (int(ld) * item, item), dtype)
-            a = matrix(v["A"], *((k, m) if ta else (m, k)), v["lda"])
-            b = matrix(v["B"], *((n, k) if tb else (k, n)), v["ldb"])
-            c = matrix(v["C"], m, n, v["ldc"])
-            prod = (a.T if ta else a) @ (b.T if tb else b)
-            c[...] = float(v["alpha"]) * prod + (float(v["beta"]) * c if float(v["beta"]) != 0 else 0.0)
+            # a batched build (BATCHED=1) runs grid z batches, each pointer stepped by its batch stride
+            batches = int(grid[2]) if defines.get("BATCHED", "0") == "1" else 1
+            for z in range(batches):
+                def at(name):
+                    return int(v[name]) + z * int(v.get("batch_stride_" + name.lower(), 0)) * item
+                a = matrix(at("A"), *((k, m) if ta else (m, k)), v["lda"])
+                b = matrix(at("B"), *((n, k) if tb else (k, n)), v["ldb"])
+                c = matrix(at("C"), m, n, v["ldc"])
+                prod = (a.T if ta else a) @ (b.T if tb else b)
+                out = float(v["alpha"]) * prod + (float(v["beta"]) * c if float(v["beta"]) != 0 else 0.0)
+                # the fused epilogue (kernel_spec call values bias/activation as BIAS/ACT): bias per
+                # kernel column (1) or row (2), read at the packed pointer; PyTorch's activations
+                bias_mode, act = int(defines.get("BIAS", "0")), int(defines.get("ACT", "0"))
+                if bias_mode:
+                    assert int(v["bias"]) != 0, "BIAS set but the bias argument is 0"
+                    vec = view_of(int(v["bias"]), (n if bias_mode == 1 else m,), (item,), dtype)
+                    out = out + (vec.reshape(1, -1) if bias_mode == 1 else vec.reshape(-1, 1))
+                elif "bias" in v:
+                    assert int(v["bias"]) == 0, "a bias pointer without BIAS"
+                from epilogue_reference import BY_CODE
+                c[...] = BY_CODE[act](np.asarray(out, np.float64))
         return fn
     return function
 

@@ -1,4 +1,6 @@
-"""`asmgemm.gemm`: C = alpha * op(A) * op(B) + beta * C on GPU arrays, through the spec'd kernels.
+"""`asmgemm.gemm`: C = act(alpha * op(A) * op(B) + beta * C + bias) on GPU arrays, through the
+spec'd kernels (bias and act: the fused epilogue of kernels whose spec maps the call values
+"bias" and "activation", e.g. sgemm).
 
 The dtype picks the kernel: the first spec in kernels_ptx/kernels.toml (then $ASMGEMM_KERNEL_SPECS,
 then `asmgemm.kernel_spec.register`) whose A, B and C dtype it is and that supports the device;
@@ -30,7 +32,7 @@ from typing import NamedTuple
 from ..errors import AsmError
 from ..files import warn_cache
 from ..isa.arch import arch_for
-from ..kernel_spec import KernelSpec, get_spec, spec_for_dtype, specs_version
+from ..kernel_spec import ACTIVATIONS, KernelSpec, get_spec, spec_for_dtype, specs_version
 from . import build_cache
 from .build_cache import BuiltKernel, build_kernel
 from .gpu import device_facts, require_gpu
@@ -293,9 +295,9 @@ class _LaunchPlan:
         the function is still loaded (a rebuilt kernel or a reloaded module replaces them)."""
         return build_cache._memory.get(self.built.key) is self.built and _functions.get(self.fn_key) is self.fn
 
-    def launch(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha, beta, stream) -> None:
-        """The kernel on the kernel's A, B and C at these addresses."""
-        args = self.packer.pack(a_ptr, b_ptr, c_ptr, alpha, beta)
+    def launch(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha, beta, stream, bias_ptr: int = 0) -> None:
+        """The kernel on the kernel's A, B and C (and the epilogue's bias) at these addresses."""
+        args = self.packer.pack(a_ptr, b_ptr, c_ptr, alpha, beta, bias_ptr)
         if stream is None:
             self.fn(self.grid, self.block, args, shared_mem=self.smem)
         else:
@@ -336,9 +338,23 @@ def _options_key(params: dict | None, kernel: str | None):
     return (kernel, items, True)
 
 
+# gemm(activation=...) -> kernel_spec's "activation" call value (0: none)
+_ACTIVATION_CODES = {None: 0, **{name: i + 1 for i, name in enumerate(ACTIVATIONS)}}
+
+
+def _activation_code(activation) -> int:
+    try:
+        return _ACTIVATION_CODES[activation]
+    except (KeyError, TypeError):
+        raise AsmError(f"unknown activation {activation!r}: the fused epilogue has "
+                       f"{', '.join(repr(a) for a in ACTIVATIONS)} (or None)",
+                       hint="PyTorch's definitions: gelu is the exact erf form, gelu_tanh is approximate='tanh'") from None
+
+
 def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 0.0, trans_a: bool = False,
-         trans_b: bool = False, params: dict | None = None, kernel: str | None = None):
-    """C = alpha * op(A) * op(B) + beta * C on the GPU; returns C.
+         trans_b: bool = False, bias=None, activation: str | None = None, params: dict | None = None,
+         kernel: str | None = None):
+    """C = act(alpha * op(A) * op(B) + beta * C + bias) on the GPU; returns C.
 
     a, b: 2-D GPU arrays: CuPy arrays, PyTorch CUDA tensors, or any object with
     __cuda_array_interface__ or __dlpack__; never copied (except for TMA padding, below).
@@ -346,6 +362,17 @@ def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 0.0, trans_a: bool =
     leading dimension larger than the row) are accepted; the last or the first dimension must be
     contiguous. c: M x N output, updated in place (row- or column-major); None allocates a new
     row-major C (then beta must be 0). beta == 0 never reads C.
+    Batches: A and B may be 3-D (batch, rows, cols); a batch of 1 or a 2-D operand is shared by
+    every batch (torch.matmul's broadcast), trans_a/trans_b transpose the last two dimensions, and C
+    is (batch, M, N). A batched call that is one 2-D GEMM (B shared, A not transposed, A's and C's
+    batches contiguous row-major matrices one after the other: M' = batch * M) runs as that;
+    otherwise a kernel with a batched mode (sgemm) runs the batch as grid z with per-operand batch
+    strides (any layout of each batch, column-major C included), and other kernels raise AsmError.
+    bias, activation: the fused epilogue, computed in fp32 before C is stored (kernels whose spec
+    maps them, e.g. sgemm; others raise AsmError). bias: a GPU array of C's dtype (same library
+    as A and B), shape (N,) or (1, N) for one value per column of C (torch.nn.Linear's bias) or
+    (M, 1) for one per row, contiguous. activation: None, 'relu', 'gelu' (erf form), 'gelu_tanh'
+    (PyTorch's approximate='tanh') or 'silu', with PyTorch's definitions.
     The result follows the inputs: torch tensors in, a torch tensor out, launched on
     torch.cuda.current_stream() of their device; otherwise CuPy's current stream, and a new C is a
     CuPy array (a given C is returned as passed). Torch tensors and other arrays do not mix in one call.
@@ -358,50 +385,55 @@ def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 0.0, trans_a: bool =
     module docstring says when a plan is made again).
     Raises AsmError for unsupported dtypes, mismatched shapes, unsupported strides, or no GPU.
     """
+    act = _activation_code(activation)
     cupy = require_gpu("asmgemm.gemm")
     state = _state if cupy is _state[1] and specs_version() is _state[0] else _current_state(cupy)
     nd = cupy.ndarray
-    if type(a) is nd and type(b) is nd and (c is None or type(c) is nd):
-        return _gemm(cupy, state[2], a, b, c, alpha, beta, trans_a, trans_b, params, kernel)
+    if type(a) is nd and type(b) is nd and (c is None or type(c) is nd) and (bias is None or type(bias) is nd):
+        return _gemm(cupy, state[2], a, b, c, alpha, beta, trans_a, trans_b, params, kernel, bias, act)
     torch = sys.modules.get("torch")      # a torch tensor exists only once torch was imported
-    is_torch = [torch is not None and isinstance(x, torch.Tensor) for x in (a, b, c)]
+    names = ("A", "B", "C", "bias")
+    arrays = (a, b, c, bias)
+    is_torch = [torch is not None and isinstance(x, torch.Tensor) for x in arrays]
     if any(is_torch):
-        if not all(t for t, x in zip(is_torch, (a, b, c)) if x is not None):
-            kinds = [f"{n} is a {type(x).__module__}.{type(x).__name__}" for n, x in zip("ABC", (a, b, c))
+        if not all(t for t, x in zip(is_torch, arrays) if x is not None):
+            kinds = [f"{n} is a {type(x).__module__}.{type(x).__name__}" for n, x in zip(names, arrays)
                      if x is not None]
             raise AsmError("torch tensors cannot be mixed with other arrays in one call (" + ", ".join(kinds) + ")",
                            hint="pass all of them as torch tensors (torch.from_dlpack(x)) or all as CuPy arrays "
                                 "(cupy.from_dlpack(t))")
         if state[3] is None or state[3].torch is not torch:
             state[3] = _TorchArrays(cupy, torch)
-        return _gemm(cupy, state[3], a, b, c, alpha, beta, trans_a, trans_b, params, kernel)
-    views = [_as_cupy(cupy, x, name) if x is not None else None for name, x in zip("ABC", (a, b, c))]
-    out = _gemm(cupy, state[2], *views, alpha, beta, trans_a, trans_b, params, kernel)
+        return _gemm(cupy, state[3], a, b, c, alpha, beta, trans_a, trans_b, params, kernel, bias, act)
+    a, b, c_view, bias = [_as_cupy(cupy, x, name) if x is not None else None for name, x in zip(names, arrays)]
+    out = _gemm(cupy, state[2], a, b, c_view, alpha, beta, trans_a, trans_b, params, kernel, bias, act)
     return c if c is not None else out
 
 
-def _gemm(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, params, kernel):
+def _gemm(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, params, kernel, bias=None, act=0):
     """One call on arrays of one library (`arrays`: _CupyArrays or _TorchArrays): through the kept
     launch plan of its key, else planned afresh."""
     options = _options_key(params, kernel)
     key = None
     if options is not None:
-        # C: its own key, or (when gemm allocates it) whether beta == 0, the one case that runs
-        key = (arrays.key(a), arrays.key(b), arrays.key(c) if c is not None else beta == 0, trans_a, trans_b, options)
+        # C: its own key, or (when gemm allocates it) whether beta == 0, the one case that runs;
+        # the bias: its layout, dtype and alignment (arrays.key), and the activation
+        key = (arrays.key(a), arrays.key(b), arrays.key(c) if c is not None else beta == 0, trans_a, trans_b, options,
+               arrays.key(bias) if bias is not None else None, act)
         plan = _plans.get(key)
         if plan is not None and plan.current():
             if cupy.cuda.runtime.getDevice() == plan.device:
-                out = _launch_kept(arrays, plan, a, b, c, alpha, beta)
+                out = _launch_kept(arrays, plan, a, b, c, alpha, beta, bias)
             else:
                 with cupy.cuda.Device(plan.device):
-                    out = _launch_kept(arrays, plan, a, b, c, alpha, beta)
+                    out = _launch_kept(arrays, plan, a, b, c, alpha, beta, bias)
             if out is not None:
                 return out
             key = None          # a new C of another alignment than planned: plan this call alone
-    return _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, params, kernel, key)
+    return _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, params, kernel, key, bias, act)
 
 
-def _launch_kept(arrays, plan: _LaunchPlan, a, b, c, alpha, beta):
+def _launch_kept(arrays, plan: _LaunchPlan, a, b, c, alpha, beta, bias=None):
     """The launch through a kept plan, on the plan's device; None when gemm's own new C is not
     aligned as the plan assumed (allocators align far more, so this is a safeguard)."""
     if c is None:
@@ -411,48 +443,71 @@ def _launch_kept(arrays, plan: _LaunchPlan, a, b, c, alpha, beta):
     a_ptr, b_ptr = arrays.ptr(a), arrays.ptr(b)
     if plan.swapped:                # column-major C: the kernel's A is the user's B
         a_ptr, b_ptr = b_ptr, a_ptr
-    plan.launch(a_ptr, b_ptr, arrays.ptr(c), alpha, beta, arrays.stream(plan.device))
+    plan.launch(a_ptr, b_ptr, arrays.ptr(c), alpha, beta, arrays.stream(plan.device),
+                arrays.ptr(bias) if bias is not None else 0)
     return c
 
 
-def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, params, kernel, key):
+def _check_epilogue(spec: KernelSpec, bias, act: int) -> None:
+    """AsmError unless the kernel has the fused epilogue this call asks for."""
+    wants = [what for what, on in (("bias", bias is not None), ("activation", act != 0)) if on]
+    missing = [what for what in wants if spec.call_value_param(what) is None]
+    if missing:
+        raise AsmError(f"kernel '{spec.name}' has no fused epilogue for {' and '.join(missing)} (its spec maps no "
+                       f"parameter to the call value{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))})",
+                       hint="apply the bias/activation in a separate pass, or pick a kernel with a fused epilogue "
+                            "(sgemm for float32)")
+
+
+def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, params, kernel, key, bias=None, act=0):
     """The whole way: check the arrays, pick the spec, plan, build, load, launch; keep the launch
     plan under `key` (None: keep nothing)."""
     ma, mb = arrays.matrix(a, "A"), arrays.matrix(b, "B")
     mc = arrays.matrix(c, "C") if c is not None else None
-    mats = (ma, mb) + ((mc,) if mc is not None else ())
+    mbias = arrays.matrix(bias, "bias") if bias is not None else None
+    mats = (ma, mb) + ((mc,) if mc is not None else ()) + ((mbias,) if mbias is not None else ())
     if ma.dtype.name != mb.dtype.name:
         raise AsmError(f"A and B must share one dtype, got {ma.dtype.name} and {mb.dtype.name}")
     dtype = ma.dtype.name
     c_dtype = mc.dtype.name if mc is not None else None
-    if ma.ndim != 2 or mb.ndim != 2:
-        raise AsmError(f"A and B must be 2-D matrices, got shapes {ma.shape} and {mb.shape}")
+    batch, batched, m, n = _batch_shape(ma, mb, trans_a, trans_b)
     if len({x.device for x in mats}) != 1:
-        raise AsmError("A, B and C must be on the same GPU")
+        raise AsmError("A, B and C" + (" and the bias" if mbias is not None else "") + " must be on the same GPU")
     # spec lookup -> plan -> build -> launch
     facts = device_facts(ma.device)
     spec = _pick_spec(kernel, dtype, c_dtype, facts.target)
+    _check_epilogue(spec, bias, act)
     # a C gemm allocates: the kernel's C type when it differs from its A type (fp32 C of a 16-bit GEMM)
     new_c_dtype = spec.dtypes.c if spec.dtypes.c != spec.dtypes.a else None
     target = spec.build_target(facts.target)
     if target is None:
         raise AsmError(f"kernel '{spec.name}' is not built for {facts.target} ({facts.name}); "
                        f"its targets: {', '.join(spec.targets)}")
-    m = ma.shape[1] if trans_a else ma.shape[0]
-    n = mb.shape[0] if trans_b else mb.shape[1]
+    c_shape = (batch, m, n) if batched else (m, n)
     with cupy.cuda.Device(ma.device):
         if c is None:
             if beta != 0:
                 raise AsmError(f"beta = {beta} needs a C to scale; pass c= or beta=0")
-            c = arrays.empty(a, (m, n), new_c_dtype)
+            c = arrays.empty(a, c_shape, new_c_dtype)
             mc = arrays.matrix(c, "C")
-        plan = plan_launch(ma, mb, mc, trans_a=trans_a, trans_b=trans_b, ptr_of=_ptr_of)
+        kernel_batch, batch_strides = 1, (0, 0, 0)
+        if batched:
+            ma, mb, mc, kernel_batch, batch_strides = _fold_batch(spec, ma, mb, mc, batch, m, n, trans_a, mbias)
+            if _takes_tensor_maps(spec) and not all(addressable(x.ptr, x.shape[0], x.strides[0] // x.dtype.itemsize,
+                                                                x.dtype.itemsize) for x in (ma, mb)):
+                # (the TMA padding copies 2-D operands only)
+                raise AsmError(f"kernel '{spec.name}' reads A and B through TMA, which needs 16-byte aligned rows; "
+                               "a batched call gets no padded copies", hint="pass operands whose rows are 16-byte aligned")
+        plan = plan_launch(ma, mb, mc, trans_a=trans_a, trans_b=trans_b, ptr_of=_ptr_of, bias=mbias, activation=act,
+                           batch=kernel_batch, batch_strides=batch_strides)
         copies = ()
         if _takes_tensor_maps(spec):
-            plan, copies = _tma_ready(arrays, a, b, ma, mb, mc, plan, trans_a, trans_b)
+            plan, copies = _tma_ready(arrays, a, b, ma, mb, mc, plan, trans_a, trans_b, mbias, act)
         if plan.m == 0 or plan.n == 0:
             return c
-        if plan.k == 0:
+        if plan.k == 0 and mbias is None and act == 0:
+            # (with a fused epilogue the kernel runs: its K loop does nothing and the epilogue
+            # still applies beta, the bias and the activation)
             if beta == 0:
                 arrays.zero(c)
             else:
@@ -462,10 +517,10 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
         built = _build_for(spec, plan, params, tuned, facts, target)
         fn = _load(cupy, built, arch_for(target).limits.static_shared_per_block)
         kept = _LaunchPlan(built, fn, (built.key, cupy.cuda.Device().id), grid(spec, built, plan, facts.sm_count),
-                           ArgPacker(built, plan, spec.dtypes.a, spec.dtypes.c), plan.swapped, (m, n), mc.ptr & 15,
+                           ArgPacker(built, plan, spec.dtypes.a, spec.dtypes.c), plan.swapped, c_shape, mc.ptr & 15,
                            ma.device,
                            new_c_dtype)
-        kept.launch(plan.a.ptr, plan.b.ptr, plan.c_ptr, alpha, beta, arrays.stream(ma.device))
+        kept.launch(plan.a.ptr, plan.b.ptr, plan.c_ptr, alpha, beta, arrays.stream(ma.device), plan.bias_ptr)
     # A plan made on padded copies holds their pointers' layout, not the caller's: not kept.
     if key is not None and not copies:
         if len(_plans) >= MAX_PLANS:
@@ -474,12 +529,91 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
     return c
 
 
+# ---- batches (3-D operands) ---------------------------------------------------------------------
+def _batch_shape(ma: _Matrix, mb: _Matrix, trans_a: bool, trans_b: bool) -> tuple[int, bool, int, int]:
+    """(batch, batched, M, N) of a call: A and B are matrices or batches (batch, rows, cols) of
+    them; a batch of 1 or a 2-D operand is shared by every batch (torch.matmul's broadcast of one
+    batch dimension); batched: whether C has the batch dimension (some operand is 3-D)."""
+    if ma.ndim not in (2, 3) or mb.ndim not in (2, 3):
+        raise AsmError(f"A and B must be 2-D matrices or 3-D batches (batch, rows, cols), got shapes {ma.shape} "
+                       f"and {mb.shape}")
+    ba = ma.shape[0] if ma.ndim == 3 else 1
+    bb = mb.shape[0] if mb.ndim == 3 else 1
+    if ba != bb and 1 not in (ba, bb):
+        raise AsmError(f"batch sizes differ: A has {ba} matrices, B has {bb} (one of them may be 1, or 2-D, to be "
+                       "shared by every batch)")
+    rows_a, cols_a = ma.shape[-2:]
+    rows_b, cols_b = mb.shape[-2:]
+    return max(ba, bb), ma.ndim == 3 or mb.ndim == 3, (cols_a if trans_a else rows_a), (rows_b if trans_b else cols_b)
+
+
+def _fold_batch(spec: KernelSpec, ma: _Matrix, mb: _Matrix, mc: _Matrix, batch: int, m: int, n: int, trans_a: bool,
+                mbias: _Matrix | None) -> tuple[_Matrix, _Matrix, _Matrix, int, tuple]:
+    """(A, B, C, kernel batch, batch strides) for a batched call. One 2-D GEMM where it is one,
+    with no kernel change: the batches' matrices without the batch dimension when there is one
+    batch; when B is shared and A's batches stack as rows (not transposed, rows contiguous, batch
+    stride = M rows) and C's do too, C' = A' B with M' = batch * M. Otherwise a batched kernel
+    (its spec maps the call value "batched"): the first batch's matrices, the batch, and the
+    elements between batches of A, B and C (0: shared). No batched kernel: AsmError naming it."""
+    if tuple(mc.shape) != (batch, m, n):
+        raise AsmError(f"C has shape {tuple(mc.shape)}, expected ({batch}, {m}, {n}) = the batch of op(A) x op(B)")
+
+    def matrix(x: _Matrix) -> _Matrix:            # one batch (or a 2-D operand): the matrix itself
+        return x._replace(shape=tuple(x.shape[-2:]), strides=tuple(x.strides[-2:])) if x.ndim == 3 else x
+    ba = ma.shape[0] if ma.ndim == 3 else 1
+    bb = mb.shape[0] if mb.ndim == 3 else 1
+    if batch <= 1 or (ba == 1 and bb == 1):
+        return matrix(ma), matrix(mb), matrix(mc), 1, (0, 0, 0)
+
+    def stacked_rows(x: _Matrix):
+        """The row stride of x's batches read as one (batch * rows) x cols row-major matrix, or None."""
+        _, rows, cols = x.shape
+        s_batch, s_row, s_col = x.strides
+        if cols > 1 and s_col != x.dtype.itemsize:
+            return None
+        if rows == 1:
+            return s_batch
+        return s_row if s_batch == rows * s_row else None
+    why = None
+    if bb != 1:
+        why = "B has a matrix per batch"
+    elif ba == 1:
+        why = "A is shared but C is not"
+    elif trans_a:
+        why = "A is transposed, so its batches do not stack as rows"
+    elif stacked_rows(ma) is None:
+        why = "A's batches are not contiguous row-major matrices one after the other (batch stride = M rows)"
+    elif stacked_rows(mc) is None:
+        why = "C's batches are not contiguous row-major matrices one after the other (batch stride = M rows)"
+    elif mbias is not None and tuple(mbias.shape) == (m, 1) and m > 1:
+        why = "a per-row bias would have to repeat in every batch"
+    if why is None:
+        rows = batch * m
+        return (ma._replace(shape=(rows, ma.shape[2]), strides=(stacked_rows(ma), ma.strides[2])), matrix(mb),
+                mc._replace(shape=(rows, n), strides=(stacked_rows(mc), mc.strides[2])), 1, (0, 0, 0))
+    if spec.call_value_param("batched") is None:
+        raise AsmError(f"kernel '{spec.name}' has no batched mode, and this batched call is not one 2-D GEMM: {why}",
+                       hint="share a 2-D B between contiguous row-major batches of A and C (one GEMM with batch*M "
+                            "rows), or call gemm once per batch")
+
+    def stride(x: _Matrix, name: str) -> int:
+        """Elements from one batch of x to the next; 0 for a matrix every batch shares."""
+        if x.ndim != 3 or x.shape[0] == 1:
+            return 0
+        s, item = x.strides[0], x.dtype.itemsize
+        if s % item or s < 0 or (s == 0 and name == "C"):
+            raise AsmError(f"{name}: a batch stride of {s} bytes is not supported (a non-negative whole number of "
+                           f"{item}-byte elements{', and not 0 for C' if name == 'C' else ''})")
+        return s // item
+    return matrix(ma), matrix(mb), matrix(mc), batch, (stride(ma, "A"), stride(mb, "B"), stride(mc, "C"))
+
+
 def _takes_tensor_maps(spec: KernelSpec) -> bool:
     return "tmap_a" in spec.abi or "tmap_b" in spec.abi
 
 
 def _tma_ready(arrays, a, b, ma: _Matrix, mb: _Matrix, mc: _Matrix, plan: LaunchPlan, trans_a: bool,
-               trans_b: bool) -> tuple[LaunchPlan, tuple]:
+               trans_b: bool, mbias: _Matrix | None = None, act: int = 0) -> tuple[LaunchPlan, tuple]:
     """(plan, copies) with every operand TMA can read: one whose base or row stride is not a
     multiple of 16 bytes is copied into row-major storage with a padded leading dimension (the
     copy costs one pass over that operand; the alternative is TMA's refusal). `copies` keeps the
@@ -499,4 +633,5 @@ def _tma_ready(arrays, a, b, ma: _Matrix, mb: _Matrix, mc: _Matrix, plan: Launch
         b = arrays.padded_copy(b, elems)
         mb = arrays.matrix(b, "B")
         copies.append(b)
-    return plan_launch(ma, mb, mc, trans_a=trans_a, trans_b=trans_b, ptr_of=_ptr_of), tuple(copies)
+    return (plan_launch(ma, mb, mc, trans_a=trans_a, trans_b=trans_b, ptr_of=_ptr_of, bias=mbias, activation=act),
+            tuple(copies))

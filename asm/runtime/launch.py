@@ -22,6 +22,7 @@ from .build_cache import BuiltKernel
 from .plan import LaunchPlan
 
 MAX_GRID_Y = 65535
+MAX_GRID_Z = 65535
 _SCALAR = {".u64": np.uint64, ".b64": np.uint64, ".s64": np.int64, ".u32": np.uint32, ".b32": np.uint32,
            ".s32": np.int32, ".f32": np.float32, ".f64": np.float64}
 
@@ -71,7 +72,10 @@ def grid(spec: KernelSpec, built: BuiltKernel, plan: LaunchPlan, sm_count: int =
     if spec.launch.grid == "tiles":
         if gy > MAX_GRID_Y:
             raise AsmError(f"M = {plan.m} needs {gy} block rows, more than the grid allows ({MAX_GRID_Y})")
-        return gx, gy, 1
+        if plan.batch > MAX_GRID_Z:
+            raise AsmError(f"a batch of {plan.batch} matrices needs {plan.batch} grid layers, more than the grid "
+                           f"allows ({MAX_GRID_Z})", hint=f"split the batch into calls of at most {MAX_GRID_Z}")
+        return gx, gy, plan.batch
     if spec.launch.grid == "persistent":
         c = built.cluster
         units = gx * -(-gy // c)              # a unit: c tile rows of one tile column, one per block
@@ -83,7 +87,7 @@ def grid(spec: KernelSpec, built: BuiltKernel, plan: LaunchPlan, sm_count: int =
 
 # Per-call values of a launch: the pointers (kernel A, kernel B, C: after the operand swap) and the
 # scalars. Everything else in the argument tuple is fixed by the plan.
-_CALL_SLOTS = {"A": 0, "B": 1, "C": 2, "alpha": 3, "beta": 4, "tmap_a": 0, "tmap_b": 1, "tmap_c": 2}
+_CALL_SLOTS = {"A": 0, "B": 1, "C": 2, "alpha": 3, "beta": 4, "tmap_a": 0, "tmap_b": 1, "tmap_c": 2, "bias": 3}
 # A tensor-map argument the kernel does not read in this launch (tmap_c without 16-byte rows of C)
 _NO_MAP = np.zeros((), dtype="V128")
 
@@ -97,7 +101,9 @@ class ArgPacker:
     __slots__ = ("template", "pointer_slots", "scalar_slots", "_scalars")
 
     def __init__(self, built: BuiltKernel, plan: LaunchPlan, dtype: str = "", c_dtype: str | None = None):
-        values = {"M": plan.m, "N": plan.n, "K": plan.k, "lda": plan.a.ld, "ldb": plan.b.ld, "ldc": plan.ldc}
+        values = {"M": plan.m, "N": plan.n, "K": plan.k, "lda": plan.a.ld, "ldb": plan.b.ld, "ldc": plan.ldc,
+                  "batch_stride_a": plan.batch_strides[0], "batch_stride_b": plan.batch_strides[1],
+                  "batch_stride_c": plan.batch_strides[2]}
         template, pointers, scalars = [], [], []
         for i, (name, ptype) in enumerate(built.params):
             if name == "tmap_c" and not (plan.call_values.get("wide_c") and (c_dtype or dtype) == dtype):
@@ -119,11 +125,12 @@ class ArgPacker:
         self.scalar_slots = tuple(scalars)
         self._scalars = (None, None, ())      # (alpha, beta, ((position, converted), ...)) of the last call
 
-    def pack(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha: float, beta: float) -> tuple:
+    def pack(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha: float, beta: float, bias_ptr: int = 0) -> tuple:
         """The arguments for kernel operands at these addresses (same shapes, strides and 16-byte
-        alignment as the plan's: the caller's cache key guarantees it)."""
+        alignment as the plan's: the caller's cache key guarantees it); bias_ptr: the fused
+        epilogue's vector, 0 without one."""
         out = list(self.template)
-        ptrs = (a_ptr, b_ptr, c_ptr)
+        ptrs = (a_ptr, b_ptr, c_ptr, bias_ptr)
         for i, which, convert in self.pointer_slots:
             out[i] = convert(ptrs[which])
         memo = self._scalars            # one read and one write: threads sharing a plan never mix two calls
@@ -139,7 +146,7 @@ def pack_args(built: BuiltKernel, plan: LaunchPlan, alpha: float, beta: float, d
               c_dtype: str | None = None) -> tuple:
     """The kernel's arguments in .param order, each as the numpy scalar of its PTX type (a tensor
     map: the 128-byte value runtime/tensor_map.py encodes)."""
-    return ArgPacker(built, plan, dtype, c_dtype).pack(plan.a.ptr, plan.b.ptr, plan.c_ptr, alpha, beta)
+    return ArgPacker(built, plan, dtype, c_dtype).pack(plan.a.ptr, plan.b.ptr, plan.c_ptr, alpha, beta, plan.bias_ptr)
 
 
 def _tensor_map_of(built: BuiltKernel, plan: LaunchPlan, name: str, dtype: str):

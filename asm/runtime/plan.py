@@ -48,7 +48,10 @@ class LaunchPlan:
     ldc: int
     swapped: bool      # column-major C: kernel A/B are the user's B/A
     itemsize: int
-    call_values: dict  # trans_a, trans_b, vec_a, vec_b (kernel_spec.CALL_VALUES) -> 0/1
+    call_values: dict  # trans_a, trans_b, vec_a, vec_b, ..., bias, activation (kernel_spec.CALL_VALUES)
+    bias_ptr: int = 0  # the fused epilogue's bias vector (0: none)
+    batch: int = 1     # matrices in the batch (grid z of a batched kernel)
+    batch_strides: tuple = (0, 0, 0)   # elements between batches of kernel A, kernel B, C (0: shared)
 
     @property
     def layout(self) -> str:
@@ -97,8 +100,41 @@ def _aligned(ptr: int, ld: int, elems: int) -> bool:
     return ptr % VECTOR_BYTES == 0 and ld % elems == 0
 
 
-def plan_launch(a, b, c, *, trans_a: bool, trans_b: bool, ptr_of=lambda x: x.data.ptr) -> LaunchPlan:
-    """Validate shapes and strides and build the launch. `c` must already exist (M x N)."""
+def bias_layout(bias, m: int, n: int, c_dtype: str, ptr_of) -> int:
+    """How the fused epilogue's bias vector lines up with the user's M x N C: BIAS_MODES["column"]
+    (shape (N,) or (1, N): one value per column, broadcast over the rows, as torch.nn.Linear) or
+    BIAS_MODES["row"] (shape (M, 1): one per row). Its elements must be contiguous and of C's dtype."""
+    from ..kernel_spec import BIAS_MODES
+    shape = tuple(int(x) for x in bias.shape)
+    dtype = getattr(bias.dtype, "name", str(bias.dtype))
+    item = int(bias.dtype.itemsize)
+    if dtype != c_dtype:
+        raise AsmError(f"bias has dtype {dtype}; the epilogue adds it in C's dtype {c_dtype}",
+                       hint=f"pass bias.astype('{c_dtype}') (torch: bias.to(C's dtype))")
+    if shape in ((n,), (1, n)):
+        mode, count, step = BIAS_MODES["column"], n, bias.strides[-1]
+    elif shape == (m, 1):
+        mode, count, step = BIAS_MODES["row"], m, bias.strides[0]
+    else:
+        raise AsmError(f"bias has shape {shape}; C is {m} x {n}, so bias must be ({n},) or (1, {n}) (one value "
+                       f"per column) or ({m}, 1) (one value per row)",
+                       hint="reshape it, e.g. bias.reshape(1, -1) for columns or bias.reshape(-1, 1) for rows")
+    if count > 1 and step != item:
+        raise AsmError(f"bias: its {count} values are not contiguous (stride {step} bytes, elements of {item})",
+                       hint="pass a contiguous copy (cupy.ascontiguousarray(bias), or bias.contiguous())")
+    if ptr_of(bias) % item:
+        raise AsmError(f"bias: address 0x{ptr_of(bias):x} is not aligned to its {item}-byte elements",
+                       hint="pass a fresh copy (allocators align every array)")
+    return mode
+
+
+def plan_launch(a, b, c, *, trans_a: bool, trans_b: bool, ptr_of=lambda x: x.data.ptr, bias=None,
+                activation: int = 0, batch: int = 1, batch_strides: tuple = (0, 0, 0)) -> LaunchPlan:
+    """Validate shapes and strides and build the launch. `c` must already exist (M x N).
+    bias (optional): the fused epilogue's vector (bias_layout); activation: kernel_spec's code
+    (0 none). Both become call values, bias's after the operand swap.
+    batch > 1: a batched kernel's launch; a, b, c are the first batch's matrices and batch_strides
+    the elements between the user's A, B and C batches (0: shared), swapped with the operands."""
     ra, ca, lda, ta = storage_of(a, "A")
     rb, cb, ldb, tb = storage_of(b, "B")
     eff_ta = bool(trans_a) != ta
@@ -111,6 +147,13 @@ def plan_launch(a, b, c, *, trans_a: bool, trans_b: bool, ptr_of=lambda x: x.dat
     if tuple(c.shape) != (m, n):
         raise AsmError(f"C has shape {tuple(c.shape)}, expected ({m}, {n}) = op(A) x op(B)")
     rc, cc, ldc, tc = storage_of(c, "C")
+    bias_mode = bias_layout(bias, m, n, getattr(c.dtype, "name", str(c.dtype)), ptr_of) if bias is not None else 0
+    if tc and bias_mode:
+        # the kernel computes C^T: the user's columns are its rows and the other way round
+        bias_mode = 3 - bias_mode
+    sa, sb, sc = (int(x) for x in batch_strides)
+    if tc:
+        sa, sb = sb, sa
     A = Operand(ptr_of(a), ra, ca, lda, eff_ta)
     B = Operand(ptr_of(b), rb, cb, ldb, eff_tb)
     if tc:
@@ -136,8 +179,12 @@ def plan_launch(a, b, c, *, trans_a: bool, trans_b: bool, ptr_of=lambda x: x.dat
         "vec_c": int(n % 2 == 0 and ldc % 2 == 0 and ptr_of(c) % (2 * itemsize) == 0),
         # C written in 16-byte pieces: every row of C a whole number of them, all aligned
         "wide_c": int(n % elems == 0 and ldc % elems == 0 and ptr_of(c) % VECTOR_BYTES == 0),
+        "bias": bias_mode,
+        "activation": int(activation),
+        "batched": int(batch > 1),
     }
-    return LaunchPlan(A, B, ptr_of(c), m, n, k, ldc, tc, itemsize, values)
+    return LaunchPlan(A, B, ptr_of(c), m, n, k, ldc, tc, itemsize, values,
+                      ptr_of(bias) if bias is not None else 0, int(batch), (sa, sb, sc))
 
 
 def call_values_for(m: int, n: int, k: int, layout: str, itemsize: int) -> dict[str, int]:

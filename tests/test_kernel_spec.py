@@ -35,7 +35,7 @@ def test_the_shipped_sgemm_spec():
     s = get_spec("sgemm")
     assert s.source.name == "sgemm.sasm" and s.source.is_file() and s.entry == "sgemm"
     assert (s.dtypes.a, s.dtypes.acc, s.dtypes.c) == ("float32", "float32", "float32")
-    assert s.abi == ("A", "B", "C", "M", "N", "K", "lda", "ldb", "ldc", "alpha", "beta")
+    assert s.abi == ("A", "B", "C", "M", "N", "K", "lda", "ldb", "ldc", "alpha", "beta", "k_chunk", "split_stride")
     assert dict(s.call_params) == {"TRANS_A": "trans_a", "TRANS_B": "trans_b", "VEC_A": "vec_a", "VEC_B": "vec_b"}
     assert s.rel_err_limit == 1e-4 and s.build_target("sm_90") == "sm_90"
     assert get_spec("sgemm.sasm") is s

@@ -318,3 +318,19 @@ def test_torch_tensors_get_a_torch_workspace(fake, monkeypatch):
     out = asmgemm.gemm(torch.from_numpy(np.asarray(a)), torch.from_numpy(np.asarray(b)))
     np.testing.assert_allclose(out.numpy(), _ref(a, b, None, 1.0, 0.0, False, False), rtol=1e-4, atol=1e-3)
     assert ((4, 16, 128), torch.float32) in made                           # S x M x N fp32 from torch
+
+
+# ---- asmgemm bench names the untuned split --------------------------------------------------------
+from test_bench_fakegpu import fake_gpu  # noqa: E402,F401  (the fixture: NumPy as CuPy, a Python kernel)
+
+
+def test_bench_shows_the_split_the_rule_chose(fake_gpu, run_cli, tmp_path):
+    import json
+    out = tmp_path / "bench.json"
+    code, stdout, err = run_cli("bench", "sgemm", "--shapes", "16x256x2000,128x128x128", "--reps", "2",
+                                "--defaults", "--json", str(out))
+    assert code == 0, err
+    rows = {r["k"]: r for r in json.loads(out.read_text())["rows"]}
+    assert rows[2000]["params_source"] == "defaults" and rows[2000]["params"] == {"SPLIT_K": 7}
+    assert rows[128]["params"] is None                          # K = 128: no split
+    assert "defaults: SPLIT_K=7" in stdout

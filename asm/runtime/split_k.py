@@ -97,14 +97,26 @@ def choose_split(spec: KernelSpec, plan: LaunchPlan, params: dict | None, tuned:
     elif tuned:
         requested = _requested(tuned.get(sk.switch, 1), sk.switch, "tuning-cache entry:")
     else:
-        requested = sk.splits(plan.m, plan.n, plan.k, sm_count)
-        requested = max(1, min(requested, MAX_SPLITS))     # a rule's value is data: kept in range
+        requested = _rule_request(spec, plan.m, plan.n, plan.k, sm_count)
     if requested > 1 and not plain:
         if params is not None and params.get(sk.switch, 1) not in (1, "1"):
             raise AsmError(f"params: {sk.switch}={params[sk.switch]!r}: split-K runs only for a plain 2-D GEMM "
                            "(no fused epilogue, no batch)")
         return None
     return split_for(plan.k, requested)
+
+
+def _rule_request(spec: KernelSpec, m: int, n: int, k: int, sm_count: int) -> int:
+    """The spec's split rules for the kernel's M, N, K; a rule's value is data, kept in range."""
+    return max(1, min(spec.split_k.splits(m, n, k, sm_count), MAX_SPLITS))
+
+
+def untuned_split(spec: KernelSpec, m: int, n: int, k: int, sm_count: int) -> Split | None:
+    """What gemm() without params= or a tuning entry runs for the kernel's M x N x K (a reporting
+    aid: `asmgemm bench` shows it next to 'defaults')."""
+    if spec.split_k is None:
+        return None
+    return split_for(k, _rule_request(spec, m, n, k, sm_count))
 
 
 def switch_define(spec: KernelSpec, split: Split | None) -> dict:

@@ -183,8 +183,9 @@ def private_cache(monkeypatch, tmp_path):
 @needs_ptxas
 @pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
 @pytest.mark.parametrize("variant", [{"THREADS": 64, "BK": 16, "ASYNC": 1}, {"THREADS": 64, "BK": 16}, {},
-                                     {"RQ": 4, "BK": 16, "LOAD_AHEAD": 1, "LDG_NC": 0}],
-                         ids=["t64-async", "t64", "default", "rq4-la"])
+                                     {"RQ": 4, "BK": 16, "LOAD_AHEAD": 1, "LDG_NC": 0},
+                                     {"RQ": 4, "BK": 8, "LOAD_AHEAD": 1, "LDG_NC": 0}],
+                         ids=["t64-async", "t64", "default", "rq4-bk16-la", "rq4-bk8-la"])     # every size rule's kernel
 def test_split_k_builds_have_no_spills(variant, layout):
     from asmgemm.pipeline import BuildOptions, assemble, build_file
     defines = {**variant, "SPLIT_K": 1, "TRANS_A": int(layout[0] == "t"), "TRANS_B": int(layout[1] == "t")}

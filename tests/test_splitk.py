@@ -70,8 +70,10 @@ def test_params_and_the_tuning_cache_decide_before_the_rule():
     assert split_k.choose_split(SGEMM, p, {"SPLIT_K": "3"}, None, 132).splits == 3     # bench -D passes strings
     assert split_k.choose_split(SGEMM, p, {"SPLIT_K": 1}, None, 132) is None
     assert split_k.choose_split(SGEMM, p, {"BK": 16}, None, 132) is None     # params without it: off
-    assert split_k.choose_split(SGEMM, p, None, {"BK": 16}, 132) is None     # a tuned entry runs as measured
+    # a tuned entry of tile parameters keeps the rule's split; one naming SPLIT_K decides it
+    assert split_k.choose_split(SGEMM, p, None, {"BK": 16}, 132) == split_k.choose_split(SGEMM, p, None, None, 132)
     assert split_k.choose_split(SGEMM, p, None, {"BK": 16, "SPLIT_K": 2}, 132).splits == 2
+    assert split_k.choose_split(SGEMM, p, None, {"BK": 16, "SPLIT_K": 1}, 132) is None
     assert split_k.choose_split(SGEMM, p, None, None, 132, plain=False) is None
     # a large problem split on request (what bench -D SPLIT_K=... measures)
     assert split_k.choose_split(SGEMM, _plan(4096, 4096, 4096), {"SPLIT_K": 2}, None, 132).splits == 2
@@ -335,3 +337,15 @@ def test_bench_shows_the_split_the_rule_chose(fake_gpu, run_cli, tmp_path):
     assert rows[2000]["params_source"] == "defaults" and rows[2000]["params"] == {"SPLIT_K": 7}
     assert rows[128]["params"] is None                          # K = 128: no split
     assert "defaults: SPLIT_K=7" in stdout
+
+
+def test_bench_shows_a_tuned_entry_with_the_split_it_keeps(fake_gpu, monkeypatch):
+    from asmgemm.bench import runner
+    from asmgemm.bench.shapes import Shape
+    from asmgemm.runtime import tune_cache
+    monkeypatch.setattr(tune_cache, "lookup_tuned", lambda *a: {"THREADS": 64, "BK": 16})
+    assert runner.resolve_params(SGEMM, "Fake GPU 80GB", "nn", Shape(16, 256, 2000), {}, False) == \
+        (None, "tuned", {"THREADS": 64, "BK": 16, "SPLIT_K": 7})
+    monkeypatch.setattr(tune_cache, "lookup_tuned", lambda *a: {"THREADS": 64, "SPLIT_K": 1})
+    assert runner.resolve_params(SGEMM, "Fake GPU 80GB", "nn", Shape(16, 256, 2000), {}, False)[2] == \
+        {"THREADS": 64, "SPLIT_K": 1}

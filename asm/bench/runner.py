@@ -151,7 +151,11 @@ def resolve_params(kernel: KernelSpec, gpu: str, layout: str, shape: Shape, defi
         return None, "defaults", _untuned_split_shown(kernel, shape)
     from ..runtime.tune_cache import lookup_tuned
     tuned = lookup_tuned(gpu, kernel.name, layout, shape.m, shape.n, shape.k)
-    return (None, "tuned", tuned) if tuned else (None, "defaults", _untuned_split_shown(kernel, shape))
+    if tuned:
+        # a tuned entry of tile parameters keeps the rule's split (runtime/split_k.py): show it too
+        keeps_rule = kernel.split_k is not None and kernel.split_k.switch not in tuned
+        return None, "tuned", {**tuned, **((keeps_rule and _untuned_split_shown(kernel, shape)) or {})}
+    return None, "defaults", _untuned_split_shown(kernel, shape)
 
 
 def _untuned_split_shown(kernel: KernelSpec, shape: Shape) -> dict | None:

@@ -16,6 +16,8 @@ A kept launch plan is used only while what it was made from is still current:
   * its BuiltKernel is still what the build cache holds (build_cache.clear_memory_cache() after a
     kernel edit: the next call builds again) and its loaded function is still loaded.
 Calls that copy operands first (TMA padding) or launch nothing (M, N or K zero) are not kept.
+A split-K launch plan (runtime/split_k.py) keeps both kernels, the partial pass and the reduce;
+only its workspace is allocated per call.
 
 Arrays: CuPy arrays; PyTorch CUDA tensors (launched on torch's current stream, results as
 tensors, no copies); any other object with __cuda_array_interface__ or __dlpack__ (viewed as a
@@ -359,6 +361,10 @@ def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 0.0, trans_a: bool =
     torch.cuda.current_stream() of their device; otherwise CuPy's current stream, and a new C is a
     CuPy array (a given C is returned as passed). Torch tensors and other arrays do not mix in one call.
     params: -D overrides for the kernel (e.g. {'BK': 16, 'THREADS': 64}), bypassing tuned choices.
+    For a kernel with split-K (sgemm), params['SPLIT_K'] is the number of K splits S (1: off; absent
+    with params given: off); without params= small M x N with deep K is split by the spec's rule
+    (runtime/split_k.py: an fp32 workspace of S x M x N from the arrays' allocator, then a
+    deterministic reduce into C).
     kernel: a kernel spec's name (`asmgemm kernels`; default: chosen by dtype). bfloat16 kernels
     take torch bfloat16 tensors, or CuPy uint16/int16 arrays holding bfloat16 bit patterns.
     Operands TMA cannot read in place (Hopper kernels: rows not 16-byte aligned) are copied into

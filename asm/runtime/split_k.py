@@ -17,10 +17,13 @@ column-major C), so the reduce only ever sees a row-major C.
 Choosing S (`choose_split`), the pseudo-parameter being the spec's switch name ('SPLIT_K'):
   * params= given: params['SPLIT_K'] is S (absent or 1: off). The tuner's trials and bench's -D
     sets pass params, so they run unsplit unless they ask for it.
-  * a tuning-cache entry: it runs as measured, unsplit (unless the entry names SPLIT_K): the
-    tuner timed its winner without a split, and splitting would change what was measured.
-  * otherwise the spec's split rules (kernels.toml), evaluated on the kernel's M, N, K and the SM
-    count.
+  * a tuning-cache entry that names SPLIT_K: that S (1: off).
+  * otherwise (no params=, or a tuning-cache entry of tile parameters only) the spec's split rules
+    (kernels.toml), evaluated on the kernel's M, N, K and the SM count. `asmgemm tune` does not
+    search S: it times its candidates unsplit (they run with params=) and stores tile parameters,
+    so the split stays the rule's on a tuned shape. Dropping it there would make a decode shape
+    several times slower after tuning (the split is worth 3-4x there, the tile choice far less);
+    the price is that the tuned tile then runs split without having been timed split.
   Then k_chunk = S's share of K rounded up to a multiple of CHUNK_MULTIPLE, and S = ceil(K /
   k_chunk): a split never starts past K (no empty split, no block without work), so S may come out
   smaller than asked. S = 1 is no split: one ordinary launch.
@@ -94,8 +97,8 @@ def choose_split(spec: KernelSpec, plan: LaunchPlan, params: dict | None, tuned:
         return None
     if params is not None:
         requested = _requested(params.get(sk.switch, 1), sk.switch, "params:")
-    elif tuned:
-        requested = _requested(tuned.get(sk.switch, 1), sk.switch, "tuning-cache entry:")
+    elif tuned and sk.switch in tuned:
+        requested = _requested(tuned[sk.switch], sk.switch, "tuning-cache entry:")
     else:
         requested = _rule_request(spec, plan.m, plan.n, plan.k, sm_count)
     if requested > 1 and not plain:
@@ -112,8 +115,8 @@ def _rule_request(spec: KernelSpec, m: int, n: int, k: int, sm_count: int) -> in
 
 
 def untuned_split(spec: KernelSpec, m: int, n: int, k: int, sm_count: int) -> Split | None:
-    """What gemm() without params= or a tuning entry runs for the kernel's M x N x K (a reporting
-    aid: `asmgemm bench` shows it next to 'defaults')."""
+    """What gemm() without params= (and without a tuning entry naming the split) runs for the
+    kernel's M x N x K (a reporting aid: `asmgemm bench` shows it next to 'defaults' or 'tuned')."""
     if spec.split_k is None:
         return None
     return split_for(k, _rule_request(spec, m, n, k, sm_count))

@@ -349,3 +349,29 @@ def test_bench_shows_a_tuned_entry_with_the_split_it_keeps(fake_gpu, monkeypatch
     monkeypatch.setattr(tune_cache, "lookup_tuned", lambda *a: {"THREADS": 64, "SPLIT_K": 1})
     assert runner.resolve_params(SGEMM, "Fake GPU 80GB", "nn", Shape(16, 256, 2000), {}, False)[2] == \
         {"THREADS": 64, "SPLIT_K": 1}
+
+
+@pytest.mark.toolchain
+@needs_ptxas
+def test_tune_times_its_candidates_with_the_split_asked(fake_gpu, run_cli):
+    """`asmgemm tune -D SPLIT_K=4`: candidates built with the switch on, trials run with S = 4,
+    and the stored entry names the split (so gemm() runs it)."""
+    import json
+    from test_bench_fakegpu import gemm_cost
+    seen = []
+
+    def kernel(a, b, c, ta, tb, params):
+        seen.append(params)
+        gemm_cost(a, b, c, ta, tb, 1.0 if params and params.get("BK") == 16 else 3.0)
+    fake_gpu(kernel)
+    code, out, err = run_cli("tune", "sgemm", "--shape", "16,256,2000", "--reps", "2", "-j", "2", "--json",
+                             "-D", "SPLIT_K=4", "-D", "THREADS=64", "-D", "RQ=2", "-D", "PREFETCH=0",
+                             "-D", "LOAD_AHEAD=0")
+    assert code == 0, err
+    rep = json.loads(out)
+    assert rep["build_defines"]["SPLIT_K"] == "1" and rep["survivors"] == 4
+    assert all(p["SPLIT_K"] == "4" for p in seen if p is not None)
+    from asmgemm.runtime.tune_cache import lookup_tuned
+    assert lookup_tuned("Fake GPU 80GB", "sgemm", "nn", 16, 256, 2000)["SPLIT_K"] == "4"
+    code, _, err = run_cli("tune", "sgemm", "--shape", "16,256,2000", "--dry-run", "-D", "SPLIT_K=0")
+    assert code == 1 and "number of K splits" in err and "Traceback" not in err

@@ -76,7 +76,7 @@ def split_for(k: int, requested: int) -> Split | None:
     return Split(splits, chunk) if splits > 1 else None
 
 
-def _requested(value, switch: str, where: str) -> int:
+def requested_splits(value, switch: str, where: str) -> int:
     """A requested number of splits from params= or a tuning-cache entry (an int, or the digits
     bench's -D passes)."""
     try:
@@ -96,9 +96,9 @@ def choose_split(spec: KernelSpec, plan: LaunchPlan, params: dict | None, tuned:
     if sk is None:
         return None
     if params is not None:
-        requested = _requested(params.get(sk.switch, 1), sk.switch, "params:")
+        requested = requested_splits(params.get(sk.switch, 1), sk.switch, "params:")
     elif tuned and sk.switch in tuned:
-        requested = _requested(tuned[sk.switch], sk.switch, "tuning-cache entry:")
+        requested = requested_splits(tuned[sk.switch], sk.switch, "tuning-cache entry:")
     else:
         requested = _rule_request(spec, plan.m, plan.n, plan.k, sm_count)
     if requested > 1 and not plain:

@@ -28,6 +28,15 @@ A table (every key is checked; an unknown one is an error, so a typo never passe
     [[NAME.size_rule]]                  # the untuned choice: the first rule whose `when` holds wins
     when = "2 * ceil_div(M, 128) * ceil_div(N, 128) <= SMS"    # asmgemm's expression language
     set = { THREADS = 64, BK = 16 }     # names M, N, K (after the operand swap) and SMS (SM count)
+    [NAME.split_k]                      # optional: split-K (runtime/split_k.py) for plain 2-D calls
+    switch = "SPLIT_K"                  # the kernel's 0/1 parameter that builds the partial pass
+                                        # (abi needs k_chunk and split_stride; grid z = splits)
+    reduce = "splitk_reduce.sasm"       # the reduction kernel, relative to the spec file
+    k_multiple = 16                     # k_chunk is a multiple of this (default 16; hgemm: 64)
+                                        # (grid "tiles": z = splits; "persistent": S copies of the walk)
+    [[NAME.split_k.rule]]               # the untuned number of splits S: the first rule whose
+    when = "M * N <= 65536"             # `when` holds gives `splits` (an expression in M, N, K,
+    splits = "min(K // 256, 8)"         # SMS); none, or S <= 1: no split
 
 Pure data and checks: nothing here builds, imports CuPy or touches a GPU.
 """
@@ -67,6 +76,10 @@ ARGUMENTS: dict[str, tuple[str, ...]] = {
     # C (after the operand swap); 0 = one matrix shared by every batch
     "batch_stride_a": (".u64", ".b64", ".s64"), "batch_stride_b": (".u64", ".b64", ".s64"),
     "batch_stride_c": (".u64", ".b64", ".s64"),
+    # split-K (runtime/split_k.py): the GEMM's partial pass takes the k extent of one split and the
+    # elements between two workspace slices; the reduce kernel takes the workspace W and S.
+    "k_chunk": (".u32", ".s32", ".b32"), "split_stride": (".u64", ".s64", ".b64"),
+    "W": (".u64", ".b64", ".s64"), "splits": (".u32", ".s32", ".b32"),
 }
 # Arguments passed as a .param array: their element count.
 ARRAY_ARGUMENTS = {"tmap_a": 128, "tmap_b": 128, "tmap_c": 128}
@@ -90,7 +103,10 @@ DTYPES = ("float32", "float64", "float16", "bfloat16")
 SIZE_NAMES = ("M", "N", "K", "SMS")
 
 _TOP_KEYS = {"source", "entry", "summary", "dtypes", "targets", "abi", "call_params", "defines", "rel_err_limit",
-             "launch", "size_rule", "like"}
+             "launch", "size_rule", "like", "split_k"}
+_SPLIT_K_KEYS = {"switch", "reduce", "rule", "k_multiple"}
+# what a kernel with a split_k table must take: the partial pass's k extent and slice distance
+SPLIT_K_ABI = ("k_chunk", "split_stride")
 _LAUNCH_KEYS = {"threads", "tile_m", "tile_n", "smem_bytes", "grid", "box_rows_a", "box_rows_b", "box_rows_c",
                 "cluster"}
 # abi argument -> the launch key naming the constant it needs
@@ -125,13 +141,58 @@ class SizeRule:
     tree: object = field(compare=False, repr=False, default=None)
 
     def holds(self, m: int, n: int, k: int, sms: int) -> bool:
-        values = {"M": m, "N": n, "K": k, "SMS": sms}
+        return bool(_evaluate_sizes(self.tree, m, n, k, sms))
 
-        def lookup(name, span):
-            if name in values:
-                return values[name]
-            raise AsmError(f"undefined name '{name}' in a size rule (known: {', '.join(SIZE_NAMES)})", span)
-        return bool(evaluate(self.tree, lookup))
+
+def _evaluate_sizes(tree, m: int, n: int, k: int, sms: int):
+    """A rule expression over the launch's sizes (SIZE_NAMES)."""
+    values = {"M": m, "N": n, "K": k, "SMS": sms}
+
+    def lookup(name, span):
+        if name in values:
+            return values[name]
+        raise AsmError(f"undefined name '{name}' in a size rule (known: {', '.join(SIZE_NAMES)})", span)
+    return evaluate(tree, lookup)
+
+
+@dataclass(frozen=True)
+class SplitRule:
+    """One `[[NAME.split_k.rule]]`: where `when` holds, `splits` is the number of K splits."""
+
+    when: str
+    splits: str
+    when_tree: object = field(compare=False, repr=False, default=None)
+    splits_tree: object = field(compare=False, repr=False, default=None)
+
+    def holds(self, m: int, n: int, k: int, sms: int) -> bool:
+        return bool(_evaluate_sizes(self.when_tree, m, n, k, sms))
+
+    def count(self, m: int, n: int, k: int, sms: int) -> int:
+        value = _evaluate_sizes(self.splits_tree, m, n, k, sms)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise AsmError(f"split_k rule: splits = '{self.splits}' gave {value!r} for M={m} N={n} K={k} SMS={sms}, "
+                           "not an integer", hint="use // and ceil_div for integer division")
+        return value
+
+
+@dataclass(frozen=True)
+class SplitK:
+    """A kernel's split-K support ([NAME.split_k]): the kernel parameter that builds its partial
+    pass, the reduction kernel's source, and the rules choosing the number of splits."""
+
+    switch: str
+    reduce: Path
+    rules: tuple[SplitRule, ...] = ()
+    # k_chunk is a multiple of this: whole K tiles of the partial pass's kernel (sgemm: BK <= 16;
+    # hgemm: BK = 64, its TMA box origins along K)
+    k_multiple: int = 16
+
+    def splits(self, m: int, n: int, k: int, sms: int) -> int:
+        """The untuned number of splits for an M x N x K launch (1: none)."""
+        for rule in self.rules:
+            if rule.holds(m, n, k, sms):
+                return rule.count(m, n, k, sms)
+        return 1
 
 
 @dataclass(frozen=True)
@@ -149,6 +210,7 @@ class KernelSpec:
     size_rules: tuple[SizeRule, ...]
     spec_file: Path
     defines: tuple[tuple[str, int], ...] = ()    # fixed -D parameters of this kernel
+    split_k: SplitK | None = None                # split-K support ([NAME.split_k]); None: none
 
     def size_rule(self, m: int, n: int, k: int, sms: int) -> dict[str, int]:
         """The untuned -D overrides for an M x N x K launch (after the operand swap) on a GPU with
@@ -180,7 +242,10 @@ class KernelSpec:
                 "dtypes": vars(self.dtypes), "targets": list(self.targets), "abi": list(self.abi),
                 "call_params": dict(self.call_params), "rel_err_limit": self.rel_err_limit,
                 "launch": vars(self.launch), "size_rules": [{"when": r.when, "set": dict(r.set)} for r in self.size_rules],
-                "defines": dict(self.defines), "spec_file": str(self.spec_file)}
+                "defines": dict(self.defines), "spec_file": str(self.spec_file),
+                "split_k": None if self.split_k is None else {
+                    "switch": self.split_k.switch, "reduce": str(self.split_k.reduce),
+                    "rules": [{"when": r.when, "splits": r.splits} for r in self.split_k.rules]}}
 
 
 # ---- reading spec files --------------------------------------------------------------------------
@@ -294,9 +359,70 @@ def _spec(path: Path, source: SourceFile, name: str, t) -> KernelSpec:
     if not isinstance(rules, list):
         fail("size_rule: an array of tables ([[NAME.size_rule]])")
     size_rules = tuple(_size_rule(source, where, i, r) for i, r in enumerate(rules))
+    split_k = None
+    if "split_k" in t:
+        if launch.grid != "tiles" or d["acc"] != "float32":
+            fail("split_k: needs grid 'tiles' (the splits are the grid's z) and a float32 accumulator "
+                 "(the workspace holds fp32 partial sums)")
+        split_k = _split_k(path, source, where, t["split_k"], abi, calls, defines)
     return KernelSpec(name, src, _str(t.get("entry", name), f"{where} entry"), str(t.get("summary", "")),
                       Dtypes(**d), tuple(targets), tuple(abi), tuple(calls.items()), float(limit), launch,
-                      size_rules, path, tuple(defines.items()))
+                      size_rules, path, tuple(defines.items()), split_k)
+
+
+def _split_k(path: Path, source: SourceFile, where: str, t, abi: list[str], calls: dict, defines: dict) -> SplitK:
+    """[NAME.split_k], checked: known keys, the switch a free parameter name, the reduce source
+    present, the abi taking the partial pass's arguments, every rule's expressions parsed."""
+    def fail(msg: str):
+        raise AsmError(f"{where} split_k: {msg}")
+
+    if not isinstance(t, dict):
+        fail("a table with 'switch', 'reduce' and 'rule'")
+    unknown = sorted(set(t) - _SPLIT_K_KEYS)
+    if unknown:
+        fail(f"unknown key '{unknown[0]}' (known: {', '.join(sorted(_SPLIT_K_KEYS))})")
+    for key in ("switch", "reduce"):
+        if key not in t:
+            fail(f"needs '{key}'")
+    switch = _str(t["switch"], f"{where} split_k.switch")
+    if not switch.isidentifier():
+        fail(f"switch: '{switch}' is not a parameter name")
+    if switch in calls or switch in defines:
+        fail(f"switch: '{switch}' is also a {'call parameter' if switch in calls else 'define'}; "
+             "the runtime sets it per launch")
+    reduce = path.parent / _str(t["reduce"], f"{where} split_k.reduce")
+    if not reduce.is_file():
+        fail(f"reduce: no such file {reduce}")
+    missing = [a for a in SPLIT_K_ABI if a not in abi]
+    if missing:
+        fail(f"the abi must take the partial pass's arguments ({', '.join(SPLIT_K_ABI)}); missing '{missing[0]}'")
+    rules = t.get("rule", [])
+    if not isinstance(rules, list):
+        fail("rule: an array of tables ([[NAME.split_k.rule]])")
+    k_multiple = t.get("k_multiple", 16)
+    if not isinstance(k_multiple, int) or isinstance(k_multiple, bool) or not 1 <= k_multiple <= 4096 \
+            or k_multiple & (k_multiple - 1):
+        fail(f"k_multiple: {k_multiple!r} is not a power of two from 1 to 4096")
+    return SplitK(switch, reduce, tuple(_split_rule(source, where, i, r) for i, r in enumerate(rules)), k_multiple)
+
+
+def _split_rule(source: SourceFile, where: str, i: int, r) -> SplitRule:
+    if not isinstance(r, dict) or set(r) != {"when", "splits"}:
+        raise AsmError(f"{where} split_k.rule[{i}]: a table with exactly 'when' and 'splits'")
+    when = _str(r["when"], f"{where} split_k.rule[{i}].when")
+    splits = _str(r["splits"], f"{where} split_k.rule[{i}].splits")
+    rule = SplitRule(when, splits, _located_expression(source, when), _located_expression(source, splits))
+    rule.holds(1, 1, 1, 1)      # unknown names fail now, at load
+    rule.count(1, 1, 1, 1)
+    return rule
+
+
+def _located_expression(source: SourceFile, text: str):
+    """The expression `text` parsed where it stands in the spec file, so that its errors point at
+    file:line:col."""
+    from .parse import parse_expression
+    offset = source.text.find(text)
+    return parse_expression(text, source if offset >= 0 else SourceFile.from_text(source.path, text), max(offset, 0))
 
 
 def la_grid(t: dict) -> str:
@@ -305,17 +431,13 @@ def la_grid(t: dict) -> str:
 
 
 def _size_rule(source: SourceFile, where: str, i: int, r) -> SizeRule:
-    from .parse import parse_expression
     if not isinstance(r, dict) or set(r) != {"when", "set"}:
         raise AsmError(f"{where} size_rule[{i}]: a table with exactly 'when' and 'set'")
     when = _str(r["when"], f"{where} size_rule[{i}].when")
     sets = r["set"]
     if not isinstance(sets, dict) or not all(isinstance(v, int) and not isinstance(v, bool) for v in sets.values()):
         raise AsmError(f"{where} size_rule[{i}].set: a table of PARAM = integer")
-    # Locate the expression in the file, so that its errors point at file:line:col.
-    offset = source.text.find(when)
-    tree = parse_expression(when, source if offset >= 0 else SourceFile.from_text(source.path, when), max(offset, 0))
-    rule = SizeRule(when, tuple(sets.items()), tree)
+    rule = SizeRule(when, tuple(sets.items()), _located_expression(source, when))
     rule.holds(1, 1, 1, 1)      # an unknown name fails now, at load, not on some later call
     return rule
 

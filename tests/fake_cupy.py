@@ -260,6 +260,9 @@ def interpreting_kernel(launches: list, dtype=np.float64) -> Callable[[str, str]
         defines, built = found[0]
         names = [n for n, _ in built.params]
         ta, tb = defines.get("TRANS_A", "0") == "1", defines.get("TRANS_B", "0") == "1"
+        if entry == "splitk_reduce":
+            return _reduce_kernel(launches, names, defines)
+        split = defines.get("SPLIT_K", "0") == "1"
 
         def fn(grid, block, args, shared_mem=0, stream=None):
             launches.append((grid, block, args, shared_mem, stream))
@@ -269,6 +272,24 @@ def interpreting_kernel(launches: list, dtype=np.float64) -> Callable[[str, str]
 
             def matrix(ptr, rows, cols, ld):
                 return view_of(int(ptr), (rows, cols), (int(ld) * item, item), dtype)
+            if split:
+                assert defines.get("BATCHED", "0") != "1", "split-K and a batch share grid z"
+                # split-K's partial pass, as sgemm.sasm's SPLIT_K_CHUNK / SPLIT_K_SLICE set it up: block
+                # z = s moves A and B by k0 = s * k_chunk along K and writes slice s of the workspace
+                chunk, stride, lda, ldb = int(v["k_chunk"]), int(v["split_stride"]), int(v["lda"]), int(v["ldb"])
+                assert chunk % 16 == 0 and 0 < chunk and (grid[2] - 1) * chunk < k, "an empty split"
+                for s in range(grid[2]):
+                    k0 = s * chunk
+                    kk = min(k, k0 + chunk) - k0
+                    a_ptr = int(v["A"]) + (k0 * lda if ta else k0) * item
+                    b_ptr = int(v["B"]) + (k0 if tb else k0 * ldb) * item
+                    a = matrix(a_ptr, *((kk, m) if ta else (m, kk)), lda)
+                    b = matrix(b_ptr, *((n, kk) if tb else (kk, n)), ldb)
+                    c = matrix(int(v["C"]) + s * stride * item, m, n, v["ldc"])
+                    prod = (a.T if ta else a) @ (b.T if tb else b)
+                    c[...] = float(v["alpha"]) * prod + (float(v["beta"]) * c if float(v["beta"]) != 0 else 0.0)
+                return
+            assert grid[2] == 1 or defines.get("BATCHED", "0") == "1", "grid z > 1 without a batch or split"
             # a batched build (BATCHED=1) runs grid z batches, each pointer stepped by its batch stride
             batches = int(grid[2]) if defines.get("BATCHED", "0") == "1" else 1
             for z in range(batches):
@@ -292,6 +313,32 @@ def interpreting_kernel(launches: list, dtype=np.float64) -> Callable[[str, str]
                 c[...] = BY_CODE[act](np.asarray(out, np.float64))
         return fn
     return function
+
+
+_C_TYPES = {"0": np.float32, "1": np.float16}
+
+
+def _reduce_kernel(launches: list, names: list, defines: dict) -> Callable:
+    """splitk_reduce.sasm: C = alpha * sum_s W[s] + beta * C, slices added in order s = 0..S-1 in
+    fp32, beta == 0 never reading C (bf16 C is not interpreted here)."""
+    c_type = _C_TYPES[defines.get("C_TYPE", "0")]
+
+    def fn(grid, block, args, shared_mem=0, stream=None):
+        launches.append((grid, block, args, shared_mem, stream))
+        v = dict(zip(names, args))
+        m, n, ldc, splits, stride = (int(v[x]) for x in ("M", "N", "ldc", "splits", "split_stride"))
+        assert grid[0] * block[0] * (4 if defines.get("VEC") == "1" else 1) >= n and grid[1] == min(m, 65535)
+        w = view_of(int(v["W"]), (splits, m, n), (stride * 4, n * 4, 4), np.float32)
+        acc = np.array(w[0], dtype=np.float32)
+        for s in range(1, splits):
+            acc += w[s]
+        acc *= np.float32(v["alpha"])
+        item = np.dtype(c_type).itemsize
+        c = view_of(int(v["C"]), (m, n), (ldc * item, item), c_type)
+        if float(v["beta"]) != 0:
+            acc += c.astype(np.float32) * np.float32(v["beta"])
+        c[...] = acc.astype(c_type)
+    return fn
 
 
 def forget_loaded(monkeypatch) -> None:

@@ -5,7 +5,9 @@ this test holds it to that, byte for byte apart from two source positions in com
 variant (RQ=4 BK=16 LOAD_AHEAD=1 LDG_NC=0) in all 16 TRANS_A/TRANS_B/VEC_A/VEC_B layouts, every
 point of its `.tune` space (nn layout, 128-bit loads; points the kernel refuses with `.error` are
 recorded as "error" and must keep failing), and a few mixed ones that reach the remaining macro
-branches (cp.async and 64 threads with transposed and scalar operands, coherent loads, BK=4).
+branches (cp.async and 64 threads with transposed and scalar operands, coherent loads, BK=4),
+split-K's partial pass (SPLIT_K=1 on the 64-thread BK=16 cp.async kernel the split rule runs) in
+all 16 layouts, and `splitk_reduce` for each C type, with and without vectors.
 
 A digest that differs is either a regression or a deliberate change of the kernel or emitter. To
 accept a deliberate change, regenerate and review the diff (and the PTX) before committing:
@@ -32,6 +34,7 @@ REGION_MARKER = re.compile(r"^(\s*// \.schedule region \d+) \(.*\)$", re.MULTILI
 LAYOUTS = [dict(TRANS_A=ta, TRANS_B=tb, VEC_A=va, VEC_B=vb)
            for ta, tb, va, vb in itertools.product((0, 1), repeat=4)]
 LARGE = dict(RQ=4, BK=16, LOAD_AHEAD=1, LDG_NC=0)
+SPLIT_SMALL = dict(SPLIT_K=1, THREADS=64, BK=16, ASYNC=1)
 MIXED = [
     dict(ASYNC=1, TRANS_A=1, VEC_A=0, TRANS_B=1),
     dict(ASYNC=1, TRANS_A=1, VEC_B=0),
@@ -57,6 +60,9 @@ def configs() -> list[tuple[str, dict]]:
     sweep += [("sgemm", {**LARGE, **layout}) for layout in LAYOUTS]
     sweep += [("sgemm", point) for point in tune_space("sgemm")]
     sweep += [("sgemm", mixed) for mixed in MIXED]
+    # split-K's partial pass on the small-problem kernel the split rule runs, in all 16 layouts
+    sweep += [("sgemm", {**SPLIT_SMALL, **layout}) for layout in LAYOUTS]
+    sweep += [("splitk_reduce", dict(C_TYPE=ct, VEC=v)) for ct in (0, 1, 2) for v in (0, 1)]
     sweep += [("hgemm", {})]
     sweep += [("hgemm", dict(TRANS_A=ta, TRANS_B=tb, VEC_C=vc, BF16=bf)) for ta in (0, 1) for tb in (0, 1)
               for vc in (0, 1) for bf in (0, 1)]
@@ -96,7 +102,7 @@ def normalized(ptx: str, path: str, name: str) -> str:
     return REGION_MARKER.sub(r"\1", ptx)
 
 
-DEFAULTS = {name: defaults(name) for name in ("sgemm_naive", "sgemm", "hgemm")}
+DEFAULTS = {name: defaults(name) for name in ("sgemm_naive", "sgemm", "hgemm", "splitk_reduce")}
 CONFIGS = configs()
 IDS = [config_id(n, d) for n, d in CONFIGS]
 REGEN = bool(os.environ.get("ASMGEMM_REGEN_GOLDEN"))

@@ -148,7 +148,22 @@ def resolve_params(kernel: KernelSpec, gpu: str, layout: str, shape: Shape, defi
     if defines:
         return dict(defines), "-D", dict(defines)
     if use_defaults:
-        return None, "defaults", None
+        return None, "defaults", _untuned_split_shown(kernel, shape)
     from ..runtime.tune_cache import lookup_tuned
     tuned = lookup_tuned(gpu, kernel.name, layout, shape.m, shape.n, shape.k)
-    return (None, "tuned", tuned) if tuned else (None, "defaults", None)
+    if tuned:
+        # a tuned entry of tile parameters keeps the rule's split (runtime/split_k.py): show it too
+        keeps_rule = kernel.split_k is not None and kernel.split_k.switch not in tuned
+        return None, "tuned", {**tuned, **((keeps_rule and _untuned_split_shown(kernel, shape)) or {})}
+    return None, "defaults", _untuned_split_shown(kernel, shape)
+
+
+def _untuned_split_shown(kernel: KernelSpec, shape: Shape) -> dict | None:
+    """{'SPLIT_K': S} where the untuned choice splits K (shown as 'defaults: SPLIT_K=S'), else None.
+    The split depends on M, N, K only, not on the layout (bench's C is row-major: no swap)."""
+    if kernel.split_k is None:
+        return None
+    from ..runtime.gpu import device_facts
+    from ..runtime.split_k import untuned_split
+    split = untuned_split(kernel, shape.m, shape.n, shape.k, device_facts().sm_count)
+    return {kernel.split_k.switch: split.splits} if split is not None else None

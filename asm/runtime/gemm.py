@@ -18,6 +18,8 @@ A kept launch plan is used only while what it was made from is still current:
   * its BuiltKernel is still what the build cache holds (build_cache.clear_memory_cache() after a
     kernel edit: the next call builds again) and its loaded function is still loaded.
 Calls that copy operands first (TMA padding) or launch nothing (M, N or K zero) are not kept.
+A split-K launch plan (runtime/split_k.py) keeps both kernels, the partial pass and the reduce;
+only its workspace is allocated per call.
 
 Arrays: CuPy arrays; PyTorch CUDA tensors (launched on torch's current stream, results as
 tensors, no copies); any other object with __cuda_array_interface__ or __dlpack__ (viewed as a
@@ -33,7 +35,7 @@ from ..errors import AsmError
 from ..files import warn_cache
 from ..isa.arch import arch_for
 from ..kernel_spec import ACTIVATIONS, KernelSpec, get_spec, spec_for_dtype, specs_version
-from . import build_cache
+from . import build_cache, split_k
 from .build_cache import BuiltKernel, build_kernel
 from .gpu import device_facts, require_gpu
 from .launch import ArgPacker, choose_params, grid
@@ -90,7 +92,7 @@ def forget_tuned_choices() -> None:
 
 
 def _build_for(spec: KernelSpec, plan: LaunchPlan, params: dict | None, tuned: dict | None, facts,
-               target: str) -> BuiltKernel:
+               target: str, launch_defines: dict | None = None) -> BuiltKernel:
     """The kernel built with the caller's params, else the tuning cache's choice, else the untuned
     choice. A tuning-cache entry the kernel refuses (an `.error`, an unknown parameter) costs one
     warning and falls back to the untuned choice; it is remembered, so no later call rebuilds it.
@@ -99,12 +101,13 @@ def _build_for(spec: KernelSpec, plan: LaunchPlan, params: dict | None, tuned: d
         rejected = (spec.name, target, tuple(sorted((k, str(v)) for k, v in tuned.items())))
         if rejected not in _rejected:
             try:
-                return build_kernel(spec, choose_params(spec, plan, None, tuned, facts.sm_count), target)
+                return build_kernel(spec, choose_params(spec, plan, None, tuned, facts.sm_count, launch_defines),
+                                    target)
             except (AsmError, ValueError, TypeError) as exc:
                 failure = exc
         else:
             failure = None
-        built = build_kernel(spec, choose_params(spec, plan, None, None, facts.sm_count), target)
+        built = build_kernel(spec, choose_params(spec, plan, None, None, facts.sm_count, launch_defines), target)
         if failure is not None:    # the untuned build works, so the entry was at fault
             _rejected.add(rejected)
             why = failure.message if isinstance(failure, AsmError) else str(failure)
@@ -114,7 +117,7 @@ def _build_for(spec: KernelSpec, plan: LaunchPlan, params: dict | None, tuned: d
                        f"({shown}) does not build ({where}{why.splitlines()[0] if why else 'error'}); "
                        "using the untuned choice", once=f"tuned:{rejected}")
         return built
-    return build_kernel(spec, choose_params(spec, plan, params, None, facts.sm_count), target)
+    return build_kernel(spec, choose_params(spec, plan, params, None, facts.sm_count, launch_defines), target)
 
 
 # CuPy has no bfloat16 dtype: bfloat16 data in CuPy arrays travels as its 16-bit patterns (uint16 or
@@ -280,23 +283,32 @@ class _LaunchPlan:
     """Everything a repeated call needs that does not change with the pointers and scalars."""
 
     __slots__ = ("built", "fn", "fn_key", "grid", "block", "smem", "packer", "swapped", "c_shape", "c_align",
-                 "device", "c_dtype")
+                 "device", "c_dtype", "split")
 
     def __init__(self, built: BuiltKernel, fn, fn_key, grid_, packer: ArgPacker, swapped: bool, c_shape, c_align: int,
-                 device: int, c_dtype: str | None = None):
+                 device: int, c_dtype: str | None = None, split: split_k.SplitLaunch | None = None):
         self.built, self.fn, self.fn_key = built, fn, fn_key
         self.grid, self.block, self.smem = grid_, (built.threads, 1, 1), built.smem_bytes
         self.packer, self.swapped = packer, swapped
         self.c_shape, self.c_align, self.device = c_shape, c_align, device
         self.c_dtype = c_dtype          # of a C gemm allocates; None: A's
+        self.split = split              # split-K: the reduce launched after this kernel; None: no split
 
     def current(self) -> bool:
         """Still what planning afresh would give: the build cache still holds this very build and
         the function is still loaded (a rebuilt kernel or a reloaded module replaces them)."""
-        return build_cache._memory.get(self.built.key) is self.built and _functions.get(self.fn_key) is self.fn
+        s = self.split
+        return (build_cache._memory.get(self.built.key) is self.built and _functions.get(self.fn_key) is self.fn
+                and (s is None or build_cache._memory.get(s.built.key) is s.built and _functions.get(s.fn_key) is s.fn))
 
-    def launch(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha, beta, stream, bias_ptr: int = 0) -> None:
-        """The kernel on the kernel's A, B and C (and the epilogue's bias) at these addresses."""
+    def launch(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha, beta, stream, bias_ptr: int = 0,
+               workspace_ptr: int = 0) -> None:
+        """The kernel on the kernel's A, B and C (and the epilogue's bias) at these addresses
+        (split-K: the partial pass into the workspace at workspace_ptr, then the reduce into C)."""
+        if self.split is not None:
+            self.split.launch(self.fn, self.grid, self.block, self.smem, self.packer, a_ptr, b_ptr, c_ptr, alpha, beta,
+                              stream, workspace_ptr)
+            return
         args = self.packer.pack(a_ptr, b_ptr, c_ptr, alpha, beta, bias_ptr)
         if stream is None:
             self.fn(self.grid, self.block, args, shared_mem=self.smem)
@@ -383,6 +395,10 @@ def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 0.0, trans_a: bool =
     padded storage first.
     Repeated calls with the same shapes, strides, dtype and options reuse their launch plan (the
     module docstring says when a plan is made again).
+    For a kernel with split-K (sgemm), params['SPLIT_K'] is the number of K splits S (1: off; absent
+    with params given: off); without params= small M x N with deep K is split by the spec's rule
+    (runtime/split_k.py: an fp32 workspace of S x M x N from the arrays' allocator, then a
+    deterministic reduce into C).
     Raises AsmError for unsupported dtypes, mismatched shapes, unsupported strides, or no GPU.
     """
     act = _activation_code(activation)
@@ -443,9 +459,18 @@ def _launch_kept(arrays, plan: _LaunchPlan, a, b, c, alpha, beta, bias=None):
     a_ptr, b_ptr = arrays.ptr(a), arrays.ptr(b)
     if plan.swapped:                # column-major C: the kernel's A is the user's B
         a_ptr, b_ptr = b_ptr, a_ptr
+    workspace = _workspace(arrays, a, plan)      # held until both split-K launches are queued
     plan.launch(a_ptr, b_ptr, arrays.ptr(c), alpha, beta, arrays.stream(plan.device),
-                arrays.ptr(bias) if bias is not None else 0)
+                arrays.ptr(bias) if bias is not None else 0, arrays.ptr(workspace) if workspace is not None else 0)
     return c
+
+
+def _workspace(arrays, like, plan: _LaunchPlan):
+    """Split-K's fp32 workspace (S x M x N) from the arrays' own allocator (CuPy's or torch's
+    pool, so a per-call allocation is cheap and reused in stream order); None without a split."""
+    if plan.split is None:
+        return None
+    return arrays.empty(like, plan.split.workspace_shape, "float32")
 
 
 def _check_epilogue(spec: KernelSpec, bias, act: int) -> None:
@@ -514,19 +539,47 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
                 c *= beta
             return c
         tuned = None if params is not None or lookups_disabled() else _lookup_tuned(facts.name, spec, plan)
-        built = _build_for(spec, plan, params, tuned, facts, target)
-        fn = _load(cupy, built, arch_for(target).limits.static_shared_per_block)
-        kept = _LaunchPlan(built, fn, (built.key, cupy.cuda.Device().id), grid(spec, built, plan, facts.sm_count),
-                           ArgPacker(built, plan, spec.dtypes.a, spec.dtypes.c), plan.swapped, c_shape, mc.ptr & 15,
-                           ma.device,
-                           new_c_dtype)
-        kept.launch(plan.a.ptr, plan.b.ptr, plan.c_ptr, alpha, beta, arrays.stream(ma.device), plan.bias_ptr)
+        # split-K only on plain 2-D calls: no fused epilogue (the partial pass stores raw sums), no batch
+        plain = mbias is None and act == 0 and kernel_batch == 1
+        split = split_k.choose_split(spec, plan, params, tuned, facts.sm_count, plain=plain)
+        built = _build_for(spec, plan, params, tuned, facts, target, split_k.switch_define(spec, split))
+        static_smem = arch_for(target).limits.static_shared_per_block
+        fn = _load(cupy, built, static_smem)
+        if split is None:
+            kept = _LaunchPlan(built, fn, (built.key, cupy.cuda.Device().id), grid(spec, built, plan, facts.sm_count),
+                               ArgPacker(built, plan, spec.dtypes.a, spec.dtypes.c), plan.swapped, c_shape,
+                               mc.ptr & 15, ma.device, new_c_dtype)
+        else:
+            kept = _split_plan(cupy, spec, built, fn, plan, split, target, static_smem, facts.sm_count, c_shape,
+                               mc.ptr & 15, ma.device, new_c_dtype)
+        workspace = _workspace(arrays, a, kept)
+        kept.launch(plan.a.ptr, plan.b.ptr, plan.c_ptr, alpha, beta, arrays.stream(ma.device), plan.bias_ptr,
+                    arrays.ptr(workspace) if workspace is not None else 0)
     # A plan made on padded copies holds their pointers' layout, not the caller's: not kept.
     if key is not None and not copies:
         if len(_plans) >= MAX_PLANS:
             del _plans[next(iter(_plans))]
         _plans[key] = kept
     return c
+
+
+def _split_plan(cupy, spec: KernelSpec, built: BuiltKernel, fn, plan: LaunchPlan, split, target: str,
+                static_smem: int, sm_count: int, c_shape, c_align: int, device: int, c_dtype) -> _LaunchPlan:
+    """A launch plan of split-K: the partial pass (this build: grid z = S, C = a workspace slice of
+    ld N, k_chunk and split_stride packed) and the reduce kernel into the call's C."""
+    ws_plan = split_k.workspace_plan(plan)
+    packer = ArgPacker(built, ws_plan, spec.dtypes.a, "float32", split_k.partial_values(split, plan))
+    rspec = split_k.reduce_spec(spec)
+    rbuilt = build_kernel(rspec, split_k.reduce_defines(spec, plan), target)
+    rfn = _load(cupy, rbuilt, static_smem)
+    dev = cupy.cuda.Device().id
+    reduce = split_k.SplitLaunch(split, rbuilt, rfn, (rbuilt.key, dev), split_k.reduce_grid(rbuilt, plan),
+                                 ArgPacker(rbuilt, plan, "float32", spec.dtypes.c, split_k.reduce_values(split, plan)),
+                                 plan.m, plan.n)
+    pgrid = split_k.partial_grid(spec, grid(spec, built, plan, sm_count), split,
+                                 lambda copies: grid(spec, built, plan, sm_count, copies))
+    return _LaunchPlan(built, fn, (built.key, dev), pgrid, packer, plan.swapped, c_shape, c_align, device, c_dtype,
+                       reduce)
 
 
 # ---- batches (3-D operands) ---------------------------------------------------------------------

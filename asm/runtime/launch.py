@@ -52,8 +52,10 @@ def call_defines(spec: KernelSpec, plan_values: dict, chosen: dict | None = None
 
 
 def choose_params(spec: KernelSpec, plan: LaunchPlan, params: dict | None, tuned: dict | None,
-                  sm_count: int) -> dict:
-    """-D defines for this launch (see the module docstring for the precedence)."""
+                  sm_count: int, launch_defines: dict | None = None) -> dict:
+    """-D defines for this launch (see the module docstring for the precedence). `launch_defines`:
+    what the runtime decided for this launch besides the call values (split-K's switch, which
+    replaces the split count params= or a tuning entry may carry under the same name)."""
     chosen = default_params(spec)
     if params is not None:
         chosen.update(params)
@@ -61,13 +63,16 @@ def choose_params(spec: KernelSpec, plan: LaunchPlan, params: dict | None, tuned
         chosen.update(tuned)
     else:
         chosen.update(spec.size_rule(plan.m, plan.n, plan.k, sm_count))
+    chosen.update(launch_defines or {})
     chosen.update(call_defines(spec, plan.call_values, chosen))
     chosen.update(spec.defines)       # what makes this kernel this kernel (e.g. BF16=1): never overridden
     return chosen
 
 
-def grid(spec: KernelSpec, built: BuiltKernel, plan: LaunchPlan, sm_count: int = 1) -> tuple[int, int, int]:
-    """The launch grid of the spec's grid kind (kernel_spec.GRIDS); `sm_count`: the device's SMs."""
+def grid(spec: KernelSpec, built: BuiltKernel, plan: LaunchPlan, sm_count: int = 1, copies: int = 1
+         ) -> tuple[int, int, int]:
+    """The launch grid of the spec's grid kind (kernel_spec.GRIDS); `sm_count`: the device's SMs;
+    `copies`: a persistent kernel walks the units that many times (split-K's S splits)."""
     gx, gy = math.ceil(plan.n / built.tile_n), math.ceil(plan.m / built.tile_m)
     if spec.launch.grid == "tiles":
         if gy > MAX_GRID_Y:
@@ -78,7 +83,7 @@ def grid(spec: KernelSpec, built: BuiltKernel, plan: LaunchPlan, sm_count: int =
         return gx, gy, plan.batch
     if spec.launch.grid == "persistent":
         c = built.cluster
-        units = gx * -(-gy // c)              # a unit: c tile rows of one tile column, one per block
+        units = gx * -(-gy // c) * copies     # a unit: c tile rows of one tile column, one per block
         if units > 0xFFFFFFFF:
             raise AsmError(f"{plan.m} x {plan.n} is {units} tiles, more than the kernel counts in 32 bits")
         return max(1, min(units, sm_count // c)) * c, 1, 1
@@ -87,7 +92,10 @@ def grid(spec: KernelSpec, built: BuiltKernel, plan: LaunchPlan, sm_count: int =
 
 # Per-call values of a launch: the pointers (kernel A, kernel B, C: after the operand swap) and the
 # scalars. Everything else in the argument tuple is fixed by the plan.
-_CALL_SLOTS = {"A": 0, "B": 1, "C": 2, "alpha": 3, "beta": 4, "tmap_a": 0, "tmap_b": 1, "tmap_c": 2, "bias": 3}
+# The split-K reduce kernel's workspace W takes the first pointer (its C the third); the fused
+# epilogue's bias vector the fourth.
+_CALL_SLOTS = {"A": 0, "B": 1, "C": 2, "alpha": 3, "beta": 4, "tmap_a": 0, "tmap_b": 1, "tmap_c": 2, "bias": 3,
+               "W": 0}
 # A tensor-map argument the kernel does not read in this launch (tmap_c without 16-byte rows of C)
 _NO_MAP = np.zeros((), dtype="V128")
 
@@ -100,10 +108,13 @@ class ArgPacker:
 
     __slots__ = ("template", "pointer_slots", "scalar_slots", "_scalars")
 
-    def __init__(self, built: BuiltKernel, plan: LaunchPlan, dtype: str = "", c_dtype: str | None = None):
+    def __init__(self, built: BuiltKernel, plan: LaunchPlan, dtype: str = "", c_dtype: str | None = None,
+                 extra: dict | None = None):
+        # k_chunk / split_stride: one split over all of K, no slices (a kernel built without its
+        # split-K pass ignores them); runtime/split_k.py passes its own in `extra`.
         values = {"M": plan.m, "N": plan.n, "K": plan.k, "lda": plan.a.ld, "ldb": plan.b.ld, "ldc": plan.ldc,
                   "batch_stride_a": plan.batch_strides[0], "batch_stride_b": plan.batch_strides[1],
-                  "batch_stride_c": plan.batch_strides[2]}
+                  "batch_stride_c": plan.batch_strides[2], "k_chunk": plan.k, "split_stride": 0, **(extra or {})}
         template, pointers, scalars = [], [], []
         for i, (name, ptype) in enumerate(built.params):
             if name == "tmap_c" and not (plan.call_values.get("wide_c") and (c_dtype or dtype) == dtype):

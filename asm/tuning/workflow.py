@@ -86,8 +86,11 @@ def tune(config: TuneConfig, progress: Progress | None = None) -> TuneResult:
         if target is None:
             raise AsmError(f"kernel '{spec.name}' is not built for this GPU ({device_facts().target})")
 
+    # -D SPLIT_K=S (a kernel with split-K): S splits for the timed runs (gemm's params), while the
+    # candidates are built with the kernel's 0/1 switch (runtime/split_k.py)
+    build_user_defines = _split_k_build_defines(spec, user_defines)
     # One build with the defaults: the declared space and the parameter names.
-    probe = build_file(str(source), BuildOptions(defines=dict(user_defines), target=target,
+    probe = build_file(str(source), BuildOptions(defines=dict(build_user_defines), target=target,
                                                  include_dirs=list(config.include_dirs)))
     if not probe.tunables:
         raise AsmError(f"{source} declares no tunable parameters",
@@ -98,8 +101,8 @@ def tune(config: TuneConfig, progress: Progress | None = None) -> TuneResult:
         import numpy as np
         values = call_values_for(shape.m, shape.n, shape.k, config.layout, np.dtype(spec.dtypes.a).itemsize)
         base_defines = {k: str(v) for k, v in call_defines(spec, values).items() if k in probe.parameters}
-    base_defines.update(user_defines)
-    space = enumerate_space(probe.tunables, fixed=user_defines, limit=config.max_candidates)
+    base_defines.update(build_user_defines)
+    space = enumerate_space(probe.tunables, fixed=build_user_defines, limit=config.max_candidates)
     smem = spec.launch.smem_bytes if spec else "SMEM_BYTES"
     jobs_list = [BuildJob(i, str(source), p, base_defines, target, tuple(config.include_dirs), smem)
                  for i, p in enumerate(space)]
@@ -121,6 +124,16 @@ def tune(config: TuneConfig, progress: Progress | None = None) -> TuneResult:
     return result
 
 
+def _split_k_build_defines(spec, user_defines: dict) -> dict:
+    """The -D values the candidates are built with: a split count S given as -D SPLIT_K=S becomes
+    the kernel's switch (1 for S > 1, else 0); everything else as given."""
+    if spec is None or spec.split_k is None or spec.split_k.switch not in user_defines:
+        return user_defines
+    from ..runtime.split_k import requested_splits
+    switch = spec.split_k.switch
+    return {**user_defines, switch: "1" if requested_splits(user_defines[switch], switch, "-D") > 1 else "0"}
+
+
 def _time_and_store(config, spec, cp, probe, survivors, user_defines, result: TuneResult, progress: Progress):
     from ..bench.timing import L2Flusher, make_pre_roll
     from ..runtime.gpu import gpu_name
@@ -128,8 +141,10 @@ def _time_and_store(config, spec, cp, probe, survivors, user_defines, result: Tu
     from .trials import trials_for, tune_on_gpu
 
     shape, report = config.shape, result.report
-    for c in survivors:  # the runtime needs the user's fixed values too
-        c.params = {**{k: v for k, v in user_defines.items() if k in probe.tunables}, **c.params}
+    split_switch = spec.split_k.switch if spec.split_k is not None else None
+    for c in survivors:  # the runtime needs the user's fixed values too (and the split count S)
+        c.params = {**{k: v for k, v in user_defines.items() if k in probe.tunables or k == split_switch},
+                    **c.params}
     trials = trials_for(survivors)
     flush = L2Flusher() if config.flush_l2 else None
     progress.stage("gpu", len(trials) + config.reps)

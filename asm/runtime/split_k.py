@@ -1,0 +1,207 @@
+"""Split-K: one GEMM launch as two, for small M x N with deep K (decoding shapes), where one block
+per tile of C leaves most SMs idle.
+
+  1. the partial pass: the GEMM kernel built with its split-K switch (the spec's
+     `[NAME.split_k] switch`, sgemm's SPLIT_K=1) on a grid of (tiles_x, tiles_y, S); block (x, y, s)
+     computes its tile over k in [s*k_chunk, min(K, (s+1)*k_chunk)) into slice s of an fp32
+     workspace of S x M x N (row-major, ld = N, `split_stride` = M*N elements), alpha = 1, beta = 0;
+  2. the reduce (the spec's `reduce` source, kernels_ptx/splitk_reduce.sasm): C = alpha * sum_s W[s]
+     + beta * C, summing s = 0..S-1 in that order, so the result is deterministic (bit-identical
+     from run to run) and beta = 0 never reads C.
+
+Both run on the same stream, one after the other; the workspace comes from the arrays' own
+allocator (CuPy's or torch's memory pool) per call, and is released when both are queued (the
+pools reuse it in stream order). M, N, C and ldc are the kernel's (after the operand swap of a
+column-major C), so the reduce only ever sees a row-major C.
+
+Choosing S (`choose_split`), the pseudo-parameter being the spec's switch name ('SPLIT_K'):
+  * params= given: params['SPLIT_K'] is S (absent or 1: off). The tuner's trials and bench's -D
+    sets pass params, so they run unsplit unless they ask for it.
+  * a tuning-cache entry that names SPLIT_K: that S (1: off).
+  * otherwise (no params=, or a tuning-cache entry of tile parameters only) the spec's split rules
+    (kernels.toml), evaluated on the kernel's M, N, K and the SM count. `asmgemm tune` does not
+    search S: it times its candidates unsplit (they run with params=) and stores tile parameters,
+    so the split stays the rule's on a tuned shape. Dropping it there would make a decode shape
+    several times slower after tuning (the split is worth 3-4x there, the tile choice far less);
+    the price is that the tuned tile then runs split without having been timed split.
+  Then k_chunk = S's share of K rounded up to a multiple of CHUNK_MULTIPLE, and S = ceil(K /
+  k_chunk): a split never starts past K (no empty split, no block without work), so S may come out
+  smaller than asked. S = 1 is no split: one ordinary launch.
+Split-K applies only to a plain 2-D GEMM call (`plain=False`: fused epilogues, batches: off).
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, replace
+
+from ..errors import AsmError
+from ..kernel_spec import Dtypes, KernelSpec, Launch
+from .plan import LaunchPlan
+
+# k_chunk is a multiple of the spec's k_multiple, by default 16 elements: every split but the last
+# is whole BK=16 (and BK=8) tiles, and the operands' K offsets keep 64-byte alignment along K, so
+# the 128-bit load flags (VEC_A, VEC_B) computed for the whole call stay valid for every split (an
+# MN-contiguous operand moves by whole rows, which its own alignment already covers). hgemm's is 64
+# (its BK, and the TMA boxes' K origins).
+CHUNK_MULTIPLE = 16
+# A bound on S (the grid's z allows 65535): the workspace is S x M x N floats, and past a few
+# dozen splits the reduce reads more than the partial pass saves.
+MAX_SPLITS = 256
+# The reduce kernel's .param list (kernel_spec.ARGUMENTS), checked against its build.
+REDUCE_ABI = ("W", "C", "M", "N", "ldc", "splits", "split_stride", "alpha", "beta")
+# C's type in the reduce (its C_TYPE parameter): fp32, or rounded to fp16 / bf16 for 16-bit GEMMs.
+C_TYPES = {"float32": 0, "float16": 1, "bfloat16": 2}
+MAX_GRID_Y = 65535
+
+
+@dataclass(frozen=True)
+class Split:
+    """How one launch is split: S splits of k_chunk (the last one shorter) over K."""
+
+    splits: int
+    k_chunk: int
+
+    def workspace_elems(self, m: int, n: int) -> int:
+        return self.splits * m * n
+
+
+def split_for(k: int, requested: int, multiple: int = CHUNK_MULTIPLE) -> Split | None:
+    """S and k_chunk for K = k and a requested number of splits; None when that is no split.
+    k_chunk is a multiple of `multiple` and S = ceil(K / k_chunk), so every split has work."""
+    if requested <= 1 or k <= multiple:
+        return None
+    chunk = -(-k // requested)
+    chunk = -(-chunk // multiple) * multiple
+    splits = -(-k // chunk)
+    return Split(splits, chunk) if splits > 1 else None
+
+
+def requested_splits(value, switch: str, where: str) -> int:
+    """A requested number of splits from params= or a tuning-cache entry (an int, or the digits
+    bench's -D passes)."""
+    try:
+        s = int(value) if not isinstance(value, bool) and str(value).strip().lstrip("+").isdigit() else None
+    except (TypeError, ValueError):
+        s = None
+    if s is None or not 1 <= s <= MAX_SPLITS:
+        raise AsmError(f"{where} {switch}={value!r}: the number of K splits is an integer from 1 (no split) to "
+                       f"{MAX_SPLITS}")
+    return s
+
+
+def choose_split(spec: KernelSpec, plan: LaunchPlan, params: dict | None, tuned: dict | None, sm_count: int,
+                 plain: bool = True) -> Split | None:
+    """The split of this launch, or None for one ordinary launch (the module docstring says how)."""
+    sk = spec.split_k
+    if sk is None:
+        return None
+    if params is not None:
+        requested = requested_splits(params.get(sk.switch, 1), sk.switch, "params:")
+    elif tuned and sk.switch in tuned:
+        requested = requested_splits(tuned[sk.switch], sk.switch, "tuning-cache entry:")
+    else:
+        requested = _rule_request(spec, plan.m, plan.n, plan.k, sm_count)
+    if requested > 1 and not plain:
+        if params is not None and params.get(sk.switch, 1) not in (1, "1"):
+            raise AsmError(f"params: {sk.switch}={params[sk.switch]!r}: split-K runs only for a plain 2-D GEMM "
+                           "(no fused epilogue, no batch)")
+        return None
+    return split_for(plan.k, requested, sk.k_multiple)
+
+
+def _rule_request(spec: KernelSpec, m: int, n: int, k: int, sm_count: int) -> int:
+    """The spec's split rules for the kernel's M, N, K; a rule's value is data, kept in range."""
+    return max(1, min(spec.split_k.splits(m, n, k, sm_count), MAX_SPLITS))
+
+
+def untuned_split(spec: KernelSpec, m: int, n: int, k: int, sm_count: int) -> Split | None:
+    """What gemm() without params= (and without a tuning entry naming the split) runs for the
+    kernel's M x N x K (a reporting aid: `asmgemm bench` shows it next to 'defaults' or 'tuned')."""
+    if spec.split_k is None:
+        return None
+    return split_for(k, _rule_request(spec, m, n, k, sm_count), spec.split_k.k_multiple)
+
+
+def switch_define(spec: KernelSpec, split: Split | None) -> dict:
+    """The -D value of the kernel's split-K switch for this launch ({} for a kernel without one):
+    it replaces the pseudo-parameter S that params= or a tuning entry may carry under that name."""
+    if spec.split_k is None:
+        return {}
+    return {spec.split_k.switch: 1 if split is not None else 0}
+
+
+def workspace_plan(plan: LaunchPlan) -> LaunchPlan:
+    """The partial pass's launch plan: C is a workspace slice, row-major M x N with ld = N."""
+    return replace(plan, c_ptr=0, ldc=plan.n)
+
+
+def partial_values(split: Split, plan: LaunchPlan) -> dict:
+    """The partial pass's split arguments (ArgPacker's `extra`)."""
+    return {"k_chunk": split.k_chunk, "split_stride": plan.m * plan.n}
+
+
+def partial_grid(spec: KernelSpec, gemm_grid: tuple[int, int, int], split: Split, units_grid) -> tuple[int, int, int]:
+    """The partial pass's grid: a "tiles" grid with z = S; a "persistent" one sized for S copies
+    of the tile walk (units_grid(S): the grid of S times the units)."""
+    if spec.launch.grid == "persistent":
+        return units_grid(split.splits)
+    return gemm_grid[0], gemm_grid[1], split.splits
+
+
+@functools.lru_cache(maxsize=None)
+def reduce_spec(spec: KernelSpec) -> KernelSpec:
+    """The reduce kernel of a split-K spec, as a spec the build cache can build and check (its abi,
+    its launch constants); not a GEMM anyone launches by name."""
+    sk = spec.split_k
+    if sk is None:
+        raise AsmError(f"kernel '{spec.name}' has no split_k table")
+    d = spec.dtypes
+    return KernelSpec(f"{spec.name}.split_k.reduce", sk.reduce, "splitk_reduce",
+                      f"split-K reduction for {spec.name}", Dtypes(d.acc, d.acc, d.acc, d.c), spec.targets, REDUCE_ABI,
+                      (), spec.rel_err_limit, Launch("THREADS", "ROWS", "COLS", "SMEM_BYTES"), (), spec.spec_file)
+
+
+def reduce_defines(spec: KernelSpec, plan: LaunchPlan) -> dict:
+    """C_TYPE from the spec's C dtype; VEC=1 where 4-column vectors are aligned: N % 4 == 0 (every
+    workspace row then starts 16-byte aligned), ldc % 4 == 0 and C aligned to 4 elements."""
+    c_type = C_TYPES.get(spec.dtypes.c)
+    if c_type is None:
+        raise AsmError(f"split-K: the reduce writes C as {', '.join(C_TYPES)}; kernel '{spec.name}' has C "
+                       f"{spec.dtypes.c}")
+    vec = plan.n % 4 == 0 and plan.ldc % 4 == 0 and plan.c_ptr % (4 * plan.itemsize) == 0
+    return {"C_TYPE": c_type, "VEC": int(vec)}
+
+
+def reduce_grid(built, plan: LaunchPlan) -> tuple[int, int, int]:
+    """Blocks of COLS columns (tile_n) across N, one row per block row; rows past the grid's y
+    limit are walked by the kernel (row += nctaid.y)."""
+    return math.ceil(plan.n / built.tile_n), max(1, min(plan.m, MAX_GRID_Y)), 1
+
+
+def reduce_values(split: Split, plan: LaunchPlan) -> dict:
+    """The reduce's split arguments (ArgPacker's `extra`; M, N, ldc come from the plan)."""
+    return {"splits": split.splits, "split_stride": plan.m * plan.n}
+
+
+class SplitLaunch:
+    """The reduce half of a kept split-K launch plan (the partial half is the plan's own kernel,
+    built with the switch on, its grid's z = S and k_chunk / split_stride in its packed arguments)."""
+
+    __slots__ = ("split", "built", "fn", "fn_key", "grid", "block", "packer", "workspace_shape")
+
+    def __init__(self, split: Split, built, fn, fn_key, grid_, packer, m: int, n: int):
+        self.split, self.built, self.fn, self.fn_key = split, built, fn, fn_key
+        self.grid, self.block, self.packer = grid_, (built.threads, 1, 1), packer
+        self.workspace_shape = (split.splits, m, n)
+
+    def launch(self, gemm_fn, gemm_grid, gemm_block, gemm_smem, gemm_packer, a_ptr: int, b_ptr: int, c_ptr: int,
+               alpha, beta, stream, workspace_ptr: int) -> None:
+        """The partial pass into the workspace, then the reduce into C, on one stream."""
+        if workspace_ptr % 16:
+            raise AsmError(f"split-K workspace at 0x{workspace_ptr:x} is not 16-byte aligned (the reduce reads it "
+                           "128 bits at a time)")
+        kw = {} if stream is None else {"stream": stream}
+        gemm_fn(gemm_grid, gemm_block, gemm_packer.pack(a_ptr, b_ptr, workspace_ptr, 1.0, 0.0), shared_mem=gemm_smem,
+                **kw)
+        self.fn(self.grid, self.block, self.packer.pack(workspace_ptr, 0, c_ptr, alpha, beta), shared_mem=0, **kw)

@@ -1,0 +1,377 @@
+"""Split-K on the CPU (asm/runtime/split_k.py, [sgemm.split_k] in kernels.toml, sgemm.sasm's
+SPLIT_K=1, kernels_ptx/splitk_reduce.sasm): the choice of S and k_chunk, the spec's checks, the
+builds, and asmgemm.gemm driven to both launches through a stand-in CuPy whose kernels interpret
+the packed arguments (fake_cupy.interpreting_kernel: the partial pass per split, then the reduce),
+so a wrong pointer offset, stride, chunk or argument order gives a wrong C."""
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from asmgemm import kernel_spec
+from asmgemm.errors import AsmError
+from asmgemm.kernel_spec import get_spec, load_spec_file
+from asmgemm.runtime import split_k
+from asmgemm.runtime.plan import call_values_for, plan_launch
+from asmgemm.toolchain import find_tool
+from fake_cupy import FakeArray, forget_loaded, interpreting_kernel, make_cupy, make_torch
+
+needs_ptxas = pytest.mark.skipif(find_tool("ptxas", required=False) is None, reason="ptxas not installed")
+SGEMM = get_spec("sgemm")
+KERNELS = Path(SGEMM.source).parent
+
+
+def _plan(m, n, k, layout="nn", ptr=256):
+    from types import SimpleNamespace
+    ta, tb = layout[0] == "t", layout[1] == "t"
+
+    def mat(r, c):
+        return SimpleNamespace(shape=(r, c), ndim=2, strides=(c * 4, 4), dtype=SimpleNamespace(itemsize=4))
+    a = mat(k, m) if ta else mat(m, k)
+    b = mat(n, k) if tb else mat(k, n)
+    return plan_launch(a, b, mat(m, n), trans_a=ta, trans_b=tb, ptr_of=lambda x: ptr)
+
+
+# ---- choosing S and k_chunk ----------------------------------------------------------------------
+@pytest.mark.parametrize("m,n,k,splits", [(1, 4096, 4096, 9), (16, 4096, 14336, 9), (128, 768, 3072, 12),
+                                          (128, 4096, 4096, 5), (1, 768, 768, 3)])
+def test_the_rule_splits_the_decode_shapes(m, n, k, splits):
+    split = split_k.choose_split(SGEMM, _plan(m, n, k), None, None, 132)
+    assert split is not None and split.splits == splits
+    assert split.k_chunk % 16 == 0 and (split.splits - 1) * split.k_chunk < k <= split.splits * split.k_chunk
+
+
+@pytest.mark.parametrize("m,n,k", [(4096, 4096, 4096), (1024, 1024, 1024), (128, 14336, 4096), (16, 4096, 256),
+                                   (2048, 2048, 7), (1, 1, 1)])
+def test_the_rule_leaves_large_or_shallow_problems_alone(m, n, k):
+    assert split_k.choose_split(SGEMM, _plan(m, n, k), None, None, 132) is None
+
+
+def test_split_for_never_makes_an_empty_split():
+    for k in list(range(1, 200)) + [255, 256, 257, 1000, 4095, 4096, 14336, 100003]:
+        for requested in (1, 2, 3, 5, 8, 9, 16, 100, 256):
+            s = split_k.split_for(k, requested)
+            if s is None:
+                continue
+            assert 2 <= s.splits <= requested and s.k_chunk % 16 == 0
+            assert (s.splits - 1) * s.k_chunk < k <= s.splits * s.k_chunk, (k, requested, s)
+    assert split_k.split_for(16, 8) is None           # one chunk of 16 is all of K: no split
+    assert split_k.split_for(40, 8) == split_k.Split(3, 16)      # fewer real splits than asked
+    assert split_k.split_for(4096, 1) is None
+
+
+def test_params_and_the_tuning_cache_decide_before_the_rule():
+    p = _plan(16, 4096, 14336)
+    assert split_k.choose_split(SGEMM, p, {"SPLIT_K": 4}, None, 132) == split_k.Split(4, 3584)
+    assert split_k.choose_split(SGEMM, p, {"SPLIT_K": "3"}, None, 132).splits == 3     # bench -D passes strings
+    assert split_k.choose_split(SGEMM, p, {"SPLIT_K": 1}, None, 132) is None
+    assert split_k.choose_split(SGEMM, p, {"BK": 16}, None, 132) is None     # params without it: off
+    # a tuned entry of tile parameters keeps the rule's split; one naming SPLIT_K decides it
+    assert split_k.choose_split(SGEMM, p, None, {"BK": 16}, 132) == split_k.choose_split(SGEMM, p, None, None, 132)
+    assert split_k.choose_split(SGEMM, p, None, {"BK": 16, "SPLIT_K": 2}, 132).splits == 2
+    assert split_k.choose_split(SGEMM, p, None, {"BK": 16, "SPLIT_K": 1}, 132) is None
+    assert split_k.choose_split(SGEMM, p, None, None, 132, plain=False) is None
+    # a large problem split on request (what bench -D SPLIT_K=... measures)
+    assert split_k.choose_split(SGEMM, _plan(4096, 4096, 4096), {"SPLIT_K": 2}, None, 132).splits == 2
+
+
+@pytest.mark.parametrize("value", [0, -1, 257, "x", 2.5, True, None])
+def test_a_bad_split_count_is_a_clear_error(value):
+    with pytest.raises(AsmError, match="number of K splits"):
+        split_k.choose_split(SGEMM, _plan(16, 4096, 4096), {"SPLIT_K": value}, None, 132)
+
+
+def test_split_k_refused_where_the_call_is_not_a_plain_gemm():
+    with pytest.raises(AsmError, match="plain 2-D GEMM"):
+        split_k.choose_split(SGEMM, _plan(16, 4096, 4096), {"SPLIT_K": 4}, None, 132, plain=False)
+
+
+def test_the_kernel_switch_replaces_the_split_count():
+    from asmgemm.runtime.launch import choose_params
+    p = _plan(16, 4096, 14336)
+    split = split_k.choose_split(SGEMM, p, None, None, 132)
+    chosen = choose_params(SGEMM, p, None, None, 132, split_k.switch_define(SGEMM, split))
+    assert chosen["SPLIT_K"] == 1 and chosen["THREADS"] == 64          # the size rule's small-problem kernel
+    chosen = choose_params(SGEMM, p, {"SPLIT_K": 5}, None, 132, split_k.switch_define(SGEMM, None))
+    assert chosen["SPLIT_K"] == 0
+    assert split_k.switch_define(get_spec("hgemm"), None) == {}       # no split_k table: nothing set
+
+
+def test_asmgemm_run_shape_uses_split_k_by_the_rule():
+    """`asmgemm run sgemm --m 16 --n 4096 --k 14336`: the call values of fresh arrays, the rule's S."""
+    values = call_values_for(16, 4096, 14336, "nn", 4)
+    assert values["vec_a"] == values["vec_b"] == 1
+    split = split_k.choose_split(SGEMM, _plan(16, 4096, 14336), None, None, 132)
+    assert (split.splits, split.k_chunk) == (9, 1600)
+    assert split.workspace_elems(16, 4096) == 9 * 16 * 4096
+
+
+# ---- the spec's checks ---------------------------------------------------------------------------
+BASE = f"""
+[k]
+source = "{SGEMM.source}"
+dtypes = {{ a = "float32", b = "float32", acc = "float32", c = "float32" }}
+targets = ["sm_90"]
+abi = ["A", "B", "C", "M", "N", "K", "lda", "ldb", "ldc", "alpha", "beta", "k_chunk", "split_stride"]
+rel_err_limit = 1e-4
+launch = {{ threads = "THREADS", tile_m = "TM", tile_n = "TN", smem_bytes = "SMEM_BYTES" }}
+"""
+REDUCE = KERNELS / "splitk_reduce.sasm"
+
+
+def _load(tmp_path, extra, base=BASE):
+    p = tmp_path / "specs.toml"
+    p.write_text(textwrap.dedent(base) + textwrap.dedent(extra))
+    return load_spec_file(p)
+
+
+def test_a_split_k_table_loads(tmp_path):
+    spec, = _load(tmp_path, f"""
+        [k.split_k]
+        switch = "SPLIT_K"
+        reduce = "{REDUCE}"
+        [[k.split_k.rule]]
+        when = "M <= 16"
+        splits = "K // 512"
+        """)
+    assert spec.split_k.switch == "SPLIT_K" and spec.split_k.reduce == REDUCE
+    assert spec.split_k.splits(16, 64, 4096, 132) == 8 and spec.split_k.splits(17, 64, 4096, 132) == 1
+    assert spec.to_json()["split_k"]["rules"] == [{"when": "M <= 16", "splits": "K // 512"}]
+
+
+@pytest.mark.parametrize("table,message", [
+    ('switch = "SPLIT_K"\nreduce = "{r}"\nreduc = 1', "unknown key 'reduc'"),
+    ('reduce = "{r}"', "needs 'switch'"),
+    ('switch = "SPLIT_K"', "needs 'reduce'"),
+    ('switch = "SPLIT_K"\nreduce = "nowhere.sasm"', "no such file"),
+    ('switch = "TRANS_A"\nreduce = "{r}"', "also a call parameter"),
+    ('switch = "2x"\nreduce = "{r}"', "not a parameter name"),
+    ('switch = "SPLIT_K"\nreduce = "{r}"\nrule = 3', "an array of tables"),
+    ('switch = "SPLIT_K"\nreduce = "{r}"\n[[k.split_k.rule]]\nwhen = "M < 2"', "exactly 'when' and 'splits'"),
+    ('switch = "SPLIT_K"\nreduce = "{r}"\n[[k.split_k.rule]]\nwhen = "Q < 2"\nsplits = "2"', "undefined name 'Q'"),
+    ('switch = "SPLIT_K"\nreduce = "{r}"\n[[k.split_k.rule]]\nwhen = "M < 2"\nsplits = "K / 3"', "not an integer"),
+])
+def test_split_k_table_errors(tmp_path, table, message):
+    base = BASE.replace('abi = ["A"', 'call_params = { TRANS_A = "trans_a" }\nabi = ["A"')
+    with pytest.raises(AsmError, match=message):
+        _load(tmp_path, "[k.split_k]\n" + table.format(r=REDUCE) + "\n", base)
+
+
+def test_split_k_needs_its_abi_arguments_and_a_tiles_grid(tmp_path):
+    no_abi = BASE.replace(', "k_chunk", "split_stride"', "")
+    with pytest.raises(AsmError, match="missing 'k_chunk'"):
+        _load(tmp_path, f'[k.split_k]\nswitch = "SPLIT_K"\nreduce = "{REDUCE}"\n', no_abi)
+    persistent = BASE.replace('smem_bytes = "SMEM_BYTES" }', 'smem_bytes = "SMEM_BYTES", grid = "persistent" }')
+    with pytest.raises(AsmError, match="needs grid 'tiles'"):
+        _load(tmp_path, f'[k.split_k]\nswitch = "SPLIT_K"\nreduce = "{REDUCE}"\n', persistent)
+
+
+# ---- builds ---------------------------------------------------------------------------------------
+@pytest.fixture
+def private_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("ASMGEMM_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("ASMGEMM_NO_TUNE_CACHE", "1")
+    from asmgemm.runtime import build_cache
+    build_cache.clear_memory_cache()
+    yield
+    build_cache.clear_memory_cache()
+
+
+@pytest.mark.toolchain
+@needs_ptxas
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+@pytest.mark.parametrize("variant", [{"THREADS": 64, "BK": 16, "ASYNC": 1}, {"THREADS": 64, "BK": 16}, {},
+                                     {"RQ": 4, "BK": 16, "LOAD_AHEAD": 1, "LDG_NC": 0},
+                                     {"RQ": 4, "BK": 8, "LOAD_AHEAD": 1, "LDG_NC": 0}],
+                         ids=["t64-async", "t64", "default", "rq4-bk16-la", "rq4-bk8-la"])     # every size rule's kernel
+def test_split_k_builds_have_no_spills(variant, layout):
+    from asmgemm.pipeline import BuildOptions, assemble, build_file
+    defines = {**variant, "SPLIT_K": 1, "TRANS_A": int(layout[0] == "t"), "TRANS_B": int(layout[1] == "t")}
+    result = build_file(SGEMM.source, BuildOptions(defines={k: str(v) for k, v in defines.items()}, target="sm_90"))
+    stats, = assemble(result).kernels
+    assert not stats.spills, stats
+    assert "%ctaid.z" in result.ptx and "param_k_chunk" in result.ptx
+
+
+def test_split_k_switch_is_checked():
+    from asmgemm.pipeline import BuildOptions, build_file
+    with pytest.raises(AsmError, match="SPLIT_K is 0 or 1"):
+        build_file(SGEMM.source, BuildOptions(defines={"SPLIT_K": "2"}, target="sm_90"))
+
+
+@pytest.mark.toolchain
+@needs_ptxas
+@pytest.mark.parametrize("c_dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("vec", [0, 1])
+def test_the_reduce_builds_for_each_c_type(private_cache, c_dtype, vec):
+    from asmgemm.runtime.build_cache import build_kernel
+    from dataclasses import replace
+    spec = replace(SGEMM, dtypes=replace(SGEMM.dtypes, c=c_dtype))
+    built = build_kernel(split_k.reduce_spec(spec), {"C_TYPE": split_k.C_TYPES[c_dtype], "VEC": vec}, "sm_90")
+    assert [n for n, _ in built.params] == list(split_k.REDUCE_ABI)
+    assert (built.threads, built.tile_m, built.tile_n, built.smem_bytes) == (256, 1, 256 * (4 if vec else 1), 0)
+
+
+def test_reduce_vectors_only_where_aligned():
+    p = _plan(16, 4096, 4096)
+    assert split_k.reduce_defines(SGEMM, p) == {"C_TYPE": 0, "VEC": 1}
+    assert split_k.reduce_defines(SGEMM, _plan(16, 4094, 4096))["VEC"] == 0
+    assert split_k.reduce_defines(SGEMM, _plan(16, 4096, 4096, ptr=260))["VEC"] == 0
+
+
+# ---- asmgemm.gemm through a stand-in CuPy -------------------------------------------------------
+@pytest.fixture
+def fake(monkeypatch, private_cache):
+    launches = []
+    cp = make_cupy(interpreting_kernel(launches, dtype=np.float32))
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    forget_loaded(monkeypatch)
+    from asmgemm.runtime import gemm
+    gemm.clear_plan_cache()
+    yield cp, launches
+    gemm.clear_plan_cache()
+
+
+def _rand(*shape, seed=0):
+    return np.random.default_rng(seed + sum(shape)).standard_normal(shape).astype(np.float32).view(FakeArray)
+
+
+def _ref(a, b, c0, alpha, beta, ta, tb):
+    a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    out = alpha * ((a64.T if ta else a64) @ (b64.T if tb else b64))
+    return out + beta * np.asarray(c0, np.float64) if beta != 0 else out
+
+
+@pytest.mark.toolchain
+@needs_ptxas
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+def test_gemm_splits_by_the_rule_and_reduces(fake, layout):
+    import asmgemm
+    _, launches = fake
+    ta, tb = layout[0] == "t", layout[1] == "t"
+    m, n, k = 16, 256, 2000                   # 4 tiles of 64x64: S = min(2000 // 256, 132) = 7
+    a = _rand(*((k, m) if ta else (m, k)))
+    b = _rand(*((n, k) if tb else (k, n)), seed=1)
+    c = np.full((m, n), np.nan, np.float32).view(FakeArray)        # beta = 0: never read
+    asmgemm.gemm(a, b, c, trans_a=ta, trans_b=tb)
+    np.testing.assert_allclose(np.asarray(c), _ref(a, b, None, 1.0, 0.0, ta, tb), rtol=1e-4, atol=1e-3)
+    (g1, b1, args1, _, _), (g2, b2, args2, _, _) = launches
+    assert g1 == (4, 1, 7) and b1 == (64, 1, 1)                       # 4 tile columns, 1 tile row, 7 splits
+    v = dict(zip(get_spec("sgemm").abi, args1))            # the partial pass's arguments by name
+    assert (float(v["alpha"]), float(v["beta"]), int(v["k_chunk"]), int(v["split_stride"])) == (1.0, 0.0, 288, m * n)
+    assert int(args1[2]) != c.ctypes.data and int(args1[8]) == n           # C of the partial: the workspace, ld N
+    w, c_ptr, mm, nn, ldc, splits, stride2, alpha2, beta2 = args2
+    assert int(w) == int(args1[2]) and int(c_ptr) == c.ctypes.data
+    assert (int(mm), int(nn), int(ldc), int(splits), int(stride2)) == (m, n, n, 7, m * n)
+    assert g2 == (1, m, 1) and b2 == (256, 1, 1)                            # VEC=1: 1024 columns per block
+
+
+@pytest.mark.toolchain
+@needs_ptxas
+def test_alpha_beta_column_major_c_and_a_kept_plan(fake):
+    import asmgemm
+    _, launches = fake
+    m, n, k = 40, 24, 1500                   # column-major C: the kernel's M x N is 24 x 40
+    a, b = _rand(m, k), _rand(k, n, seed=2)
+    c0 = _rand(m, n, seed=3)
+    c = np.asfortranarray(c0).view(FakeArray)
+    asmgemm.gemm(a, b, c, alpha=0.5, beta=-2.0)
+    np.testing.assert_allclose(np.asarray(c), _ref(a, b, c0, 0.5, -2.0, False, False), rtol=1e-4, atol=1e-3)
+    assert len(launches) == 2 and launches[0][0][2] == 5                    # K // 256 = 5 splits
+    assert [int(x) for x in launches[1][2][2:5]] == [24, 40, m]            # the reduce sees the kernel's C
+    c2 = np.asfortranarray(c0).view(FakeArray)
+    asmgemm.gemm(a, b, c2, alpha=0.5, beta=-2.0)                            # the kept plan: both launches again
+    assert len(launches) == 4 and np.array_equal(np.asarray(c2), np.asarray(c))
+
+
+@pytest.mark.toolchain
+@needs_ptxas
+def test_params_set_or_turn_off_the_split(fake):
+    import asmgemm
+    _, launches = fake
+    a, b = _rand(16, 2000), _rand(2000, 256, seed=4)
+    asmgemm.gemm(a, b, params={"SPLIT_K": 1})
+    assert len(launches) == 1 and launches[0][0][2] == 1
+    c = asmgemm.gemm(a, b, params={"SPLIT_K": 3, "THREADS": 64, "BK": 16})
+    assert len(launches) == 3 and launches[1][0][2] == 3 and int(launches[1][2][-2]) == 672
+    np.testing.assert_allclose(np.asarray(c), _ref(a, b, None, 1.0, 0.0, False, False), rtol=1e-4, atol=1e-3)
+    with pytest.raises(AsmError, match="number of K splits"):
+        asmgemm.gemm(a, b, params={"SPLIT_K": 0})
+
+
+@pytest.mark.toolchain
+@needs_ptxas
+def test_torch_tensors_get_a_torch_workspace(fake, monkeypatch):
+    import asmgemm
+    _, launches = fake
+    torch = make_torch()
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    made = []
+    empty = torch.empty
+
+    def tracked(shape, dtype=None, device=None):
+        made.append((tuple(shape), dtype))
+        return empty(shape, dtype=dtype, device=device)
+    torch.empty = tracked
+    a, b = _rand(16, 1024), _rand(1024, 128, seed=5)
+    out = asmgemm.gemm(torch.from_numpy(np.asarray(a)), torch.from_numpy(np.asarray(b)))
+    np.testing.assert_allclose(out.numpy(), _ref(a, b, None, 1.0, 0.0, False, False), rtol=1e-4, atol=1e-3)
+    assert ((4, 16, 128), torch.float32) in made                           # S x M x N fp32 from torch
+
+
+# ---- asmgemm bench names the untuned split --------------------------------------------------------
+from test_bench_fakegpu import fake_gpu  # noqa: E402,F401  (the fixture: NumPy as CuPy, a Python kernel)
+
+
+def test_bench_shows_the_split_the_rule_chose(fake_gpu, run_cli, tmp_path):
+    import json
+    out = tmp_path / "bench.json"
+    code, stdout, err = run_cli("bench", "sgemm", "--shapes", "16x256x2000,128x128x128", "--reps", "2",
+                                "--defaults", "--json", str(out))
+    assert code == 0, err
+    rows = {r["k"]: r for r in json.loads(out.read_text())["rows"]}
+    assert rows[2000]["params_source"] == "defaults" and rows[2000]["params"] == {"SPLIT_K": 7}
+    assert rows[128]["params"] is None                          # K = 128: no split
+    assert "defaults: SPLIT_K=7" in stdout
+
+
+def test_bench_shows_a_tuned_entry_with_the_split_it_keeps(fake_gpu, monkeypatch):
+    from asmgemm.bench import runner
+    from asmgemm.bench.shapes import Shape
+    from asmgemm.runtime import tune_cache
+    monkeypatch.setattr(tune_cache, "lookup_tuned", lambda *a: {"THREADS": 64, "BK": 16})
+    assert runner.resolve_params(SGEMM, "Fake GPU 80GB", "nn", Shape(16, 256, 2000), {}, False) == \
+        (None, "tuned", {"THREADS": 64, "BK": 16, "SPLIT_K": 7})
+    monkeypatch.setattr(tune_cache, "lookup_tuned", lambda *a: {"THREADS": 64, "SPLIT_K": 1})
+    assert runner.resolve_params(SGEMM, "Fake GPU 80GB", "nn", Shape(16, 256, 2000), {}, False)[2] == \
+        {"THREADS": 64, "SPLIT_K": 1}
+
+
+@pytest.mark.toolchain
+@needs_ptxas
+def test_tune_times_its_candidates_with_the_split_asked(fake_gpu, run_cli):
+    """`asmgemm tune -D SPLIT_K=4`: candidates built with the switch on, trials run with S = 4,
+    and the stored entry names the split (so gemm() runs it)."""
+    import json
+    from test_bench_fakegpu import gemm_cost
+    seen = []
+
+    def kernel(a, b, c, ta, tb, params):
+        seen.append(params)
+        gemm_cost(a, b, c, ta, tb, 1.0 if params and params.get("BK") == 16 else 3.0)
+    fake_gpu(kernel)
+    code, out, err = run_cli("tune", "sgemm", "--shape", "16,256,2000", "--reps", "2", "-j", "2", "--json",
+                             "-D", "SPLIT_K=4", "-D", "THREADS=64", "-D", "RQ=2", "-D", "PREFETCH=0",
+                             "-D", "LOAD_AHEAD=0")
+    assert code == 0, err
+    rep = json.loads(out)
+    assert rep["build_defines"]["SPLIT_K"] == "1" and rep["survivors"] == 4
+    assert all(p["SPLIT_K"] == "4" for p in seen if p is not None)
+    from asmgemm.runtime.tune_cache import lookup_tuned
+    assert lookup_tuned("Fake GPU 80GB", "sgemm", "nn", 16, 256, 2000)["SPLIT_K"] == "4"
+    code, _, err = run_cli("tune", "sgemm", "--shape", "16,256,2000", "--dry-run", "-D", "SPLIT_K=0")
+    assert code == 1 and "number of K splits" in err and "Traceback" not in err

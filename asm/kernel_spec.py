@@ -361,9 +361,8 @@ def _spec(path: Path, source: SourceFile, name: str, t) -> KernelSpec:
     size_rules = tuple(_size_rule(source, where, i, r) for i, r in enumerate(rules))
     split_k = None
     if "split_k" in t:
-        if launch.grid != "tiles" or d["acc"] != "float32":
-            fail("split_k: needs grid 'tiles' (the splits are the grid's z) and a float32 accumulator "
-                 "(the workspace holds fp32 partial sums)")
+        if d["acc"] != "float32":
+            fail("split_k: needs a float32 accumulator (the workspace holds fp32 partial sums)")
         split_k = _split_k(path, source, where, t["split_k"], abi, calls, defines)
     return KernelSpec(name, src, _str(t.get("entry", name), f"{where} entry"), str(t.get("summary", "")),
                       Dtypes(**d), tuple(targets), tuple(abi), tuple(calls.items()), float(limit), launch,

@@ -20,6 +20,11 @@ def _geometry(res):
     return geo["threads"], geo["tile_m"], geo["tile_n"], geo["smem_bytes"]
 
 
+def _abi():
+    from asmgemm.kernel_spec import get_spec
+    return get_spec("sgemm").abi
+
+
 # The source defaults (8x8 per thread, 128x128 tile) and the variant asmgemm.gemm picks for large
 # problems (16x8 per thread with load-ahead, 256x128 tile, BK=16), both with .schedule regions.
 VARIANTS = {"default": {}, "large": {"RQ": "4", "LOAD_AHEAD": "1", "LDG_NC": "0", "BK": "16"}}
@@ -51,9 +56,15 @@ def test_scheduled_sgemm_is_correct(shape, variant, tmp_path, cuda_gpu):
         if smem > 48 * 1024:
             fn.max_dynamic_shared_size_bytes = smem
         c = cp.full((m, n), cp.nan, dtype=cp.float32)
-        fn((math.ceil(n / tile_n), math.ceil(m / tile_m)), (threads,),
-           (a, b, c, np.uint32(m), np.uint32(n), np.uint32(k), np.uint32(k), np.uint32(n), np.uint32(n),
-            np.float32(1.0), np.float32(0.0)), shared_mem=smem)
+        # every .param of the entry, in the spec's abi order (a short tuple makes the driver read
+        # past it: a segfault on the host, seen on the H100 when the abi grew); off modes get zeros
+        values = {"A": a, "B": b, "C": c, "M": np.uint32(m), "N": np.uint32(n), "K": np.uint32(k),
+                  "lda": np.uint32(k), "ldb": np.uint32(n), "ldc": np.uint32(n), "alpha": np.float32(1.0),
+                  "beta": np.float32(0.0), "bias": np.uint64(0), "batch_stride_a": np.uint64(0),
+                  "batch_stride_b": np.uint64(0), "batch_stride_c": np.uint64(0), "k_chunk": np.uint32(k),
+                  "split_stride": np.uint64(0)}
+        fn((math.ceil(n / tile_n), math.ceil(m / tile_m)), (threads,), tuple(values[x] for x in _abi()),
+           shared_mem=smem)
         cp.cuda.runtime.deviceSynchronize()
         assert not bool(cp.isnan(c).any()), "some elements of C were not written"
         err = float(cp.linalg.norm(c.astype(cp.float64) - ref) / cp.linalg.norm(ref))

@@ -98,7 +98,7 @@ def test_the_kernel_switch_replaces_the_split_count():
     assert chosen["SPLIT_K"] == 1 and chosen["THREADS"] == 64          # the size rule's small-problem kernel
     chosen = choose_params(SGEMM, p, {"SPLIT_K": 5}, None, 132, split_k.switch_define(SGEMM, None))
     assert chosen["SPLIT_K"] == 0
-    assert split_k.switch_define(get_spec("hgemm"), None) == {}       # no split_k table: nothing set
+    assert split_k.switch_define(get_spec("hgemm"), None) == {"SPLIT_K": 0}     # the HGEMM's switch too
 
 
 def test_asmgemm_run_shape_uses_split_k_by_the_rule():
@@ -161,13 +161,31 @@ def test_split_k_table_errors(tmp_path, table, message):
         _load(tmp_path, "[k.split_k]\n" + table.format(r=REDUCE) + "\n", base)
 
 
-def test_split_k_needs_its_abi_arguments_and_a_tiles_grid(tmp_path):
+def test_split_k_needs_its_abi_arguments_and_takes_both_grids(tmp_path):
     no_abi = BASE.replace(', "k_chunk", "split_stride"', "")
     with pytest.raises(AsmError, match="missing 'k_chunk'"):
         _load(tmp_path, f'[k.split_k]\nswitch = "SPLIT_K"\nreduce = "{REDUCE}"\n', no_abi)
+    # a persistent kernel walks S copies of its units (hgemm); k_multiple defaults to 16
     persistent = BASE.replace('smem_bytes = "SMEM_BYTES" }', 'smem_bytes = "SMEM_BYTES", grid = "persistent" }')
-    with pytest.raises(AsmError, match="needs grid 'tiles'"):
-        _load(tmp_path, f'[k.split_k]\nswitch = "SPLIT_K"\nreduce = "{REDUCE}"\n', persistent)
+    spec, = _load(tmp_path, f'[k.split_k]\nswitch = "SPLIT_K"\nreduce = "{REDUCE}"\nk_multiple = 64\n', persistent)
+    assert spec.launch.grid == "persistent" and spec.split_k.k_multiple == 64
+    with pytest.raises(AsmError, match="k_multiple: 48 is not a power of two"):
+        _load(tmp_path, f'[k.split_k]\nswitch = "SPLIT_K"\nreduce = "{REDUCE}"\nk_multiple = 48\n', persistent)
+
+
+def test_hgemm_splits_k_in_whole_k_tiles_on_a_persistent_grid():
+    from asmgemm.runtime.launch import grid
+    from types import SimpleNamespace
+    hg = get_spec("hgemm")
+    p = _plan(16, 4096, 4096)
+    split = split_k.choose_split(hg, p, None, None, 132)
+    assert split is not None and split.k_chunk % 64 == 0 and split.splits == -(-4096 // split.k_chunk)
+    assert split.splits * 32 <= 132                       # 32 BN=128 tiles: every split's units at once
+    built = SimpleNamespace(tile_n=128, tile_m=128, cluster=1)
+    one = grid(hg, built, p, 132)
+    assert one == (32, 1, 1)
+    assert split_k.partial_grid(hg, one, split, lambda c: grid(hg, built, p, 132, c)) == (32 * split.splits, 1, 1)
+    assert split_k.split_for(4096, 5, 64) == split_k.Split(5, 832)
 
 
 # ---- builds ---------------------------------------------------------------------------------------

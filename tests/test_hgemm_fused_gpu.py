@@ -1,0 +1,156 @@
+"""The Hopper HGEMM's fused epilogue and split-K on the GPU (issue 12 for the 16-bit kernels):
+gemm(bias=, activation=) through hgemm, bgemm and hgemm_f32c on the staged (TMA-stored) path and
+the pair-store path, with beta and column-major C; split-K's partial pass (persistent walk over S
+copies of the tiles, fp32 partial tiles) and reduce, by the rule on decoding shapes and forced,
+over the layouts, alpha/beta, column-major C, bf16 and fp32 C, bit-identical from run to run.
+References: the fp32 values of the same 16-bit inputs multiplied in float64, the epilogue by
+PyTorch's formulas (tests/epilogue_reference.py); judged by each spec's rel_err_limit. Skipped
+without CuPy, a GPU, or an sm_90 GPU."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+from asmgemm.runtime.gpu import gpu_available  # noqa: E402
+
+if not gpu_available():
+    pytest.skip("needs CuPy and a CUDA GPU", allow_module_level=True)
+import cupy as cp  # noqa: E402
+
+import asmgemm  # noqa: E402
+from asmgemm.kernel_spec import get_spec  # noqa: E402
+from asmgemm.runtime import split_k  # noqa: E402
+from asmgemm.runtime.gpu import device_facts  # noqa: E402
+from epilogue_reference import epilogue  # noqa: E402
+
+if device_facts().target != "sm_90":
+    pytest.skip("the HGEMM needs an sm_90 (Hopper) GPU", allow_module_level=True)
+
+KERNEL_OF = {"float16": "hgemm", "bfloat16": "bgemm", "f32c": "hgemm_f32c"}
+
+
+def _bf16(x32):
+    u = x32.view(cp.uint32)
+    bits = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(cp.uint16)
+    return bits, (bits.astype(cp.uint32) << 16).view(cp.float32)
+
+
+def _as(x32, dtype):
+    """(array of `dtype` for gemm, its fp32 values); bfloat16 as uint16 bit patterns."""
+    if dtype == "bfloat16":
+        return _bf16(x32)
+    if dtype == "float32":
+        return x32.copy(), x32.copy()
+    x = x32.astype(cp.float16)
+    return x, x.astype(cp.float32)
+
+
+def _values(c, dtype):
+    c = cp.ascontiguousarray(c)
+    return (c.astype(cp.uint32) << 16).view(cp.float32) if dtype == "bfloat16" else c.astype(cp.float32)
+
+
+def _run(m, n, k, *, kind="float16", act=None, where="none", layout="nn", alpha=1.0, beta=0.0, c_order="C",
+         params=None, seed=0):
+    """One call; returns (C as given back, rel err)."""
+    ab = "bfloat16" if kind == "bfloat16" else "float16"
+    cdt = "float32" if kind == "f32c" else ab
+    rng = cp.random.default_rng(seed + 7 * m + 13 * n + k)
+    ta, tb = layout[0] == "t", layout[1] == "t"
+    a, av = _as(rng.standard_normal((k, m) if ta else (m, k), dtype=cp.float32), ab)
+    b, bv = _as(rng.standard_normal((n, k) if tb else (k, n), dtype=cp.float32), ab)
+    c0, c0v = _as(rng.standard_normal((m, n), dtype=cp.float32), cdt)
+    c = cp.asfortranarray(c0) if c_order == "F" else c0.copy()
+    if beta == 0:       # NaN: beta = 0 never reads C
+        if cdt == "float32":
+            c[...] = cp.nan
+        else:
+            c.view(cp.uint16)[...] = 0x7E00 if cdt == "float16" else 0x7FC0
+    bias, epi = None, {}
+    if where == "cols":
+        bias, bvals = _as(rng.standard_normal(n, dtype=cp.float32), cdt)
+        epi = {"bias_cols": cp.asnumpy(bvals)}
+    elif where == "rows":
+        bias, bvals = _as(rng.standard_normal((m, 1), dtype=cp.float32), cdt)
+        epi = {"bias_rows": cp.asnumpy(bvals).ravel()}
+    kernel = KERNEL_OF[kind]
+    out = asmgemm.gemm(a, b, c, alpha=alpha, beta=beta, trans_a=ta, trans_b=tb, bias=bias, activation=act,
+                       params=params, kernel=kernel)
+    assert out is c
+    acc = (cp.asnumpy(av).astype(np.float64).T if ta else cp.asnumpy(av).astype(np.float64)) @ \
+        (cp.asnumpy(bv).astype(np.float64).T if tb else cp.asnumpy(bv).astype(np.float64))
+    want = epilogue(acc, alpha, beta, cp.asnumpy(c0v) if beta != 0 else None, activation=act, **epi)
+    got = cp.asnumpy(_values(c, cdt)).astype(np.float64)
+    assert np.isfinite(got).all(), "non-finite values in C"
+    err = float(np.linalg.norm(got - want) / (np.linalg.norm(want) or 1.0))
+    limit = get_spec(kernel).rel_err_limit
+    assert err < limit, (f"{kind} {m}x{n}x{k} {layout} act={act} bias={where} alpha={alpha} beta={beta} "
+                         f"C {c_order} params={params}: rel err {err:.3e}")
+    return c, err
+
+
+# ---- the fused epilogue ----------------------------------------------------------------------------
+@pytest.mark.parametrize("act", [None, "relu", "gelu", "gelu_tanh", "silu"])
+@pytest.mark.parametrize("where", ["none", "cols", "rows"])
+@pytest.mark.parametrize("shape", [(129, 264, 200), (131, 77, 65)], ids=["staged", "pairs"])
+def test_each_activation_and_bias_mode(act, where, shape):
+    # N = 264 (rows of 16 bytes): the staged TMA stores; N = 77: the guarded pair stores
+    _run(*shape, act=act, where=where)
+
+
+@pytest.mark.parametrize("kind", ["bfloat16", "f32c"])
+@pytest.mark.parametrize("where", ["cols", "rows"])
+def test_bf16_and_fp32_c(kind, where):
+    _run(200, 320, 192, kind=kind, act="gelu", where=where)
+
+
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+@pytest.mark.parametrize("c_order", ["C", "F"])
+def test_layouts_and_column_major_c_keep_the_users_bias_axis(layout, c_order):
+    _run(136, 264, 100, act="silu", where="cols", layout=layout, c_order=c_order)
+
+
+def test_beta_with_bias_and_activation():
+    _run(129, 264, 200, act="gelu", where="cols", alpha=0.5, beta=0.75)
+    _run(130, 77, 64, act="relu", where="rows", alpha=-1.0, beta=2.0)
+
+
+def test_large_problem_on_the_default_tile():
+    _run(1024, 2048, 1024, act="gelu_tanh", where="cols")
+
+
+# ---- split-K -------------------------------------------------------------------------------------
+def _split_of(m, n, k, kind="float16"):
+    spec = get_spec(KERNEL_OF[kind])
+    return split_k.untuned_split(spec, m, n, k, device_facts().sm_count)
+
+
+@pytest.mark.parametrize("shape", [(16, 4096, 4096), (1, 4096, 4096), (128, 768, 3072), (16, 4096, 14336)])
+def test_decoding_shapes_split_by_the_rule(shape):
+    assert _split_of(*shape) is not None, f"{shape}: the rule should split"
+    _run(*shape)
+
+
+@pytest.mark.parametrize("splits", [2, 3, 8])
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+def test_forced_splits_over_layouts(splits, layout):
+    # K = 1000: not a multiple of 64, the last split shorter
+    _run(64, 520, 1000, layout=layout, params={"SPLIT_K": splits})
+
+
+def test_split_with_alpha_beta_and_column_major_c():
+    _run(48, 1024, 2048, alpha=0.5, beta=-1.5, params={"SPLIT_K": 4})
+    _run(48, 1024, 2048, c_order="F", params={"SPLIT_K": 4})
+
+
+@pytest.mark.parametrize("kind", ["bfloat16", "f32c"])
+def test_split_bf16_and_fp32_c(kind):
+    _run(16, 2048, 4096, kind=kind, params={"SPLIT_K": 5})
+
+
+def test_split_runs_are_bit_identical():
+    c1, _ = _run(16, 4096, 4096, seed=3)
+    c2, _ = _run(16, 4096, 4096, seed=3)
+    assert bool((c1.view(cp.uint16) == c2.view(cp.uint16)).all())

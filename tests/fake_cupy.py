@@ -348,5 +348,26 @@ def forget_loaded(monkeypatch) -> None:
     monkeypatch.setattr(gemm, "_modules", {})
 
 
+def install_fakes(monkeypatch, tmp_path, specs, dtype=np.float64):
+    """The stand-ins in place for one test: the spec file(s) `specs` registered through the
+    environment, a private build cache, no tuning cache, a CuPy whose kernels interpret their packed
+    arguments in `dtype` and a torch; returns (cupy, torch, launches). The caller clears the build
+    cache's memory after the test (build_cache.clear_memory_cache())."""
+    from asmgemm import kernel_spec
+    from asmgemm.runtime import build_cache
+    monkeypatch.setenv(kernel_spec.SPECS_ENV, str(specs))
+    monkeypatch.setenv("ASMGEMM_CACHE_DIR", str(Path(tmp_path) / "cache"))
+    monkeypatch.setenv("ASMGEMM_NO_TUNE_CACHE", "1")
+    build_cache.clear_memory_cache()
+    launches: list = []
+    cp = make_cupy(interpreting_kernel(launches, dtype))
+    torch = make_torch()
+    import sys
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    forget_loaded(monkeypatch)
+    return cp, torch, launches
+
+
 def read_bytes(path) -> bytes:
     return Path(path).read_bytes()

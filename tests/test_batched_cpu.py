@@ -138,14 +138,9 @@ def test_batch_shape_errors(fake):
 
 
 def test_a_spec_mapping_batched_needs_the_stride_arguments(tmp_path):
-    from test_epilogue_cpu import TINY
-    src = (TINY / "tiny_dgemm.toml").read_text().replace(
-        'call_params = { TRANS_A = "trans_a", TRANS_B = "trans_b" }',
-        'call_params = { TRANS_A = "trans_a", TRANS_B = "trans_b", BATCHED = "batched" }')
-    (tmp_path / "tiny_dgemm.sasm").write_text((TINY / "tiny_dgemm.sasm").read_text())
-    (tmp_path / "t.toml").write_text(src)
+    from test_epilogue_cpu import load_tiny_with_call_param
     with pytest.raises(AsmError) as e:
-        kernel_spec.load_spec_file(tmp_path / "t.toml")
+        load_tiny_with_call_param(tmp_path, 'BATCHED = "batched"')
     assert "maps the call value 'batched' but abi lacks 'batch_stride_a'" in str(e.value)
 
 

@@ -9,17 +9,14 @@ stream is recorded. On the GPU (marked gpu; skipped without a GPU or torch): the
 tensors, and a launch that must follow work still running on a side stream."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from asmgemm import kernel_spec
 from asmgemm.errors import AsmError
 from asmgemm.toolchain import find_tool
-from fake_cupy import (CudaArrayInterface, CudaDLPack, FakeArray, forget_loaded, interpreting_kernel, make_cupy,
-                       make_torch)
+from fake_cupy import CudaArrayInterface, CudaDLPack, FakeArray, install_fakes
 
 TINY = Path(__file__).parent / "data" / "tiny_gemm"
 needs_ptxas = pytest.mark.skipif(find_tool("ptxas", required=False) is None, reason="needs ptxas")
@@ -28,17 +25,8 @@ needs_ptxas = pytest.mark.skipif(find_tool("ptxas", required=False) is None, rea
 @pytest.fixture
 def fake(monkeypatch, tmp_path):
     """Stand-in CuPy and torch; the float64 kernel is tests/data/tiny_gemm."""
-    monkeypatch.setenv(kernel_spec.SPECS_ENV, str(TINY / "tiny_dgemm.toml"))
-    monkeypatch.setenv("ASMGEMM_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("ASMGEMM_NO_TUNE_CACHE", "1")
     from asmgemm.runtime import build_cache
-    build_cache.clear_memory_cache()
-    launches = []
-    cp = make_cupy(interpreting_kernel(launches))
-    torch = make_torch()
-    monkeypatch.setitem(sys.modules, "cupy", cp)
-    monkeypatch.setitem(sys.modules, "torch", torch)
-    forget_loaded(monkeypatch)
+    cp, torch, launches = install_fakes(monkeypatch, tmp_path, TINY / "tiny_dgemm.toml")
     yield cp, torch, launches
     build_cache.clear_memory_cache()
 

@@ -20,7 +20,7 @@ from asmgemm.errors import AsmError
 from asmgemm.runtime.plan import plan_launch
 from asmgemm.toolchain import find_tool
 from epilogue_reference import epilogue
-from fake_cupy import FakeArray, forget_loaded, interpreting_kernel, make_cupy, make_torch
+from fake_cupy import FakeArray, install_fakes
 
 TINY = Path(__file__).parent / "data" / "tiny_gemm"
 needs_ptxas = pytest.mark.skipif(find_tool("ptxas", required=False) is None, reason="needs ptxas")
@@ -89,17 +89,8 @@ def test_an_unknown_activation_names_the_valid_ones():
 def fake(monkeypatch, tmp_path):
     """Stand-in CuPy (a float32 interpreting kernel) and torch; sgemm is built by ptxas for sm_90;
     the spec-only float64 kernel tests/data/tiny_gemm is known too (it has no fused epilogue)."""
-    monkeypatch.setenv(kernel_spec.SPECS_ENV, str(TINY / "tiny_dgemm.toml"))
-    monkeypatch.setenv("ASMGEMM_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("ASMGEMM_NO_TUNE_CACHE", "1")
     from asmgemm.runtime import build_cache
-    build_cache.clear_memory_cache()
-    launches = []
-    cp = make_cupy(interpreting_kernel(launches, np.float32))
-    torch = make_torch()
-    monkeypatch.setitem(sys.modules, "cupy", cp)
-    monkeypatch.setitem(sys.modules, "torch", torch)
-    forget_loaded(monkeypatch)
+    cp, torch, launches = install_fakes(monkeypatch, tmp_path, TINY / "tiny_dgemm.toml", np.float32)
     yield cp, torch, launches
     build_cache.clear_memory_cache()
 
@@ -224,14 +215,19 @@ def test_a_kernel_without_a_fused_epilogue_refuses_by_name(fake):
     assert not launches
 
 
-def test_a_spec_mapping_bias_needs_the_abi_argument(tmp_path):
+def load_tiny_with_call_param(tmp_path, mapping: str):
+    """tests/data/tiny_gemm's spec with one more call_params entry (e.g. 'BIAS = "bias"'), loaded."""
     src = (TINY / "tiny_dgemm.toml").read_text().replace(
         'call_params = { TRANS_A = "trans_a", TRANS_B = "trans_b" }',
-        'call_params = { TRANS_A = "trans_a", TRANS_B = "trans_b", BIAS = "bias" }')
+        'call_params = { TRANS_A = "trans_a", TRANS_B = "trans_b", ' + mapping + ' }')
     (tmp_path / "tiny_dgemm.sasm").write_text((TINY / "tiny_dgemm.sasm").read_text())
     (tmp_path / "t.toml").write_text(src)
+    return kernel_spec.load_spec_file(tmp_path / "t.toml")
+
+
+def test_a_spec_mapping_bias_needs_the_abi_argument(tmp_path):
     with pytest.raises(AsmError) as e:
-        kernel_spec.load_spec_file(tmp_path / "t.toml")
+        load_tiny_with_call_param(tmp_path, 'BIAS = "bias"')
     assert "maps the call value 'bias' but abi has no 'bias' argument" in str(e.value)
 
 

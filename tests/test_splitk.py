@@ -184,7 +184,8 @@ def test_hgemm_splits_k_in_whole_k_tiles_on_a_persistent_grid():
     built = SimpleNamespace(tile_n=128, tile_m=128, cluster=1)
     one = grid(hg, built, p, 132)
     assert one == (32, 1, 1)
-    assert split_k.partial_grid(hg, one, split, lambda c: grid(hg, built, p, 132, c)) == (32 * split.splits, 1, 1)
+    assert grid(hg, built, p, 132, split.splits) == (32 * split.splits, 1, 1)
+    assert grid(SGEMM, SimpleNamespace(tile_n=64, tile_m=64, cluster=1), p, 132, 3) == (64, 1, 3)   # tiles: z
     assert split_k.split_for(4096, 5, 64) == split_k.Split(5, 832)
 
 

@@ -576,10 +576,8 @@ def _split_plan(cupy, spec: KernelSpec, built: BuiltKernel, fn, plan: LaunchPlan
     reduce = split_k.SplitLaunch(split, rbuilt, rfn, (rbuilt.key, dev), split_k.reduce_grid(rbuilt, plan),
                                  ArgPacker(rbuilt, plan, "float32", spec.dtypes.c, split_k.reduce_values(split, plan)),
                                  plan.m, plan.n)
-    pgrid = split_k.partial_grid(spec, grid(spec, built, plan, sm_count), split,
-                                 lambda copies: grid(spec, built, plan, sm_count, copies))
-    return _LaunchPlan(built, fn, (built.key, dev), pgrid, packer, plan.swapped, c_shape, c_align, device, c_dtype,
-                       reduce)
+    return _LaunchPlan(built, fn, (built.key, dev), grid(spec, built, plan, sm_count, split.splits), packer,
+                       plan.swapped, c_shape, c_align, device, c_dtype, reduce)
 
 
 # ---- batches (3-D operands) ---------------------------------------------------------------------

@@ -72,7 +72,8 @@ def choose_params(spec: KernelSpec, plan: LaunchPlan, params: dict | None, tuned
 def grid(spec: KernelSpec, built: BuiltKernel, plan: LaunchPlan, sm_count: int = 1, copies: int = 1
          ) -> tuple[int, int, int]:
     """The launch grid of the spec's grid kind (kernel_spec.GRIDS); `sm_count`: the device's SMs;
-    `copies`: a persistent kernel walks the units that many times (split-K's S splits)."""
+    `copies`: split-K's S splits, a "tiles" grid's z (a split launch is never batched) or the times
+    a persistent kernel walks its units."""
     gx, gy = math.ceil(plan.n / built.tile_n), math.ceil(plan.m / built.tile_m)
     if spec.launch.grid == "tiles":
         if gy > MAX_GRID_Y:
@@ -80,7 +81,7 @@ def grid(spec: KernelSpec, built: BuiltKernel, plan: LaunchPlan, sm_count: int =
         if plan.batch > MAX_GRID_Z:
             raise AsmError(f"a batch of {plan.batch} matrices needs {plan.batch} grid layers, more than the grid "
                            f"allows ({MAX_GRID_Z})", hint=f"split the batch into calls of at most {MAX_GRID_Z}")
-        return gx, gy, plan.batch
+        return gx, gy, plan.batch * copies
     if spec.launch.grid == "persistent":
         c = built.cluster
         units = gx * -(-gy // c) * copies     # a unit: c tile rows of one tile column, one per block

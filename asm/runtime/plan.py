@@ -150,7 +150,8 @@ def plan_launch(a, b, c, *, trans_a: bool, trans_b: bool, ptr_of=lambda x: x.dat
     bias_mode = bias_layout(bias, m, n, getattr(c.dtype, "name", str(c.dtype)), ptr_of) if bias is not None else 0
     if tc and bias_mode:
         # the kernel computes C^T: the user's columns are its rows and the other way round
-        bias_mode = 3 - bias_mode
+        from ..kernel_spec import BIAS_MODES
+        bias_mode = BIAS_MODES["row"] if bias_mode == BIAS_MODES["column"] else BIAS_MODES["column"]
     sa, sb, sc = (int(x) for x in batch_strides)
     if tc:
         sa, sb = sb, sa

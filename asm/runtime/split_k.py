@@ -141,14 +141,6 @@ def partial_values(split: Split, plan: LaunchPlan) -> dict:
     return {"k_chunk": split.k_chunk, "split_stride": plan.m * plan.n}
 
 
-def partial_grid(spec: KernelSpec, gemm_grid: tuple[int, int, int], split: Split, units_grid) -> tuple[int, int, int]:
-    """The partial pass's grid: a "tiles" grid with z = S; a "persistent" one sized for S copies
-    of the tile walk (units_grid(S): the grid of S times the units)."""
-    if spec.launch.grid == "persistent":
-        return units_grid(split.splits)
-    return gemm_grid[0], gemm_grid[1], split.splits
-
-
 @functools.lru_cache(maxsize=None)
 def reduce_spec(spec: KernelSpec) -> KernelSpec:
     """The reduce kernel of a split-K spec, as a spec the build cache can build and check (its abi,

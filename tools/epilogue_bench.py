@@ -14,6 +14,7 @@ Usage (GPU):
     python3 tools/epilogue_bench.py                                        # sgemm, 4096^3, bias per column + gelu
     python3 tools/epilogue_bench.py --shapes 4096x4096x4096,8192x8192x8192 --activation gelu_tanh --json $OUT/epi.json
     python3 tools/epilogue_bench.py --kernel hgemm ...                     # once the HGEMM has the epilogue
+    python3 tools/epilogue_bench.py --kernel hgemm --fused-params PINGPONG=0   # -D overrides of the fused call only
 """
 from __future__ import annotations
 
@@ -41,7 +42,22 @@ def separate_pass(cp, activation: str | None):
                                 f"asmgemm_epilogue_bench_{activation or 'none'}")
 
 
-def bench(shapes, kernel: str, activation: str | None, bias_mode: str, reps: int, warmup: int) -> list[dict]:
+def parse_params(text: str) -> dict[str, int]:
+    """'K=V,K=V' -> {K: V} (-D overrides); '' -> {}."""
+    params = {}
+    for item in filter(None, text.split(",")):
+        key, eq, value = item.partition("=")
+        try:
+            if not eq or not key.isidentifier():
+                raise ValueError
+            params[key] = int(value, 0)
+        except ValueError:
+            raise AsmError(f"--fused-params: {item!r} is not NAME=INTEGER") from None
+    return params
+
+
+def bench(shapes, kernel: str, activation: str | None, bias_mode: str, reps: int, warmup: int,
+          fused_params: dict[str, int] | None = None) -> list[dict]:
     from asmgemm.bench.timing import L2Flusher, make_pre_roll, tflops, time_interleaved
     from asmgemm.runtime.gemm import gemm
     from asmgemm.runtime.gpu import require_gpu
@@ -63,7 +79,8 @@ def bench(shapes, kernel: str, activation: str | None, bias_mode: str, reps: int
             ew(c_sep, bias, c_sep)
         fns = {
             "plain": lambda: gemm(a, b, c_plain, kernel=kernel),
-            "fused": lambda: gemm(a, b, c_fused, bias=bias, activation=activation, kernel=kernel),
+            "fused": lambda: gemm(a, b, c_fused, bias=bias, activation=activation, kernel=kernel,
+                                  params=fused_params or None),
             "separate": separate,
             "cublas": lambda: cp.matmul(a, b, out=c_blas),
         }
@@ -74,7 +91,7 @@ def bench(shapes, kernel: str, activation: str | None, bias_mode: str, reps: int
         flops = 2.0 * m * n * k
         rows.append({
             "shape": f"{m}x{n}x{k}", "m": m, "n": n, "k": k, "kernel": kernel, "activation": activation,
-            "bias": bias_mode, "median_ms": ms, "tflops": {name: tflops(flops, t) for name, t in ms.items()},
+            "bias": bias_mode, "fused_params": dict(fused_params or {}), "median_ms": ms, "tflops": {name: tflops(flops, t) for name, t in ms.items()},
             "fused_vs_plain": ms["fused"] / ms["plain"], "fused_vs_separate": ms["fused"] / ms["separate"],
             "fused_vs_cublas": ms["fused"] / ms["cublas"], "fused_vs_separate_rel_diff": diff,
             "spread": {name: s.spread for name, s in stats.items()}, "reps": reps,
@@ -107,6 +124,8 @@ def main(argv=None) -> int:
                     help="bias per column of C, (N,) as torch.nn.Linear (default), or per row, (M, 1)")
     ap.add_argument("--reps", type=int, default=20, help="timed repetitions of each (default 20)")
     ap.add_argument("--warmup", type=int, default=3, help="untimed calls of each first (default 3)")
+    ap.add_argument("--fused-params", default="", metavar="K=V,...",
+                    help="-D overrides for the fused call only, over its untuned choice (e.g. PINGPONG=0)")
     ap.add_argument("--json", metavar="PATH", help="also write the rows as JSON ('-': stdout, instead of the table)")
     args = ap.parse_args(argv)
     if args.reps < 1 or args.warmup < 0:
@@ -118,7 +137,7 @@ def main(argv=None) -> int:
         spec = get_spec(args.kernel)
         if spec.call_value_param("bias") is None or spec.call_value_param("activation") is None:
             raise AsmError(f"kernel '{spec.name}' has no fused epilogue (its spec maps no BIAS/ACT parameters)")
-        rows = bench(shapes, spec.name, activation, args.bias, args.reps, args.warmup)
+        rows = bench(shapes, spec.name, activation, args.bias, args.reps, args.warmup, parse_params(args.fused_params))
     except AsmError as exc:
         print(exc.format(), file=sys.stderr)
         return 1

@@ -103,7 +103,7 @@ DTYPES = ("float32", "float64", "float16", "bfloat16")
 SIZE_NAMES = ("M", "N", "K", "SMS")
 
 _TOP_KEYS = {"source", "entry", "summary", "dtypes", "targets", "abi", "call_params", "defines", "rel_err_limit",
-             "launch", "size_rule", "like", "split_k"}
+             "launch", "size_rule", "like", "split_k", "route"}
 _SPLIT_K_KEYS = {"switch", "reduce", "rule", "k_multiple"}
 # what a kernel with a split_k table must take: the partial pass's k extent and slice distance
 SPLIT_K_ABI = ("k_chunk", "split_stride")
@@ -144,15 +144,29 @@ class SizeRule:
         return bool(_evaluate_sizes(self.tree, m, n, k, sms))
 
 
-def _evaluate_sizes(tree, m: int, n: int, k: int, sms: int):
-    """A rule expression over the launch's sizes (SIZE_NAMES)."""
-    values = {"M": m, "N": n, "K": k, "SMS": sms}
+def _evaluate_sizes(tree, m: int, n: int, k: int, sms: int, more: dict | None = None, what: str = "a size rule"):
+    """A rule expression over the launch's sizes (SIZE_NAMES) and the names in `more`."""
+    values = {"M": m, "N": n, "K": k, "SMS": sms, **(more or {})}
 
     def lookup(name, span):
         if name in values:
             return values[name]
-        raise AsmError(f"undefined name '{name}' in a size rule (known: {', '.join(SIZE_NAMES)})", span)
+        raise AsmError(f"undefined name '{name}' in {what} (known: {', '.join(values)})", span)
     return evaluate(tree, lookup)
+
+
+@dataclass(frozen=True)
+class Route:
+    """One `[[NAME.route]]`: where `when` holds, an untuned 2-D call of this kernel runs `kernel`
+    instead (same dtypes; e.g. sgemm sends M <= 16 to sgemm_skinny). `when` sees the sizes
+    (SIZE_NAMES, after the operand swap) and this kernel's call parameters (e.g. TRANS_B)."""
+
+    when: str
+    kernel: str
+    tree: object = field(compare=False, repr=False, default=None)
+
+    def holds(self, m: int, n: int, k: int, sms: int, call_defines: dict) -> bool:
+        return bool(_evaluate_sizes(self.tree, m, n, k, sms, call_defines, "a route"))
 
 
 @dataclass(frozen=True)
@@ -211,6 +225,14 @@ class KernelSpec:
     spec_file: Path
     defines: tuple[tuple[str, int], ...] = ()    # fixed -D parameters of this kernel
     split_k: SplitK | None = None                # split-K support ([NAME.split_k]); None: none
+    routes: tuple[Route, ...] = ()               # other kernels for some calls ([[NAME.route]])
+
+    def route_for(self, m: int, n: int, k: int, sms: int, call_defines: dict) -> str | None:
+        """The kernel the first route that holds names for this launch, or None (run this one)."""
+        for route in self.routes:
+            if route.holds(m, n, k, sms, call_defines):
+                return route.kernel
+        return None
 
     def size_rule(self, m: int, n: int, k: int, sms: int) -> dict[str, int]:
         """The untuned -D overrides for an M x N x K launch (after the operand swap) on a GPU with
@@ -245,7 +267,8 @@ class KernelSpec:
                 "defines": dict(self.defines), "spec_file": str(self.spec_file),
                 "split_k": None if self.split_k is None else {
                     "switch": self.split_k.switch, "reduce": str(self.split_k.reduce),
-                    "rules": [{"when": r.when, "splits": r.splits} for r in self.split_k.rules]}}
+                    "rules": [{"when": r.when, "splits": r.splits} for r in self.split_k.rules]},
+                "routes": [{"when": r.when, "kernel": r.kernel} for r in self.routes]}
 
 
 # ---- reading spec files --------------------------------------------------------------------------
@@ -364,9 +387,25 @@ def _spec(path: Path, source: SourceFile, name: str, t) -> KernelSpec:
         if d["acc"] != "float32":
             fail("split_k: needs a float32 accumulator (the workspace holds fp32 partial sums)")
         split_k = _split_k(path, source, where, t["split_k"], abi, calls, defines)
+    routes = t.get("route", [])
+    if not isinstance(routes, list):
+        fail("route: an array of tables ([[NAME.route]])")
+    routes = tuple(_route(source, where, name, i, r, calls) for i, r in enumerate(routes))
     return KernelSpec(name, src, _str(t.get("entry", name), f"{where} entry"), str(t.get("summary", "")),
                       Dtypes(**d), tuple(targets), tuple(abi), tuple(calls.items()), float(limit), launch,
-                      size_rules, path, tuple(defines.items()), split_k)
+                      size_rules, path, tuple(defines.items()), split_k, routes)
+
+
+def _route(source: SourceFile, where: str, name: str, i: int, r, calls: dict) -> Route:
+    if not isinstance(r, dict) or set(r) != {"when", "kernel"}:
+        raise AsmError(f"{where} route[{i}]: a table with exactly 'when' and 'kernel'")
+    when = _str(r["when"], f"{where} route[{i}].when")
+    kernel = _str(r["kernel"], f"{where} route[{i}].kernel")
+    if not kernel.isidentifier() or kernel == name:
+        raise AsmError(f"{where} route[{i}].kernel: '{kernel}' is not another kernel's name")
+    route = Route(when, kernel, _located_expression(source, when))
+    route.holds(1, 1, 1, 1, dict.fromkeys(calls, 0))    # an unknown name fails now, at load
+    return route
 
 
 def _split_k(path: Path, source: SourceFile, where: str, t, abi: list[str], calls: dict, defines: dict) -> SplitK:

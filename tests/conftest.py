@@ -1,4 +1,8 @@
-"""Fixtures shared by the test modules: the GPU gate and the in-process CLI runner."""
+"""Fixtures shared by the test modules: the GPU gate, the in-process CLI runner, a private build
+cache and asmgemm.gemm through a stand-in CuPy that computes what a kernel's packed arguments ask."""
+import sys
+
+import numpy as np
 import pytest
 
 from asmgemm.runtime.gpu import require_gpu
@@ -30,3 +34,29 @@ def run_cli(capsys):
         return code, out, err
 
     return run
+
+
+@pytest.fixture
+def private_cache(monkeypatch, tmp_path):
+    """A build cache of this test's own (and no tuning cache), emptied in memory before and after."""
+    monkeypatch.setenv("ASMGEMM_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("ASMGEMM_NO_TUNE_CACHE", "1")
+    from asmgemm.runtime import build_cache
+    build_cache.clear_memory_cache()
+    yield
+    build_cache.clear_memory_cache()
+
+
+@pytest.fixture
+def fake_fp32_gemm(monkeypatch, private_cache):
+    """(cupy stand-in, launches): asmgemm.gemm builds for real and its kernels compute in fp32 numpy
+    from their packed arguments (fake_cupy.interpreting_kernel); each launch is recorded."""
+    from fake_cupy import forget_loaded, interpreting_kernel, make_cupy
+    launches = []
+    cp = make_cupy(interpreting_kernel(launches, dtype=np.float32))
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    forget_loaded(monkeypatch)
+    from asmgemm.runtime import gemm
+    gemm.clear_plan_cache()
+    yield cp, launches
+    gemm.clear_plan_cache()

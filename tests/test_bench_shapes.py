@@ -99,3 +99,11 @@ def test_presets_cover_decoding_small_batches_bert_primes_and_shallow_k():
     odd = {(s.m, s.n, s.k) for s in PRESETS["odd"]}
     assert {(4097, 4097, 4097), (1009, 1013, 1019)} <= odd
     assert {k for m, n, k in odd if (m, n) == (2048, 2048)} == {1, 7, 16, 31}
+
+
+def test_a_long_list_of_shapes_is_not_taken_for_a_file_name():
+    """26 decode shapes make a string longer than a file name may be (the OS refuses to look it
+    up: ENAMETOOLONG), which once ended in an internal error."""
+    spec = ",".join(f"{m}x{n}x4096" for m in (1, 16) for n in range(4096, 4096 + 13 * 1024, 1024))
+    assert len(spec) > 255
+    assert len(parse_shapes(spec)) == 26

@@ -178,8 +178,9 @@ def test_size_rule_branches(mnk, expected):
 def test_size_rule_scales_with_the_sm_count():
     assert SGEMM.size_rule(1024, 1024, 1024, 128) == {"THREADS": 64, "BK": 16, "ASYNC": 1}
     assert SGEMM.size_rule(1024, 1024, 1024, 120) == {"THREADS": 64, "BK": 16}
-    assert SGEMM.size_rule(1024, 1024, 1024, 60) == {}
-    assert SGEMM.size_rule(1024, 1024, 1024, 32)["LOAD_AHEAD"] == 1
+    assert SGEMM.size_rule(1024, 1024, 1024, 60) == {"THREADS": 64, "BK": 16}     # rule 3: a side <= 1024
+    assert SGEMM.size_rule(2048, 2048, 2048, 3000) == {"THREADS": 64, "BK": 16, "ASYNC": 1}
+    assert SGEMM.size_rule(2048, 2048, 2048, 32)["LOAD_AHEAD"] == 1
 
 
 def test_default_params_are_the_tunables():

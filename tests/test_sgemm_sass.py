@@ -257,9 +257,14 @@ def test_default_choice_by_problem_size():
         a, b, c = np.zeros((m, k), np.float32), np.zeros((k, n), np.float32), np.zeros((m, n), np.float32)
         return choose_params(get_spec("sgemm"), _plan(a, b, c), None, None, 132)
 
-    big = chosen(4096, 4096, 64)
+    big = chosen(4096, 4096, 512)
     assert {k: big[k] for k in LARGE_VARIANT} == LARGE_VARIANT and big["THREADS"] == 256
-    assert chosen(2048, 2048, 64)["RQ"] == 4   # 128 tiles of 256x128 on 132 SMs: >= 15/16
+    assert chosen(2048, 2048, 512)["RQ"] == 4  # 128 tiles of 256x128 on 132 SMs: >= 15/16
+    # K < 512: the source defaults (4099x4093x509 ran 0.79x cuBLAS on the BK=8 load-ahead kernel, 0.97x so)
+    short = chosen(4096, 4096, 64)
+    assert (short["THREADS"], short["RQ"], short.get("LOAD_AHEAD", 0)) == (256, 2, 0)
+    # a side of C at most 1024: the 64-thread BK=16 kernel (512x11008x4096 0.70x -> 0.88x)
+    assert {k: chosen(512, 11008, 4096)[k] for k in ("THREADS", "BK")} == {"THREADS": 64, "BK": 16}
     # deep K: BK=16 only when K is a multiple of 16 and >= 2048 (no partial K tile)
     assert chosen(4096, 4096, 4096)["BK"] == 16 and chosen(2048, 2048, 2048)["BK"] == 16
     assert chosen(4096, 4096, 4096)["LOAD_AHEAD"] == 1

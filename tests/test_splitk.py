@@ -37,8 +37,8 @@ def _plan(m, n, k, layout="nn", ptr=256):
 
 
 # ---- choosing S and k_chunk ----------------------------------------------------------------------
-@pytest.mark.parametrize("m,n,k,splits", [(1, 4096, 4096, 9), (16, 4096, 14336, 9), (128, 768, 3072, 12),
-                                          (128, 4096, 4096, 5), (1, 768, 768, 3)])
+@pytest.mark.parametrize("m,n,k,splits", [(1, 4096, 4096, 9), (16, 4096, 14336, 9), (128, 768, 3072, 22),
+                                          (128, 4096, 4096, 5), (1, 768, 768, 12)])
 def test_the_rule_splits_the_decode_shapes(m, n, k, splits):
     split = split_k.choose_split(SGEMM, _plan(m, n, k), None, None, 132)
     assert split is not None and split.splits == splits
@@ -190,14 +190,6 @@ def test_hgemm_splits_k_in_whole_k_tiles_on_a_persistent_grid():
 
 
 # ---- builds ---------------------------------------------------------------------------------------
-@pytest.fixture
-def private_cache(monkeypatch, tmp_path):
-    monkeypatch.setenv("ASMGEMM_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("ASMGEMM_NO_TUNE_CACHE", "1")
-    from asmgemm.runtime import build_cache
-    build_cache.clear_memory_cache()
-    yield
-    build_cache.clear_memory_cache()
 
 
 @pytest.mark.toolchain
@@ -243,16 +235,6 @@ def test_reduce_vectors_only_where_aligned():
 
 
 # ---- asmgemm.gemm through a stand-in CuPy -------------------------------------------------------
-@pytest.fixture
-def fake(monkeypatch, private_cache):
-    launches = []
-    cp = make_cupy(interpreting_kernel(launches, dtype=np.float32))
-    monkeypatch.setitem(sys.modules, "cupy", cp)
-    forget_loaded(monkeypatch)
-    from asmgemm.runtime import gemm
-    gemm.clear_plan_cache()
-    yield cp, launches
-    gemm.clear_plan_cache()
 
 
 def _rand(*shape, seed=0):
@@ -268,39 +250,40 @@ def _ref(a, b, c0, alpha, beta, ta, tb):
 @pytest.mark.toolchain
 @needs_ptxas
 @pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
-def test_gemm_splits_by_the_rule_and_reduces(fake, layout):
+def test_gemm_splits_by_the_rule_and_reduces(fake_fp32_gemm, layout):
     import asmgemm
-    _, launches = fake
+    _, launches = fake_fp32_gemm
     ta, tb = layout[0] == "t", layout[1] == "t"
-    m, n, k = 16, 256, 2000                   # 4 tiles of 64x64: S = min(2000 // 256, 132) = 7
+    m, n, k = 17, 256, 2000                   # 4 tiles of 64x64: min(2000 // 64, 132) = 31 asked: chunks of 80, 25 splits
+    #                                           (M > 16: not routed to sgemm_skinny)
     a = _rand(*((k, m) if ta else (m, k)))
     b = _rand(*((n, k) if tb else (k, n)), seed=1)
     c = np.full((m, n), np.nan, np.float32).view(FakeArray)        # beta = 0: never read
     asmgemm.gemm(a, b, c, trans_a=ta, trans_b=tb)
     np.testing.assert_allclose(np.asarray(c), _ref(a, b, None, 1.0, 0.0, ta, tb), rtol=1e-4, atol=1e-3)
     (g1, b1, args1, _, _), (g2, b2, args2, _, _) = launches
-    assert g1 == (4, 1, 7) and b1 == (64, 1, 1)                       # 4 tile columns, 1 tile row, 7 splits
+    assert g1 == (4, 1, 25) and b1 == (64, 1, 1)                      # 4 tile columns, 1 tile row, 25 splits
     v = dict(zip(get_spec("sgemm").abi, args1))            # the partial pass's arguments by name
-    assert (float(v["alpha"]), float(v["beta"]), int(v["k_chunk"]), int(v["split_stride"])) == (1.0, 0.0, 288, m * n)
+    assert (float(v["alpha"]), float(v["beta"]), int(v["k_chunk"]), int(v["split_stride"])) == (1.0, 0.0, 80, m * n)
     assert int(args1[2]) != c.ctypes.data and int(args1[8]) == n           # C of the partial: the workspace, ld N
     w, c_ptr, mm, nn, ldc, splits, stride2, alpha2, beta2 = args2
     assert int(w) == int(args1[2]) and int(c_ptr) == c.ctypes.data
-    assert (int(mm), int(nn), int(ldc), int(splits), int(stride2)) == (m, n, n, 7, m * n)
+    assert (int(mm), int(nn), int(ldc), int(splits), int(stride2)) == (m, n, n, 25, m * n)
     assert g2 == (1, m, 1) and b2 == (256, 1, 1)                            # VEC=1: 1024 columns per block
 
 
 @pytest.mark.toolchain
 @needs_ptxas
-def test_alpha_beta_column_major_c_and_a_kept_plan(fake):
+def test_alpha_beta_column_major_c_and_a_kept_plan(fake_fp32_gemm):
     import asmgemm
-    _, launches = fake
+    _, launches = fake_fp32_gemm
     m, n, k = 40, 24, 1500                   # column-major C: the kernel's M x N is 24 x 40
     a, b = _rand(m, k), _rand(k, n, seed=2)
     c0 = _rand(m, n, seed=3)
     c = np.asfortranarray(c0).view(FakeArray)
     asmgemm.gemm(a, b, c, alpha=0.5, beta=-2.0)
     np.testing.assert_allclose(np.asarray(c), _ref(a, b, c0, 0.5, -2.0, False, False), rtol=1e-4, atol=1e-3)
-    assert len(launches) == 2 and launches[0][0][2] == 5                    # K // 256 = 5 splits
+    assert len(launches) == 2 and launches[0][0][2] == 19                   # K // 64 = 23 asked: chunks of 80, 19 splits
     assert [int(x) for x in launches[1][2][2:5]] == [24, 40, m]            # the reduce sees the kernel's C
     c2 = np.asfortranarray(c0).view(FakeArray)
     asmgemm.gemm(a, b, c2, alpha=0.5, beta=-2.0)                            # the kept plan: both launches again
@@ -309,9 +292,9 @@ def test_alpha_beta_column_major_c_and_a_kept_plan(fake):
 
 @pytest.mark.toolchain
 @needs_ptxas
-def test_params_set_or_turn_off_the_split(fake):
+def test_params_set_or_turn_off_the_split(fake_fp32_gemm):
     import asmgemm
-    _, launches = fake
+    _, launches = fake_fp32_gemm
     a, b = _rand(16, 2000), _rand(2000, 256, seed=4)
     asmgemm.gemm(a, b, params={"SPLIT_K": 1})
     assert len(launches) == 1 and launches[0][0][2] == 1
@@ -324,9 +307,9 @@ def test_params_set_or_turn_off_the_split(fake):
 
 @pytest.mark.toolchain
 @needs_ptxas
-def test_torch_tensors_get_a_torch_workspace(fake, monkeypatch):
+def test_torch_tensors_get_a_torch_workspace(fake_fp32_gemm, monkeypatch):
     import asmgemm
-    _, launches = fake
+    _, launches = fake_fp32_gemm
     torch = make_torch()
     monkeypatch.setitem(sys.modules, "torch", torch)
     made = []
@@ -353,9 +336,9 @@ def test_bench_shows_the_split_the_rule_chose(fake_gpu, run_cli, tmp_path):
                                 "--defaults", "--json", str(out))
     assert code == 0, err
     rows = {r["k"]: r for r in json.loads(out.read_text())["rows"]}
-    assert rows[2000]["params_source"] == "defaults" and rows[2000]["params"] == {"SPLIT_K": 7}
+    assert rows[2000]["params_source"] == "defaults" and rows[2000]["params"] == {"SPLIT_K": 25}
     assert rows[128]["params"] is None                          # K = 128: no split
-    assert "defaults: SPLIT_K=7" in stdout
+    assert "defaults: SPLIT_K=25" in stdout
 
 
 def test_bench_shows_a_tuned_entry_with_the_split_it_keeps(fake_gpu, monkeypatch):
@@ -364,7 +347,7 @@ def test_bench_shows_a_tuned_entry_with_the_split_it_keeps(fake_gpu, monkeypatch
     from asmgemm.runtime import tune_cache
     monkeypatch.setattr(tune_cache, "lookup_tuned", lambda *a: {"THREADS": 64, "BK": 16})
     assert runner.resolve_params(SGEMM, "Fake GPU 80GB", "nn", Shape(16, 256, 2000), {}, False) == \
-        (None, "tuned", {"THREADS": 64, "BK": 16, "SPLIT_K": 7})
+        (None, "tuned", {"THREADS": 64, "BK": 16, "SPLIT_K": 25})
     monkeypatch.setattr(tune_cache, "lookup_tuned", lambda *a: {"THREADS": 64, "SPLIT_K": 1})
     assert runner.resolve_params(SGEMM, "Fake GPU 80GB", "nn", Shape(16, 256, 2000), {}, False)[2] == \
         {"THREADS": 64, "SPLIT_K": 1}

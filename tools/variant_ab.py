@@ -2,7 +2,7 @@
 """Time -D variants of one spec'd kernel against each other and cuBLAS, interleaved in one process.
 
 Each variant is a name and a set of -D overrides laid over what `asmgemm.gemm` would run untuned at
-that shape (the kernel's defaults and its spec's size rule), so `--variant old:DEFER_C_ASKED=0`
+that shape with this kernel (its defaults, its spec's size rule and split rule: SPLIT_K=S), so `--variant old:DEFER_C_ASKED=0`
 changes one knob and nothing else. Per shape the script checks every variant against an fp32
 reference (fresh random-normal inputs, C poisoned with NaN first; the spec's rel_err_limit), then
 times the variants, cupy.matmul and torch.matmul (when importable) with asmgemm's benchmark timer
@@ -28,6 +28,7 @@ from asmgemm.files import write_atomic
 from asmgemm.kernel_spec import get_spec
 from asmgemm.runtime.gemm import gemm
 from asmgemm.runtime.gpu import device_facts, require_gpu
+from asmgemm.runtime.split_k import untuned_split
 
 
 def parse_variant(text: str) -> tuple[str, dict[str, int]]:
@@ -65,6 +66,9 @@ def run_shape(cp, torch, spec, sms: int, shape, layout: str, variants, reps: int
     c_dtype = cp.dtype(spec.dtypes.c)
     ref = cp.matmul(op_a.astype(cp.float32), op_b.astype(cp.float32))
     untuned = spec.size_rule(m, n, k, sms)
+    split = untuned_split(spec, m, n, k, sms)
+    if split is not None:           # params= turn the rule's split off unless they name it
+        untuned[spec.split_k.switch] = split.splits
     fns, outs, errors = {}, {}, {}
     for name, defines in variants:
         params = {**untuned, **defines}

@@ -34,6 +34,7 @@ class BenchRow:
     stats: dict[str, TimingStats] = field(default_factory=dict)
     error: str | None = None                                    # why the kernel did not run / failed
     notes: list[str] = field(default_factory=list)              # a reference that failed (not the kernel's fault)
+    ran: str | None = None          # the kernel a route of `kernel`'s spec sent the call to ([[NAME.route]])
 
     @property
     def correct(self) -> bool:
@@ -55,7 +56,7 @@ class BenchRow:
 
     def to_json(self) -> dict:
         return {
-            "kernel": self.kernel, "dtype": self.dtype, "layout": self.layout,
+            "kernel": self.kernel, "ran": self.ran or self.kernel, "dtype": self.dtype, "layout": self.layout,
             "m": self.shape.m, "n": self.shape.n, "k": self.shape.k, "label": self.shape.label,
             "params": self.params, "params_source": self.params_source,
             "correct": self.correct, "error": self.error, "notes": self.notes, "rel_err": self.rel_err,
@@ -111,11 +112,15 @@ def bench_one(cp, kernel: KernelSpec, shape: Shape, layout: str, *, reps: int, w
                 row.notes.append(f"triton not run: {type(exc).__name__}: {exc}")
     # correctness, each implementation on a poisoned output, before any timing
     limit = kernel.rel_err_limit
+    from ..runtime.gemm import clear_last_launch
     for impl, fn in list(fns.items()):
         prob.poison(outs[impl])
+        clear_last_launch()             # what asmgemm's call launches, not an earlier call's
         try:
             fn()
             cp.cuda.Device().synchronize()
+            if impl == "asmgemm":
+                _note_route(row, kernel)
         except Exception as exc:  # AsmError from the runtime, or a CUDA launch error
             text = exc.message.splitlines()[0] if isinstance(exc, AsmError) else \
                 f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
@@ -136,6 +141,18 @@ def bench_one(cp, kernel: KernelSpec, shape: Shape, layout: str, *, reps: int, w
         row.stats = time_interleaved(fns, reps=reps, warmup=warmup, flush=flush, on_rep=on_rep, timer=timer,
                                      pre_roll=pre_roll)
     return row
+
+
+def _note_route(row: BenchRow, kernel: KernelSpec) -> None:
+    """Where the spec's routes sent the call to another kernel (sgemm -> sgemm_skinny), name it in
+    the row and show that launch's split instead of the spec's own untuned choice."""
+    from ..runtime.gemm import last_launch
+    ran = last_launch()
+    if ran is None or ran["kernel"] == kernel.name:
+        return
+    row.ran = ran["kernel"]
+    if row.params_source != "-D":
+        row.params = {"SPLIT_K": ran["splits"]} if ran["splits"] > 1 else None
 
 
 def resolve_params(kernel: KernelSpec, gpu: str, layout: str, shape: Shape, defines: dict[str, str],

@@ -154,9 +154,8 @@ def parse_shapes(spec: str) -> list[Shape]:
     spec = spec.strip()
     if not spec:
         raise AsmError("--shapes is empty: give a preset (" + ", ".join(PRESETS) + "), MxNxK shapes, or a file")
-    path = Path(spec)
-    if spec not in PRESETS and path.is_file():
-        return load_shape_file(path)
+    if spec not in PRESETS and _is_file(spec):
+        return load_shape_file(Path(spec))
     out: list[Shape] = []
     for part in (p.strip() for p in spec.split(",")):
         if not part:
@@ -169,6 +168,15 @@ def parse_shapes(spec: str) -> list[Shape]:
             raise AsmError(f"--shapes: '{part}' is neither a preset ({', '.join(PRESETS)}), an MxNxK shape, "
                            "nor an existing file")
     return dedupe(out)
+
+
+def _is_file(text: str) -> bool:
+    """Whether `text` names an existing file; a name the OS refuses to look up (too long: a long
+    list of shapes, or a NUL) names none."""
+    try:
+        return Path(text).is_file()
+    except (OSError, ValueError):
+        return False
 
 
 def load_shape_file(path: Path) -> list[Shape]:

@@ -327,7 +327,7 @@ def _print_table(gpu, rows, reps, no_flush):
     for r in rows:
         err = r.rel_err.get("asmgemm")
         shown = r.params_source + (": " + " ".join(f"{k}={v}" for k, v in r.params.items()) if r.params else "")
-        cells = [r.kernel, r.layout, r.shape.key, shown, f"{err:.1e}" if err is not None else "-",
+        cells = [r.kernel + (f" → {r.ran}" if r.ran else ""), r.layout, r.shape.key, shown, f"{err:.1e}" if err is not None else "-",
                  _fmt_tflops(r, "asmgemm"), _fmt_tflops(r, "cublas")]
         cells += [_fmt_tflops(r, i) for i in refs]
         cells.append(_fmt_ratio(r.ratio()))

@@ -4,7 +4,9 @@ spec'd kernels (bias and act: the fused epilogue of kernels whose spec maps the 
 
 The dtype picks the kernel: the first spec in kernels_ptx/kernels.toml (then $ASMGEMM_KERNEL_SPECS,
 then `asmgemm.kernel_spec.register`) whose A, B and C dtype it is and that supports the device;
-`kernel=` names one. runtime/launch.py chooses the -D parameters (params=, the tuning cache, the
+`kernel=` names one. Then an untuned 2-D call (no params=) may be routed to another kernel of
+the same dtypes by the spec's [[NAME.route]] tables (sgemm: M <= 16 runs sgemm_skinny), on the
+kernel's sizes after the operand swap and its call parameters. runtime/launch.py chooses the -D parameters (params=, the tuning cache, the
 spec's size rule), packs the arguments and sizes the grid; build_cache.py builds once.
 
 A call goes: arrays -> (spec lookup -> plan -> build -> launch plan) -> launch. Everything in the
@@ -38,7 +40,7 @@ from ..kernel_spec import ACTIVATIONS, KernelSpec, get_spec, spec_for_dtype, spe
 from . import build_cache, split_k
 from .build_cache import BuiltKernel, build_kernel
 from .gpu import device_facts, require_gpu
-from .launch import ArgPacker, choose_params, grid
+from .launch import ArgPacker, call_defines, choose_params, grid
 from .plan import LaunchPlan, plan_launch
 from .tensor_map import ALIGN, addressable
 from .tune_cache import lookup_tuned, lookups_disabled
@@ -283,11 +285,13 @@ class _LaunchPlan:
     """Everything a repeated call needs that does not change with the pointers and scalars."""
 
     __slots__ = ("built", "fn", "fn_key", "grid", "block", "smem", "packer", "swapped", "c_shape", "c_align",
-                 "device", "c_dtype", "split")
+                 "device", "c_dtype", "split", "spec_name")
 
     def __init__(self, built: BuiltKernel, fn, fn_key, grid_, packer: ArgPacker, swapped: bool, c_shape, c_align: int,
-                 device: int, c_dtype: str | None = None, split: split_k.SplitLaunch | None = None):
+                 device: int, c_dtype: str | None = None, split: split_k.SplitLaunch | None = None,
+                 spec_name: str | None = None):
         self.built, self.fn, self.fn_key = built, fn, fn_key
+        self.spec_name = spec_name or built.name    # the kernel spec that ran (after a route)
         self.grid, self.block, self.smem = grid_, (built.threads, 1, 1), built.smem_bytes
         self.packer, self.swapped = packer, swapped
         self.c_shape, self.c_align, self.device = c_shape, c_align, device
@@ -305,6 +309,7 @@ class _LaunchPlan:
                workspace_ptr: int = 0) -> None:
         """The kernel on the kernel's A, B and C (and the epilogue's bias) at these addresses
         (split-K: the partial pass into the workspace at workspace_ptr, then the reduce into C)."""
+        _last_launch[0] = self
         if self.split is not None:
             self.split.launch(self.fn, self.grid, self.block, self.smem, self.packer, a_ptr, b_ptr, c_ptr, alpha, beta,
                               stream, workspace_ptr)
@@ -317,6 +322,24 @@ class _LaunchPlan:
 
 
 MAX_PLANS = 4096                 # launch plans kept; the oldest goes first
+_last_launch: list = [None]      # the _LaunchPlan of this process's latest launch (last_launch())
+
+
+def clear_last_launch() -> None:
+    """Forget the latest launch (last_launch() answers None until the next one)."""
+    _last_launch[0] = None
+
+
+def last_launch() -> dict | None:
+    """What this process's latest asmgemm.gemm launch ran (None before the first one): the kernel
+    spec ("kernel", after its routes: e.g. sgemm_skinny for a decoding shape given to sgemm), the
+    entry point, the grid and block, and the K splits (1: none). For reports such as `asmgemm
+    bench`'s; calls from several threads at once each overwrite it."""
+    kept = _last_launch[0]
+    if kept is None:
+        return None
+    return {"kernel": kept.spec_name, "entry": kept.built.name, "grid": tuple(kept.grid), "block": kept.block,
+            "splits": kept.split.split.splits if kept.split is not None else 1}
 _plans: dict[tuple, _LaunchPlan] = {}
 _state: list = [None, None, None, None]      # [specs_version token, cupy module, _CupyArrays, _TorchArrays]
 
@@ -484,6 +507,24 @@ def _check_epilogue(spec: KernelSpec, bias, act: int) -> None:
                             "(sgemm for float32)")
 
 
+def _routed(spec: KernelSpec, plan: LaunchPlan, sm_count: int, device_target: str, bias, act: int) -> KernelSpec:
+    """The kernel the spec's routes ([[NAME.route]]) send this launch to, else `spec`. A route whose
+    kernel lacks this call's fused epilogue or the device is not taken (the call stays with `spec`);
+    one naming a kernel of other dtypes is a spec error."""
+    name = spec.route_for(plan.m, plan.n, plan.k, sm_count, call_defines(spec, plan.call_values))
+    if name is None:
+        return spec
+    other = get_spec(name)
+    if other.dtypes != spec.dtypes:
+        raise AsmError(f"kernel '{spec.name}' routes to '{other.name}', whose dtypes differ "
+                       f"({vars(other.dtypes)} against {vars(spec.dtypes)})", hint=f"see {spec.spec_file}")
+    try:
+        _check_epilogue(other, bias, act)
+    except AsmError:
+        return spec
+    return other if other.build_target(device_target) is not None else spec
+
+
 def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, params, kernel, key, bias=None, act=0):
     """The whole way: check the arrays, pick the spec, plan, build, load, launch; keep the launch
     plan under `key` (None: keep nothing)."""
@@ -525,6 +566,11 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
                                "a batched call gets no padded copies", hint="pass operands whose rows are 16-byte aligned")
         plan = plan_launch(ma, mb, mc, trans_a=trans_a, trans_b=trans_b, ptr_of=_ptr_of, bias=mbias, activation=act,
                            batch=kernel_batch, batch_strides=batch_strides)
+        if params is None and kernel_batch == 1 and spec.routes:
+            # an untuned 2-D call: the spec may send this shape to another kernel (params= are
+            # -D parameters of the kernel asked for, so they keep it)
+            spec = _routed(spec, plan, facts.sm_count, facts.target, mbias, act)
+            target = spec.build_target(facts.target)
         copies = ()
         if _takes_tensor_maps(spec):
             plan, copies = _tma_ready(arrays, a, b, ma, mb, mc, plan, trans_a, trans_b, mbias, act)
@@ -548,7 +594,7 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
         if split is None:
             kept = _LaunchPlan(built, fn, (built.key, cupy.cuda.Device().id), grid(spec, built, plan, facts.sm_count),
                                ArgPacker(built, plan, spec.dtypes.a, spec.dtypes.c), plan.swapped, c_shape,
-                               mc.ptr & 15, ma.device, new_c_dtype)
+                               mc.ptr & 15, ma.device, new_c_dtype, spec_name=spec.name)
         else:
             kept = _split_plan(cupy, spec, built, fn, plan, split, target, static_smem, facts.sm_count, c_shape,
                                mc.ptr & 15, ma.device, new_c_dtype)
@@ -577,7 +623,7 @@ def _split_plan(cupy, spec: KernelSpec, built: BuiltKernel, fn, plan: LaunchPlan
                                  ArgPacker(rbuilt, plan, "float32", spec.dtypes.c, split_k.reduce_values(split, plan)),
                                  plan.m, plan.n)
     return _LaunchPlan(built, fn, (built.key, dev), grid(spec, built, plan, sm_count, split.splits), packer,
-                       plan.swapped, c_shape, c_align, device, c_dtype, reduce)
+                       plan.swapped, c_shape, c_align, device, c_dtype, reduce, spec_name=spec.name)
 
 
 # ---- batches (3-D operands) ---------------------------------------------------------------------

@@ -1,0 +1,176 @@
+"""sgemm_skinny (kernels_ptx/sgemm_skinny.sasm) and the route that sends sgemm's decoding shapes to
+it, on the CPU: every variant builds for sm_90 without spills, with 128-bit loads of B hoisted
+ahead of the FMAs; the spec's [[NAME.route]] tables parse, refuse what they cannot mean and pick
+per shape and layout; asmgemm.gemm (through the stand-in CuPy) launches the routed kernel on its
+grid, with its split, and reports it (runtime.gemm.last_launch), while params=, a transposed B,
+17 rows or a batch keep sgemm."""
+from __future__ import annotations
+
+import re
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from asmgemm.errors import AsmError
+from asmgemm.kernel_spec import get_spec, load_spec_file
+from asmgemm.pipeline import BuildOptions, assemble, build_file
+from asmgemm.toolchain import disassemble, find_tool
+from fake_cupy import FakeArray, forget_loaded, interpreting_kernel, make_cupy
+
+needs_tools = pytest.mark.skipif(
+    find_tool("ptxas", required=False) is None or find_tool("nvdisasm", required=False) is None,
+    reason="ptxas/nvdisasm not installed")
+
+CALLS = {"TRANS_A": 0, "TRANS_B": 0, "VEC_A": 1, "VEC_B": 1, "BIAS": 0, "ACT": 0, "BATCHED": 0}
+
+
+# ---- the kernel ------------------------------------------------------------------------------------
+@needs_tools
+@pytest.mark.parametrize("defines", [{"MR": "4"}, {"MR": "8"}, {"MR": "16"}, {"MR": "4", "TRANS_A": "1", "VEC_B": "0"},
+                                     {"MR": "16", "SPLIT_K": "1"}, {"MR": "8", "BIAS": "1", "ACT": "2"},
+                                     {"MR": "4", "BIAS": "2", "ACT": "3"}])
+def test_builds_clean_with_b_loads_ahead_of_the_fmas(defines):
+    result = build_file("sgemm_skinny", BuildOptions(defines=defines, target="sm_90"))
+    asm = assemble(result)
+    assert not asm.warnings, asm.warnings
+    (k,) = asm.kernels
+    assert k.spill_stores == k.local_bytes == 0 and k.registers <= 128     # .minnctapersm 2 x 256 threads
+    sass = disassemble(asm.cubin)
+    ops = re.findall(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Za-z0-9_.]*)", sass, re.M)
+    vec = defines.get("VEC_B", "1") == "1"
+    loads = [i for i, op in enumerate(ops) if op.startswith("LDG") and (".128" in op) == vec]
+    first_fma = next(i for i, op in enumerate(ops) if op.startswith("FFMA"))
+    mr = int(defines["MR"])
+    # whole rows of B (16 bytes a lane) in flight before the first FMA: a group of 8 rows at MR = 4
+    # and 8 (ptxas hoists them above the staging of A); at MR = 16 (64 accumulators) it keeps 6
+    ahead = len([i for i in loads if i < first_fma])
+    assert ahead >= (16 if not vec else 8 if mr <= 8 else 4), ahead
+    assert sum(op.startswith("FFMA") for op in ops) >= 32 * 4 * mr       # a round: 32 rows x MR x 4 columns
+    assert ("st.global.f32" in result.ptx) and "bar.sync" in result.ptx
+
+
+@pytest.mark.parametrize("defines, message", [({"MR": "2"}, "MR must be 4, 8 or 16"),
+                                              ({"TRANS_B": "1"}, "reads B row-major"),
+                                              ({"SPLIT_K": "1", "ACT": "1"}, "raw partial sums")])
+def test_refuses_what_it_does_not_do(defines, message):
+    with pytest.raises(AsmError, match=message):
+        build_file("sgemm_skinny", BuildOptions(defines=defines, target="sm_90"))
+
+
+# ---- the route -------------------------------------------------------------------------------------
+def test_sgemm_routes_decoding_shapes_with_a_row_major_b():
+    spec = get_spec("sgemm")
+    assert spec.route_for(1, 4096, 4096, 132, CALLS) == "sgemm_skinny"
+    assert spec.route_for(16, 18944, 3584, 132, CALLS) == "sgemm_skinny"
+    assert spec.route_for(17, 4096, 4096, 132, CALLS) is None
+    assert spec.route_for(1, 4096, 4096, 132, {**CALLS, "TRANS_B": 1}) is None
+    skinny = get_spec("sgemm_skinny")
+    assert skinny.dtypes == spec.dtypes and not skinny.routes
+    assert skinny.size_rule(1, 4096, 4096, 132) == {"MR": 4} and skinny.size_rule(9, 64, 64, 132) == {"MR": 16}
+    assert skinny.size_rule(8, 64, 64, 132) == {}      # the source's default, MR = 8
+    assert spec.to_json()["routes"] == [{"when": "M <= 16 and TRANS_B == 0", "kernel": "sgemm_skinny"}]
+
+
+def _spec_text(route: str) -> str:
+    return textwrap.dedent('''
+        [k]
+        source = "sgemm.sasm"
+        dtypes = { a = "float32", b = "float32", acc = "float32", c = "float32" }
+        targets = ["sm_90"]
+        abi = ["A", "B", "C", "M", "N", "K", "lda", "ldb", "ldc", "alpha", "beta"]
+        call_params = { TRANS_B = "trans_b" }
+        rel_err_limit = 1e-4
+        [k.launch]
+        threads = "THREADS"
+        tile_m = "TM"
+        tile_n = "TN"
+        smem_bytes = "SMEM_BYTES"
+        ''') + route
+
+
+@pytest.mark.parametrize("route, message", [
+    ('[[k.route]]\nwhen = "M <= 4 and TRANS_A == 0"\nkernel = "other"\n', "undefined name 'TRANS_A' in a route"),
+    ('[[k.route]]\nwhen = "M <= 4"\nkernel = "k"\n', "is not another kernel's name"),
+    ('[[k.route]]\nwhen = "M <= 4"\n', "exactly 'when' and 'kernel'"),
+    ('[k.route]\nwhen = "M <= 4"\nkernel = "x"\n', "route: an array of tables"),
+])
+def test_bad_routes_are_refused_at_load_with_the_file(tmp_path, route, message):
+    (tmp_path / "sgemm.sasm").write_text("")
+    f = tmp_path / "kernels.toml"
+    f.write_text(_spec_text(route))
+    with pytest.raises(AsmError, match=message) as info:
+        load_spec_file(f)
+    assert str(f) in info.value.format()
+
+
+def test_a_route_sees_sizes_and_the_call_parameters(tmp_path):
+    (tmp_path / "sgemm.sasm").write_text("")
+    f = tmp_path / "kernels.toml"
+    f.write_text(_spec_text('[[k.route]]\nwhen = "M * N <= 64 and TRANS_B == 1"\nkernel = "small"\n'))
+    (spec,) = load_spec_file(f)
+    assert spec.route_for(8, 8, 100, 132, {"TRANS_B": 1}) == "small"
+    assert spec.route_for(8, 9, 100, 132, {"TRANS_B": 1}) is None
+    assert spec.route_for(8, 8, 100, 132, {"TRANS_B": 0}) is None
+
+
+# ---- asmgemm.gemm through a stand-in CuPy --------------------------------------------------------
+
+
+
+
+def _rand(*shape, seed=0):
+    return np.random.default_rng(seed + sum(shape)).standard_normal(shape).astype(np.float32).view(FakeArray)
+
+
+def _gemm(m, n, k, trans_b=False, **kw):
+    import asmgemm
+    a = _rand(m, k)
+    b = _rand(*((n, k) if trans_b else (k, n)), seed=1)
+    c = np.zeros((m, n), np.float32).view(FakeArray)
+    asmgemm.gemm(a, b, c, trans_b=trans_b, **kw)
+    want = np.asarray(a, np.float64) @ (np.asarray(b, np.float64).T if trans_b else np.asarray(b, np.float64))
+    np.testing.assert_allclose(np.asarray(c), want, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.toolchain
+@needs_tools
+def test_gemm_launches_the_routed_kernel_and_says_so(fake_fp32_gemm):
+    from asmgemm.runtime.gemm import last_launch
+    _, launches = fake_fp32_gemm
+    _gemm(3, 300, 200)                         # K < 512: no split; 3 column blocks of 128, one of MR = 4 rows
+    assert last_launch() == {"kernel": "sgemm_skinny", "entry": "sgemm_skinny", "grid": (3, 1, 1),
+                             "block": (256, 1, 1), "splits": 1}
+    assert launches[-1][0] == (3, 1, 1)
+    _gemm(1, 4096, 4096)                       # 32 column blocks: S = min(16, ceil(264 / 32)) = 9 -> 8 of 512
+    assert last_launch()["kernel"] == "sgemm_skinny" and last_launch()["splits"] == 8
+    assert launches[-2][0] == (32, 1, 8)       # the partial pass, then the reduce
+
+
+@pytest.mark.toolchain
+@needs_tools
+@pytest.mark.parametrize("case", ["params", "trans_b", "17 rows"])
+def test_what_keeps_sgemm(fake_fp32_gemm, case):
+    from asmgemm.runtime.gemm import last_launch
+    if case == "params":
+        _gemm(3, 300, 200, params={"THREADS": 64, "BK": 16})
+    elif case == "trans_b":
+        _gemm(3, 300, 200, trans_b=True)
+    else:
+        _gemm(17, 300, 200)
+    assert last_launch()["kernel"] == "sgemm"
+
+
+def test_bench_names_the_routed_kernel_and_its_split(monkeypatch):
+    from asmgemm.bench import runner
+    from asmgemm.bench.shapes import Shape
+    from asmgemm.runtime import gemm
+    row = runner.BenchRow("sgemm", "float32", "nn", Shape(1, 4096, 4096), 1e-4, {"SPLIT_K": 9}, "defaults")
+    monkeypatch.setattr(gemm, "last_launch", lambda: {"kernel": "sgemm", "splits": 9})
+    runner._note_route(row, get_spec("sgemm"))
+    assert row.ran is None and row.params == {"SPLIT_K": 9}
+    monkeypatch.setattr(gemm, "last_launch", lambda: {"kernel": "sgemm_skinny", "splits": 8})
+    runner._note_route(row, get_spec("sgemm"))
+    assert row.ran == "sgemm_skinny" and row.params == {"SPLIT_K": 8}
+    assert row.to_json()["ran"] == "sgemm_skinny" and row.to_json()["kernel"] == "sgemm"

@@ -1,9 +1,10 @@
-"""sgemm_skinny (kernels_ptx/sgemm_skinny.sasm) and the route that sends sgemm's decoding shapes to
-it, on the CPU: every variant builds for sm_90 without spills, with 128-bit loads of B hoisted
-ahead of the FMAs; the spec's [[NAME.route]] tables parse, refuse what they cannot mean and pick
-per shape and layout; asmgemm.gemm (through the stand-in CuPy) launches the routed kernel on its
-grid, with its split, and reports it (runtime.gemm.last_launch), while params=, a transposed B,
-17 rows or a batch keep sgemm."""
+"""The skinny kernels (kernels_ptx/gemm_skinny.sasm: sgemm_skinny, hgemm_skinny, bgemm_skinny) and
+the routes that send the tiled kernels' decoding shapes to them, on the CPU: every variant builds
+for sm_90 without spills (but the 16-bit element-by-element path's 4 bytes), with 128-bit loads of
+B hoisted ahead of the FMAs; the spec's [[NAME.route]] tables parse, refuse what they cannot mean
+and pick per shape, layout and dtype; asmgemm.gemm (through the stand-in CuPy) launches the routed
+kernel on its grid, with its split, and reports it (runtime.gemm.last_launch), while params=, a
+transposed B or 17 rows keep sgemm."""
 from __future__ import annotations
 
 import re
@@ -30,33 +31,46 @@ CALLS = {"TRANS_A": 0, "TRANS_B": 0, "VEC_A": 1, "VEC_B": 1, "BIAS": 0, "ACT": 0
 @needs_tools
 @pytest.mark.parametrize("defines", [{"MR": "4"}, {"MR": "8"}, {"MR": "16"}, {"MR": "4", "TRANS_A": "1", "VEC_B": "0"},
                                      {"MR": "16", "SPLIT_K": "1"}, {"MR": "8", "BIAS": "1", "ACT": "2"},
-                                     {"MR": "4", "BIAS": "2", "ACT": "3"}])
+                                     {"MR": "4", "BIAS": "2", "ACT": "3"},
+                                     {"DTYPE": "1", "MR": "8"}, {"DTYPE": "1", "MR": "4", "BIAS": "2", "ACT": "3"},
+                                     {"DTYPE": "2", "MR": "8", "SPLIT_K": "1"}, {"DTYPE": "2", "MR": "4", "TRANS_A": "1"},
+                                     {"DTYPE": "1", "MR": "8", "VEC_B": "0", "BIAS": "1", "ACT": "4"}])
 def test_builds_clean_with_b_loads_ahead_of_the_fmas(defines):
-    result = build_file("sgemm_skinny", BuildOptions(defines=defines, target="sm_90"))
+    result = build_file("gemm_skinny", BuildOptions(defines=defines, target="sm_90"))
     asm = assemble(result)
     assert not asm.warnings, asm.warnings
     (k,) = asm.kernels
-    assert k.spill_stores == k.local_bytes == 0 and k.registers <= 128     # .minnctapersm 2 x 256 threads
+    half_scalar = defines.get("DTYPE", "0") != "0" and defines.get("VEC_B") == "0"
+    if half_scalar:         # MIN_BLOCKS = 1: up to 255 registers, 4 bytes of spill (outside the B loop)
+        assert k.spill_stores <= 16 and k.local_bytes == 0
+    else:
+        assert k.spill_stores == k.local_bytes == 0 and k.registers <= 128     # .minnctapersm 2 x 256 threads
     sass = disassemble(asm.cubin)
     ops = re.findall(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Za-z0-9_.]*)", sass, re.M)
     vec = defines.get("VEC_B", "1") == "1"
     loads = [i for i, op in enumerate(ops) if op.startswith("LDG") and (".128" in op) == vec]
     first_fma = next(i for i, op in enumerate(ops) if op.startswith("FFMA"))
-    mr = int(defines["MR"])
-    # whole rows of B (16 bytes a lane) in flight before the first FMA: a group of 8 rows at MR = 4
-    # and 8 (ptxas hoists them above the staging of A); at MR = 16 (64 accumulators) it keeps 6
+    mr, half = int(defines["MR"]), defines.get("DTYPE", "0") != "0"
+    # whole rows of B (16 bytes a lane) in flight before the first FMA: a group of 8 rows at fp32
+    # MR = 4 and 8 (ptxas hoists them above the staging of A); at MR = 16 (64 accumulators) it
+    # keeps 6, with 16-bit B and MR = 8 (64 accumulators, 8 conversions a row) 6 as well
     ahead = len([i for i in loads if i < first_fma])
-    assert ahead >= (16 if not vec else 8 if mr <= 8 else 4), ahead
-    assert sum(op.startswith("FFMA") for op in ops) >= 32 * 4 * mr       # a round: 32 rows x MR x 4 columns
-    assert ("st.global.f32" in result.ptx) and "bar.sync" in result.ptx
+    assert ahead >= (16 if not vec else 8 if mr <= 8 and not (half and mr == 8) else 4), ahead
+    v = 8 if half else 4
+    assert sum(op.startswith("FFMA") for op in ops) >= 32 * v * mr       # a round: 32 rows x MR x V columns
+    split = defines.get("SPLIT_K") == "1"
+    assert ("st.global.f32" in result.ptx) == (not half or split) and "bar.sync" in result.ptx
+    if half and not split:
+        assert f"cvt.rn.{'f16' if defines['DTYPE'] == '1' else 'bf16'}.f32" in result.ptx
 
 
 @pytest.mark.parametrize("defines, message", [({"MR": "2"}, "MR must be 4, 8 or 16"),
+                                              ({"MR": "16", "DTYPE": "1"}, "MR = 16 is for fp32 only"),
                                               ({"TRANS_B": "1"}, "reads B row-major"),
                                               ({"SPLIT_K": "1", "ACT": "1"}, "raw partial sums")])
 def test_refuses_what_it_does_not_do(defines, message):
     with pytest.raises(AsmError, match=message):
-        build_file("sgemm_skinny", BuildOptions(defines=defines, target="sm_90"))
+        build_file("gemm_skinny", BuildOptions(defines=defines, target="sm_90"))
 
 
 # ---- the route -------------------------------------------------------------------------------------
@@ -71,6 +85,22 @@ def test_sgemm_routes_decoding_shapes_with_a_row_major_b():
     assert skinny.size_rule(1, 4096, 4096, 132) == {"MR": 4} and skinny.size_rule(9, 64, 64, 132) == {"MR": 16}
     assert skinny.size_rule(8, 64, 64, 132) == {}      # the source's default, MR = 8
     assert spec.to_json()["routes"] == [{"when": "M <= 16 and TRANS_B == 0", "kernel": "sgemm_skinny"}]
+
+
+def test_each_16_bit_kernel_routes_to_its_own_dtype_and_the_fp32_c_ones_nowhere():
+    calls = {"TRANS_A": 0, "TRANS_B": 0, "VEC_C": 1, "WIDE_C": 1, "BIAS": 0, "ACT": 0}
+    for tiled, skinny in (("hgemm", "hgemm_skinny"), ("bgemm", "bgemm_skinny")):
+        spec = get_spec(tiled)
+        assert spec.route_for(4, 4096, 4096, 132, calls) == skinny
+        assert get_spec(skinny).dtypes == spec.dtypes
+        assert spec.route_for(4, 4096, 4096, 132, {**calls, "TRANS_B": 1}) is None
+        assert spec.route_for(5, 4096, 4096, 132, calls) is None        # the tensor cores win from here
+        assert spec.route_for(1, 3072, 768, 132, calls) is None         # small B: the split tiled kernel
+    for name in ("hgemm_f32c", "bgemm_f32c"):
+        assert get_spec(name).routes == ()
+    h = get_spec("hgemm_skinny")
+    assert dict(h.defines) == {"DTYPE": 1} and h.size_rule(3, 64, 64, 132) == {"MR": 4} and h.size_rule(9, 64, 64, 132) == {}
+    assert h.split_k.splits(1, 4096, 4096, 132) == 16       # 16 blocks of 256 columns: ceil(264 / 16) = 17, K // 256 = 16
 
 
 def _spec_text(route: str) -> str:
@@ -140,7 +170,7 @@ def test_gemm_launches_the_routed_kernel_and_says_so(fake_fp32_gemm):
     from asmgemm.runtime.gemm import last_launch
     _, launches = fake_fp32_gemm
     _gemm(3, 300, 200)                         # K < 512: no split; 3 column blocks of 128, one of MR = 4 rows
-    assert last_launch() == {"kernel": "sgemm_skinny", "entry": "sgemm_skinny", "grid": (3, 1, 1),
+    assert last_launch() == {"kernel": "sgemm_skinny", "entry": "gemm_skinny", "grid": (3, 1, 1),
                              "block": (256, 1, 1), "splits": 1}
     assert launches[-1][0] == (3, 1, 1)
     _gemm(1, 4096, 4096)                       # 32 column blocks: S = min(16, ceil(264 / 32)) = 9 -> 8 of 512

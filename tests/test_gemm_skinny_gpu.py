@@ -1,0 +1,203 @@
+"""The skinny kernels on the GPU (kernels_ptx/gemm_skinny.sasm): sgemm_skinny for the decoding
+shapes sgemm routes to it (M <= 16, B row-major), against a float64 reference. M across the three row counts per block
+(MR = 4, 8, 16) and their edges, N not a multiple of the 128-column block nor of 4 (scalar loads
+of B), K shorter than a round, across rounds and across forced splits, A transposed, alpha/beta,
+column-major C (the operand swap: routed only when the swapped B is row-major), every fused
+epilogue, and that untuned calls really run it (the kept launch plan names the kernel) while
+params= keep sgemm; then hgemm_skinny and bgemm_skinny the same way against fp64 references of the
+rounded 16-bit inputs. Skipped without CuPy or a GPU."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import asmgemm
+from asmgemm.runtime import gemm as gemm_module
+
+from epilogue_reference import epilogue
+
+pytestmark = pytest.mark.gpu
+
+REL_TOL = 2e-5
+
+
+def _check(cp, m, n, k, *, layout="nn", alpha=1.0, beta=0.0, kernel=None, params=None, c_order="C",
+           bias=None, act=None, seed=0):
+    rng = cp.random.default_rng(seed + 7 * m + 13 * n + k)
+    ta, tb = layout[0] == "t", layout[1] == "t"
+    a = rng.standard_normal((k, m) if ta else (m, k), dtype=cp.float32)
+    b = rng.standard_normal((n, k) if tb else (k, n), dtype=cp.float32)
+    c0 = rng.standard_normal((m, n), dtype=cp.float32)
+    c = c0.copy() if beta != 0 else cp.full((m, n), cp.nan, dtype=cp.float32)     # beta = 0: never read
+    if c_order == "F":
+        c = cp.asfortranarray(c)
+    bvec, epi = None, {}
+    if bias == "cols":
+        bvec = rng.standard_normal(n, dtype=cp.float32)
+        epi = {"bias_cols": cp.asnumpy(bvec).astype(np.float64)}
+    elif bias == "rows":
+        bvec = rng.standard_normal((m, 1), dtype=cp.float32)
+        epi = {"bias_rows": cp.asnumpy(bvec).astype(np.float64).ravel()}
+    out = asmgemm.gemm(a, b, c, alpha=alpha, beta=beta, trans_a=ta, trans_b=tb, kernel=kernel, params=params,
+                       bias=bvec, activation=act)
+    assert out is c
+    a64, b64 = cp.asnumpy(a).astype(np.float64), cp.asnumpy(b).astype(np.float64)
+    acc = (a64.T if ta else a64) @ (b64.T if tb else b64)
+    want = epilogue(acc, alpha, beta, cp.asnumpy(c0).astype(np.float64) if beta != 0 else None, activation=act, **epi)
+    got = cp.asnumpy(cp.ascontiguousarray(c)).astype(np.float64)
+    assert np.isfinite(got).all(), "non-finite values in C"
+    err = float(np.linalg.norm(got - want) / (np.linalg.norm(want) or 1.0))
+    assert err < REL_TOL, (f"{m}x{n}x{k} {layout} alpha={alpha} beta={beta} C {c_order} bias={bias} act={act} "
+                           f"kernel={kernel} params={params}: rel err {err:.3e}")
+    return c
+
+
+def _kernels_run():
+    return {kept.spec_name for kept in gemm_module._plans.values()}
+
+
+@pytest.mark.parametrize("m", [1, 3, 4, 5, 8, 9, 16])
+@pytest.mark.parametrize("n,k", [(1, 1), (7, 300), (129, 257), (1000, 1000), (4099, 2049), (4096, 4096)])
+def test_rows_and_sizes_by_the_route(cuda_gpu, m, n, k):
+    _check(cuda_gpu, m, n, k)
+
+
+@pytest.mark.parametrize("layout", ["nn", "tn"])
+@pytest.mark.parametrize("m,n,k", [(1, 130, 700), (13, 517, 3000)])
+def test_transposed_a_alpha_beta(cuda_gpu, layout, m, n, k):
+    _check(cuda_gpu, m, n, k, layout=layout)
+    _check(cuda_gpu, m, n, k, layout=layout, alpha=0.5, beta=-1.5)
+
+
+@pytest.mark.parametrize("splits", [2, 3, 7])
+@pytest.mark.parametrize("mr", [4, 16])
+def test_forced_splits(cuda_gpu, splits, mr):
+    """k_chunk is whole rounds of 256: K = 2000 with S = 7 gives 7 splits of 256 and one short last one."""
+    _check(cuda_gpu, 3, 700, 2000, kernel="sgemm_skinny", params={"SPLIT_K": splits, "MR": mr})
+    _check(cuda_gpu, 3, 700, 2000, kernel="sgemm_skinny", params={"SPLIT_K": splits, "MR": mr}, alpha=2.0, beta=0.5)
+
+
+@pytest.mark.parametrize("act", [None, "relu", "gelu", "gelu_tanh", "silu"])
+@pytest.mark.parametrize("bias", [None, "cols", "rows"])
+def test_fused_epilogues(cuda_gpu, act, bias):
+    _check(cuda_gpu, 5, 300, 600, bias=bias, act=act)
+    _check(cuda_gpu, 5, 300, 600, bias=bias, act=act, beta=0.5)
+
+
+def test_column_major_c_swaps_into_a_skinny_or_a_tiled_launch(cuda_gpu):
+    """A column-major C swaps the operands (the kernel computes C^T = op(B)^T op(A)^T): 8 x 300 runs
+    sgemm with the kernel's M = 300; 300 x 8 has the kernel's M = 8 and, for layout tn, a row-major
+    kernel B (the user's stored A), so it is routed; for nn the kernel's B is transposed (sgemm)."""
+    _check(cuda_gpu, 8, 300, 500, c_order="F")
+    _check(cuda_gpu, 300, 8, 500, c_order="F")
+    _check(cuda_gpu, 300, 8, 500, layout="tn", c_order="F", alpha=0.5, beta=2.0)
+
+
+def test_untuned_calls_run_it_and_params_keep_sgemm(cuda_gpu):
+    cp = cuda_gpu
+    gemm_module._plans.clear()
+    _check(cp, 4, 2048, 2048)
+    assert _kernels_run() == {"sgemm_skinny"}
+    gemm_module._plans.clear()
+    _check(cp, 4, 2048, 2048, params={"THREADS": 64, "BK": 16})
+    assert _kernels_run() == {"sgemm"}
+    gemm_module._plans.clear()
+    _check(cp, 4, 2048, 2048, layout="nt")          # B transposed: not routed
+    assert _kernels_run() == {"sgemm"}
+    gemm_module._plans.clear()
+    _check(cp, 17, 2048, 2048)                       # more than 16 rows: not routed
+    assert _kernels_run() == {"sgemm"}
+
+
+# ---- fp16 and bf16: hgemm_skinny / bgemm_skinny, named (hgemm and bgemm route only M <= 4 with a
+# large B to them; the tests below name them to cover every M they take) ----------------------------
+SKINNY = {"float16": "hgemm_skinny", "bfloat16": "bgemm_skinny"}
+def _half(cp, x32, dtype):
+    """(array handed to gemm, its values as float64 numpy): fp16, or bf16 as its uint16 patterns."""
+    if dtype == "bfloat16":
+        u = x32.view(cp.uint32)
+        bits = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(cp.uint16)
+        vals = (bits.astype(cp.uint32) << 16).view(cp.float32)
+        return bits, cp.asnumpy(vals).astype(np.float64)
+    h = x32.astype(cp.float16)
+    return h, cp.asnumpy(h).astype(np.float64)
+
+
+def _check_half(cp, m, n, k, dtype="float16", *, layout="nn", alpha=1.0, beta=0.0, params=None, kernel=None,
+                c_order="C", bias=None, act=None):
+    from asmgemm.kernel_spec import get_spec
+    rng = cp.random.default_rng(3 + 7 * m + 13 * n + k)
+    ta = layout[0] == "t"
+    a, av = _half(cp, rng.standard_normal((k, m) if ta else (m, k), dtype=cp.float32), dtype)
+    b, bv = _half(cp, rng.standard_normal((k, n), dtype=cp.float32), dtype)
+    c0, c0v = _half(cp, rng.standard_normal((m, n), dtype=cp.float32), dtype)
+    c = c0.copy()
+    if beta == 0:
+        c.view(cp.uint16)[...] = 0x7E00 if dtype == "float16" else 0x7FC0     # NaN: never read
+    if c_order == "F":
+        c = cp.asfortranarray(c)
+    bvec, epi = None, {}
+    if bias == "cols":
+        bvec, bvals = _half(cp, rng.standard_normal(n, dtype=cp.float32), dtype)
+        epi = {"bias_cols": bvals}
+    elif bias == "rows":
+        bvec, bvals = _half(cp, rng.standard_normal((m, 1), dtype=cp.float32), dtype)
+        epi = {"bias_rows": bvals.ravel()}
+    tiled = kernel or ("bgemm" if dtype == "bfloat16" else None)
+    out = asmgemm.gemm(a, b, c, alpha=alpha, beta=beta, trans_a=ta, kernel=tiled, params=params, bias=bvec,
+                       activation=act)
+    assert out is c
+    acc = (av.T if ta else av) @ bv
+    want = epilogue(acc, alpha, beta, c0v if beta != 0 else None, activation=act, **epi)
+    got = cp.ascontiguousarray(c)
+    got = cp.asnumpy((got.astype(cp.uint32) << 16).view(cp.float32) if dtype == "bfloat16" else got.astype(cp.float32))
+    got = got.astype(np.float64)
+    assert np.isfinite(got).all(), "non-finite values in C"
+    err = float(np.linalg.norm(got - want) / (np.linalg.norm(want) or 1.0))
+    limit = get_spec("bgemm_skinny" if dtype == "bfloat16" else "hgemm_skinny").rel_err_limit
+    assert err < limit, (f"{dtype} {m}x{n}x{k} {layout} alpha={alpha} beta={beta} C {c_order} bias={bias} "
+                         f"act={act} params={params}: rel err {err:.3e}")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("m", [1, 4, 5, 8, 9, 16])
+@pytest.mark.parametrize("n,k", [(1, 1), (7, 300), (264, 257), (1000, 1000), (4104, 2049)])
+def test_half_rows_and_sizes_by_the_route(cuda_gpu, dtype, m, n, k):
+    """N of 1, 7 and 1000 (not a multiple of 8: B element by element) and 264, 4104 (16-byte rows)."""
+    _check_half(cuda_gpu, m, n, k, dtype, kernel=SKINNY[dtype])
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_transposed_a_alpha_beta_column_major_c(cuda_gpu, dtype):
+    _check_half(cuda_gpu, 3, 520, 700, dtype, layout="tn", alpha=0.5, beta=-1.5, kernel=SKINNY[dtype])
+    _check_half(cuda_gpu, 13, 1000, 3000, dtype, alpha=2.0, beta=0.25, kernel=SKINNY[dtype])
+    # the kernel's M = 3 after the swap, N * K = 2.4M: hgemm's route does not take it, so named
+    _check_half(cuda_gpu, 300, 3, 8000, dtype, layout="tn", c_order="F", kernel=SKINNY[dtype])
+    _check_half(cuda_gpu, 4096, 2, 4096, dtype, layout="tn", c_order="F", alpha=0.5, beta=1.0)   # routed
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("splits", [2, 5])
+def test_half_forced_splits(cuda_gpu, dtype, splits):
+    kernel = SKINNY[dtype]
+    _check_half(cuda_gpu, 6, 1000, 2000, dtype, kernel=kernel, params={"SPLIT_K": splits})
+    _check_half(cuda_gpu, 6, 1000, 2000, dtype, kernel=kernel, params={"SPLIT_K": splits, "MR": 4}, alpha=0.5, beta=2.0)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("act", [None, "relu", "gelu", "gelu_tanh", "silu"])
+@pytest.mark.parametrize("bias", ["cols", "rows"])
+def test_half_fused_epilogues(cuda_gpu, dtype, act, bias):
+    _check_half(cuda_gpu, 5, 264, 600, dtype, bias=bias, act=act, kernel=SKINNY[dtype])
+    _check_half(cuda_gpu, 5, 263, 600, dtype, bias=bias, act=act, beta=0.5, kernel=SKINNY[dtype])   # element by element
+    _check_half(cuda_gpu, 2, 4096, 4096, dtype, bias=bias, act=act)             # routed from hgemm / bgemm
+
+
+def test_hgemm_untuned_calls_run_it(cuda_gpu):
+    from asmgemm.runtime.gemm import last_launch
+    _check_half(cuda_gpu, 4, 4096, 4096)
+    assert last_launch()["kernel"] == "hgemm_skinny" and last_launch()["splits"] > 1
+    _check_half(cuda_gpu, 4, 4096, 4096, "bfloat16")
+    assert last_launch()["kernel"] == "bgemm_skinny"
+    _check_half(cuda_gpu, 5, 4096, 4096)
+    assert last_launch()["kernel"] == "hgemm"

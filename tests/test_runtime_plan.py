@@ -167,6 +167,8 @@ def test_choose_params_precedence():
     ((1024, 1024, 1024), {"THREADS": 64, "BK": 16, "ASYNC": 1}),     # 64 tiles <= 132/2
     ((1280, 1280, 1280), {"THREADS": 64, "BK": 16}),                 # 100 tiles < 132
     ((1536, 1536, 1536), {}),                                        # 144 tiles, 72 of 256x128
+    ((128, 4096, 4096), {"THREADS": 256, "RQ": 2, "BK": 16}),                   # one tile row, deep K (split 8)
+    ((128, 2048, 2048), {"THREADS": 64, "BK": 16, "ASYNC": 1}),                 # 16 tiles x 4 splits < SMS blocks
     ((2048, 2048, 2048), {"RQ": 4, "BK": 16, "LOAD_AHEAD": 1, "LDG_NC": 0}),   # 128 >= 15/16 of 132
     ((4096, 4096, 4095), {"RQ": 4, "BK": 8, "LOAD_AHEAD": 1, "LDG_NC": 0}),    # K not a multiple of 16
     ((3000, 5000, 700), {"RQ": 4, "BK": 8, "LOAD_AHEAD": 1, "LDG_NC": 0}),     # K < 2048

@@ -38,14 +38,14 @@ def _plan(m, n, k, layout="nn", ptr=256):
 
 # ---- choosing S and k_chunk ----------------------------------------------------------------------
 @pytest.mark.parametrize("m,n,k,splits", [(1, 4096, 4096, 9), (16, 4096, 14336, 9), (128, 768, 3072, 22),
-                                          (128, 4096, 4096, 5), (1, 768, 768, 12)])
+                                          (128, 4096, 4096, 8), (1, 768, 768, 12), (128, 14336, 4096, 8)])
 def test_the_rule_splits_the_decode_shapes(m, n, k, splits):
     split = split_k.choose_split(SGEMM, _plan(m, n, k), None, None, 132)
     assert split is not None and split.splits == splits
     assert split.k_chunk % 16 == 0 and (split.splits - 1) * split.k_chunk < k <= split.splits * split.k_chunk
 
 
-@pytest.mark.parametrize("m,n,k", [(4096, 4096, 4096), (1024, 1024, 1024), (128, 14336, 4096), (16, 4096, 256),
+@pytest.mark.parametrize("m,n,k", [(4096, 4096, 4096), (1024, 1024, 1024), (128, 18944, 3584), (16, 4096, 256),
                                    (2048, 2048, 7), (1, 1, 1)])
 def test_the_rule_leaves_large_or_shallow_problems_alone(m, n, k):
     assert split_k.choose_split(SGEMM, _plan(m, n, k), None, None, 132) is None

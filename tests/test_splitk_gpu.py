@@ -75,8 +75,10 @@ def test_column_major_c(cuda_gpu, layout):
     _check(cuda_gpu, 1, 4096, 4096, layout, col_major_c=True)                      # by the rule, swapped
 
 
-@pytest.mark.parametrize("m,n,k", [(1, 4096, 4096), (16, 4096, 14336), (128, 768, 3072)])
+@pytest.mark.parametrize("m,n,k", [(1, 4096, 4096), (16, 4096, 14336), (128, 768, 3072), (128, 4096, 4096),
+                                   (100, 4100, 4099), (65, 2052, 18950)])
 def test_decode_shapes_split_by_the_rule(cuda_gpu, m, n, k):
+    """(The M of 65-128 ones: size rule 0's 128x128 tiles with BK=16, split 8 ways, odd sizes too.)"""
     from types import SimpleNamespace
     from asmgemm.runtime.plan import plan_launch
     mat = lambda r, c: SimpleNamespace(shape=(r, c), ndim=2, strides=(4 * c, 4), dtype=SimpleNamespace(itemsize=4))

@@ -37,6 +37,9 @@ A table (every key is checked; an unknown one is an error, so a typo never passe
     [[NAME.split_k.rule]]               # the untuned number of splits S: the first rule whose
     when = "M * N <= 65536"             # `when` holds gives `splits` (an expression in M, N, K,
     splits = "min(K // 256, 8)"         # SMS); none, or S <= 1: no split
+    [[NAME.route]]                      # optional: an untuned 2-D call (no params=) runs another
+    when = "M <= 16 and TRANS_B == 0"   # kernel of the same dtypes where `when` holds (sizes and
+    kernel = "sgemm_skinny"             # this kernel's call parameters); the first that holds wins
 
 Pure data and checks: nothing here builds, imports CuPy or touches a GPU.
 """

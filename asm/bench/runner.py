@@ -146,13 +146,15 @@ def bench_one(cp, kernel: KernelSpec, shape: Shape, layout: str, *, reps: int, w
 def _note_route(row: BenchRow, kernel: KernelSpec) -> None:
     """Where the spec's routes sent the call to another kernel (sgemm -> sgemm_skinny), name it in
     the row and show that launch's split instead of the spec's own untuned choice."""
+    from ..kernel_spec import get_spec
     from ..runtime.gemm import last_launch
     ran = last_launch()
     if ran is None or ran["kernel"] == kernel.name:
         return
     row.ran = ran["kernel"]
     if row.params_source != "-D":
-        row.params = {"SPLIT_K": ran["splits"]} if ran["splits"] > 1 else None
+        # (a launch split S > 1 ways has a kernel with a split-K switch)
+        row.params = {get_spec(row.ran).split_k.switch: ran["splits"]} if ran["splits"] > 1 else None
 
 
 def resolve_params(kernel: KernelSpec, gpu: str, layout: str, shape: Shape, defines: dict[str, str],

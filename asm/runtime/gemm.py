@@ -496,10 +496,16 @@ def _workspace(arrays, like, plan: _LaunchPlan):
     return arrays.empty(like, plan.split.workspace_shape, "float32")
 
 
+def _missing_epilogue(spec: KernelSpec, bias, act: int) -> list[str]:
+    """The call values of this call's fused epilogue ("bias", "activation") the kernel maps no
+    parameter to."""
+    wants = [what for what, on in (("bias", bias is not None), ("activation", act != 0)) if on]
+    return [what for what in wants if spec.call_value_param(what) is None]
+
+
 def _check_epilogue(spec: KernelSpec, bias, act: int) -> None:
     """AsmError unless the kernel has the fused epilogue this call asks for."""
-    wants = [what for what, on in (("bias", bias is not None), ("activation", act != 0)) if on]
-    missing = [what for what in wants if spec.call_value_param(what) is None]
+    missing = _missing_epilogue(spec, bias, act)
     if missing:
         raise AsmError(f"kernel '{spec.name}' has no fused epilogue for {' and '.join(missing)} (its spec maps no "
                        f"parameter to the call value{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))})",
@@ -518,11 +524,9 @@ def _routed(spec: KernelSpec, plan: LaunchPlan, sm_count: int, device_target: st
     if other.dtypes != spec.dtypes:
         raise AsmError(f"kernel '{spec.name}' routes to '{other.name}', whose dtypes differ "
                        f"({vars(other.dtypes)} against {vars(spec.dtypes)})", hint=f"see {spec.spec_file}")
-    try:
-        _check_epilogue(other, bias, act)
-    except AsmError:
+    if _missing_epilogue(other, bias, act) or other.build_target(device_target) is None:
         return spec
-    return other if other.build_target(device_target) is not None else spec
+    return other
 
 
 def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, params, kernel, key, bias=None, act=0):

@@ -42,20 +42,6 @@ def separate_pass(cp, activation: str | None):
                                 f"asmgemm_epilogue_bench_{activation or 'none'}")
 
 
-def parse_params(text: str) -> dict[str, int]:
-    """'K=V,K=V' -> {K: V} (-D overrides); '' -> {}."""
-    params = {}
-    for item in filter(None, text.split(",")):
-        key, eq, value = item.partition("=")
-        try:
-            if not eq or not key.isidentifier():
-                raise ValueError
-            params[key] = int(value, 0)
-        except ValueError:
-            raise AsmError(f"--fused-params: {item!r} is not NAME=INTEGER") from None
-    return params
-
-
 def bench(shapes, kernel: str, activation: str | None, bias_mode: str, reps: int, warmup: int,
           fused_params: dict[str, int] | None = None) -> list[dict]:
     from asmgemm.bench.timing import L2Flusher, make_pre_roll, tflops, time_interleaved
@@ -137,7 +123,9 @@ def main(argv=None) -> int:
         spec = get_spec(args.kernel)
         if spec.call_value_param("bias") is None or spec.call_value_param("activation") is None:
             raise AsmError(f"kernel '{spec.name}' has no fused epilogue (its spec maps no BIAS/ACT parameters)")
-        rows = bench(shapes, spec.name, activation, args.bias, args.reps, args.warmup, parse_params(args.fused_params))
+        from asmgemm.commands.common import integer_defines
+        fused_params = integer_defines(args.fused_params.split(","))
+        rows = bench(shapes, spec.name, activation, args.bias, args.reps, args.warmup, fused_params)
     except AsmError as exc:
         print(exc.format(), file=sys.stderr)
         return 1

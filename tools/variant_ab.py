@@ -23,6 +23,7 @@ import sys
 
 from asmgemm.bench.shapes import parse_shape
 from asmgemm.bench.timing import L2Flusher, make_pre_roll, tflops, time_interleaved
+from asmgemm.commands.common import integer_defines
 from asmgemm.errors import AsmError
 from asmgemm.files import write_atomic
 from asmgemm.kernel_spec import get_spec
@@ -36,16 +37,11 @@ def parse_variant(text: str) -> tuple[str, dict[str, int]]:
     name, sep, rest = text.partition(":")
     if not sep or not name:
         raise ValueError(f"--variant {text!r}: expected NAME:K=V,K=V (or NAME: for none)")
-    defines = {}
-    for item in filter(None, rest.split(",")):
-        key, eq, value = item.partition("=")
-        if not eq or not key.isidentifier():
-            raise ValueError(f"--variant {text!r}: {item!r} is not NAME=VALUE")
-        try:
-            defines[key] = int(value, 0)
-        except ValueError:
-            raise ValueError(f"--variant {text!r}: {key}'s value {value!r} is not an integer") from None
-    return name, defines
+    try:
+        return name, integer_defines(rest.split(","))
+    except AsmError as exc:
+        raise ValueError(f"--variant {text!r}: {exc.message}") from None
+
 
 
 def _operands(cp, spec, m: int, n: int, k: int, layout: str, seed: int):

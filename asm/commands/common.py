@@ -25,6 +25,18 @@ def parse_defines(values) -> dict[str, str]:
     return out
 
 
+def integer_defines(values) -> dict[str, int]:
+    """parse_defines of NAME=INTEGER items (empty ones skipped: 'A=1,,B=2'.split(',')), the values
+    as ints (0x.. too): the scripts' -D overrides passed to asmgemm.gemm(params=...)."""
+    out = {}
+    for name, value in parse_defines(v for v in values if v).items():
+        try:
+            out[name] = int(value, 0)
+        except ValueError:
+            raise AsmError(f"-D {name}={value}: the value is not an integer") from None
+    return out
+
+
 def source_options(f):
     """-D, --target and -I, for every command that builds a source."""
     f = click.option("-I", "--include-dir", "include_dirs", multiple=True, type=click.Path(file_okay=False),

@@ -105,6 +105,8 @@ def test_bench_table_json_and_baselines(fake_gpu, run_cli, tmp_path):
     assert rep["gpu"] == "Fake GPU 80GB" and len(rep["rows"]) == 4
     assert all(r["correct"] and r["rel_err"]["asmgemm"] < 1e-6 for r in rep["rows"])
     assert all(r["ratio_to_cublas"]["asmgemm"] == 0.5 for r in rep["rows"])     # 2 ms vs 1 ms
+    assert rep["summary"]["shapes"] == 4 and rep["summary"]["geomean_to_best_cublas"] == 0.5
+    assert rep["summary"]["shapes_under"] == 4 and "4 shapes: geomean 0.500x" in stdout
     base = json.loads((tmp_path / "bl" / "Fake_GPU_80GB.json").read_text())
     assert set(base["entries"]) == {"sgemm/nn/128x128x128", "sgemm/nn/129x65x33", "sgemm/tn/128x128x128",
                                     "sgemm/tn/129x65x33"}
@@ -191,3 +193,27 @@ def test_tune_interrupted_while_timing_leaves_the_cache(fake_gpu, tune_sum, run_
     code, _, err = run_cli("tune", tune_sum, "--shape", "64,64,64", "--reps", "2", "-j", "1")
     assert code == 130 and "the tuning cache was not changed" in err
     assert (tmp_path / "tune.json").read_text() == '{"format": 1, "entries": {}}\n'
+
+
+def test_ratio_to_the_faster_cublas_and_the_summary():
+    """torch.matmul and cupy.matmul both call cuBLAS, with different heuristics: the ratio that
+    counts is to the faster of them; the summary takes its geomean and slowest over correct rows."""
+    from asmgemm.bench.runner import BenchRow, summarize
+    from asmgemm.bench.shapes import Shape
+    from asmgemm.bench.timing import TimingStats
+
+    def row(m, asm_ms, cublas_ms, torch_ms=None, err=1e-7):
+        r = BenchRow("hgemm", "float16", "nn", Shape(m, m, m), 1e-3, rel_err={"asmgemm": err})
+        for impl, ms in (("asmgemm", asm_ms), ("cublas", cublas_ms), ("torch", torch_ms)):
+            if ms is not None:
+                r.stats[impl] = TimingStats(ms, ms, ms, ms, 1)
+        return r
+    rows = [row(64, 1.0, 1.0, 0.8), row(128, 1.0, 2.0), row(256, 1.0, 1.0, 1.25), row(512, 9.0, 1.0, err=1.0)]
+    assert rows[0].ratio() == 1.0 and rows[0].ratio_to_best() == pytest.approx(0.8)
+    assert rows[1].ratio_to_best() == 2.0 and rows[2].ratio_to_best() == 1.0
+    s = summarize(rows)                            # the wrong row (rel err 1.0) is left out
+    assert s["shapes"] == 3 and s["shapes_under"] == 1
+    assert s["geomean_to_best_cublas"] == pytest.approx((0.8 * 2.0 * 1.0) ** (1 / 3), abs=1e-4)
+    assert s["geomean_to_cublas"] == pytest.approx(2.0 ** (1 / 3), abs=1e-4)
+    assert s["slowest"] == {"kernel": "hgemm", "layout": "nn", "shape": "64x64x64", "ratio_to_best_cublas": 0.8}
+    assert summarize([rows[3]]) is None

@@ -49,6 +49,13 @@ class BenchRow:
         mine, ref = self.tflops(impl), self.tflops(to)
         return mine / ref if mine and ref else None
 
+    def ratio_to_best(self, impl: str = "asmgemm") -> float | None:
+        """impl's throughput over the faster cuBLAS path timed here: cupy.matmul or torch.matmul
+        (both call cuBLAS, with different heuristics; torch's fp16 is up to 15% ahead)."""
+        mine = self.tflops(impl)
+        refs = [t for t in (self.tflops("cublas"), self.tflops("torch")) if t]
+        return mine / max(refs) if mine and refs else None
+
     @property
     def key(self) -> str:
         from .baseline import entry_key
@@ -62,6 +69,7 @@ class BenchRow:
             "correct": self.correct, "error": self.error, "notes": self.notes, "rel_err": self.rel_err,
             "tflops": {i: round(self.tflops(i), 3) for i in self.stats},
             "ratio_to_cublas": {i: round(self.ratio(i), 4) for i in self.stats if i != "cublas" and self.ratio(i)},
+            "ratio_to_best_cublas": (round(self.ratio_to_best(), 4) if self.ratio_to_best() else None),
             "timing_ms": {i: s.to_json() for i, s in self.stats.items()},
         }
 
@@ -186,3 +194,22 @@ def _untuned_split_shown(kernel: KernelSpec, shape: Shape) -> dict | None:
     from ..runtime.split_k import untuned_split
     split = untuned_split(kernel, shape.m, shape.n, shape.k, device_facts().sm_count)
     return {kernel.split_k.switch: split.splits} if split is not None else None
+
+
+def summarize(rows: list[BenchRow], slow: float = 0.9) -> dict | None:
+    """Over the rows that ran correctly: how many, the geometric means of asmgemm's ratio to
+    cupy.matmul and to the faster cuBLAS path, the shapes under `slow` of the faster one (issue
+    12's goal: none under 0.9, geomean >= 1.0) and the slowest. None without such rows."""
+    import math
+    kept = [r for r in rows if r.correct and r.ratio() and r.ratio_to_best()]
+    if not kept:
+        return None
+
+    def geomean(xs):
+        return math.exp(sum(math.log(x) for x in xs) / len(xs))
+    slowest = min(kept, key=lambda r: r.ratio_to_best())
+    return {"shapes": len(kept), "geomean_to_cublas": round(geomean([r.ratio() for r in kept]), 4),
+            "geomean_to_best_cublas": round(geomean([r.ratio_to_best() for r in kept]), 4),
+            "under": slow, "shapes_under": sum(r.ratio_to_best() < slow for r in kept),
+            "slowest": {"kernel": slowest.kernel, "layout": slowest.layout, "shape": slowest.shape.key,
+                        "ratio_to_best_cublas": round(slowest.ratio_to_best(), 4)}}

@@ -76,7 +76,10 @@ def command(kernels, shapes_spec, layouts_spec, reps, warmup, no_flush, no_pre_r
     warm-up, L2 flushed before every repetition, the median of --reps with min and max. Before
     each start event a one-thread kernel keeps the GPU busy for twice the call's host time, so
     the events measure device time, not Python. The table gives TFLOP/s (2·M·N·K / median time)
-    and the ratio to cuBLAS.
+    and the ratio to cuBLAS; with torch, asm/best is the ratio to the faster of cupy.matmul and
+    torch.matmul (both cuBLAS, with different heuristics), and a last line sums the run up: the
+    geometric means of both ratios, the shapes under 0.9x of the faster, the slowest (the JSON's
+    "summary").
 
     Exit status: 0 all correct; 1 usage error or no GPU; 2 a kernel gave a wrong result;
     3 --check-baseline found a regression.
@@ -215,6 +218,8 @@ def _bench(bench_kernels, shapes, layouts, reps, warmup, no_flush, no_pre_roll, 
     from ..bench.plot import peak_tflops
     report = {"gpu": gpu, "reps": reps, "warmup": warmup, "l2_flush": not no_flush, "pre_roll": pre_roll is not None,
               "peak_tflops": peak_tflops(gpu), "rows": [r.to_json() for r in rows]}
+    from ..bench.runner import summarize
+    report["summary"] = summarize(rows)
     measured = {r.key: r.ratio() for r in rows if r.ratio() is not None}
     comparisons = []
     if old_baseline is not None:
@@ -226,6 +231,7 @@ def _bench(bench_kernels, shapes, layouts, reps, warmup, no_flush, no_pre_roll, 
             emit_json(report)
         else:
             _print_table(gpu, rows, reps, no_flush)
+            _print_summary(report["summary"])
             _print_comparisons(comparisons)
 
     from ..errors import AsmError
@@ -321,8 +327,9 @@ def _print_table(gpu, rows, reps, no_flush):
     refs = [i for i in ("torch", "triton") if any(i in r.stats for r in rows)]
     t = Table(title=f"asmgemm bench on {gpu}: TFLOP/s, median of {reps} (min–max); "
                     f"L2 {'not ' if no_flush else ''}flushed between repetitions", title_justify="left")
+    best = "torch" in refs          # the faster cuBLAS path: cupy.matmul or torch.matmul
     for col in ("kernel", "layout", "M×N×K", "params", "rel err", "asmgemm", "cuBLAS", *refs, "asm/cuBLAS",
-                *(f"{i}/cuBLAS" for i in refs)):
+                *(f"{i}/cuBLAS" for i in refs), *(["asm/best"] if best else [])):
         t.add_column(col, justify="left" if col in ("kernel", "layout", "M×N×K", "params") else "right")
     for r in rows:
         err = r.rel_err.get("asmgemm")
@@ -332,6 +339,8 @@ def _print_table(gpu, rows, reps, no_flush):
         cells += [_fmt_tflops(r, i) for i in refs]
         cells.append(_fmt_ratio(r.ratio()))
         cells += [_fmt_ratio(r.ratio(i)) for i in refs]
+        if best:
+            cells.append(_fmt_ratio(r.ratio_to_best()))
         t.add_row(*cells)
     con = make_console()
     con.print(t)
@@ -340,6 +349,17 @@ def _print_table(gpu, rows, reps, no_flush):
             con.print(f"[red]{r.kernel} {r.layout} {r.shape.key}:[/] {r.error}")
         for note in r.notes:
             con.print(f"[yellow]{r.kernel} {r.layout} {r.shape.key}:[/] {note}")
+
+
+def _print_summary(summary):
+    if not summary or summary["shapes"] < 2:
+        return
+    slow = summary["slowest"]
+    make_console().print(
+        f"{summary['shapes']} shapes: geomean {summary['geomean_to_cublas']:.3f}x cupy.matmul, "
+        f"{summary['geomean_to_best_cublas']:.3f}x the faster of cupy.matmul and torch.matmul; "
+        f"{summary['shapes_under']} under {summary['under']}x of it; slowest {slow['kernel']} {slow['layout']} "
+        f"{slow['shape']} at {slow['ratio_to_best_cublas']:.2f}x")
 
 
 def _print_comparisons(comparisons):

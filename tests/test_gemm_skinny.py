@@ -171,7 +171,7 @@ def test_gemm_launches_the_routed_kernel_and_says_so(fake_fp32_gemm):
     _, launches = fake_fp32_gemm
     _gemm(3, 300, 200)                         # K < 512: no split; 3 column blocks of 128, one of MR = 4 rows
     assert last_launch() == {"kernel": "sgemm_skinny", "entry": "gemm_skinny", "grid": (3, 1, 1),
-                             "block": (256, 1, 1), "splits": 1}
+                             "block": (256, 1, 1), "tile": (4, 128), "cluster": 1, "splits": 1}
     assert launches[-1][0] == (3, 1, 1)
     _gemm(1, 4096, 4096)                       # 32 column blocks: S = min(16, ceil(264 / 32)) = 9 -> 8 of 512
     assert last_launch()["kernel"] == "sgemm_skinny" and last_launch()["splits"] == 8

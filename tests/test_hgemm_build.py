@@ -24,8 +24,9 @@ needs_tools = pytest.mark.skipif(
     find_tool("ptxas", required=False) is None or find_tool("nvdisasm", required=False) is None,
     reason="ptxas/nvdisasm not installed")
 
-# The tuning space that fits in shared memory: BN=256 is 48 KB a stage (3-4 stages), BN=128 32 KB (3-6).
-TILES = [(256, 3), (256, 4), (128, 4), (128, 6)]
+# The tuning space that fits in shared memory: BN=256 is 48 KB a stage (3-4 stages), BN=192 40 KB
+# (3-5), BN=128 32 KB (3-6).
+TILES = [(256, 3), (256, 4), (192, 4), (192, 5), (128, 4), (128, 6)]
 LAYOUTS = [(ta, tb) for ta in (0, 1) for tb in (0, 1)]
 
 
@@ -59,8 +60,10 @@ def _check_variant(bn, stages, ta, tb, bf16, vec_c, cluster=2, wide=0):
     assert len(hgmma) == 4 and all(op.startswith(f"HGMMA.64x{bn}x16.F32") for op in hgmma), hgmma
     assert ("BF16" in hgmma[0]) == bool(bf16)
     # one UTMALDG per K-major tile, one per 64-wide chunk of an MN-major tile; with a cluster of 2
-    # each block loads half of B (one K-major box of BN / 2 rows, or half of the chunks), multicast
-    b_loads = (1 if tb else bn // 64 // cluster)
+    # each block loads half of B (one K-major box of BN / 2 rows, or half of the chunks; BN = 192's
+    # three chunks do not halve, so each block loads the half of every chunk's k-rows), multicast
+    chunks = bn // 64
+    b_loads = 1 if tb else (chunks if cluster > 1 and chunks % cluster else chunks // cluster)
     assert counts["UTMALDG"] == (2 if ta else 1) + b_loads
     assert sum(".MULTICAST" in op for op in ops if op.startswith("UTMALDG")) == (b_loads if cluster > 1 else 0)
     # one wait_group per K tile in the loop (MMA_IN_FLIGHT=0, the default, waits for all; nothing
@@ -98,7 +101,29 @@ def test_bf16_and_scalar_stores_build_clean():
 
 
 @needs_tools
-@pytest.mark.parametrize("bn,stages,bf16", [(256, 3, 0), (128, 5, 1)])
+@pytest.mark.parametrize("ta,tb", LAYOUTS)
+def test_three_chunk_tiles_build_clean(ta, tb):
+    """BN=192 (a size rule's choice where 256-wide tiles leave a wave short) in every layout, with
+    and without a cluster, staged C included."""
+    _check_variant(192, 4, ta, tb, 0, 1)
+    _check_variant(192, 4, ta, tb, 1, 1, cluster=1, wide=1)
+
+
+def test_three_chunk_tile_splits_b_by_k_rows_in_a_cluster():
+    """Two blocks cannot share three 64-column chunks evenly: each loads BK / 2 k-rows of all three
+    (a box of 32 rows, 4 KB: whole 1024-byte swizzle atoms at 4096-byte offsets)."""
+    r = build_file("hgemm", BuildOptions(defines={"BN": "192"}, target="sm_90a"))
+    assert r.constants["B_BY_K"] == 1 and r.constants["BOX_B_ROWS"] == 32 and r.constants["RING"] == 4
+    assert r.ptx.count(".multicast::cluster") == 3
+    for defines in ({"BN": "192", "CLUSTER_M": "1"}, {"BN": "192", "TRANS_B": "1"}, {"BN": "256"}):
+        r = build_file("hgemm", BuildOptions(defines=defines, target="sm_90a"))
+        assert r.constants["B_BY_K"] == 0
+    assert build_file("hgemm", BuildOptions(defines={"BN": "192", "TRANS_B": "1"},
+                                            target="sm_90a")).constants["BOX_B_ROWS"] == 96
+
+
+@needs_tools
+@pytest.mark.parametrize("bn,stages,bf16", [(256, 3, 0), (192, 4, 1), (128, 5, 1)])
 def test_staged_wide_stores_build_clean(bn, stages, bf16):
     _check_variant(bn, stages, 0, 0, bf16, 1, wide=1)
 
@@ -482,3 +507,28 @@ def test_split_k_partial_pass_builds_clean(defines):
 def test_split_k_and_a_fused_epilogue_do_not_build_together():
     with pytest.raises(AsmError, match="split-K's partial pass stores raw partial sums"):
         build_file("hgemm", BuildOptions(defines={"SPLIT_K": "1", "ACT": "2"}, target="sm_90a"))
+
+
+# (M, N, K) -> the size rule's choice, from the H100 A/B of 24 shapes (tools/data/hgemm_bn192_ab.json):
+# 192-wide tiles where 256-wide ones leave the last wave short, 256 where 192 needs a wave more.
+BN_CHOICES = [
+    ((512, 12288, 4096), {"BN": 192, "STAGES": 4}),                       # 2 waves either way
+    ((512, 18944, 3584), {"BN": 192, "STAGES": 4}),                       # 3 waves either way
+    ((4096, 4608, 3584), {"BN": 192, "STAGES": 4}),                       # 6 x 50 < 5 x 64
+    ((4096, 3584, 3584), {"BN": 192, "STAGES": 4}),                       # 5 x 50 < 4 x 64
+    ((4096, 2304, 768), {"BN": 192, "STAGES": 4, "CLUSTER_M": 1, "GROUP_M": 4}),   # K <= 2048
+    ((384, 12288, 4096), {"BN": 192, "STAGES": 4, "CLUSTER_M": 1, "GROUP_M": 4}),  # 3 tile rows
+    ((4096, 4096, 4096), {}),                                             # 6 x 50 > 4 x 64
+    ((8192, 8192, 8192), {}),                                             # 21 x 50 > 16 x 64
+    ((8192, 1024, 8192), {}),                                             # 3 x 50 > 2 x 64
+    ((2048, 2048, 2048), {"CLUSTER_M": 1, "GROUP_M": 4}),                 # 2 x 50 > 1 x 64; rule 3
+    ((512, 4096, 4096), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1}),        # rule 1 first
+]
+
+
+@pytest.mark.parametrize("shape,params", BN_CHOICES, ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else None)
+@pytest.mark.parametrize("name", ["hgemm", "bgemm", "hgemm_f32c"])
+def test_size_rule_picks_the_tile_width_by_waves(name, shape, params):
+    from asmgemm.kernel_spec import get_spec
+    assert get_spec(name).size_rule(*shape, 132) == params
+

@@ -19,6 +19,7 @@ import cupy as cp  # noqa: E402
 
 import asmgemm  # noqa: E402
 from asmgemm.kernel_spec import get_spec  # noqa: E402
+from asmgemm.runtime.gemm import last_launch  # noqa: E402
 from asmgemm.runtime.gpu import device_facts  # noqa: E402
 
 if device_facts().target != "sm_90":
@@ -93,7 +94,7 @@ def _values(c, dtype):
     return (c.astype(cp.uint32) << 16).view(cp.float32) if dtype == "bfloat16" else c.astype(cp.float32)
 
 
-def _check(m, n, k, layout="nn", dtype="float16", alpha=1.0, beta=0.0, c_order="C", pad=False, seed=0):
+def _check(m, n, k, layout="nn", dtype="float16", alpha=1.0, beta=0.0, c_order="C", pad=False, seed=0, params=None):
     rng = cp.random.default_rng(seed + 7 * m + 13 * n + k)
     ta, tb = layout[0] == "t", layout[1] == "t"
     a_shape, b_shape = ((k, m) if ta else (m, k)), ((n, k) if tb else (k, n))
@@ -107,7 +108,7 @@ def _check(m, n, k, layout="nn", dtype="float16", alpha=1.0, beta=0.0, c_order="
     if beta == 0:
         c.view(cp.uint16)[...] = 0x7E00 if dtype == "float16" else 0x7FC0   # NaN: beta = 0 must not read C
     kernel = "bgemm" if dtype == "bfloat16" else None
-    out = asmgemm.gemm(a, b, c, alpha=alpha, beta=beta, trans_a=ta, trans_b=tb, kernel=kernel)
+    out = asmgemm.gemm(a, b, c, alpha=alpha, beta=beta, trans_a=ta, trans_b=tb, kernel=kernel, params=params)
     assert out is c
     ref = alpha * ((av.T if ta else av) @ (bv.T if tb else bv))
     if beta != 0:
@@ -160,6 +161,26 @@ def test_odd_leading_dimensions_are_copied_not_refused():
     """K = 7: rows of 14 bytes, which TMA cannot read; the runtime pads a copy (tensor_map.py)."""
     _check(100, 60, 7, "nn")
     _check(100, 61, 7, "tn")
+
+
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+@pytest.mark.parametrize("cluster", [1, 2])
+def test_192_wide_tiles(layout, cluster):
+    """BN=192: three 64-column chunks of B, which a cluster's two blocks load by halves of their
+    k-rows (N-major B) or 96 rows each (K-major); edges in M, N and K, bf16, beta, column-major C."""
+    params = {"BN": 192, "STAGES": 4, "CLUSTER_M": cluster}
+    _check(515, 1000, 300, layout, params=params)
+    _check(130, 385, 129, layout, dtype="bfloat16", params=params)
+    _check(257, 200, 96, layout, alpha=0.5, beta=-1.5, params=params)
+    _check(257, 200, 96, layout, c_order="F", params=params)
+
+
+@pytest.mark.parametrize("shape,cluster", [((512, 4608, 3584), 2), ((4096, 2304, 768), 1)])
+def test_size_rule_runs_192_wide_tiles(shape, cluster):
+    """Untuned calls where 256-wide tiles would leave the last wave short run 192-wide ones."""
+    _check(*shape)
+    ran = last_launch()
+    assert ran["kernel"] == "hgemm" and ran["tile"] == (128, 192) and ran["cluster"] == cluster, ran
 
 
 def test_large_square():

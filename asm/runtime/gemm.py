@@ -333,12 +333,14 @@ def clear_last_launch() -> None:
 def last_launch() -> dict | None:
     """What this process's latest asmgemm.gemm launch ran (None before the first one): the kernel
     spec ("kernel", after its routes: e.g. sgemm_skinny for a decoding shape given to sgemm), the
-    entry point, the grid and block, and the K splits (1: none). For reports such as `asmgemm
-    bench`'s; calls from several threads at once each overwrite it."""
+    entry point, the grid and block, the block's tile of C (rows, columns), the cluster size and
+    the K splits (1: none). For reports such as `asmgemm bench`'s; calls from several threads at
+    once each overwrite it."""
     kept = _last_launch[0]
     if kept is None:
         return None
     return {"kernel": kept.spec_name, "entry": kept.built.name, "grid": tuple(kept.grid), "block": kept.block,
+            "tile": (kept.built.tile_m, kept.built.tile_n), "cluster": kept.built.cluster,
             "splits": kept.split.split.splits if kept.split is not None else 1}
 _plans: dict[tuple, _LaunchPlan] = {}
 _state: list = [None, None, None, None]      # [specs_version token, cupy module, _CupyArrays, _TorchArrays]

@@ -279,3 +279,10 @@ def test_the_bench_tool_explains_itself_and_stops_cleanly_without_a_gpu(monkeypa
 def test_the_bench_tools_separate_pass_covers_every_activation():
     tool = _bench_tool()
     assert set(tool._BODIES) == {"none", *kernel_spec.ACTIVATIONS}
+
+
+def test_the_bench_tool_refuses_to_fuse_nothing(capsys):
+    tool = _bench_tool()
+    with pytest.raises(SystemExit) as e:
+        tool.main(["--activation", "none", "--bias", "none"])
+    assert e.value.code == 2 and "nothing to fuse" in capsys.readouterr().err

@@ -31,8 +31,12 @@ LN2 = f(math.log(2))
 # Numerical Recipes' erfcc coefficients, highest degree first (as the Horner steps use them)
 NR = [f(c) for c in (0.17087277, -0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806,
                      0.09678418, 0.37409196, 1.00002368, -1.26551223)]
+# EPI_GELU16's Q' (tools/fit_gelu16.py), highest degree first, as fp32 bit patterns
+Q16 = [np.uint32(v).view(f) for v in (0x52A902DE, 0xCF82F8E9, 0x4B2F441B, 0x46BBECA0, 0x43BBFE2A, 0x40A5874C)]
+LOG2E = 1 / math.log(2)
+CONSTANTS16 = [f(256 / (2 * math.sqrt(2))), f(256), f(-LOG2E / 2), f(-LOG2E), f(-2 * math.sqrt(2 / math.pi) * LOG2E)] + Q16
 CONSTANTS = [L2E, L2E_LO, LN2, f(-104), f(88), f(1 / math.sqrt(2)), f(0.5), f(1), f(-0.5), f(0.044715),
-             f(-2 * math.sqrt(2 / math.pi)), f(0), f(np.inf)] + NR
+             f(-2 * math.sqrt(2 / math.pi)), f(0), f(np.inf)] + NR + CONSTANTS16
 
 
 def fma(a, b, c):
@@ -140,3 +144,105 @@ def test_large_arguments_give_signed_zeros_and_identities_not_nan():
     assert g[0] == 0 and np.signbit(g[0]) and s[2] == 0 and np.signbit(s[2])   # gelu(-30), silu(-100): -0
     nan = np.array([np.nan], f)
     assert np.isnan(gelu(nan)).all() and np.isnan(gelu_tanh(nan)).all() and np.isnan(silu(nan)).all()
+
+
+# ---- ACTIVATE16: every fp16 and every bf16 input ---------------------------------------------------
+TINY = np.float32(2.0 ** -126)
+
+
+def ftz(y):
+    return np.where(np.abs(y) < TINY, f(0), y).astype(f)
+
+
+def ex2_ftz(p, ulps):
+    with np.errstate(over="ignore"):
+        return ftz(ex2(p, ulps))
+
+
+def rcp_ftz(b, ulps):
+    """rcp.approx.ftz.f32: 1 / b within 1 ulp (PTX ISA), subnormal inputs and results flushed."""
+    with np.errstate(divide="ignore", over="ignore"):
+        r = (np.float64(1) / np.float64(ftz(b))).astype(f)
+    return ftz((r * (1 + np.sign(ulps) * 2.0 ** -23)).astype(f) if ulps else r)
+
+
+def gelu16(x, ulps=0):
+    s0 = fma(np.abs(x), f(256 / (2 * math.sqrt(2))), f(256))
+    s0 = rcp_ftz(s0, ulps)
+    s1 = fma(s0, Q16[0], Q16[1])
+    for c in Q16[2:]:
+        s1 = fma(s1, s0, c)
+    s2 = (x * f(-LOG2E / 2)).astype(f)
+    s1 = fma(s2, x, s1)
+    s1 = ex2_ftz(s1, ulps)
+    s0 = (s0 * s1).astype(f)
+    s0 = np.where(x >= 0, (f(1) - s0).astype(f), s0)
+    return (x * s0).astype(f)
+
+
+def gelu_tanh16(x, ulps=0):
+    s0 = fma((x * x).astype(f), f(0.044715), f(1))
+    s1 = ((x * f(-2 * math.sqrt(2 / math.pi) * LOG2E)).astype(f) * s0).astype(f)
+    s1 = (ex2_ftz(s1, ulps) + f(1)).astype(f)
+    return (x * rcp_ftz(s1, ulps)).astype(f)
+
+
+def silu16(x, ulps=0):
+    s0 = (ex2_ftz((x * f(-LOG2E)).astype(f), ulps) + f(1)).astype(f)
+    return (x * rcp_ftz(s0, ulps)).astype(f)
+
+
+# gelu_tanh and silu divide by 1 + 2^a with rcp.approx.ftz, which gives 0 for a divisor above
+# 2^126: their results under ~|x| 2^-126 (bf16's x below -9.9 and -87) come out -0 (documented)
+FLUSHED = 2.0 ** -119
+
+
+def _all_16_bit(kind):
+    """Every finite value of fp16 or bf16, as float32, and the rounding back to that type."""
+    pats = np.arange(1 << 16, dtype=np.uint32)
+    if kind == "float16":
+        x = pats.astype(np.uint16).view(np.float16).astype(f)
+
+        def back(y):
+            with np.errstate(over="ignore"):
+                return np.asarray(y, f).astype(np.float16).astype(f)
+        smallest_normal = 2.0 ** -14
+    else:
+        x = (pats << 16).view(f)
+
+        def back(y):
+            u = np.asarray(y, f).view(np.uint32)
+            return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16 << 16).astype(np.uint32).view(f)
+        smallest_normal = 2.0 ** -126
+    return x[np.isfinite(x)], back, smallest_normal
+
+
+MODELS16 = {"gelu": (gelu16, ref.gelu), "gelu_tanh": (gelu_tanh16, ref.gelu_tanh), "silu": (silu16, ref.silu)}
+
+
+@pytest.mark.parametrize("kind", ["float16", "bfloat16"])
+@pytest.mark.parametrize("name", list(MODELS16))
+@pytest.mark.parametrize("ulps", [0, 2, -2])
+def test_16_bit_activations_on_every_input(kind, name, ulps):
+    """ACTIVATE16 on all 63,488 finite fp16 (65,280 bf16) inputs: within 2^-15 of the float64 value
+    wherever that is a normal number of the type (the fit's 2^-17 plus ex2/rcp's few ulps and the
+    rounding of the exponent, ~|x|^2 2^-24 in gelu's tail), and after rounding back to the type off
+    by at most one unit in the last place from the correctly rounded value, for under 1% of them."""
+    model, want = MODELS16[name]
+    x, back, smallest_normal = _all_16_bit(kind)
+    with np.errstate(over="ignore", invalid="ignore"):
+        got = model(x, ulps)
+        exact = want(x.astype(np.float64))
+    normal = np.abs(exact) >= max(smallest_normal, FLUSHED)
+    rel = np.abs(got.astype(np.float64) - exact) / np.where(normal, np.abs(exact), 1.0)
+    assert rel[normal].max() < 2.0 ** -15, (x[normal][np.argmax(rel[normal])], rel[normal].max())
+    assert (np.abs(got[~normal]) <= max(smallest_normal, FLUSHED)).all()
+    rounded, correct = back(got), back(exact.astype(f))
+    off = rounded != correct
+    assert off.mean() < 0.01, off.mean()
+    # at most one unit in the last place of the 16-bit type (fp16's subnormals: 2^-24)
+    unit = (np.spacing(np.abs(correct[off]).astype(np.float16)).astype(np.float64) if kind == "float16"
+            else np.spacing(np.abs(correct[off])).astype(np.float64) * 2.0 ** 16)
+    diff = np.abs(rounded[off].astype(np.float64) - correct[off].astype(np.float64))
+    assert ((diff <= unit * (1 + 1e-9)) | (np.abs(correct[off]) < max(smallest_normal, FLUSHED))).all()
+    assert not np.isnan(got).any()

@@ -121,6 +121,29 @@ def test_large_problem_on_the_default_tile():
     _run(1024, 2048, 1024, act="gelu_tanh", where="cols")
 
 
+@pytest.mark.parametrize("act", ["gelu", "silu"])
+@pytest.mark.parametrize("params", [None, {"BN": 192, "STAGES": 4}, {"BN": 128, "STAGES": 6, "CLUSTER_M": 1}],
+                         ids=["default", "bn192", "bn128"])
+def test_activation_warps_over_many_tiles_per_block(act, params):
+    """More tiles than blocks (2048x4096: 128 to 512 tiles on 132 SMs): the activation warps hand
+    each consumer's staging buffer back tile after tile (FREE_BAR), while the next tile's stmatrix
+    waits for it; K = 320 keeps each tile short, so a slow hand-back would show as a race here."""
+    _run(2048, 4096, 320, act=act, where="cols", params=params)
+    _run(2000, 4000, 136, kind="bfloat16", act=act, where="rows", params=params)
+
+
+@pytest.mark.parametrize("act", ["relu", "gelu", "gelu_tanh", "silu"])
+def test_activation_warps_agree_with_the_consumers(act):
+    """ACT_WARPS_ASKED=0 applies the activation in the consumers to fp32 values; 1 (the default) in
+    the activation warps to the 16-bit rounding of the same values: both within the spec's limit
+    (in _run), and within about one unit of fp16's last place of each other in the Frobenius norm
+    (elementwise the extra rounding is scaled by act's condition, ~x^2 for gelu's negative tail)."""
+    c0, _ = _run(384, 512, 256, act=act, where="cols", params={"ACT_WARPS_ASKED": 0})
+    c1, _ = _run(384, 512, 256, act=act, where="cols")
+    a, b = c0.astype(cp.float64), c1.astype(cp.float64)
+    assert float(cp.linalg.norm(a - b) / cp.linalg.norm(a)) < 2.0 ** -11
+
+
 # ---- split-K -------------------------------------------------------------------------------------
 def _split_of(m, n, k, kind="float16"):
     spec = get_spec(KERNEL_OF[kind])

@@ -35,9 +35,13 @@ _BODIES = {
 }
 
 
-def separate_pass(cp, activation: str | None):
-    """y = act(x + b) elementwise in fp32 (b broadcast: (N,) over rows, (M, 1) over columns)."""
+def separate_pass(cp, activation: str | None, with_bias: bool = True):
+    """y = act(x + b) elementwise in fp32 (b broadcast: (N,) over rows, (M, 1) over columns), or
+    y = act(x) without a bias."""
     body = _BODIES[activation or "none"]
+    if not with_bias:
+        return cp.ElementwiseKernel("T x", "T y", f"float v = (float)x; float r; {body} y = (T)r;",
+                                    f"asmgemm_epilogue_bench_{activation or 'none'}_nobias")
     return cp.ElementwiseKernel("T x, T b", "T y", f"float v = (float)x + (float)b; float r; {body} y = (T)r;",
                                 f"asmgemm_epilogue_bench_{activation or 'none'}")
 
@@ -50,19 +54,20 @@ def bench(shapes, kernel: str, activation: str | None, bias_mode: str, reps: int
     cp = require_gpu("tools/epilogue_bench.py")
     spec = get_spec(kernel)
     dtype = cp.dtype(spec.dtypes.c)
-    ew = separate_pass(cp, activation)
+    ew = separate_pass(cp, activation, with_bias=bias_mode != "none")
     rows = []
     for shape in shapes:
         m, n, k = shape.m, shape.n, shape.k
         rng = cp.random.default_rng(0)
         a = rng.standard_normal((m, k), dtype=cp.float32).astype(spec.dtypes.a, copy=False)
         b = rng.standard_normal((k, n), dtype=cp.float32).astype(spec.dtypes.b, copy=False)
-        bias = rng.standard_normal((n,) if bias_mode == "cols" else (m, 1), dtype=cp.float32).astype(dtype, copy=False)
+        bias = (None if bias_mode == "none" else
+                rng.standard_normal((n,) if bias_mode == "cols" else (m, 1), dtype=cp.float32).astype(dtype, copy=False))
         c_plain, c_fused, c_sep, c_blas = (cp.empty((m, n), dtype=dtype) for _ in range(4))
 
         def separate():
             gemm(a, b, c_sep, kernel=kernel)
-            ew(c_sep, bias, c_sep)
+            ew(c_sep, c_sep) if bias is None else ew(c_sep, bias, c_sep)
         fns = {
             "plain": lambda: gemm(a, b, c_plain, kernel=kernel),
             "fused": lambda: gemm(a, b, c_fused, bias=bias, activation=activation, kernel=kernel,
@@ -106,8 +111,9 @@ def main(argv=None) -> int:
     ap.add_argument("--kernel", default="sgemm", help="kernel spec name with a fused epilogue (default sgemm)")
     ap.add_argument("--activation", default="gelu", choices=(*ACTIVATIONS, "none"),
                     help="the activation (default gelu; 'none': the bias alone)")
-    ap.add_argument("--bias", default="cols", choices=("cols", "rows"),
-                    help="bias per column of C, (N,) as torch.nn.Linear (default), or per row, (M, 1)")
+    ap.add_argument("--bias", default="cols", choices=("cols", "rows", "none"),
+                    help="bias per column of C, (N,) as torch.nn.Linear (default), per row, (M, 1), or none "
+                         "(the activation alone)")
     ap.add_argument("--reps", type=int, default=20, help="timed repetitions of each (default 20)")
     ap.add_argument("--warmup", type=int, default=3, help="untimed calls of each first (default 3)")
     ap.add_argument("--fused-params", default="", metavar="K=V,...",
@@ -117,6 +123,8 @@ def main(argv=None) -> int:
     if args.reps < 1 or args.warmup < 0:
         ap.error("--reps must be >= 1 and --warmup >= 0")
     activation = None if args.activation == "none" else args.activation
+    if activation is None and args.bias == "none":
+        ap.error("--activation none with --bias none leaves nothing to fuse")
     try:
         from asmgemm.bench.shapes import parse_shapes
         shapes = parse_shapes(args.shapes)
@@ -132,7 +140,8 @@ def main(argv=None) -> int:
     if args.json == "-":
         print(json.dumps(rows, indent=2))
         return 0
-    print(f"{args.kernel}, bias per {'column' if args.bias == 'cols' else 'row'}, activation {args.activation}, "
+    bias_text = {"cols": "bias per column", "rows": "bias per row", "none": "no bias"}[args.bias]
+    print(f"{args.kernel}, {bias_text}, activation {args.activation}, "
           f"median of {args.reps} (interleaved, L2 flushed)")
     print(render(rows))
     if args.json:

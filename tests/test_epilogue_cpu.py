@@ -286,17 +286,3 @@ def test_the_bench_tool_refuses_to_fuse_nothing(capsys):
     with pytest.raises(SystemExit) as e:
         tool.main(["--activation", "none", "--bias", "none"])
     assert e.value.code == 2 and "nothing to fuse" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("ilp,run", [(1, 8), (0, 2)])
-def test_sgemm_epilogue_computes_a_passs_activations_together(ilp, run):
-    """EPI_ILP=1 (the default): each pass's 8 values are loaded, then activated together, then stored
-    (8 independent chains: at 4096^3 fused gelu went 1.092 -> 1.027x the plain GEMM on the H100);
-    EPI_ILP=0 interleaves them 2 by 2 with the stores."""
-    import itertools
-    import re
-    from asmgemm.pipeline import BuildOptions, build_file
-    ptx = build_file("sgemm", BuildOptions(defines={"BIAS": "1", "ACT": "2", "EPI_ILP": str(ilp)}, target="sm_90")).ptx
-    ops = re.findall(r"\b(ex2\.approx|st\.global)", ptx)
-    runs = {(op, len(list(group))) for op, group in itertools.groupby(ops)}
-    assert runs == {("ex2.approx", run), ("st.global", run)}

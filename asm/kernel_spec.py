@@ -27,7 +27,8 @@ A table (every key is checked; an unknown one is an error, so a typo never passe
                                         # "persistent" then walks units of that many tile rows
     [[NAME.size_rule]]                  # the untuned choice: the first rule whose `when` holds wins
     when = "2 * ceil_div(M, 128) * ceil_div(N, 128) <= SMS"    # asmgemm's expression language
-    set = { THREADS = 64, BK = 16 }     # names M, N, K (after the operand swap) and SMS (SM count)
+    set = { THREADS = 64, BK = 16 }     # names M, N, K (after the operand swap), SMS (SM count) and
+                                        # the call parameters (e.g. ACT; 0 where a caller gives none)
     [NAME.split_k]                      # optional: split-K (runtime/split_k.py) for plain 2-D calls
     switch = "SPLIT_K"                  # the kernel's 0/1 parameter that builds the partial pass
                                         # (abi needs k_chunk and split_stride; grid z = splits)
@@ -139,12 +140,16 @@ class Launch:
 
 @dataclass(frozen=True)
 class SizeRule:
+    """One `[[NAME.size_rule]]`: where `when` holds, the untuned call runs with `set`. `when` sees
+    the sizes (SIZE_NAMES, after the operand swap) and this kernel's call parameters (e.g. ACT:
+    a fused activation can favour another tile than the plain GEMM)."""
+
     when: str
     set: tuple[tuple[str, int], ...]
     tree: object = field(compare=False, repr=False, default=None)
 
-    def holds(self, m: int, n: int, k: int, sms: int) -> bool:
-        return bool(_evaluate_sizes(self.tree, m, n, k, sms))
+    def holds(self, m: int, n: int, k: int, sms: int, call_defines: dict | None = None) -> bool:
+        return bool(_evaluate_sizes(self.tree, m, n, k, sms, call_defines, "a size rule"))
 
 
 def _evaluate_sizes(tree, m: int, n: int, k: int, sms: int, more: dict | None = None, what: str = "a size rule"):
@@ -237,11 +242,13 @@ class KernelSpec:
                 return route.kernel
         return None
 
-    def size_rule(self, m: int, n: int, k: int, sms: int) -> dict[str, int]:
+    def size_rule(self, m: int, n: int, k: int, sms: int, call_defines: dict | None = None) -> dict[str, int]:
         """The untuned -D overrides for an M x N x K launch (after the operand swap) on a GPU with
-        `sms` SMs: the first rule that holds; {} keeps the source defaults."""
+        `sms` SMs and the call's parameters `call_defines` (those not given count as 0: no bias,
+        no activation, operands as stored): the first rule that holds; {} keeps the source defaults."""
+        calls = {**dict.fromkeys((p for p, _ in self.call_params), 0), **(call_defines or {})}
         for rule in self.size_rules:
-            if rule.holds(m, n, k, sms):
+            if rule.holds(m, n, k, sms, calls):
                 return dict(rule.set)
         return {}
 
@@ -384,7 +391,7 @@ def _spec(path: Path, source: SourceFile, name: str, t) -> KernelSpec:
     rules = t.get("size_rule", [])
     if not isinstance(rules, list):
         fail("size_rule: an array of tables ([[NAME.size_rule]])")
-    size_rules = tuple(_size_rule(source, where, i, r) for i, r in enumerate(rules))
+    size_rules = tuple(_size_rule(source, where, i, r, calls) for i, r in enumerate(rules))
     split_k = None
     if "split_k" in t:
         if d["acc"] != "float32":
@@ -471,7 +478,7 @@ def la_grid(t: dict) -> str:
     return la.get("grid", "tiles") if isinstance(la, dict) else "tiles"
 
 
-def _size_rule(source: SourceFile, where: str, i: int, r) -> SizeRule:
+def _size_rule(source: SourceFile, where: str, i: int, r, calls: dict) -> SizeRule:
     if not isinstance(r, dict) or set(r) != {"when", "set"}:
         raise AsmError(f"{where} size_rule[{i}]: a table with exactly 'when' and 'set'")
     when = _str(r["when"], f"{where} size_rule[{i}].when")
@@ -479,7 +486,7 @@ def _size_rule(source: SourceFile, where: str, i: int, r) -> SizeRule:
     if not isinstance(sets, dict) or not all(isinstance(v, int) and not isinstance(v, bool) for v in sets.values()):
         raise AsmError(f"{where} size_rule[{i}].set: a table of PARAM = integer")
     rule = SizeRule(when, tuple(sets.items()), _located_expression(source, when))
-    rule.holds(1, 1, 1, 1)      # an unknown name fails now, at load, not on some later call
+    rule.holds(1, 1, 1, 1, dict.fromkeys(calls, 0))    # an unknown name fails now, at load, not on some later call
     return rule
 
 

@@ -286,3 +286,25 @@ def test_the_bench_tool_refuses_to_fuse_nothing(capsys):
     with pytest.raises(SystemExit) as e:
         tool.main(["--activation", "none", "--bias", "none"])
     assert e.value.code == 2 and "nothing to fuse" in capsys.readouterr().err
+
+
+@needs_ptxas
+def test_a_fused_activation_reaches_the_size_rule(fake_fp32_gemm):
+    """The runtime gives the size rule the call's parameters: 2048x2048x512 plain runs sgemm's
+    256x128 load-ahead tile (one block per SM), with an activation the 128x128 default (two per SM,
+    so one block's epilogue overlaps the other's main loop); the bias alone keeps the big tile."""
+    import asmgemm
+    from asmgemm.runtime.gemm import last_launch
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((2048, 512), dtype=np.float32).view(FakeArray)
+    b = rng.standard_normal((512, 2048), dtype=np.float32).view(FakeArray)
+    bias = rng.standard_normal(2048, dtype=np.float32).view(FakeArray)
+    tiles = {}
+    for act, with_bias in ((None, False), (None, True), ("relu", True)):
+        c = np.zeros((2048, 2048), np.float32).view(FakeArray)
+        asmgemm.gemm(a, b, c, bias=bias if with_bias else None, activation=act)
+        tiles[act, with_bias] = last_launch()["tile"]
+        want = epilogue(np.asarray(a, np.float64) @ np.asarray(b, np.float64), 1.0, 0.0, None, activation=act,
+                        bias_cols=np.asarray(bias) if with_bias else None)
+        np.testing.assert_allclose(np.asarray(c), want, rtol=1e-4, atol=1e-3)
+    assert tiles == {(None, False): (256, 128), (None, True): (256, 128), ("relu", True): (128, 128)}

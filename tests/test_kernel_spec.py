@@ -65,6 +65,32 @@ set = { T = 128, BK = 16 }
     assert spec.size_rule(4096, 4096, 33, 132) == {}
 
 
+def test_size_rules_see_the_call_parameters(tmp_path):
+    """A rule may name the kernel's call parameters (a fused activation can favour another tile);
+    those a caller does not give count as 0, and a name that is neither a size nor a call
+    parameter fails when the spec loads."""
+    p = write_spec(tmp_path, GOOD.replace('rel_err_limit', 'call_params = { ACT = "activation" }\nrel_err_limit') + """
+[[k.size_rule]]
+when = "M >= 1024 and ACT == 0"
+set = { T = 256 }
+""")
+    (spec,) = load_spec_file(p)
+    assert spec.size_rule(2048, 64, 64, 132) == {"T": 256} == spec.size_rule(2048, 64, 64, 132, {"ACT": 0})
+    assert spec.size_rule(2048, 64, 64, 132, {"ACT": 2}) == {}
+    bad = write_spec(tmp_path, GOOD + '\n[[k.size_rule]]\nwhen = "ACT == 0"\nset = { T = 1 }\n', name="bad.toml")
+    with pytest.raises(AsmError, match="undefined name 'ACT'"):
+        load_spec_file(bad)
+
+
+def test_the_sgemm_keeps_two_blocks_per_sm_for_a_fused_activation():
+    """The load-ahead kernel (RQ=4, one block per SM) for large plain GEMMs, the source defaults
+    (two blocks per SM: one block's epilogue beside the other's main loop) with an activation."""
+    s = get_spec("sgemm")
+    assert s.size_rule(4096, 4096, 4096, 132)["RQ"] == 4
+    assert s.size_rule(4096, 4096, 4096, 132, {"BIAS": 1})["RQ"] == 4
+    assert s.size_rule(4096, 4096, 4096, 132, {"BIAS": 1, "ACT": 2}) == {}
+
+
 @pytest.mark.parametrize("change, message", [
     (('source = "k.sasm"', 'source = "missing.sasm"'), "no such file"),
     (('rel_err_limit = 1e-4', 'rel_err_limit = 1e-4\ntile = 3'), "unknown key 'tile'"),

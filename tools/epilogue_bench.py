@@ -23,7 +23,7 @@ import json
 import sys
 
 from asmgemm.errors import AsmError
-from asmgemm.kernel_spec import ACTIVATIONS, get_spec
+from asmgemm.kernel_spec import ACTIVATIONS, BIAS_MODES, get_spec
 
 # fp32 bodies of the separate pass (T: C's type; math in float like the fused epilogue), PyTorch's formulas
 _BODIES = {
@@ -50,8 +50,9 @@ def bench(shapes, kernel: str, activation: str | None, bias_mode: str, reps: int
           fused_params: dict[str, int] | None = None) -> list[dict]:
     from asmgemm.bench.timing import L2Flusher, make_pre_roll, tflops, time_interleaved
     from asmgemm.runtime.gemm import gemm
-    from asmgemm.runtime.gpu import require_gpu
+    from asmgemm.runtime.gpu import device_facts, require_gpu
     cp = require_gpu("tools/epilogue_bench.py")
+    sms = device_facts().sm_count
     spec = get_spec(kernel)
     dtype = cp.dtype(spec.dtypes.c)
     ew = separate_pass(cp, activation, with_bias=bias_mode != "none")
@@ -65,13 +66,21 @@ def bench(shapes, kernel: str, activation: str | None, bias_mode: str, reps: int
                 rng.standard_normal((n,) if bias_mode == "cols" else (m, 1), dtype=cp.float32).astype(dtype, copy=False))
         c_plain, c_fused, c_sep, c_blas = (cp.empty((m, n), dtype=dtype) for _ in range(4))
 
+        # -D overrides over what the fused call runs untuned (its size rule, which sees the bias and
+        # the activation; fused calls are never split): params= alone would replace the size rule's
+        # choice with the source's defaults
+        calls = {spec.call_value_param("bias"): BIAS_MODES["none" if bias is None else
+                                                           "column" if bias_mode == "cols" else "row"],
+                 spec.call_value_param("activation"): 0 if activation is None else 1 + ACTIVATIONS.index(activation)}
+        fused_call_params = ({**spec.size_rule(m, n, k, sms, calls), **fused_params} if fused_params else None)
+
         def separate():
             gemm(a, b, c_sep, kernel=kernel)
             ew(c_sep, c_sep) if bias is None else ew(c_sep, bias, c_sep)
         fns = {
             "plain": lambda: gemm(a, b, c_plain, kernel=kernel),
             "fused": lambda: gemm(a, b, c_fused, bias=bias, activation=activation, kernel=kernel,
-                                  params=fused_params or None),
+                                  params=fused_call_params),
             "separate": separate,
             "cublas": lambda: cp.matmul(a, b, out=c_blas),
         }

@@ -62,7 +62,7 @@ def choose_params(spec: KernelSpec, plan: LaunchPlan, params: dict | None, tuned
     elif tuned:
         chosen.update(tuned)
     else:
-        chosen.update(spec.size_rule(plan.m, plan.n, plan.k, sm_count))
+        chosen.update(spec.size_rule(plan.m, plan.n, plan.k, sm_count, call_defines(spec, plan.call_values)))
     chosen.update(launch_defines or {})
     chosen.update(call_defines(spec, plan.call_values, chosen))
     chosen.update(spec.defines)       # what makes this kernel this kernel (e.g. BF16=1): never overridden

@@ -519,7 +519,9 @@ BN_CHOICES = [
     ((8192, 8192, 8192), {}),                                             # 21 x 50 > 16 x 64
     ((8192, 1024, 8192), {}),                                             # 3 x 50 > 2 x 64
     ((2048, 2048, 2048), {"CLUSTER_M": 1, "GROUP_M": 4}),                 # 2 x 50 > 1 x 64; rule 3
-    ((512, 4096, 4096), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1}),        # rule 1 first
+    ((512, 4096, 4096), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1}),        # rule 1
+    ((512, 4096, 11008), {"BN": 256, "STAGES": 4, "CLUSTER_M": 2}),       # rule 0: deep K, split 2
+    ((256, 4096, 14336), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1}),       # too few tiles for rule 0
 ]
 
 
@@ -560,3 +562,14 @@ def test_activation_warps_fit_the_producers_registers(act):
     used = {int(x) for ln in loop for x in re.findall(r"\bR(\d+)\b", ln)}
     assert max(used) < result.constants["PRODUCER_REGS"], max(used)
     assert sum("MUFU" in ln for ln in loop) >= 8 and sum("STS.128" in ln for ln in loop) == 1
+
+
+@pytest.mark.parametrize("shape,splits", [((512, 4096, 11008), 2), ((512, 3584, 18944), 2), ((512, 4096, 4096), None),
+                                          ((256, 4096, 14336), 2), ((16, 4096, 14336), 4)])
+def test_split_rule_halves_deep_k_on_256_wide_tiles(shape, splits):
+    """Size rule 0's shapes split 2 ways on 256-wide tiles (2 x 64 units on 132 SMs); the others as
+    before (rule 1's BN=128 tiles: as many splits as keep the units on the SMs)."""
+    from asmgemm.kernel_spec import get_spec
+    from asmgemm.runtime.split_k import untuned_split
+    split = untuned_split(get_spec("hgemm"), *shape, 132)
+    assert (split.splits if split else None) == splits

@@ -150,7 +150,8 @@ def _split_of(m, n, k, kind="float16"):
     return split_k.untuned_split(spec, m, n, k, device_facts().sm_count)
 
 
-@pytest.mark.parametrize("shape", [(16, 4096, 4096), (1, 4096, 4096), (128, 768, 3072), (16, 4096, 14336)])
+@pytest.mark.parametrize("shape", [(16, 4096, 4096), (1, 4096, 4096), (128, 768, 3072), (16, 4096, 14336),
+                                   (500, 3584, 8200)])     # size rule 0: 256-wide tiles in clusters, 2 splits
 def test_decoding_shapes_split_by_the_rule(shape):
     assert _split_of(*shape) is not None, f"{shape}: the rule should split"
     _run(*shape)

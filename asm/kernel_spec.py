@@ -104,6 +104,7 @@ _BATCH_STRIDES = ("batch_stride_a", "batch_stride_b", "batch_stride_c")
 # rows of one tile column) clusterid.x, + nclusterid.x, ... itself.
 GRIDS = ("tiles", "persistent")
 DTYPES = ("float32", "float64", "float16", "bfloat16")
+DTYPE_ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}   # bytes (numpy knows no bfloat16)
 SIZE_NAMES = ("M", "N", "K", "SMS")
 
 _TOP_KEYS = {"source", "entry", "summary", "dtypes", "targets", "abi", "call_params", "defines", "rel_err_limit",

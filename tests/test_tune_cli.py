@@ -85,3 +85,14 @@ def test_no_gpu_is_a_clear_error_and_leaves_the_cache(tmp_path):
 def test_a_file_kernel_cannot_be_timed(run_cli):
     code, _, err = run_cli("tune", TUNE_SUM, "--shape", "8,8,8")
     assert code == 1 and "has no kernel spec, so gemm() cannot run it on the GPU" in err
+
+
+@pytest.mark.toolchain
+@needs_ptxas
+def test_dry_run_of_a_bfloat16_kernel(run_cli):
+    """The call values need the element size of A's dtype: bfloat16 has none in numpy (an internal
+    error once), so it comes from kernel_spec.DTYPE_ITEMSIZE."""
+    code, out, err = run_cli("tune", "bgemm", "--shape", "256,256,256", "--dry-run", "-D", "BN=128", "-D", "STAGES=4",
+                             "-D", "GROUP_M=8", "-D", "CLUSTER_M=1")
+    assert code == 0, err
+    assert "candidates: 2" in out and "internal error" not in err

@@ -39,7 +39,7 @@ from asmgemm.bench.shapes import parse_shape
 from asmgemm.bench.timing import L2Flusher, make_pre_roll, tflops, time_interleaved
 from asmgemm.errors import AsmError
 from asmgemm.files import write_atomic
-from asmgemm.kernel_spec import get_spec
+from asmgemm.kernel_spec import DTYPE_ITEMSIZE, get_spec
 from asmgemm.pipeline import BuildOptions, assemble_traced, build_file
 from asmgemm.runtime.build_cache import BuiltKernel, abi_params, launch_geometry
 from asmgemm.runtime.gpu import require_gpu
@@ -49,7 +49,6 @@ from asmgemm.sass.inspect import inspect_build
 from asmgemm.scheduler import compare_with_sass
 
 VARIANTS = (("scheduled", True), ("source order", False))
-ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}
 STATIC_SMEM = 48 * 1024          # above this, a kernel must opt in to dynamic shared memory
 
 
@@ -60,7 +59,7 @@ def _define_value(v: str):
 def shape_defines(spec, user: dict, m: int, n: int, k: int) -> dict:
     """The -D set asmgemm.gemm(params=user) builds for a fresh row-major M x N x K problem: the
     user's overrides plus the call-derived parameters (transposes, 128-bit loads)."""
-    values = call_values_for(m, n, k, "nn", ITEMSIZE[spec.dtypes.a])
+    values = call_values_for(m, n, k, "nn", DTYPE_ITEMSIZE[spec.dtypes.a])
     return {**user, **call_defines(spec, values, user)}
 
 
@@ -150,7 +149,7 @@ def _run(args, user: dict, shapes) -> int:
     is_file = path.suffix == ".sasm" or path.is_file()
     spec = get_spec(args.spec or (path.stem if is_file else args.kernel))
     source = path if is_file else spec.source
-    if spec.dtypes.a not in ITEMSIZE:
+    if spec.dtypes.a not in DTYPE_ITEMSIZE:
         raise AsmError(f"kernel '{spec.name}': dtype {spec.dtypes.a} is not one this script handles")
 
     # CPU half: one build pair per distinct -D set the shapes need (usually one).

@@ -98,8 +98,8 @@ def tune(config: TuneConfig, progress: Progress | None = None) -> TuneResult:
     # the call-derived parameters (transposes, vector loads) exactly as the runtime will set them
     base_defines: dict[str, str] = {}
     if spec is not None:
-        import numpy as np
-        values = call_values_for(shape.m, shape.n, shape.k, config.layout, np.dtype(spec.dtypes.a).itemsize)
+        from ..kernel_spec import DTYPE_ITEMSIZE
+        values = call_values_for(shape.m, shape.n, shape.k, config.layout, DTYPE_ITEMSIZE[spec.dtypes.a])
         base_defines = {k: str(v) for k, v in call_defines(spec, values).items() if k in probe.parameters}
     base_defines.update(build_user_defines)
     space = enumerate_space(probe.tunables, fixed=build_user_defines, limit=config.max_candidates)

@@ -97,6 +97,17 @@ CALL_VALUES = ("trans_a", "trans_b", "vec_a", "vec_b", "vec_c", "wide_c",
                "batched")
 BIAS_MODES = {"none": 0, "column": 1, "row": 2}
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
+_ACTIVATION_CODES = {None: 0, **{name: i + 1 for i, name in enumerate(ACTIVATIONS)}}
+
+
+def activation_code(activation) -> int:
+    """gemm(activation=...) -> the "activation" call value (0: None, then ACTIVATIONS in order)."""
+    try:
+        return _ACTIVATION_CODES[activation]
+    except (KeyError, TypeError):
+        raise AsmError(f"unknown activation {activation!r}: the fused epilogue has "
+                       f"{', '.join(repr(a) for a in ACTIVATIONS)} (or None)",
+                       hint="PyTorch's definitions: gelu is the exact erf form, gelu_tanh is approximate='tanh'") from None
 # tiles: (ceil(N / tile_n), ceil(M / tile_m), batch), a block per tile of C (batch: 1 unless the
 # kernel maps the call value "batched").
 _BATCH_STRIDES = ("batch_stride_a", "batch_stride_b", "batch_stride_c")

@@ -189,3 +189,17 @@ def test_default_params_are_the_tunables():
     d = default_params(SGEMM)
     assert {k: d[k] for k in ("THREADS", "BK", "RQ")} == {"THREADS": 256, "BK": 8, "RQ": 2}
     assert not set(d) & {"TRANS_A", "TRANS_B", "VEC_A", "VEC_B"}, "call-dependent parameters are not tunables"
+
+
+def test_untuned_size_rule_is_the_runtimes_choice():
+    """What the scripts lay -D overrides over (tools/variant_ab.py, epilogue_bench.py): the size
+    rule with the call values the runtime computes, the fused epilogue's included."""
+    from asmgemm.runtime.launch import untuned_size_rule
+    assert untuned_size_rule(SGEMM, 4096, 4096, 4096, "nn", 132) == SGEMM.size_rule(4096, 4096, 4096, 132)
+    assert untuned_size_rule(SGEMM, 4096, 4096, 4096, "tn", 132)["RQ"] == 4
+    assert untuned_size_rule(SGEMM, 4096, 4096, 4096, "nn", 132, bias=1, activation=2) == {}
+    a, b, c = (np.zeros(s, np.float32) for s in ((4096, 4096),) * 3)
+    plan = plan_launch(a, b, c, trans_a=False, trans_b=False, ptr_of=lambda x: 256)
+    chosen = choose_params(SGEMM, plan, None, None, 132)
+    assert {k: chosen[k] for k in untuned_size_rule(SGEMM, 4096, 4096, 4096, "nn", 132)} == \
+        untuned_size_rule(SGEMM, 4096, 4096, 4096, "nn", 132)

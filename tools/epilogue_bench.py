@@ -23,7 +23,7 @@ import json
 import sys
 
 from asmgemm.errors import AsmError
-from asmgemm.kernel_spec import ACTIVATIONS, BIAS_MODES, get_spec
+from asmgemm.kernel_spec import ACTIVATIONS, BIAS_MODES, activation_code, get_spec
 
 # fp32 bodies of the separate pass (T: C's type; math in float like the fused epilogue), PyTorch's formulas
 _BODIES = {
@@ -51,6 +51,7 @@ def bench(shapes, kernel: str, activation: str | None, bias_mode: str, reps: int
     from asmgemm.bench.timing import L2Flusher, make_pre_roll, tflops, time_interleaved
     from asmgemm.runtime.gemm import gemm
     from asmgemm.runtime.gpu import device_facts, require_gpu
+    from asmgemm.runtime.launch import untuned_size_rule
     cp = require_gpu("tools/epilogue_bench.py")
     sms = device_facts().sm_count
     spec = get_spec(kernel)
@@ -69,10 +70,9 @@ def bench(shapes, kernel: str, activation: str | None, bias_mode: str, reps: int
         # -D overrides over what the fused call runs untuned (its size rule, which sees the bias and
         # the activation; fused calls are never split): params= alone would replace the size rule's
         # choice with the source's defaults
-        calls = {spec.call_value_param("bias"): BIAS_MODES["none" if bias is None else
-                                                           "column" if bias_mode == "cols" else "row"],
-                 spec.call_value_param("activation"): 0 if activation is None else 1 + ACTIVATIONS.index(activation)}
-        fused_call_params = ({**spec.size_rule(m, n, k, sms, calls), **fused_params} if fused_params else None)
+        untuned = untuned_size_rule(spec, m, n, k, "nn", sms, activation=activation_code(activation),
+                                    bias=BIAS_MODES[{"cols": "column", "rows": "row"}.get(bias_mode, "none")])
+        fused_call_params = {**untuned, **fused_params} if fused_params else None
 
         def separate():
             gemm(a, b, c_sep, kernel=kernel)

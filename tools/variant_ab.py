@@ -29,6 +29,7 @@ from asmgemm.files import write_atomic
 from asmgemm.kernel_spec import get_spec
 from asmgemm.runtime.gemm import gemm
 from asmgemm.runtime.gpu import device_facts, require_gpu
+from asmgemm.runtime.launch import untuned_size_rule
 from asmgemm.runtime.split_k import untuned_split
 
 
@@ -61,7 +62,7 @@ def run_shape(cp, torch, spec, sms: int, shape, layout: str, variants, reps: int
     op_a, op_b = (a.T if ta else a), (b.T if tb else b)
     c_dtype = cp.dtype(spec.dtypes.c)
     ref = cp.matmul(op_a.astype(cp.float32), op_b.astype(cp.float32))
-    untuned = spec.size_rule(m, n, k, sms)
+    untuned = untuned_size_rule(spec, m, n, k, layout, sms)
     split = untuned_split(spec, m, n, k, sms)
     if split is not None:           # params= turn the rule's split off unless they name it
         untuned[spec.split_k.switch] = split.splits

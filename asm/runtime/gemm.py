@@ -36,7 +36,7 @@ from typing import NamedTuple
 from ..errors import AsmError
 from ..files import warn_cache
 from ..isa.arch import arch_for
-from ..kernel_spec import ACTIVATIONS, KernelSpec, get_spec, spec_for_dtype, specs_version
+from ..kernel_spec import KernelSpec, activation_code, get_spec, spec_for_dtype, specs_version
 from . import build_cache, split_k
 from .build_cache import BuiltKernel, build_kernel
 from .gpu import device_facts, require_gpu
@@ -375,19 +375,6 @@ def _options_key(params: dict | None, kernel: str | None):
     return (kernel, items, True)
 
 
-# gemm(activation=...) -> kernel_spec's "activation" call value (0: none)
-_ACTIVATION_CODES = {None: 0, **{name: i + 1 for i, name in enumerate(ACTIVATIONS)}}
-
-
-def _activation_code(activation) -> int:
-    try:
-        return _ACTIVATION_CODES[activation]
-    except (KeyError, TypeError):
-        raise AsmError(f"unknown activation {activation!r}: the fused epilogue has "
-                       f"{', '.join(repr(a) for a in ACTIVATIONS)} (or None)",
-                       hint="PyTorch's definitions: gelu is the exact erf form, gelu_tanh is approximate='tanh'") from None
-
-
 def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 0.0, trans_a: bool = False,
          trans_b: bool = False, bias=None, activation: str | None = None, params: dict | None = None,
          kernel: str | None = None):
@@ -426,7 +413,7 @@ def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 0.0, trans_a: bool =
     deterministic reduce into C).
     Raises AsmError for unsupported dtypes, mismatched shapes, unsupported strides, or no GPU.
     """
-    act = _activation_code(activation)
+    act = activation_code(activation)
     cupy = require_gpu("asmgemm.gemm")
     state = _state if cupy is _state[1] and specs_version() is _state[0] else _current_state(cupy)
     nd = cupy.ndarray

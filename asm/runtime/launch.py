@@ -16,10 +16,10 @@ import math
 import numpy as np
 
 from ..errors import AsmError
-from ..kernel_spec import KernelSpec
+from ..kernel_spec import DTYPE_ITEMSIZE, KernelSpec
 from . import tensor_map
 from .build_cache import BuiltKernel
-from .plan import LaunchPlan
+from .plan import LaunchPlan, call_values_for
 
 MAX_GRID_Y = 65535
 MAX_GRID_Z = 65535
@@ -67,6 +67,15 @@ def choose_params(spec: KernelSpec, plan: LaunchPlan, params: dict | None, tuned
     chosen.update(call_defines(spec, plan.call_values, chosen))
     chosen.update(spec.defines)       # what makes this kernel this kernel (e.g. BF16=1): never overridden
     return chosen
+
+
+def untuned_size_rule(spec: KernelSpec, m: int, n: int, k: int, layout: str, sm_count: int, *, bias: int = 0,
+                      activation: int = 0) -> dict:
+    """The size rule's choice for a call of this shape and layout on fresh row-major operands (the
+    call values plan.call_values_for gives them, with this bias mode and activation code): what
+    choose_params picks for such a call untuned, for scripts that lay -D overrides over it."""
+    values = {**call_values_for(m, n, k, layout, DTYPE_ITEMSIZE[spec.dtypes.a]), "bias": bias, "activation": activation}
+    return spec.size_rule(m, n, k, sm_count, call_defines(spec, values))
 
 
 def grid(spec: KernelSpec, built: BuiltKernel, plan: LaunchPlan, sm_count: int = 1, copies: int = 1

@@ -41,6 +41,11 @@ A table (every key is checked; an unknown one is an error, so a typo never passe
     [[NAME.route]]                      # optional: an untuned 2-D call (no params=) runs another
     when = "M <= 16 and TRANS_B == 0"   # kernel of the same dtypes where `when` holds (sizes and
     kernel = "sgemm_skinny"             # this kernel's call parameters); the first that holds wins
+    [[NAME.swap_rule]]                  # optional: a row-major C computed as C^T = op(B)^T op(A)^T
+    when = "M <= 64 and TRANS_A == 0"   # (the operand swap), the kernel storing its result
+                                        # transposed (call value c_trans, which call_params must
+                                        # map); `when` sees the user's sizes and the unswapped call
+                                        # parameters; any rule that holds swaps
 
 Pure data and checks: nothing here builds, imports CuPy or touches a GPU.
 """
@@ -94,7 +99,10 @@ CALL_VALUES = ("trans_a", "trans_b", "vec_a", "vec_b", "vec_c", "wide_c",
                # activation: 0 none, then ACTIVATIONS in order (1 relu, 2 gelu, 3 gelu_tanh, 4 silu)
                "bias", "activation",
                # batched: 1 when the launch runs a batch (grid z = batch, batch_stride_* arguments)
-               "batched")
+               "batched",
+               # c_trans: 1 when a row-major C is computed through the operand swap and the kernel
+               # stores its M x N result transposed (element (i, j) at C + j * ldc + i; [[NAME.swap_rule]])
+               "c_trans")
 BIAS_MODES = {"none": 0, "column": 1, "row": 2}
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 _ACTIVATION_CODES = {None: 0, **{name: i + 1 for i, name in enumerate(ACTIVATIONS)}}
@@ -119,7 +127,7 @@ DTYPE_ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}   # b
 SIZE_NAMES = ("M", "N", "K", "SMS")
 
 _TOP_KEYS = {"source", "entry", "summary", "dtypes", "targets", "abi", "call_params", "defines", "rel_err_limit",
-             "launch", "size_rule", "like", "split_k", "route"}
+             "launch", "size_rule", "like", "split_k", "route", "swap_rule"}
 _SPLIT_K_KEYS = {"switch", "reduce", "rule", "k_multiple"}
 # what a kernel with a split_k table must take: the partial pass's k extent and slice distance
 SPLIT_K_ABI = ("k_chunk", "split_stride")
@@ -190,6 +198,20 @@ class Route:
 
 
 @dataclass(frozen=True)
+class SwapRule:
+    """One `[[NAME.swap_rule]]`: where `when` holds, a row-major C is computed as C^T through the
+    operand swap with the kernel's transposed store (call value c_trans): for few rows of C, whose
+    count would otherwise be padded to the kernel's tile height. `when` sees the user's sizes and
+    this kernel's call parameters before the swap."""
+
+    when: str
+    tree: object = field(compare=False, repr=False, default=None)
+
+    def holds(self, m: int, n: int, k: int, sms: int, call_defines: dict) -> bool:
+        return bool(_evaluate_sizes(self.tree, m, n, k, sms, call_defines, "a swap rule"))
+
+
+@dataclass(frozen=True)
 class SplitRule:
     """One `[[NAME.split_k.rule]]`: where `when` holds, `splits` is the number of K splits."""
 
@@ -246,6 +268,7 @@ class KernelSpec:
     defines: tuple[tuple[str, int], ...] = ()    # fixed -D parameters of this kernel
     split_k: SplitK | None = None                # split-K support ([NAME.split_k]); None: none
     routes: tuple[Route, ...] = ()               # other kernels for some calls ([[NAME.route]])
+    swap_rules: tuple[SwapRule, ...] = ()        # C^T with a transposed store ([[NAME.swap_rule]])
 
     def route_for(self, m: int, n: int, k: int, sms: int, call_defines: dict) -> str | None:
         """The kernel the first route that holds names for this launch, or None (run this one)."""
@@ -253,6 +276,10 @@ class KernelSpec:
             if route.holds(m, n, k, sms, call_defines):
                 return route.kernel
         return None
+
+    def swaps(self, m: int, n: int, k: int, sms: int, call_defines: dict) -> bool:
+        """Whether an M x N x K call with a row-major C runs as C^T with the transposed store."""
+        return any(rule.holds(m, n, k, sms, call_defines) for rule in self.swap_rules)
 
     def size_rule(self, m: int, n: int, k: int, sms: int, call_defines: dict | None = None) -> dict[str, int]:
         """The untuned -D overrides for an M x N x K launch (after the operand swap) on a GPU with
@@ -290,7 +317,8 @@ class KernelSpec:
                 "split_k": None if self.split_k is None else {
                     "switch": self.split_k.switch, "reduce": str(self.split_k.reduce),
                     "rules": [{"when": r.when, "splits": r.splits} for r in self.split_k.rules]},
-                "routes": [{"when": r.when, "kernel": r.kernel} for r in self.routes]}
+                "routes": [{"when": r.when, "kernel": r.kernel} for r in self.routes],
+                "swap_rules": [{"when": r.when} for r in self.swap_rules]}
 
 
 # ---- reading spec files --------------------------------------------------------------------------
@@ -413,9 +441,15 @@ def _spec(path: Path, source: SourceFile, name: str, t) -> KernelSpec:
     if not isinstance(routes, list):
         fail("route: an array of tables ([[NAME.route]])")
     routes = tuple(_route(source, where, name, i, r, calls) for i, r in enumerate(routes))
+    swaps = t.get("swap_rule", [])
+    if not isinstance(swaps, list):
+        fail("swap_rule: an array of tables ([[NAME.swap_rule]])")
+    if swaps and "c_trans" not in calls.values():
+        fail("swap_rule: the kernel must map the call value 'c_trans' in call_params (its transposed store)")
+    swaps = tuple(_swap_rule(source, where, i, r, calls) for i, r in enumerate(swaps))
     return KernelSpec(name, src, _str(t.get("entry", name), f"{where} entry"), str(t.get("summary", "")),
                       Dtypes(**d), tuple(targets), tuple(abi), tuple(calls.items()), float(limit), launch,
-                      size_rules, path, tuple(defines.items()), split_k, routes)
+                      size_rules, path, tuple(defines.items()), split_k, routes, swaps)
 
 
 def _route(source: SourceFile, where: str, name: str, i: int, r, calls: dict) -> Route:
@@ -428,6 +462,15 @@ def _route(source: SourceFile, where: str, name: str, i: int, r, calls: dict) ->
     route = Route(when, kernel, _located_expression(source, when))
     route.holds(1, 1, 1, 1, dict.fromkeys(calls, 0))    # an unknown name fails now, at load
     return route
+
+
+def _swap_rule(source: SourceFile, where: str, i: int, r, calls: dict) -> SwapRule:
+    if not isinstance(r, dict) or set(r) != {"when"}:
+        raise AsmError(f"{where} swap_rule[{i}]: a table with exactly 'when'")
+    when = _str(r["when"], f"{where} swap_rule[{i}].when")
+    rule = SwapRule(when, _located_expression(source, when))
+    rule.holds(1, 1, 1, 1, dict.fromkeys(calls, 0))    # an unknown name fails now, at load
+    return rule
 
 
 def _split_k(path: Path, source: SourceFile, where: str, t, abi: list[str], calls: dict, defines: dict) -> SplitK:

@@ -88,10 +88,12 @@ def test_sgemm_routes_decoding_shapes_with_a_row_major_b():
 
 
 def test_each_16_bit_kernel_routes_to_its_own_dtype_and_the_fp32_c_ones_nowhere():
-    calls = {"TRANS_A": 0, "TRANS_B": 0, "VEC_C": 1, "WIDE_C": 1, "BIAS": 0, "ACT": 0}
+    # (TRANS_A = 1: with a K-contiguous A the swap rule's tensor-core launch runs instead)
+    calls = {"TRANS_A": 1, "TRANS_B": 0, "VEC_C": 1, "WIDE_C": 1, "BIAS": 0, "ACT": 0}
     for tiled, skinny in (("hgemm", "hgemm_skinny"), ("bgemm", "bgemm_skinny")):
         spec = get_spec(tiled)
         assert spec.route_for(4, 4096, 4096, 132, calls) == skinny
+        assert spec.route_for(4, 4096, 4096, 132, {**calls, "TRANS_A": 0}) is None
         assert get_spec(skinny).dtypes == spec.dtypes
         assert spec.route_for(4, 4096, 4096, 132, {**calls, "TRANS_B": 1}) is None
         assert spec.route_for(5, 4096, 4096, 132, calls) is None        # the tensor cores win from here
@@ -171,7 +173,8 @@ def test_gemm_launches_the_routed_kernel_and_says_so(fake_fp32_gemm):
     _, launches = fake_fp32_gemm
     _gemm(3, 300, 200)                         # K < 512: no split; 3 column blocks of 128, one of MR = 4 rows
     assert last_launch() == {"kernel": "sgemm_skinny", "entry": "gemm_skinny", "grid": (3, 1, 1),
-                             "block": (256, 1, 1), "tile": (4, 128), "cluster": 1, "splits": 1}
+                             "block": (256, 1, 1), "tile": (4, 128), "cluster": 1, "splits": 1,
+                             "c_trans": False}
     assert launches[-1][0] == (3, 1, 1)
     _gemm(1, 4096, 4096)                       # 32 column blocks: S = min(16, ceil(264 / 32)) = 9 -> 8 of 512
     assert last_launch()["kernel"] == "sgemm_skinny" and last_launch()["splits"] == 8

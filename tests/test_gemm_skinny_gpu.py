@@ -190,14 +190,18 @@ def test_half_forced_splits(cuda_gpu, dtype, splits):
 def test_half_fused_epilogues(cuda_gpu, dtype, act, bias):
     _check_half(cuda_gpu, 5, 264, 600, dtype, bias=bias, act=act, kernel=SKINNY[dtype])
     _check_half(cuda_gpu, 5, 263, 600, dtype, bias=bias, act=act, beta=0.5, kernel=SKINNY[dtype])   # element by element
-    _check_half(cuda_gpu, 2, 4096, 4096, dtype, bias=bias, act=act)             # routed from hgemm / bgemm
+    _check_half(cuda_gpu, 2, 4096, 4096, dtype, layout="tn", bias=bias, act=act)   # routed from hgemm / bgemm
 
 
 def test_hgemm_untuned_calls_run_it(cuda_gpu):
+    """Where hgemm's swap rule cannot swap (A M-major: layout tn); with a K-contiguous A the
+    swapped tensor-core launch runs (kernels.toml, [[hgemm.route]])."""
     from asmgemm.runtime.gemm import last_launch
-    _check_half(cuda_gpu, 4, 4096, 4096)
+    _check_half(cuda_gpu, 4, 4096, 4096, layout="tn")
     assert last_launch()["kernel"] == "hgemm_skinny" and last_launch()["splits"] > 1
-    _check_half(cuda_gpu, 4, 4096, 4096, "bfloat16")
+    _check_half(cuda_gpu, 4, 4096, 4096, "bfloat16", layout="tn")
     assert last_launch()["kernel"] == "bgemm_skinny"
-    _check_half(cuda_gpu, 5, 4096, 4096)
+    _check_half(cuda_gpu, 5, 4096, 4096, layout="tn")
     assert last_launch()["kernel"] == "hgemm"
+    _check_half(cuda_gpu, 4, 4096, 4096)
+    assert last_launch()["kernel"] == "hgemm" and last_launch()["c_trans"]

@@ -565,7 +565,8 @@ def test_activation_warps_fit_the_producers_registers(act):
 
 
 @pytest.mark.parametrize("shape,splits", [((512, 4096, 11008), 2), ((512, 3584, 18944), 2), ((512, 4096, 4096), None),
-                                          ((256, 4096, 14336), 2), ((16, 4096, 14336), 4)])
+                                          ((256, 4096, 14336), 2), ((96, 4096, 14336), 4),
+                                          ((16, 4096, 14336), None)])      # swapped (swap rule): no split
 def test_split_rule_halves_deep_k_on_256_wide_tiles(shape, splits):
     """Size rule 0's shapes split 2 ways on 256-wide tiles (2 x 64 units on 132 SMs); the others as
     before (rule 1's BN=128 tiles: as many splits as keep the units on the SMs)."""

@@ -150,7 +150,8 @@ def _split_of(m, n, k, kind="float16"):
     return split_k.untuned_split(spec, m, n, k, device_facts().sm_count)
 
 
-@pytest.mark.parametrize("shape", [(16, 4096, 4096), (1, 4096, 4096), (128, 768, 3072), (16, 4096, 14336),
+# (M <= 64 with a K-contiguous A swaps instead: [[hgemm.swap_rule]], never split)
+@pytest.mark.parametrize("shape", [(128, 4096, 4096), (96, 4096, 8192), (128, 768, 3072), (128, 4096, 14336),
                                    (500, 3584, 8200)])     # size rule 0: 256-wide tiles in clusters, 2 splits
 def test_decoding_shapes_split_by_the_rule(shape):
     assert _split_of(*shape) is not None, f"{shape}: the rule should split"
@@ -175,6 +176,19 @@ def test_split_bf16_and_fp32_c(kind):
 
 
 def test_split_runs_are_bit_identical():
-    c1, _ = _run(16, 4096, 4096, seed=3)
-    c2, _ = _run(16, 4096, 4096, seed=3)
+    assert _split_of(128, 4096, 4096) is not None
+    c1, _ = _run(128, 4096, 4096, seed=3)
+    c2, _ = _run(128, 4096, 4096, seed=3)
     assert bool((c1.view(cp.uint16) == c2.view(cp.uint16)).all())
+
+
+# ---- the fused epilogue on the swapped launch (small M: C^T stored transposed) ---------------------
+@pytest.mark.parametrize("act", [None, "gelu", "silu"])
+@pytest.mark.parametrize("where", ["cols", "rows"])
+@pytest.mark.parametrize("kind", ["float16", "bfloat16", "f32c"])
+def test_small_m_swapped_keeps_the_users_bias_axis(act, where, kind):
+    from asmgemm.runtime.gemm import last_launch
+    _run(16, 520, 136, kind=kind, act=act, where=where)
+    assert last_launch()["c_trans"]
+    _run(33, 300, 200, kind=kind, act=act, where=where, alpha=0.5, beta=0.75)
+    assert last_launch()["c_trans"]

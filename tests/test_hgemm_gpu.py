@@ -209,3 +209,42 @@ def test_fp32_c_from_16_bit_operands(dtype, layout):
         assert new.dtype == cp.float32
         prod = (av.T if ta else av) @ (bv.T if tb else bv)
         assert float(cp.linalg.norm(new - prod) / cp.linalg.norm(prod)) < get_spec("hgemm_f32c").rel_err_limit
+
+
+# ---- small M through the swap (kernels.toml [[hgemm.swap_rule]]: C^T, stored transposed) ------------
+# M <= 64 with a K-contiguous A: the user's rows are the kernel's BN = 16 / 32 columns. Shapes with
+# edges in every direction: M = 1, 3, 17, 33 (part of a 16- or 32-column tile), N not a multiple of
+# the 128-row tile, K odd (A's rows are then not 16-byte aligned: the padded copy), K = 1.
+SWAP_SHAPES = [(1, 768, 768), (3, 100, 64), (16, 3072, 768), (17, 300, 257), (33, 1000, 700), (64, 520, 136),
+               (50, 77, 1), (16, 7, 9), (64, 4096, 1000)]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("m,n,k", SWAP_SHAPES)
+def test_small_m_runs_swapped(m, n, k, dtype):
+    _check(m, n, k, dtype=dtype)
+    launch = last_launch()
+    from asmgemm.runtime.launch import untuned_size_rule
+    bn = untuned_size_rule(get_spec("bgemm" if dtype == "bfloat16" else "hgemm"), m, n, k, "nn",
+                           device_facts().sm_count)["BN"]
+    assert launch["c_trans"] and launch["tile"] == (128, bn), launch
+
+
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+def test_the_swap_needs_a_k_contiguous_a(layout):
+    _check(20, 300, 200, layout=layout)
+    assert last_launch()["c_trans"] == (layout[0] == "n")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_swapped_alpha_beta(dtype):
+    _check(16, 520, 136, dtype=dtype, alpha=0.5, beta=-1.25)
+    assert last_launch()["c_trans"]
+
+
+@pytest.mark.parametrize("bn", [16, 32, 64])
+def test_forced_swap_over_many_tile_columns(bn):
+    """params= swap when they name C_T: M = 100 rows over 7, 4 or 2 columns of kernel tiles."""
+    _check(100, 264, 300, params={"C_T": 1, "BN": bn, "STAGES": 8, "CLUSTER_M": 1, "GROUP_M": 4})
+    _check(100, 264, 300, beta=0.5, params={"C_T": 1, "BN": bn, "STAGES": 8, "CLUSTER_M": 2})
+    assert last_launch()["c_trans"] and last_launch()["cluster"] == 2

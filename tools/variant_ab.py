@@ -63,7 +63,7 @@ def run_shape(cp, torch, spec, sms: int, shape, layout: str, variants, reps: int
     c_dtype = cp.dtype(spec.dtypes.c)
     ref = cp.matmul(op_a.astype(cp.float32), op_b.astype(cp.float32))
     untuned = untuned_size_rule(spec, m, n, k, layout, sms)
-    split = untuned_split(spec, m, n, k, sms)
+    split = untuned_split(spec, m, n, k, sms, layout)
     if split is not None:           # params= turn the rule's split off unless they name it
         untuned[spec.split_k.switch] = split.splits
     fns, outs, errors = {}, {}, {}

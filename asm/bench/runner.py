@@ -175,24 +175,25 @@ def resolve_params(kernel: KernelSpec, gpu: str, layout: str, shape: Shape, defi
     if defines:
         return dict(defines), "-D", dict(defines)
     if use_defaults:
-        return None, "defaults", _untuned_split_shown(kernel, shape)
+        return None, "defaults", _untuned_split_shown(kernel, shape, layout)
     from ..runtime.tune_cache import lookup_tuned
     tuned = lookup_tuned(gpu, kernel.name, layout, shape.m, shape.n, shape.k)
     if tuned:
         # a tuned entry of tile parameters keeps the rule's split (runtime/split_k.py): show it too
         keeps_rule = kernel.split_k is not None and kernel.split_k.switch not in tuned
-        return None, "tuned", {**tuned, **((keeps_rule and _untuned_split_shown(kernel, shape)) or {})}
-    return None, "defaults", _untuned_split_shown(kernel, shape)
+        return None, "tuned", {**tuned, **((keeps_rule and _untuned_split_shown(kernel, shape, layout)) or {})}
+    return None, "defaults", _untuned_split_shown(kernel, shape, layout)
 
 
-def _untuned_split_shown(kernel: KernelSpec, shape: Shape) -> dict | None:
+def _untuned_split_shown(kernel: KernelSpec, shape: Shape, layout: str) -> dict | None:
     """{'SPLIT_K': S} where the untuned choice splits K (shown as 'defaults: SPLIT_K=S'), else None.
-    The split depends on M, N, K only, not on the layout (bench's C is row-major: no swap)."""
+    The split depends on M, N, K, and on the layout where the spec's swap rule (a swapped call
+    never splits) reads it."""
     if kernel.split_k is None:
         return None
     from ..runtime.gpu import device_facts
     from ..runtime.split_k import untuned_split
-    split = untuned_split(kernel, shape.m, shape.n, shape.k, device_facts().sm_count)
+    split = untuned_split(kernel, shape.m, shape.n, shape.k, device_facts().sm_count, layout)
     return {kernel.split_k.switch: split.splits} if split is not None else None
 
 

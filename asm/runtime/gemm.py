@@ -40,7 +40,7 @@ from ..kernel_spec import KernelSpec, activation_code, get_spec, spec_for_dtype,
 from . import build_cache, split_k
 from .build_cache import BuiltKernel, build_kernel
 from .gpu import device_facts, require_gpu
-from .launch import ArgPacker, call_defines, choose_params, grid
+from .launch import ArgPacker, call_defines, choose_params, grid, takes_c_trans
 from .plan import LaunchPlan, plan_launch
 from .tensor_map import ALIGN, addressable
 from .tune_cache import lookup_tuned, lookups_disabled
@@ -285,12 +285,13 @@ class _LaunchPlan:
     """Everything a repeated call needs that does not change with the pointers and scalars."""
 
     __slots__ = ("built", "fn", "fn_key", "grid", "block", "smem", "packer", "swapped", "c_shape", "c_align",
-                 "device", "c_dtype", "split", "spec_name")
+                 "device", "c_dtype", "split", "spec_name", "c_trans")
 
     def __init__(self, built: BuiltKernel, fn, fn_key, grid_, packer: ArgPacker, swapped: bool, c_shape, c_align: int,
                  device: int, c_dtype: str | None = None, split: split_k.SplitLaunch | None = None,
-                 spec_name: str | None = None):
+                 spec_name: str | None = None, c_trans: bool = False):
         self.built, self.fn, self.fn_key = built, fn, fn_key
+        self.c_trans = c_trans          # the kernel stores C^T (the swap rule's launch)
         self.spec_name = spec_name or built.name    # the kernel spec that ran (after a route)
         self.grid, self.block, self.smem = grid_, (built.threads, 1, 1), built.smem_bytes
         self.packer, self.swapped = packer, swapped
@@ -333,15 +334,16 @@ def clear_last_launch() -> None:
 def last_launch() -> dict | None:
     """What this process's latest asmgemm.gemm launch ran (None before the first one): the kernel
     spec ("kernel", after its routes: e.g. sgemm_skinny for a decoding shape given to sgemm), the
-    entry point, the grid and block, the block's tile of C (rows, columns), the cluster size and
-    the K splits (1: none). For reports such as `asmgemm bench`'s; calls from several threads at
-    once each overwrite it."""
+    entry point, the grid and block, the block's tile of C (rows, columns), the cluster size, the
+    K splits (1: none) and "c_trans" (the swap rule's launch: the kernel computed C^T and stored it
+    transposed, its tile counted in C^T's rows and columns). For reports such as `asmgemm
+    bench`'s; calls from several threads at once each overwrite it."""
     kept = _last_launch[0]
     if kept is None:
         return None
     return {"kernel": kept.spec_name, "entry": kept.built.name, "grid": tuple(kept.grid), "block": kept.block,
             "tile": (kept.built.tile_m, kept.built.tile_n), "cluster": kept.built.cluster,
-            "splits": kept.split.split.splits if kept.split is not None else 1}
+            "splits": kept.split.split.splits if kept.split is not None else 1, "c_trans": kept.c_trans}
 _plans: dict[tuple, _LaunchPlan] = {}
 _state: list = [None, None, None, None]      # [specs_version token, cupy module, _CupyArrays, _TorchArrays]
 
@@ -518,6 +520,15 @@ def _routed(spec: KernelSpec, plan: LaunchPlan, sm_count: int, device_target: st
     return other
 
 
+def _takes_c_trans(spec: KernelSpec, plan: LaunchPlan, params: dict | None, sm_count: int) -> bool:
+    """Whether this 2-D launch with a row-major C runs as C^T with the kernel's transposed store:
+    untuned, the spec's swap rules on the user's sizes (plan is not swapped yet); with params=, only
+    where they name the kernel's c_trans parameter (e.g. {'C_T': 1, 'BN': 16, ...})."""
+    if plan.swapped or plan.batch != 1:
+        return False
+    return takes_c_trans(spec, plan.m, plan.n, plan.k, sm_count, plan.call_values, params)
+
+
 def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, params, kernel, key, bias=None, act=0):
     """The whole way: check the arrays, pick the spec, plan, build, load, launch; keep the launch
     plan under `key` (None: keep nothing)."""
@@ -564,6 +575,12 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
             # -D parameters of the kernel asked for, so they keep it)
             spec = _routed(spec, plan, facts.sm_count, facts.target, mbias, act)
             target = spec.build_target(facts.target)
+        # the tuning cache's entry for the launch as called (an entry was timed unswapped: it keeps
+        # the call off the swap rule's transposed store)
+        tuned = None if params is not None or lookups_disabled() else _lookup_tuned(facts.name, spec, plan)
+        if not tuned and _takes_c_trans(spec, plan, params, facts.sm_count):
+            plan = plan_launch(ma, mb, mc, trans_a=trans_a, trans_b=trans_b, ptr_of=_ptr_of, bias=mbias,
+                               activation=act, c_trans=True)
         copies = ()
         if _takes_tensor_maps(spec):
             plan, copies = _tma_ready(arrays, a, b, ma, mb, mc, plan, trans_a, trans_b, mbias, act)
@@ -577,7 +594,6 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
             else:
                 c *= beta
             return c
-        tuned = None if params is not None or lookups_disabled() else _lookup_tuned(facts.name, spec, plan)
         # split-K only on plain 2-D calls: no fused epilogue (the partial pass stores raw sums), no batch
         plain = mbias is None and act == 0 and kernel_batch == 1
         split = split_k.choose_split(spec, plan, params, tuned, facts.sm_count, plain=plain)
@@ -587,7 +603,7 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
         if split is None:
             kept = _LaunchPlan(built, fn, (built.key, cupy.cuda.Device().id), grid(spec, built, plan, facts.sm_count),
                                ArgPacker(built, plan, spec.dtypes.a, spec.dtypes.c), plan.swapped, c_shape,
-                               mc.ptr & 15, ma.device, new_c_dtype, spec_name=spec.name)
+                               mc.ptr & 15, ma.device, new_c_dtype, spec_name=spec.name, c_trans=plan.c_trans)
         else:
             kept = _split_plan(cupy, spec, built, fn, plan, split, target, static_smem, facts.sm_count, c_shape,
                                mc.ptr & 15, ma.device, new_c_dtype)
@@ -723,5 +739,5 @@ def _tma_ready(arrays, a, b, ma: _Matrix, mb: _Matrix, mc: _Matrix, plan: Launch
         b = arrays.padded_copy(b, elems)
         mb = arrays.matrix(b, "B")
         copies.append(b)
-    return (plan_launch(ma, mb, mc, trans_a=trans_a, trans_b=trans_b, ptr_of=_ptr_of, bias=mbias, activation=act),
-            tuple(copies))
+    return (plan_launch(ma, mb, mc, trans_a=trans_a, trans_b=trans_b, ptr_of=_ptr_of, bias=mbias, activation=act,
+                        c_trans=plan.c_trans), tuple(copies))

@@ -69,13 +69,45 @@ def choose_params(spec: KernelSpec, plan: LaunchPlan, params: dict | None, tuned
     return chosen
 
 
+def takes_c_trans(spec: KernelSpec, m: int, n: int, k: int, sm_count: int, values: dict,
+                  params: dict | None = None) -> bool:
+    """Whether an M x N x K call (the user's sizes; `values`: its call values before any swap) with
+    a row-major C runs as C^T with the kernel's transposed store. The swap is part of the untuned
+    choice (as a route is): params=None, the spec's swap rules; with params=, only the kernel's
+    c_trans parameter among them swaps (-D sets, the tuner's candidates: timed as given)."""
+    param = spec.call_value_param("c_trans")
+    if param is None:
+        return False
+    if params is not None:
+        return bool(int(params.get(param, 0)))
+    return spec.swaps(m, n, k, sm_count, call_defines(spec, values))
+
+
+def untuned_launch(spec: KernelSpec, m: int, n: int, k: int, layout: str, sm_count: int, *, bias: int = 0,
+                   activation: int = 0) -> tuple[int, int, dict]:
+    """(kernel M, kernel N, call values) of a call of this shape and layout on fresh row-major
+    operands and C (plan.call_values_for, with this bias mode and activation code), after the
+    swap the spec's swap rules ask for."""
+    item = DTYPE_ITEMSIZE[spec.dtypes.a]
+    values = {**call_values_for(m, n, k, layout, item), "bias": bias, "activation": activation}
+    if not takes_c_trans(spec, m, n, k, sm_count, values):
+        return m, n, values
+    swapped_bias = {1: 2, 2: 1}.get(bias, bias)      # the user's columns are the kernel's rows
+    return n, m, {**call_values_for(m, n, k, layout, item, c_trans=True), "bias": swapped_bias, "activation": activation}
+
+
 def untuned_size_rule(spec: KernelSpec, m: int, n: int, k: int, layout: str, sm_count: int, *, bias: int = 0,
                       activation: int = 0) -> dict:
     """The size rule's choice for a call of this shape and layout on fresh row-major operands (the
-    call values plan.call_values_for gives them, with this bias mode and activation code): what
-    choose_params picks for such a call untuned, for scripts that lay -D overrides over it."""
-    values = {**call_values_for(m, n, k, layout, DTYPE_ITEMSIZE[spec.dtypes.a]), "bias": bias, "activation": activation}
-    return spec.size_rule(m, n, k, sm_count, call_defines(spec, values))
+    call values plan.call_values_for gives them, with this bias mode and activation code, after the
+    spec's swap): what choose_params picks for such a call untuned, for scripts that lay -D
+    overrides over it (a swapped call's includes the c_trans parameter, e.g. C_T=1, since params=
+    swap only when they say so)."""
+    km, kn, values = untuned_launch(spec, m, n, k, layout, sm_count, bias=bias, activation=activation)
+    chosen = spec.size_rule(km, kn, k, sm_count, call_defines(spec, values))
+    if values.get("c_trans"):         # params= swap only when they say so
+        chosen[spec.call_value_param("c_trans")] = 1
+    return chosen
 
 
 def grid(spec: KernelSpec, built: BuiltKernel, plan: LaunchPlan, sm_count: int = 1, copies: int = 1

@@ -12,7 +12,9 @@ for row-major storage,
 Any 2-D operand whose last dimension is contiguous is a row-major matrix with ld = stride[0]; one
 whose first dimension is contiguous (a Fortran-order array, a `.T` view) is the transpose of a
 row-major matrix, so it flips its operand's TRANS flag. Column-major C uses C^T = op(B)^T op(A)^T
-(CUTLASS's swap): the kernel then runs on (B, A) with M and N exchanged.
+(CUTLASS's swap): the kernel then runs on (B, A) with M and N exchanged. A row-major C may take the
+same swap when the kernel stores its result transposed (c_trans=True: the call value c_trans, for a
+spec's [[NAME.swap_rule]]; the kernel's (i, j) lands at C + j * ldc + i).
 """
 from __future__ import annotations
 
@@ -46,7 +48,7 @@ class LaunchPlan:
     n: int
     k: int
     ldc: int
-    swapped: bool      # column-major C: kernel A/B are the user's B/A
+    swapped: bool      # column-major C, or c_trans: kernel A/B are the user's B/A
     itemsize: int
     call_values: dict  # trans_a, trans_b, vec_a, vec_b, ..., bias, activation (kernel_spec.CALL_VALUES)
     bias_ptr: int = 0  # the fused epilogue's bias vector (0: none)
@@ -57,6 +59,11 @@ class LaunchPlan:
     def layout(self) -> str:
         """'nn', 'nt', 'tn' or 'tt' of the launch (after the swap), as the tuning cache keys it."""
         return ("t" if self.a.trans else "n") + ("t" if self.b.trans else "n")
+
+    @property
+    def c_trans(self) -> bool:
+        """The kernel stores its M x N result transposed (into a row-major N x M C)."""
+        return bool(self.call_values.get("c_trans"))
 
 
 def _elem_strides(arr, name: str) -> tuple[int, int]:
@@ -129,8 +136,11 @@ def bias_layout(bias, m: int, n: int, c_dtype: str, ptr_of) -> int:
 
 
 def plan_launch(a, b, c, *, trans_a: bool, trans_b: bool, ptr_of=lambda x: x.data.ptr, bias=None,
-                activation: int = 0, batch: int = 1, batch_strides: tuple = (0, 0, 0)) -> LaunchPlan:
+                activation: int = 0, batch: int = 1, batch_strides: tuple = (0, 0, 0),
+                c_trans: bool = False) -> LaunchPlan:
     """Validate shapes and strides and build the launch. `c` must already exist (M x N).
+    c_trans: a row-major C through the operand swap, the kernel storing transposed (ignored for a
+    column-major C, which takes the swap anyway, and for a batch).
     bias (optional): the fused epilogue's vector (bias_layout); activation: kernel_spec's code
     (0 none). Both become call values, bias's after the operand swap.
     batch > 1: a batched kernel's launch; a, b, c are the first batch's matrices and batch_strides
@@ -147,17 +157,19 @@ def plan_launch(a, b, c, *, trans_a: bool, trans_b: bool, ptr_of=lambda x: x.dat
     if tuple(c.shape) != (m, n):
         raise AsmError(f"C has shape {tuple(c.shape)}, expected ({m}, {n}) = op(A) x op(B)")
     rc, cc, ldc, tc = storage_of(c, "C")
+    c_trans = bool(c_trans) and not tc and batch == 1
+    swap = tc or c_trans
     bias_mode = bias_layout(bias, m, n, getattr(c.dtype, "name", str(c.dtype)), ptr_of) if bias is not None else 0
-    if tc and bias_mode:
+    if swap and bias_mode:
         # the kernel computes C^T: the user's columns are its rows and the other way round
         from ..kernel_spec import BIAS_MODES
         bias_mode = BIAS_MODES["row"] if bias_mode == BIAS_MODES["column"] else BIAS_MODES["column"]
     sa, sb, sc = (int(x) for x in batch_strides)
-    if tc:
+    if swap:
         sa, sb = sb, sa
     A = Operand(ptr_of(a), ra, ca, lda, eff_ta)
     B = Operand(ptr_of(b), rb, cb, ldb, eff_tb)
-    if tc:
+    if swap:
         # C^T (N x M, row-major, ldc) = op(B)^T op(A)^T: kernel A := user B with the flag flipped.
         A, B = Operand(B.ptr, B.rows, B.cols, B.ld, not B.trans), Operand(A.ptr, A.rows, A.cols, A.ld, not A.trans)
         m, n = n, m
@@ -177,21 +189,23 @@ def plan_launch(a, b, c, *, trans_a: bool, trans_b: bool, ptr_of=lambda x: x.dat
         "vec_b": int(_aligned(B.ptr, B.ld, ab_elems) and (B.trans or n % ab_elems == 0)),
         # C written in pairs of elements (one 2-element store): both columns of every pair in
         # C and aligned, which takes an even N and ldc and a pair-aligned base.
-        "vec_c": int(n % 2 == 0 and ldc % 2 == 0 and ptr_of(c) % (2 * itemsize) == 0),
+        # (c_trans: a pair's two elements lie in two rows of C, so neither applies)
+        "vec_c": int(n % 2 == 0 and ldc % 2 == 0 and ptr_of(c) % (2 * itemsize) == 0 and not c_trans),
         # C written in 16-byte pieces: every row of C a whole number of them, all aligned
-        "wide_c": int(n % elems == 0 and ldc % elems == 0 and ptr_of(c) % VECTOR_BYTES == 0),
+        "wide_c": int(n % elems == 0 and ldc % elems == 0 and ptr_of(c) % VECTOR_BYTES == 0 and not c_trans),
         "bias": bias_mode,
         "activation": int(activation),
         "batched": int(batch > 1),
+        "c_trans": int(c_trans),
     }
-    return LaunchPlan(A, B, ptr_of(c), m, n, k, ldc, tc, itemsize, values,
+    return LaunchPlan(A, B, ptr_of(c), m, n, k, ldc, swap, itemsize, values,
                       ptr_of(bias) if bias is not None else 0, int(batch), (sa, sb, sc))
 
 
-def call_values_for(m: int, n: int, k: int, layout: str, itemsize: int) -> dict[str, int]:
+def call_values_for(m: int, n: int, k: int, layout: str, itemsize: int, c_trans: bool = False) -> dict[str, int]:
     """The call values the runtime computes for freshly allocated, contiguous operands of this
     shape and layout (CuPy allocations are 256-byte aligned), so that `tune` builds exactly the
-    variant that then runs."""
+    variant that then runs (c_trans: those of the swapped launch, whose M and N are n and m)."""
     from types import SimpleNamespace
 
     trans_a, trans_b = layout[0] == "t", layout[1] == "t"
@@ -202,4 +216,5 @@ def call_values_for(m: int, n: int, k: int, layout: str, itemsize: int) -> dict[
 
     a = matrix(k, m) if trans_a else matrix(m, k)
     b = matrix(n, k) if trans_b else matrix(k, n)
-    return plan_launch(a, b, matrix(m, n), trans_a=trans_a, trans_b=trans_b, ptr_of=lambda x: 256).call_values
+    return plan_launch(a, b, matrix(m, n), trans_a=trans_a, trans_b=trans_b, ptr_of=lambda x: 256,
+                       c_trans=c_trans).call_values

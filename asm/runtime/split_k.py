@@ -27,7 +27,9 @@ Choosing S (`choose_split`), the pseudo-parameter being the spec's switch name (
   Then k_chunk = S's share of K rounded up to a multiple of CHUNK_MULTIPLE, and S = ceil(K /
   k_chunk): a split never starts past K (no empty split, no block without work), so S may come out
   smaller than asked. S = 1 is no split: one ordinary launch.
-Split-K applies only to a plain 2-D GEMM call (`plain=False`: fused epilogues, batches: off).
+Split-K applies only to a plain 2-D GEMM call (`plain=False`: fused epilogues, batches: off) whose
+kernel stores C in its own orientation (not c_trans: the partial pass would write the workspace
+transposed; measured on the small-M shapes that swap, the split did not pay there either).
 """
 from __future__ import annotations
 
@@ -102,10 +104,11 @@ def choose_split(spec: KernelSpec, plan: LaunchPlan, params: dict | None, tuned:
         requested = requested_splits(tuned[sk.switch], sk.switch, "tuning-cache entry:")
     else:
         requested = _rule_request(spec, plan.m, plan.n, plan.k, sm_count)
-    if requested > 1 and not plain:
+    if requested > 1 and (not plain or plan.c_trans):
         if params is not None and params.get(sk.switch, 1) not in (1, "1"):
+            why = "a C stored transposed (c_trans)" if plain else "a fused epilogue or a batch"
             raise AsmError(f"params: {sk.switch}={params[sk.switch]!r}: split-K runs only for a plain 2-D GEMM "
-                           "(no fused epilogue, no batch)")
+                           f"(no fused epilogue, no batch, no transposed store); this call has {why}")
         return None
     return split_for(plan.k, requested, sk.k_multiple)
 
@@ -115,10 +118,15 @@ def _rule_request(spec: KernelSpec, m: int, n: int, k: int, sm_count: int) -> in
     return max(1, min(spec.split_k.splits(m, n, k, sm_count), MAX_SPLITS))
 
 
-def untuned_split(spec: KernelSpec, m: int, n: int, k: int, sm_count: int) -> Split | None:
-    """What gemm() without params= (and without a tuning entry naming the split) runs for the
-    kernel's M x N x K (a reporting aid: `asmgemm bench` shows it next to 'defaults' or 'tuned')."""
+def untuned_split(spec: KernelSpec, m: int, n: int, k: int, sm_count: int, layout: str = "nn") -> Split | None:
+    """What gemm() without params= (and without a tuning entry naming the split) runs for an
+    M x N x K call of this layout on fresh operands with a row-major C (a reporting aid: `asmgemm
+    bench` shows it next to 'defaults' or 'tuned'): none where the spec's swap rules send the call
+    to the transposed store, else the split rules on the sizes."""
     if spec.split_k is None:
+        return None
+    from .launch import untuned_launch
+    if untuned_launch(spec, m, n, k, layout, sm_count)[2].get("c_trans"):
         return None
     return split_for(k, _rule_request(spec, m, n, k, sm_count), spec.split_k.k_multiple)
 

@@ -19,7 +19,7 @@ from ..errors import AsmError
 from ..kernel_spec import DTYPE_ITEMSIZE, KernelSpec
 from . import tensor_map
 from .build_cache import BuiltKernel
-from .plan import LaunchPlan, call_values_for
+from .plan import LaunchPlan, call_values_for, transposed_bias_mode
 
 MAX_GRID_Y = 65535
 MAX_GRID_Z = 65535
@@ -92,8 +92,8 @@ def untuned_launch(spec: KernelSpec, m: int, n: int, k: int, layout: str, sm_cou
     values = {**call_values_for(m, n, k, layout, item), "bias": bias, "activation": activation}
     if not takes_c_trans(spec, m, n, k, sm_count, values):
         return m, n, values
-    swapped_bias = {1: 2, 2: 1}.get(bias, bias)      # the user's columns are the kernel's rows
-    return n, m, {**call_values_for(m, n, k, layout, item, c_trans=True), "bias": swapped_bias, "activation": activation}
+    return n, m, {**call_values_for(m, n, k, layout, item, c_trans=True), "bias": transposed_bias_mode(bias),
+                  "activation": activation}
 
 
 def untuned_size_rule(spec: KernelSpec, m: int, n: int, k: int, layout: str, sm_count: int, *, bias: int = 0,

@@ -135,6 +135,14 @@ def bias_layout(bias, m: int, n: int, c_dtype: str, ptr_of) -> int:
     return mode
 
 
+def transposed_bias_mode(mode: int) -> int:
+    """The bias call value of the swapped launch (C^T): the user's columns are the kernel's rows
+    and the other way round; no bias stays none."""
+    from ..kernel_spec import BIAS_MODES
+    turned = {BIAS_MODES["column"]: BIAS_MODES["row"], BIAS_MODES["row"]: BIAS_MODES["column"]}
+    return turned.get(mode, mode)
+
+
 def plan_launch(a, b, c, *, trans_a: bool, trans_b: bool, ptr_of=lambda x: x.data.ptr, bias=None,
                 activation: int = 0, batch: int = 1, batch_strides: tuple = (0, 0, 0),
                 c_trans: bool = False) -> LaunchPlan:
@@ -160,10 +168,8 @@ def plan_launch(a, b, c, *, trans_a: bool, trans_b: bool, ptr_of=lambda x: x.dat
     c_trans = bool(c_trans) and not tc and batch == 1
     swap = tc or c_trans
     bias_mode = bias_layout(bias, m, n, getattr(c.dtype, "name", str(c.dtype)), ptr_of) if bias is not None else 0
-    if swap and bias_mode:
-        # the kernel computes C^T: the user's columns are its rows and the other way round
-        from ..kernel_spec import BIAS_MODES
-        bias_mode = BIAS_MODES["row"] if bias_mode == BIAS_MODES["column"] else BIAS_MODES["column"]
+    if swap:
+        bias_mode = transposed_bias_mode(bias_mode)
     sa, sb, sc = (int(x) for x in batch_strides)
     if swap:
         sa, sb = sb, sa

@@ -39,6 +39,7 @@ from dataclasses import dataclass, replace
 
 from ..errors import AsmError
 from ..kernel_spec import Dtypes, KernelSpec, Launch
+from .launch import untuned_launch
 from .plan import LaunchPlan
 
 # k_chunk is a multiple of the spec's k_multiple, by default 16 elements: every split but the last
@@ -125,7 +126,6 @@ def untuned_split(spec: KernelSpec, m: int, n: int, k: int, sm_count: int, layou
     to the transposed store, else the split rules on the sizes."""
     if spec.split_k is None:
         return None
-    from .launch import untuned_launch
     if untuned_launch(spec, m, n, k, layout, sm_count)[2].get("c_trans"):
         return None
     return split_for(k, _rule_request(spec, m, n, k, sm_count), spec.split_k.k_multiple)

@@ -25,6 +25,8 @@ A table (every key is checked; an unknown one is an error, so a typo never passe
     box_rows_a = "BOX_A_ROWS"; box_rows_b = "BOX_B_ROWS"   # TMA box heights (kernels taking tmap_a/b)
     cluster = "CLUSTER_M"               # blocks per cluster (the kernel's .reqnctapercluster x); grid
                                         # "persistent" then walks units of that many tile rows
+    cluster_rows = "CLUSTER_M"          # tile rows of such a unit, when not the cluster's size (hgemm's
+                                        # CLUSTER_K blocks split one tile's K instead: one row a unit)
     [[NAME.size_rule]]                  # the untuned choice: the first rule whose `when` holds wins
     when = "2 * ceil_div(M, 128) * ceil_div(N, 128) <= SMS"    # asmgemm's expression language
     set = { THREADS = 64, BK = 16 }     # names M, N, K (after the operand swap), SMS (SM count) and
@@ -119,8 +121,8 @@ def activation_code(activation) -> int:
 # tiles: (ceil(N / tile_n), ceil(M / tile_m), batch), a block per tile of C (batch: 1 unless the
 # kernel maps the call value "batched").
 _BATCH_STRIDES = ("batch_stride_a", "batch_stride_b", "batch_stride_c")
-# persistent: (min(units, SMs / cluster) * cluster, 1, 1): each cluster walks units (`cluster` tile
-# rows of one tile column) clusterid.x, + nclusterid.x, ... itself.
+# persistent: (min(units, SMs / cluster) * cluster, 1, 1): each cluster walks units (`cluster_rows`,
+# by default `cluster`, tile rows of one tile column) clusterid.x, + nclusterid.x, ... itself.
 GRIDS = ("tiles", "persistent")
 DTYPES = ("float32", "float64", "float16", "bfloat16")
 DTYPE_ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}   # bytes (numpy knows no bfloat16)
@@ -132,7 +134,7 @@ _SPLIT_K_KEYS = {"switch", "reduce", "rule", "k_multiple"}
 # what a kernel with a split_k table must take: the partial pass's k extent and slice distance
 SPLIT_K_ABI = ("k_chunk", "split_stride")
 _LAUNCH_KEYS = {"threads", "tile_m", "tile_n", "smem_bytes", "grid", "box_rows_a", "box_rows_b", "box_rows_c",
-                "cluster"}
+                "cluster", "cluster_rows"}
 # abi argument -> the launch key naming the constant it needs
 _NEEDS_LAUNCH_KEY = {"tmap_a": "box_rows_a", "tmap_b": "box_rows_b", "tmap_c": "box_rows_c"}
 
@@ -156,6 +158,7 @@ class Launch:
     box_rows_b: str | None = None
     box_rows_c: str | None = None   # the box height of C's tensor map (kernels storing C by TMA)
     cluster: str | None = None      # blocks per cluster along the grid's x (.reqnctapercluster); default 1
+    cluster_rows: str | None = None  # tile rows of a persistent cluster's unit; default: the cluster's blocks
 
 
 @dataclass(frozen=True)

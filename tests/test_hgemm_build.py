@@ -360,8 +360,8 @@ def test_persistent_grid_walks_units_of_the_cluster():
     from asmgemm.runtime.launch import grid
     spec = get_spec("hgemm")
 
-    def built(cluster):
-        return SimpleNamespace(tile_m=128, tile_n=256, cluster=cluster)
+    def built(cluster, rows=None):
+        return SimpleNamespace(tile_m=128, tile_n=256, cluster=cluster, cluster_rows=cluster if rows is None else rows)
 
     def plan(m, n):
         return SimpleNamespace(m=m, n=n)
@@ -370,6 +370,9 @@ def test_persistent_grid_walks_units_of_the_cluster():
     assert grid(spec, built(1), plan(300, 300), 132) == (6, 1, 1)
     assert grid(spec, built(2), plan(1, 1), 133) == (2, 1, 1)
     assert grid(spec, built(2), plan(100000, 256), 133)[0] == 132            # never an odd block count
+    # CLUSTER_K: 4 blocks a cluster split one tile's K (a unit is one tile row): 6 tiles -> 24 blocks
+    assert grid(spec, built(4, 1), plan(128, 1536), 132) == (24, 1, 1)
+    assert grid(spec, built(8, 1), plan(4096, 4096), 132) == (128, 1, 1)     # 16 clusters walk 512 tiles
 
 
 def test_tmap_c_is_encoded_only_for_whole_16_byte_rows_of_a_16_bit_c(monkeypatch):
@@ -519,9 +522,9 @@ BN_CHOICES = [
     ((8192, 8192, 8192), {}),                                             # 21 x 50 > 16 x 64
     ((8192, 1024, 8192), {}),                                             # 3 x 50 > 2 x 64
     ((2048, 2048, 2048), {"CLUSTER_M": 1, "GROUP_M": 4}),                 # 2 x 50 > 1 x 64; rule 3
-    ((512, 4096, 4096), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1}),        # rule 1
+    ((512, 4096, 4096), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1}),        # rule 1 (128 tiles: no CLUSTER_K)
     ((512, 4096, 11008), {"BN": 256, "STAGES": 4, "CLUSTER_M": 2}),       # rule 0: deep K, split 2
-    ((256, 4096, 14336), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1}),       # too few tiles for rule 0
+    ((256, 4096, 14336), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1, "CLUSTER_K": 2}),   # too few tiles for rule 0: 1a
 ]
 
 
@@ -565,11 +568,11 @@ def test_activation_warps_fit_the_producers_registers(act):
 
 
 @pytest.mark.parametrize("shape,splits", [((512, 4096, 11008), 2), ((512, 3584, 18944), 2), ((512, 4096, 4096), None),
-                                          ((256, 4096, 14336), 2), ((96, 4096, 14336), 4),
+                                          ((256, 4096, 14336), None), ((96, 4096, 14336), None),  # CLUSTER_K
                                           ((16, 4096, 14336), None)])      # swapped (swap rule): no split
 def test_split_rule_halves_deep_k_on_256_wide_tiles(shape, splits):
-    """Size rule 0's shapes split 2 ways on 256-wide tiles (2 x 64 units on 132 SMs); the others as
-    before (rule 1's BN=128 tiles: as many splits as keep the units on the SMs)."""
+    """Size rule 0's shapes split 2 ways on 256-wide tiles (2 x 64 units on 132 SMs); rule 1's BN=128
+    tiles with deep K split inside clusters (size rule 1a, CLUSTER_K), not by the partial pass."""
     from asmgemm.kernel_spec import get_spec
     from asmgemm.runtime.split_k import untuned_split
     split = untuned_split(get_spec("hgemm"), *shape, 132)

@@ -1,8 +1,9 @@
 """The Hopper HGEMM's fused epilogue and split-K on the GPU (issue 12 for the 16-bit kernels):
 gemm(bias=, activation=) through hgemm, bgemm and hgemm_f32c on the staged (TMA-stored) path and
 the pair-store path, with beta and column-major C; split-K's partial pass (persistent walk over S
-copies of the tiles, fp32 partial tiles) and reduce, by the rule on decoding shapes and forced,
-over the layouts, alpha/beta, column-major C, bf16 and fp32 C, bit-identical from run to run.
+copies of the tiles, fp32 partial tiles) and reduce, by the rule on deep-K shapes and forced,
+over the layouts, alpha/beta, column-major C, bf16 and fp32 C, bit-identical from run to run;
+split-K inside a cluster (CLUSTER_K) the same way, with K slices left empty and many tiles a cluster.
 References: the fp32 values of the same 16-bit inputs multiplied in float64, the epilogue by
 PyTorch's formulas (tests/epilogue_reference.py); judged by each spec's rel_err_limit. Skipped
 without CuPy, a GPU, or an sm_90 GPU."""
@@ -150,10 +151,10 @@ def _split_of(m, n, k, kind="float16"):
     return split_k.untuned_split(spec, m, n, k, device_facts().sm_count)
 
 
-# (M <= 64 with a K-contiguous A swaps instead: [[hgemm.swap_rule]], never split)
-@pytest.mark.parametrize("shape", [(128, 4096, 4096), (96, 4096, 8192), (128, 768, 3072), (128, 4096, 14336),
-                                   (500, 3584, 8200)])     # size rule 0: 256-wide tiles in clusters, 2 splits
-def test_decoding_shapes_split_by_the_rule(shape):
+# Only size rule 0's shapes (256-wide tiles in clusters, K >= 8192) split by the partial pass now;
+# the BN = 128 shapes with deep K split inside clusters instead (CLUSTER_K, below).
+@pytest.mark.parametrize("shape", [(500, 3584, 8200), (512, 4096, 11008)])
+def test_deep_k_shapes_split_by_the_rule(shape):
     assert _split_of(*shape) is not None, f"{shape}: the rule should split"
     _run(*shape)
 
@@ -175,11 +176,66 @@ def test_split_bf16_and_fp32_c(kind):
     _run(16, 2048, 4096, kind=kind, params={"SPLIT_K": 5})
 
 
-def test_split_runs_are_bit_identical():
-    assert _split_of(128, 4096, 4096) is not None
-    c1, _ = _run(128, 4096, 4096, seed=3)
-    c2, _ = _run(128, 4096, 4096, seed=3)
+@pytest.mark.parametrize("params", [{"SPLIT_K": 4}, None], ids=["split-k", "cluster-k"])
+def test_split_runs_are_bit_identical(params):
+    """Both reductions sum the partial tiles in a fixed order (the workspace slices; the cluster's
+    ranks), so two runs give the same bits."""
+    if params is None:
+        assert _split_of(128, 4096, 4096) is None        # the untuned call: CLUSTER_K = 2
+    c1, _ = _run(128, 4096, 4096, seed=3, params=params)
+    c2, _ = _run(128, 4096, 4096, seed=3, params=params)
     assert bool((c1.view(cp.uint16) == c2.view(cp.uint16)).all())
+
+
+# ---- split-K inside a cluster (hgemm.sasm CLUSTER_K: partial rows summed through DSMEM) ---------------
+CK = {"CLUSTER_M": 1, "BN": 128, "STAGES": 6}
+
+
+@pytest.mark.parametrize("shape,ck", [((128, 768, 3072), 4), ((128, 4096, 4096), 2), ((200, 3584, 3584), 2),
+                                      ((16, 768, 3072), 4), ((256, 768, 3072), 4), ((100, 1000, 2100), 4)])
+def test_deep_k_shapes_split_in_clusters_by_the_rule(shape, ck):
+    from asmgemm.runtime.gemm import last_launch
+    _run(*shape)
+    launch = last_launch()
+    assert launch["cluster"] == ck and launch["splits"] == 1, launch
+
+
+@pytest.mark.parametrize("ck", [2, 4, 8])
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+def test_cluster_splits_over_layouts(ck, layout):
+    # K = 1000: 16 K tiles, the slices one tile apart in length
+    _run(130, 520, 1000, layout=layout, params={**CK, "CLUSTER_K": ck})
+
+
+@pytest.mark.parametrize("ck", [2, 4, 8])
+@pytest.mark.parametrize("shape", [(1, 1, 1), (7, 9, 63), (129, 257, 65), (300, 200, 130)])
+def test_cluster_split_with_fewer_k_tiles_than_blocks(ck, shape):
+    """K tiles < CLUSTER_K: the blocks without a K slice send zeros."""
+    _run(*shape, params={**CK, "CLUSTER_K": ck})
+
+
+@pytest.mark.parametrize("ck", [2, 8])
+def test_cluster_split_walks_many_tiles_per_cluster(ck):
+    """More tiles than clusters (the persistent walk): every block's receive area is reused tile
+    after tile, after the owners have read it (red_empty)."""
+    _run(1000, 2000, 700, params={**CK, "CLUSTER_K": ck})
+    _run(1000, 2000, 700, params={**CK, "CLUSTER_K": ck, "BN": 256, "STAGES": 4})
+
+
+@pytest.mark.parametrize("kind", ["float16", "bfloat16", "f32c"])
+@pytest.mark.parametrize("act,where", [(None, "none"), ("gelu", "cols"), ("silu", "rows")])
+def test_cluster_split_with_epilogue_alpha_beta(kind, act, where):
+    _run(300, 520, 2048, kind=kind, act=act, where=where, alpha=0.5, beta=-1.5, params={**CK, "CLUSTER_K": 4})
+    _run(300, 520, 2048, kind=kind, act=act, where=where, c_order="F", params={**CK, "CLUSTER_K": 2})
+
+
+@pytest.mark.parametrize("bn,ck", [(16, 4), (32, 2), (64, 8)])
+def test_cluster_split_on_the_swapped_launch(bn, ck):
+    from asmgemm.runtime.gemm import last_launch
+    params = {"C_T": 1, "BN": bn, "STAGES": 8, "CLUSTER_M": 1, "GROUP_M": 4, "CLUSTER_K": ck}
+    _run(50, 1000, 2100, params=params, act="gelu", where="cols")
+    assert last_launch()["c_trans"] and last_launch()["cluster"] == ck
+    _run(17, 300, 257, params=params, beta=0.5)
 
 
 # ---- the fused epilogue on the swapped launch (small M: C^T stored transposed) ---------------------
@@ -191,4 +247,6 @@ def test_small_m_swapped_keeps_the_users_bias_axis(act, where, kind):
     _run(16, 520, 136, kind=kind, act=act, where=where)
     assert last_launch()["c_trans"]
     _run(33, 300, 200, kind=kind, act=act, where=where, alpha=0.5, beta=0.75)
+    assert last_launch()["c_trans"]
+    _run(200, 600, 300, kind=kind, act=act, where=where)      # more rows, short K: swapped as well
     assert last_launch()["c_trans"]

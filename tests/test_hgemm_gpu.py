@@ -230,6 +230,17 @@ def test_small_m_runs_swapped(m, n, k, dtype):
     assert launch["c_trans"] and launch["tile"] == (128, bn), launch
 
 
+# Up to 1024 rows at K <= 1024 where the swapped launch's 32-wide units fit on the SMs (the swap
+# rule's second clause): many kernel columns, tile edges in both directions, odd K.
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("m,n,k", [(128, 768, 768), (300, 700, 500), (512, 768, 768), (1000, 130, 1000),
+                                   (97, 1500, 333)])
+def test_rows_up_to_1024_swap_at_short_k(m, n, k, dtype):
+    _check(m, n, k, dtype=dtype)
+    assert last_launch()["c_trans"], last_launch()
+    _check(m, n, k, dtype=dtype, alpha=0.5, beta=-0.75)
+
+
 @pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
 def test_the_swap_needs_a_k_contiguous_a(layout):
     _check(20, 300, 200, layout=layout)

@@ -90,9 +90,17 @@ SWAPPED_RULE = {"CLUSTER_M": 1, "GROUP_M": 4, "C_T": 1}
     ((64, 768, 768), "nn", {"BN": 16, "STAGES": 10, **SWAPPED_RULE}),      # short K: more units
     ((64, 4096, 4096), "nn", {"BN": 32, "STAGES": 8, **SWAPPED_RULE}),
     ((64, 11008, 4096), "nn", {"BN": 64, "STAGES": 8, **SWAPPED_RULE}),    # 32 wide: more units than SMs
-    ((16, 4096, 4096), "tn", {"BN": 128, "STAGES": 6, "CLUSTER_M": 1}),     # A M-major: not swapped
-    ((65, 4096, 4096), "nn", {"BN": 128, "STAGES": 6, "CLUSTER_M": 1}),
-    ((16, 768, 3072), "nn", {"BN": 128, "STAGES": 6, "CLUSTER_M": 1}),      # 6 tile rows, deep K: split
+    ((16, 4096, 4096), "tn", {"BN": 128, "STAGES": 6, "CLUSTER_M": 1, "CLUSTER_K": 2}),  # A M-major: not swapped
+    ((65, 4096, 4096), "nn", {"BN": 128, "STAGES": 6, "CLUSTER_M": 1, "CLUSTER_K": 2}),
+    ((16, 768, 3072), "nn", {"BN": 16, "STAGES": 10, "CLUSTER_K": 4, **SWAPPED_RULE}),   # deep K: K split in clusters
+    ((16, 768, 1536), "nn", {"BN": 128, "STAGES": 6, "CLUSTER_M": 1}),      # between: neither
+    # up to 1024 rows at K <= 1024 where the swapped 32-wide units fit on the SMs
+    ((128, 768, 768), "nn", {"BN": 16, "STAGES": 10, **SWAPPED_RULE}),
+    ((512, 768, 768), "nn", {"BN": 32, "STAGES": 8, **SWAPPED_RULE}),
+    ((128, 3072, 768), "nt", {"BN": 32, "STAGES": 8, **SWAPPED_RULE}),
+    ((512, 2304, 768), "nn", {"BN": 128, "STAGES": 6, "CLUSTER_M": 1}),     # 288 units of 32: not swapped
+    ((1024, 1024, 1024), "nn", {"BN": 128, "STAGES": 6, "CLUSTER_M": 1}),
+    ((128, 768, 768), "tn", {"BN": 128, "STAGES": 6, "CLUSTER_M": 1}),      # A M-major
 ])
 @pytest.mark.parametrize("name", ["hgemm", "bgemm", "hgemm_f32c"])
 def test_untuned_choice_of_small_m(name, shape, layout, expect):
@@ -105,8 +113,10 @@ def test_untuned_choice_of_small_m(name, shape, layout, expect):
 
 def test_a_swapped_call_is_not_split_and_its_bias_axis_turns():
     assert untuned_split(HGEMM, 16, 4096, 14336, 132) is None                   # swapped
-    assert untuned_split(HGEMM, 16, 4096, 14336, 132, "tn").splits > 1          # not swapped: the split rule
-    assert untuned_split(HGEMM, 16, 768, 3072, 132).splits > 1                  # not swapped: few rows, deep K
+    # not swapped (A M-major): K splits inside clusters (size rule 1a), not by the split-K pass
+    assert untuned_split(HGEMM, 16, 4096, 14336, 132, "tn") is None
+    assert untuned_size_rule(HGEMM, 16, 4096, 14336, "tn", 132)["CLUSTER_K"] == 2     # 32 tiles: 2 a cluster
+    assert untuned_split(HGEMM, 16, 768, 3072, 132) is None                     # swapped, CLUSTER_K = 4
     assert untuned_launch(HGEMM, 16, 4096, 4096, "nn", 132, bias=1)[2]["bias"] == 2
 
 

@@ -30,7 +30,7 @@ from ..toolchain import ptxas_version
 
 _INCLUDE_RE = re.compile(r'^\s*\.include\s+"([^"]+)"', re.MULTILINE)
 MAX_INCLUDES = 64
-META_FORMAT = 5          # of <key>.json (see read_entry); part of the key, so older entries are never read
+META_FORMAT = 6          # of <key>.json (see read_entry); part of the key, so older entries are never read
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,7 @@ class BuiltKernel:
     target: str
     box_rows: tuple[int, int, int] = (0, 0, 0)     # TMA box heights of tmap_a, tmap_b, tmap_c (0: none)
     cluster: int = 1                       # blocks per cluster along the grid's x
+    cluster_rows: int = 1                  # tile rows of the unit a persistent cluster walks
 
 
 def cache_dir() -> Path:
@@ -103,7 +104,8 @@ def launch_geometry(spec: KernelSpec, result) -> dict[str, int]:
     """threads, tile_m, tile_n, smem_bytes and the TMA box heights (0 when the kernel takes no tensor
     map) of a build, from the constants the spec names."""
     out = {"box_rows_a": 0, "box_rows_b": 0, "box_rows_c": 0, "cluster": 1}
-    for field in ("threads", "tile_m", "tile_n", "smem_bytes", "box_rows_a", "box_rows_b", "box_rows_c", "cluster"):
+    for field in ("threads", "tile_m", "tile_n", "smem_bytes", "box_rows_a", "box_rows_b", "box_rows_c", "cluster",
+                  "cluster_rows"):
         const = getattr(spec.launch, field)
         if const is None:          # an optional key the spec leaves out
             continue
@@ -113,6 +115,10 @@ def launch_geometry(spec: KernelSpec, result) -> dict[str, int]:
                            f"{'the build does not define' if value is None else f'is {value!r}, not a positive integer'}",
                            hint=f"define it at the top level of {spec.source.name} (`.const {const} = ...`)")
         out[field] = value
+    out.setdefault("cluster_rows", out["cluster"])
+    if out["cluster"] % out["cluster_rows"]:
+        raise AsmError(f"{spec.spec_file}: [{spec.name}] launch.cluster_rows ({out['cluster_rows']}) does not divide "
+                       f"launch.cluster ({out['cluster']}): a cluster's blocks cover whole tile rows")
     return out
 
 
@@ -179,6 +185,7 @@ def entry_metadata(built: BuiltKernel, cubin: bytes, ptx: bytes) -> dict:
     meta = {"format": META_FORMAT, "key": built.key, "name": built.name, "target": built.target,
             "threads": built.threads, "tile_m": built.tile_m, "tile_n": built.tile_n,
             "smem_bytes": built.smem_bytes, "box_rows": list(built.box_rows), "cluster": built.cluster,
+            "cluster_rows": built.cluster_rows,
             "params": [list(p) for p in built.params],
             "cubin": f"{built.key}.cubin", "ptx": f"{built.key}.ptx",
             "cubin_sha256": _sha256(cubin), "ptx_sha256": _sha256(ptx)}
@@ -221,6 +228,7 @@ def read_entry(meta_path: Path, key: str, spec: KernelSpec, target: str) -> Buil
             and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 256 for v in box_rows)):
         raise DamagedEntry(f"box_rows is {box_rows!r}, not three integers in 0..256")
     cluster = _int_field(meta, "cluster", 1, 16)
+    cluster_rows = _int_field(meta, "cluster_rows", 1, cluster)
     raw = meta.get("params")
     if not (isinstance(raw, list) and all(isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p)
                                           for p in raw)):
@@ -244,7 +252,8 @@ def read_entry(meta_path: Path, key: str, spec: KernelSpec, target: str) -> Buil
         if _sha256(data) != digest:
             raise DamagedEntry(f"{expected[kind]} ({len(data)} bytes) does not match its sha256")
     return BuiltKernel(key, spec.entry, threads, tile_m, tile_n, smem, params,
-                       str(folder / expected["cubin"]), str(folder / expected["ptx"]), target, tuple(box_rows), cluster)
+                       str(folder / expected["cubin"]), str(folder / expected["ptx"]), target, tuple(box_rows), cluster,
+                       cluster_rows)
 
 
 _uncached_dir: tempfile.TemporaryDirectory | None = None
@@ -290,7 +299,8 @@ def _build_kernel(spec: KernelSpec, defines: dict, target: str) -> BuiltKernel:
     def entry_in(where: Path) -> tuple[BuiltKernel, list]:
         built = BuiltKernel(key, spec.entry, geo["threads"], geo["tile_m"], geo["tile_n"], geo["smem_bytes"],
                             params, str(where / f"{key}.cubin"), str(where / f"{key}.ptx"), target,
-                            (geo["box_rows_a"], geo["box_rows_b"], geo["box_rows_c"]), geo["cluster"])
+                            (geo["box_rows_a"], geo["box_rows_b"], geo["box_rows_c"]), geo["cluster"],
+                            geo["cluster_rows"])
         meta = json.dumps(entry_metadata(built, asm.cubin, ptx), indent=1) + "\n"
         # one commit, the metadata with its files: a reader finds all three or the old entry
         return built, [(built.cubin_path, asm.cubin), (built.ptx_path, ptx), (where / f"{key}.json", meta)]

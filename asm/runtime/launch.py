@@ -125,7 +125,7 @@ def grid(spec: KernelSpec, built: BuiltKernel, plan: LaunchPlan, sm_count: int =
         return gx, gy, plan.batch * copies
     if spec.launch.grid == "persistent":
         c = built.cluster
-        units = gx * -(-gy // c) * copies     # a unit: c tile rows of one tile column, one per block
+        units = gx * -(-gy // built.cluster_rows) * copies     # a unit: cluster_rows tile rows of one tile column
         if units > 0xFFFFFFFF:
             raise AsmError(f"{plan.m} x {plan.n} is {units} tiles, more than the kernel counts in 32 bits")
         return max(1, min(units, sm_count // c)) * c, 1, 1

@@ -1,0 +1,166 @@
+"""Split-K inside a cluster (hgemm.sasm CLUSTER_K): the cluster's blocks compute one tile over
+their K slices and sum the partial rows through distributed shared memory (st.async into the
+block that stores them). CPU only: the kernel's constants and refusals, the builds (ptxas: no
+spills or warnings; the SASS sends by STAS and adds what it received), the launch geometry
+(cluster_rows) and the untuned choices that pick it. The GPU side is tests/test_hgemm_gpu.py."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from asmgemm.errors import AsmError
+from asmgemm.kernel_spec import get_spec
+from asmgemm.runtime.launch import grid, untuned_size_rule
+from asmgemm.runtime.split_k import untuned_split
+from asmgemm.toolchain import disassemble, find_tool
+
+HGEMM = get_spec("hgemm")
+needs_tools = pytest.mark.skipif(find_tool("ptxas", required=False) is None
+                                 or find_tool("nvdisasm", required=False) is None,
+                                 reason="ptxas/nvdisasm not installed")
+
+
+def _build(defines: dict):
+    from asmgemm.pipeline import BuildOptions, build_file
+    return build_file("hgemm", BuildOptions(defines={k: str(v) for k, v in defines.items()}, target="sm_90a"))
+
+
+SPLIT = {"CLUSTER_M": 1, "BN": 128, "STAGES": 6}
+
+
+# ---- the kernel's layout and refusals -----------------------------------------------------------------
+@pytest.mark.parametrize("ck", [2, 4, 8])
+def test_each_block_receives_one_slot_per_other_block_of_the_rows_it_owns(ck):
+    c = _build({**SPLIT, "CLUSTER_K": ck}).constants
+    assert c["CLUSTER"] == ck and c["OWNER_WARPS"] == 8 // ck
+    # a slot: the owner warps' threads x 64 fp32 accumulators; one per other block
+    assert c["RED_SLOT"] == 32 * (8 // ck) * 64 * 4 and c["RED_BYTES"] == (ck - 1) * c["RED_SLOT"]
+    assert c["RED_OFF"] >= c["BAR_OFF"] + 16 * c["RING"] + 16           # after the ring's and its own barriers
+    assert c["RED_OFF"] % 16 == 0 and c["SMEM_BYTES"] <= 232448
+    assert c["STAGED_C"] == 0                                          # owners store pairs
+
+
+def test_the_plain_kernel_keeps_no_receive_area():
+    c = _build({}).constants
+    assert c["CLUSTER_K"] == 1 and c["RED_BYTES"] == 0 and c["CLUSTER"] == c["CLUSTER_M"] == 2
+
+
+@pytest.mark.parametrize("defines,message", [
+    ({**SPLIT, "CLUSTER_K": 3}, "CLUSTER_K must be 1, 2, 4 or 8"),
+    ({**SPLIT, "CLUSTER_K": 16}, "CLUSTER_K must be 1, 2, 4 or 8"),
+    ({**SPLIT, "CLUSTER_K": 2, "CLUSTER_M": 2}, "not with CLUSTER_M > 1"),
+    ({**SPLIT, "CLUSTER_K": 2, "SPLIT_K": 1}, "nor with SPLIT_K"),
+])
+def test_impossible_cluster_splits_are_refused(defines, message):
+    with pytest.raises(AsmError, match=message):
+        _build(defines)
+
+
+# ---- the builds -------------------------------------------------------------------------------------
+def _ops(cubin: bytes) -> list[str]:
+    """The opcodes of the disassembly, guard predicates (@P0) left out."""
+    ops = []
+    for line in disassemble(cubin).splitlines():
+        words = line.split()
+        if line.strip().startswith("/*") and len(words) > 1:
+            ops.append(words[2] if words[1].startswith("@") and len(words) > 2 else words[1])
+    return ops
+
+
+@pytest.mark.toolchain
+@needs_tools
+@pytest.mark.parametrize("defines", [
+    {**SPLIT, "CLUSTER_K": 2}, {**SPLIT, "CLUSTER_K": 4, "BIAS": 1, "ACT": 2},
+    {**SPLIT, "CLUSTER_K": 8, "TRANS_A": 1, "TRANS_B": 1}, {**SPLIT, "CLUSTER_K": 2, "BN": 256, "STAGES": 4},
+    {"CLUSTER_M": 1, "BN": 16, "STAGES": 10, "C_T": 1, "TRANS_B": 1, "CLUSTER_K": 4},
+    {**SPLIT, "CLUSTER_K": 4, "C_F32": 1, "BF16": 1},
+], ids=["ck2", "ck4-gelu", "ck8-tt", "ck2-bn256", "ck4-swapped-bn16", "ck4-bf16-f32c"])
+def test_cluster_split_builds_send_by_st_async_without_spills(defines):
+    from asmgemm.pipeline import assemble
+    result = _build(defines)
+    c = result.constants
+    assert f".reqnctapercluster {c['CLUSTER_K']}, 1, 1" in result.ptx
+    asm = assemble(result)
+    assert not asm.warnings, asm.warnings          # no setmaxnreg ignored, no wgmma serialized
+    (k,) = asm.kernels
+    assert k.spill_stores == k.spill_loads == k.local_bytes == k.stack_frame == 0
+    ops = _ops(asm.cubin)
+    acc = c["BN"] // 2
+    # a sender: its accumulators 16 bytes a st.async; an owner: one 16-byte load per slot and piece
+    assert sum(op.startswith("STAS.128") for op in ops) == acc // 4
+    assert sum(op.startswith("LDS.128") for op in ops) >= (c["CLUSTER_K"] - 1) * acc // 4
+    assert any(op.startswith("HGMMA") for op in ops) and any(op.startswith("UTMALDG") for op in ops)
+    assert not any(op.startswith("UTMASTG") for op in ops)
+    assert any(op.startswith("UCGABAR") for op in ops)               # the cluster barriers (set-up, exit)
+
+
+# ---- the launch ---------------------------------------------------------------------------------------
+def test_a_cluster_split_unit_is_one_tile_of_the_whole_cluster():
+    plain = SimpleNamespace(tile_m=128, tile_n=128, cluster=1, cluster_rows=1)
+    split = SimpleNamespace(tile_m=128, tile_n=128, cluster=4, cluster_rows=1)
+    plan = SimpleNamespace(m=128, n=768)
+    assert grid(HGEMM, plain, plan, 132) == (6, 1, 1)
+    assert grid(HGEMM, split, plan, 132) == (24, 1, 1)                   # 6 tiles x 4 K slices
+    # more tiles than clusters fit: 33 clusters walk them (persistent)
+    assert grid(HGEMM, split, SimpleNamespace(m=4096, n=4096), 132) == (132, 1, 1)
+
+
+@needs_tools
+def test_the_build_reports_cluster_rows_apart_from_the_cluster():
+    from asmgemm.runtime.build_cache import launch_geometry
+    geo = launch_geometry(HGEMM, _build({**SPLIT, "CLUSTER_K": 4}))
+    assert geo["cluster"] == 4 and geo["cluster_rows"] == 1
+    geo = launch_geometry(HGEMM, _build({"CLUSTER_M": 2}))
+    assert geo["cluster"] == 2 and geo["cluster_rows"] == 2
+
+
+def test_cluster_rows_must_divide_the_cluster(tmp_path):
+    from asmgemm.runtime.build_cache import launch_geometry
+    spec = SimpleNamespace(spec_file="k.toml", name="k", source=SimpleNamespace(name="k.sasm"),
+                           launch=SimpleNamespace(threads="T", tile_m="T", tile_n="T", smem_bytes="S",
+                                                  box_rows_a=None, box_rows_b=None, box_rows_c=None,
+                                                  cluster="C", cluster_rows="R"))
+    result = SimpleNamespace(constants={"T": 128, "S": 0, "C": 4, "R": 3})
+    with pytest.raises(AsmError, match="does not divide"):
+        launch_geometry(spec, result)
+
+
+# ---- the untuned choice -------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape,layout,ck", [
+    ((128, 768, 3072), "nn", 4), ((512, 768, 3072), "nn", 4), ((128, 3584, 3584), "nn", 4),
+    ((128, 4096, 4096), "nn", 2),            # 32 tiles: 32 clusters of 4 would not all fit at once
+    ((256, 4096, 4096), "nn", 2), ((128, 4096, 11008), "nn", 2),
+    ((128, 11008, 4096), "nn", None),        # 86 tiles: 2 a cluster would be more blocks than SMs
+    ((128, 768, 768), "nn", None),           # short K: the exchange costs more than it saves
+    ((16, 768, 3072), "nn", 4),              # swapped (C_T), BN = 16
+    ((16, 4096, 4096), "nn", None),          # swapped, 32 units
+    ((4096, 4096, 4096), "nn", None),
+])
+@pytest.mark.parametrize("name", ["hgemm", "bgemm", "hgemm_f32c"])
+def test_untuned_calls_split_k_in_clusters_where_they_fit(name, shape, layout, ck):
+    spec = get_spec(name)
+    chosen = untuned_size_rule(spec, *shape, layout, 132)
+    assert chosen.get("CLUSTER_K") == ck
+    if ck:
+        assert chosen["CLUSTER_M"] == 1
+        assert untuned_split(spec, *shape, 132, layout) is None        # never both ways at once
+
+
+def test_split_k_pass_is_left_to_the_deep_256_wide_shapes():
+    assert untuned_split(HGEMM, 512, 4096, 11008, 132).splits == 2
+    assert "CLUSTER_K" not in untuned_size_rule(HGEMM, 512, 4096, 11008, "nn", 132)
+
+
+@pytest.mark.parametrize("shape,expect", [
+    ((128, 768, 3072), {"C_T": 1, "BN": 32}),        # 24 units of 32 x 4 blocks
+    ((256, 768, 3072), {"C_T": 1, "BN": 64}),        # 48 units of 32 would not fit; 24 of 64 do
+    ((128, 1024, 8192), {"C_T": 1, "BN": 64}),
+    ((512, 768, 3072), {"BN": 128}),                 # 4-block clusters would not fit swapped: rule 1a
+    ((200, 1000, 3000), {"BN": 128}),
+    ((128, 3584, 3584), {"BN": 128}),                # wide N: every kernel tile row re-reads A
+])
+def test_deep_k_into_short_n_swaps_and_splits_in_clusters_of_4(shape, expect):
+    chosen = untuned_size_rule(HGEMM, *shape, "nn", 132)
+    assert chosen["CLUSTER_K"] == 4 and {k: chosen.get(k) for k in expect} == expect, chosen
+    assert untuned_split(HGEMM, *shape, 132, "nn") is None

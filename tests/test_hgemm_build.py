@@ -525,6 +525,8 @@ BN_CHOICES = [
     ((512, 4096, 4096), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1}),        # rule 1 (128 tiles: no CLUSTER_K)
     ((512, 4096, 11008), {"BN": 256, "STAGES": 4, "CLUSTER_M": 2}),       # rule 0: deep K, split 2
     ((256, 4096, 14336), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1, "CLUSTER_K": 2}),   # too few tiles for rule 0: 1a
+    ((1024, 1024, 1024), {"BN": 64, "STAGES": 8, "CLUSTER_M": 1, "GROUP_M": 4}),       # rule 1b: 128 tiles of 64
+    ((512, 2304, 768), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1}),         # 144 tiles of 64: two waves
 ]
 
 

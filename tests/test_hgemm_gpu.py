@@ -183,6 +183,26 @@ def test_size_rule_runs_192_wide_tiles(shape, cluster):
     assert ran["kernel"] == "hgemm" and ran["tile"] == (128, 192) and ran["cluster"] == cluster, ran
 
 
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+@pytest.mark.parametrize("cluster", [1, 2])
+def test_64_wide_tiles(layout, cluster):
+    """BN=64 with either B orientation: one 64-column chunk of N-major B (a cluster's two blocks load
+    half its k-rows each), 64 rows of K-major B; edges, bf16, beta, column-major C, wide stores."""
+    params = {"BN": 64, "STAGES": 8, "CLUSTER_M": cluster, "C_T": 0}
+    _check(515, 1000, 300, layout, params=params)
+    _check(130, 385, 129, layout, dtype="bfloat16", params=params)
+    _check(257, 200, 96, layout, alpha=0.5, beta=-1.5, params=params)
+    _check(257, 200, 96, layout, c_order="F", params=params)
+
+
+@pytest.mark.parametrize("shape", [(1024, 1024, 1024), (768, 768, 1536), (1009, 1013, 1019)])
+def test_size_rule_runs_64_wide_tiles(shape):
+    """Few 128-wide tiles with K < 2048: 64-wide ones, one wave of them."""
+    _check(*shape)
+    ran = last_launch()
+    assert ran["tile"] == (128, 64) and not ran["c_trans"] and ran["cluster"] == 1, ran
+
+
 def test_large_square():
     _check(2048, 2048, 2048)
 

@@ -93,14 +93,14 @@ SWAPPED_RULE = {"CLUSTER_M": 1, "GROUP_M": 4, "C_T": 1}
     ((16, 4096, 4096), "tn", {"BN": 128, "STAGES": 6, "CLUSTER_M": 1, "CLUSTER_K": 2}),  # A M-major: not swapped
     ((65, 4096, 4096), "nn", {"BN": 128, "STAGES": 6, "CLUSTER_M": 1, "CLUSTER_K": 2}),
     ((16, 768, 3072), "nn", {"BN": 16, "STAGES": 10, "CLUSTER_K": 4, **SWAPPED_RULE}),   # deep K: K split in clusters
-    ((16, 768, 1536), "nn", {"BN": 128, "STAGES": 6, "CLUSTER_M": 1}),      # between: neither
+    ((16, 768, 1536), "nn", {"BN": 64, "STAGES": 8, "CLUSTER_M": 1, "GROUP_M": 4}),     # between: neither swap nor split
     # up to 1024 rows at K <= 1024 where the swapped 32-wide units fit on the SMs
     ((128, 768, 768), "nn", {"BN": 16, "STAGES": 10, **SWAPPED_RULE}),
     ((512, 768, 768), "nn", {"BN": 32, "STAGES": 8, **SWAPPED_RULE}),
     ((128, 3072, 768), "nt", {"BN": 32, "STAGES": 8, **SWAPPED_RULE}),
     ((512, 2304, 768), "nn", {"BN": 128, "STAGES": 6, "CLUSTER_M": 1}),     # 288 units of 32: not swapped
-    ((1024, 1024, 1024), "nn", {"BN": 128, "STAGES": 6, "CLUSTER_M": 1}),
-    ((128, 768, 768), "tn", {"BN": 128, "STAGES": 6, "CLUSTER_M": 1}),      # A M-major
+    ((1024, 1024, 1024), "nn", {"BN": 64, "STAGES": 8, "CLUSTER_M": 1, "GROUP_M": 4}),   # size rule 1b
+    ((128, 768, 768), "tn", {"BN": 64, "STAGES": 8, "CLUSTER_M": 1, "GROUP_M": 4}),      # A M-major
 ])
 @pytest.mark.parametrize("name", ["hgemm", "bgemm", "hgemm_f32c"])
 def test_untuned_choice_of_small_m(name, shape, layout, expect):
@@ -130,8 +130,9 @@ SWAPPED = {"C_T": 1, "TRANS_A": 1, "TRANS_B": 1, "CLUSTER_M": 1, "STAGES": 8}
 
 
 def test_small_bn_needs_k_major_b_and_c_t_no_split_or_wide_c():
-    with pytest.raises(AsmError, match="16, 32 or 64 only with K-major B"):
+    with pytest.raises(AsmError, match="16 or 32 only with K-major B"):
         _build({**SWAPPED, "TRANS_B": 0, "BN": 16})
+    _build({**SWAPPED, "TRANS_B": 0, "BN": 64})          # one 64-column chunk of N-major B
     with pytest.raises(AsmError, match="C_T stores the kernel's C transposed"):
         _build({**SWAPPED, "BN": 16, "SPLIT_K": 1})
     with pytest.raises(AsmError, match="C_T: the transposed store"):

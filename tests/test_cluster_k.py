@@ -148,7 +148,10 @@ def test_untuned_calls_split_k_in_clusters_where_they_fit(name, shape, layout, c
 
 
 def test_split_k_pass_is_left_to_the_deep_256_wide_shapes():
-    assert untuned_split(HGEMM, 512, 4096, 11008, 132).splits == 2
+    assert untuned_split(HGEMM, 384, 4096, 11008, 132).splits == 2
+    assert "CLUSTER_K" not in untuned_size_rule(HGEMM, 384, 4096, 11008, "nn", 132)
+    # an even number of tile rows runs 128-wide tiles in clusters instead (size rule 0m), unsplit
+    assert untuned_split(HGEMM, 512, 4096, 11008, 132) is None
     assert "CLUSTER_K" not in untuned_size_rule(HGEMM, 512, 4096, 11008, "nn", 132)
 
 

@@ -531,8 +531,12 @@ BN_CHOICES = [
     ((8192, 8192, 8192), {}),                                             # 21 x 50 > 16 x 64
     ((8192, 1024, 8192), {}),                                             # 3 x 50 > 2 x 64
     ((2048, 2048, 2048), {"CLUSTER_M": 1, "GROUP_M": 4}),                 # 2 x 50 > 1 x 64; rule 3
-    ((512, 4096, 4096), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1}),        # rule 1 (128 tiles: no CLUSTER_K)
-    ((512, 4096, 11008), {"BN": 256, "STAGES": 4, "CLUSTER_M": 2}),       # rule 0: deep K, split 2
+    ((512, 4096, 4096), {"BN": 128, "STAGES": 6, "CLUSTER_M": 2}),        # rule 0m: 4 tile rows, one wave of 128
+    ((512, 4096, 11008), {"BN": 128, "STAGES": 6, "CLUSTER_M": 2}),       # rule 0m, unsplit
+    ((512, 3584, 18944), {"BN": 128, "STAGES": 6, "CLUSTER_M": 2}),       # rule 0m: 112 tiles
+    ((384, 4096, 11008), {"BN": 256, "STAGES": 4, "CLUSTER_M": 2}),       # 3 tile rows: rule 0, deep K, split 2
+    ((256, 4096, 4096), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1, "CLUSTER_K": 2}),    # 64 tiles of 128: 1a
+    ((512, 4096, 2048), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1}),        # K < 4096: not 0m, rule 1
     ((256, 4096, 14336), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1, "CLUSTER_K": 2}),   # too few tiles for rule 0: 1a
     ((1024, 1024, 1024), {"BN": 64, "STAGES": 8, "CLUSTER_M": 1, "GROUP_M": 4}),       # rule 1b: 128 tiles of 64
     ((512, 2304, 768), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1}),         # 144 tiles of 64: two waves
@@ -578,12 +582,14 @@ def test_activation_warps_fit_the_producers_registers(act):
     assert sum("MUFU" in ln for ln in loop) >= 8 and sum("STS.128" in ln for ln in loop) == 1
 
 
-@pytest.mark.parametrize("shape,splits", [((512, 4096, 11008), 2), ((512, 3584, 18944), 2), ((512, 4096, 4096), None),
+@pytest.mark.parametrize("shape,splits", [((384, 4096, 11008), 2), ((300, 3584, 18944), 2), ((512, 4096, 4096), None),
+                                          ((512, 4096, 11008), None), ((512, 3584, 18944), None),  # size rule 0m
                                           ((256, 4096, 14336), None), ((96, 4096, 14336), None),  # CLUSTER_K
                                           ((16, 4096, 14336), None)])      # swapped (swap rule): no split
 def test_split_rule_halves_deep_k_on_256_wide_tiles(shape, splits):
-    """Size rule 0's shapes split 2 ways on 256-wide tiles (2 x 64 units on 132 SMs); rule 1's BN=128
-    tiles with deep K split inside clusters (size rule 1a, CLUSTER_K), not by the partial pass."""
+    """Size rule 0's shapes split 2 ways on 256-wide tiles (2 x 64 units on 132 SMs), those with an
+    even number of tile rows excepted (size rule 0m: unsplit 128-wide tiles in clusters); rule 1's
+    BN=128 tiles with deep K split inside clusters (size rule 1a, CLUSTER_K), not by the partial pass."""
     from asmgemm.kernel_spec import get_spec
     from asmgemm.runtime.split_k import untuned_split
     split = untuned_split(get_spec("hgemm"), *shape, 132)

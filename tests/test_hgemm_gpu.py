@@ -203,6 +203,27 @@ def test_size_rule_runs_64_wide_tiles(shape):
     assert ran["tile"] == (128, 64) and not ran["c_trans"] and ran["cluster"] == 1, ran
 
 
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+def test_128_wide_tiles_in_clusters(layout):
+    """BN=128 with CLUSTER_M=2 (size rule 0m): each block of a cluster loads one of B's two 64-column
+    chunks (N-major) or 64 of its rows (K-major) into both; edges, bf16, beta, column-major C."""
+    params = {"BN": 128, "STAGES": 6, "CLUSTER_M": 2, "C_T": 0}
+    _check(515, 1000, 300, layout, params=params)
+    _check(130, 385, 129, layout, dtype="bfloat16", params=params)
+    _check(257, 200, 96, layout, alpha=0.5, beta=-1.5, params=params)
+    _check(257, 200, 96, layout, c_order="F", params=params)
+
+
+@pytest.mark.parametrize("shape,dtype", [((512, 4096, 4096), "float16"), ((500, 3584, 8200), "float16"),
+                                         ((512, 4096, 11008), "bfloat16")])
+def test_size_rule_runs_128_wide_tiles_in_clusters_for_even_tile_rows(shape, dtype):
+    """An even number of tile rows whose 128-wide tiles fill one wave, deep K: unsplit 128x128 tiles
+    in clusters of two tile rows (the last row of 500 partly outside M)."""
+    _check(*shape, dtype=dtype)
+    ran = last_launch()
+    assert ran["tile"] == (128, 128) and ran["cluster"] == 2 and ran["splits"] == 1 and not ran["c_trans"], ran
+
+
 def test_large_square():
     _check(2048, 2048, 2048)
 

@@ -594,3 +594,27 @@ def test_split_rule_halves_deep_k_on_256_wide_tiles(shape, splits):
     from asmgemm.runtime.split_k import untuned_split
     split = untuned_split(get_spec("hgemm"), *shape, 132)
     assert (split.splits if split else None) == splits
+
+
+def test_split_rule_and_size_rule_agree_on_which_shapes_split():
+    """The split rule repeats size rule 0m's condition (split rules see M, N, K and SMS, not the
+    size rule's choice): over a grid of shapes, a split launch runs exactly size rule 0's 256-wide
+    clustered tiles, and size rule 0m's 128-wide clustered tiles are never split."""
+    from asmgemm.kernel_spec import get_spec
+    from asmgemm.runtime.split_k import untuned_split
+    spec = get_spec("hgemm")
+    rule0 = {"BN": 256, "STAGES": 4, "CLUSTER_M": 2}
+    rule0m = {"BN": 128, "STAGES": 6, "CLUSTER_M": 2}
+    seen = set()
+    for m in range(64, 1281, 64):
+        for n in (1000, 1024, 2048, 2304, 3000, 3584, 4096, 4224, 5000, 6144, 8192):
+            for k in (2048, 4096, 8192, 11008, 18944):
+                chosen = get_spec("hgemm").size_rule(m, n, k, 132)
+                split = untuned_split(spec, m, n, k, 132)
+                if split is not None:
+                    assert chosen == rule0 and split.splits == 2, (m, n, k, chosen)
+                    seen.add("split")
+                if chosen == rule0m:
+                    assert split is None, (m, n, k)
+                    seen.add("0m")
+    assert seen == {"split", "0m"}             # the grid reaches both rules

@@ -163,16 +163,21 @@ def test_odd_leading_dimensions_are_copied_not_refused():
     _check(100, 61, 7, "tn")
 
 
+def _check_tile_shape(layout, params):
+    """One tile configuration over edges in M, N and K, bf16, alpha/beta and a column-major C."""
+    _check(515, 1000, 300, layout, params=params)
+    _check(130, 385, 129, layout, dtype="bfloat16", params=params)
+    _check(257, 200, 96, layout, alpha=0.5, beta=-1.5, params=params)
+    _check(257, 200, 96, layout, c_order="F", params=params)
+
+
 @pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
 @pytest.mark.parametrize("cluster", [1, 2])
 def test_192_wide_tiles(layout, cluster):
     """BN=192: three 64-column chunks of B, which a cluster's two blocks load by halves of their
     k-rows (N-major B) or 96 rows each (K-major); edges in M, N and K, bf16, beta, column-major C."""
     params = {"BN": 192, "STAGES": 4, "CLUSTER_M": cluster}
-    _check(515, 1000, 300, layout, params=params)
-    _check(130, 385, 129, layout, dtype="bfloat16", params=params)
-    _check(257, 200, 96, layout, alpha=0.5, beta=-1.5, params=params)
-    _check(257, 200, 96, layout, c_order="F", params=params)
+    _check_tile_shape(layout, params)
 
 
 @pytest.mark.parametrize("shape,cluster", [((512, 4608, 3584), 2), ((4096, 2304, 768), 1)])
@@ -189,10 +194,7 @@ def test_64_wide_tiles(layout, cluster):
     """BN=64 with either B orientation: one 64-column chunk of N-major B (a cluster's two blocks load
     half its k-rows each), 64 rows of K-major B; edges, bf16, beta, column-major C, wide stores."""
     params = {"BN": 64, "STAGES": 8, "CLUSTER_M": cluster, "C_T": 0}
-    _check(515, 1000, 300, layout, params=params)
-    _check(130, 385, 129, layout, dtype="bfloat16", params=params)
-    _check(257, 200, 96, layout, alpha=0.5, beta=-1.5, params=params)
-    _check(257, 200, 96, layout, c_order="F", params=params)
+    _check_tile_shape(layout, params)
 
 
 @pytest.mark.parametrize("shape", [(1024, 1024, 1024), (768, 768, 1536), (1009, 1013, 1019)])
@@ -208,10 +210,7 @@ def test_128_wide_tiles_in_clusters(layout):
     """BN=128 with CLUSTER_M=2 (size rule 0m): each block of a cluster loads one of B's two 64-column
     chunks (N-major) or 64 of its rows (K-major) into both; edges, bf16, beta, column-major C."""
     params = {"BN": 128, "STAGES": 6, "CLUSTER_M": 2, "C_T": 0}
-    _check(515, 1000, 300, layout, params=params)
-    _check(130, 385, 129, layout, dtype="bfloat16", params=params)
-    _check(257, 200, 96, layout, alpha=0.5, beta=-1.5, params=params)
-    _check(257, 200, 96, layout, c_order="F", params=params)
+    _check_tile_shape(layout, params)
 
 
 @pytest.mark.parametrize("shape,dtype", [((512, 4096, 4096), "float16"), ((500, 3584, 8200), "float16"),

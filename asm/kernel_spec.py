@@ -37,9 +37,17 @@ A table (every key is checked; an unknown one is an error, so a typo never passe
     reduce = "splitk_reduce.sasm"       # the reduction kernel, relative to the spec file
     k_multiple = 16                     # k_chunk is a multiple of this (default 16; hgemm: 64)
                                         # (grid "tiles": z = splits; "persistent": S copies of the walk)
+    cluster_switch = "CLUSTER_K"        # optional, grid "tiles": on targets with clusters (sm_90+) a
+                                        # split of S <= 8 is one launch instead, built with
+                                        # CLUSTER_K=S and SPLIT_K=0: grid z = S, the S blocks of a tile
+                                        # one cluster (.reqnctapercluster 1, 1, S) adding their sums
+                                        # in rank order; no workspace, no reduce kernel
     [[NAME.split_k.rule]]               # the untuned number of splits S: the first rule whose
     when = "M * N <= 65536"             # `when` holds gives `splits` (an expression in M, N, K,
     splits = "min(K // 256, 8)"         # SMS); none, or S <= 1: no split
+    # or: candidates and a cost model, the candidate of least `cost` (an expression in M, N, K,
+    # SMS and S, the candidate) wins, the earlier one on a tie:
+    #   splits = [1, 2, 3, 4]; cost = "ceil_div(ceil_div(M, 128) * ceil_div(N, 128) * S, SMS) * K / S"
     [[NAME.route]]                      # optional: an untuned 2-D call (no params=) runs another
     when = "M <= 16 and TRANS_B == 0"   # kernel of the same dtypes where `when` holds (sizes and
     kernel = "sgemm_skinny"             # this kernel's call parameters); the first that holds wins
@@ -130,7 +138,7 @@ SIZE_NAMES = ("M", "N", "K", "SMS")
 
 _TOP_KEYS = {"source", "entry", "summary", "dtypes", "targets", "abi", "call_params", "defines", "rel_err_limit",
              "launch", "size_rule", "like", "split_k", "route", "swap_rule"}
-_SPLIT_K_KEYS = {"switch", "reduce", "rule", "k_multiple"}
+_SPLIT_K_KEYS = {"switch", "reduce", "rule", "k_multiple", "cluster_switch"}
 # what a kernel with a split_k table must take: the partial pass's k extent and slice distance
 SPLIT_K_ABI = ("k_chunk", "split_stride")
 _LAUNCH_KEYS = {"threads", "tile_m", "tile_n", "smem_bytes", "grid", "box_rows_a", "box_rows_b", "box_rows_c",
@@ -216,21 +224,35 @@ class SwapRule:
 
 @dataclass(frozen=True)
 class SplitRule:
-    """One `[[NAME.split_k.rule]]`: where `when` holds, `splits` is the number of K splits."""
+    """One `[[NAME.split_k.rule]]`: where `when` holds, `splits` is the number of K splits: an
+    expression, or (with `cost`) the candidate whose modelled cost is least, so that the model a
+    rule was fitted with stays readable in the spec instead of being folded into a formula."""
 
     when: str
-    splits: str
+    splits: str | tuple[int, ...]
     when_tree: object = field(compare=False, repr=False, default=None)
     splits_tree: object = field(compare=False, repr=False, default=None)
+    cost: str | None = None
+    cost_tree: object = field(compare=False, repr=False, default=None)
 
     def holds(self, m: int, n: int, k: int, sms: int) -> bool:
         return bool(_evaluate_sizes(self.when_tree, m, n, k, sms))
 
     def count(self, m: int, n: int, k: int, sms: int) -> int:
+        if self.cost_tree is not None:
+            return min(self.splits, key=lambda s: self.cost_of(m, n, k, sms, s))    # min keeps the first tie
         value = _evaluate_sizes(self.splits_tree, m, n, k, sms)
         if isinstance(value, bool) or not isinstance(value, int):
             raise AsmError(f"split_k rule: splits = '{self.splits}' gave {value!r} for M={m} N={n} K={k} SMS={sms}, "
                            "not an integer", hint="use // and ceil_div for integer division")
+        return value
+
+    def cost_of(self, m: int, n: int, k: int, sms: int, s: int) -> float:
+        """The rule's modelled cost of S = s splits (the rule must have a `cost`)."""
+        value = _evaluate_sizes(self.cost_tree, m, n, k, sms, {"S": s}, "a split rule's cost")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise AsmError(f"split_k rule: cost = '{self.cost}' gave {value!r} for M={m} N={n} K={k} SMS={sms} S={s}, "
+                           "not a number")
         return value
 
 
@@ -245,6 +267,9 @@ class SplitK:
     # k_chunk is a multiple of this: whole K tiles of the partial pass's kernel (sgemm: BK <= 16;
     # hgemm: BK = 64, its TMA box origins along K)
     k_multiple: int = 16
+    # the kernel parameter that splits K over a cluster of S blocks along grid z instead (None: the
+    # kernel has no such mode; runtime/split_k.py, cluster_splits)
+    cluster_switch: str | None = None
 
     def splits(self, m: int, n: int, k: int, sms: int) -> int:
         """The untuned number of splits for an M x N x K launch (1: none)."""
@@ -319,9 +344,15 @@ class KernelSpec:
                 "defines": dict(self.defines), "spec_file": str(self.spec_file),
                 "split_k": None if self.split_k is None else {
                     "switch": self.split_k.switch, "reduce": str(self.split_k.reduce),
-                    "rules": [{"when": r.when, "splits": r.splits} for r in self.split_k.rules]},
+                    "rules": [_split_rule_json(r) for r in self.split_k.rules]},
                 "routes": [{"when": r.when, "kernel": r.kernel} for r in self.routes],
                 "swap_rules": [{"when": r.when} for r in self.swap_rules]}
+
+
+def _split_rule_json(r: SplitRule) -> dict:
+    if r.cost is None:
+        return {"when": r.when, "splits": r.splits}
+    return {"when": r.when, "splits": list(r.splits), "cost": r.cost}
 
 
 # ---- reading spec files --------------------------------------------------------------------------
@@ -509,15 +540,40 @@ def _split_k(path: Path, source: SourceFile, where: str, t, abi: list[str], call
     if not isinstance(k_multiple, int) or isinstance(k_multiple, bool) or not 1 <= k_multiple <= 4096 \
             or k_multiple & (k_multiple - 1):
         fail(f"k_multiple: {k_multiple!r} is not a power of two from 1 to 4096")
-    return SplitK(switch, reduce, tuple(_split_rule(source, where, i, r) for i, r in enumerate(rules)), k_multiple)
+    cluster_switch = t.get("cluster_switch")
+    if cluster_switch is not None:
+        cluster_switch = _str(cluster_switch, f"{where} split_k.cluster_switch")
+        if not cluster_switch.isidentifier() or cluster_switch == switch:
+            fail(f"cluster_switch: '{cluster_switch}' is not a parameter name other than the switch")
+        if cluster_switch in calls or cluster_switch in defines:
+            fail(f"cluster_switch: '{cluster_switch}' is also a "
+                 f"{'call parameter' if cluster_switch in calls else 'define'}; the runtime sets it per launch")
+    return SplitK(switch, reduce, tuple(_split_rule(source, where, i, r) for i, r in enumerate(rules)), k_multiple,
+                  cluster_switch)
+
+
+MAX_SPLIT_CANDIDATES = 64
 
 
 def _split_rule(source: SourceFile, where: str, i: int, r) -> SplitRule:
-    if not isinstance(r, dict) or set(r) != {"when", "splits"}:
-        raise AsmError(f"{where} split_k.rule[{i}]: a table with exactly 'when' and 'splits'")
-    when = _str(r["when"], f"{where} split_k.rule[{i}].when")
-    splits = _str(r["splits"], f"{where} split_k.rule[{i}].splits")
-    rule = SplitRule(when, splits, _located_expression(source, when), _located_expression(source, splits))
+    at = f"{where} split_k.rule[{i}]"
+    if not isinstance(r, dict) or set(r) not in ({"when", "splits"}, {"when", "splits", "cost"}):
+        raise AsmError(f"{at}: a table with 'when' and 'splits' (and optionally 'cost')")
+    when = _str(r["when"], f"{at}.when")
+    if "cost" not in r:
+        splits = _str(r["splits"], f"{at}.splits")
+        rule = SplitRule(when, splits, _located_expression(source, when), _located_expression(source, splits))
+    else:
+        cands = r["splits"]
+        if not isinstance(cands, list) or not 1 <= len(cands) <= MAX_SPLIT_CANDIDATES \
+                or any(isinstance(c, bool) or not isinstance(c, int) or not 1 <= c <= 4096 for c in cands):
+            raise AsmError(f"{at}.splits: with 'cost', a list of 1 to {MAX_SPLIT_CANDIDATES} candidate split "
+                           f"counts (integers from 1 to 4096), not {cands!r}")
+        if len(set(cands)) != len(cands):
+            raise AsmError(f"{at}.splits: candidate {next(c for c in cands if cands.count(c) > 1)} is listed twice")
+        cost = _str(r["cost"], f"{at}.cost")
+        rule = SplitRule(when, tuple(cands), _located_expression(source, when), None, cost,
+                         _located_expression(source, cost))
     rule.holds(1, 1, 1, 1)      # unknown names fail now, at load
     rule.count(1, 1, 1, 1)
     return rule

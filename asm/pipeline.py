@@ -20,7 +20,7 @@ from .emit import EmittedPtx, LineLayout, TRACE_MODES, emit_ptx
 from .errors import AsmError, Note
 from .expand import ExpandResult, expand
 from .isa.arch import (DEFAULT_TARGET, FEATURE_USES, SUPPORTED_TARGETS, arch_for, check_features,
-                       required_features)
+                       instruction_features, required_features)
 from .parse import parse_source
 from .parse_fast import PLAIN_PTX_NODES
 from .regalloc import Allocation, allocate
@@ -134,7 +134,7 @@ def _build(source: SourceFile, options: BuildOptions | None) -> BuildResult:
         arch_for(options.target)           # an unknown target: AsmError listing the supported ones
     tree = parse_source(source)
     result: ExpandResult = expand(tree, options.defines, options.include_dirs)
-    module = result.module
+    module = _without_unit_clusters(result.module)
     target = choose_target(module, options.target)
     allocated, allocation = allocate(module, target)
     scheduled, report = _schedule(allocated, target, options)
@@ -171,6 +171,26 @@ def _schedule(module: ir.Module, target: str, options: BuildOptions):
 
 
 _FEATURE_SREGS = frozenset(u.sreg for u in FEATURE_USES if u.sreg)
+
+
+def _without_unit_clusters(module: ir.Module) -> ir.Module:
+    """The module with `.reqnctapercluster 1, 1, 1` left out of every function that uses no other
+    cluster feature: a launch without clusters is a cluster of one block (PTX ISA,
+    "Cluster of Cooperative Thread Arrays"), so the directive asks for nothing, and leaving it out
+    lets one source build for targets without clusters (gemm_skinny.sasm: `.reqnctapercluster
+    1, 1, {CLUSTER_K}`, CLUSTER_K = 1 on sm_80). A function that also uses cluster instructions
+    (hgemm.sasm with CLUSTER = 1) keeps it: what it was written for stays in its PTX."""
+    def unit(perf: str) -> bool:
+        word, _, rest = perf.partition(" ")
+        return word == ".reqnctapercluster" and [v.strip() for v in rest.split(",")] == ["1", "1", "1"]
+    items, changed = [], False
+    for item in module.items:
+        if isinstance(item, ir.Function) and any(unit(p) for p in item.perf) and not any(
+                "clusters" in instruction_features(ins) for ins in item.instructions()):
+            item = dataclasses.replace(item, perf=[p for p in item.perf if not unit(p)])
+            changed = True
+        items.append(item)
+    return module.copy_with(items=items) if changed else module
 
 
 def _feature_sample(module: ir.Module) -> ir.Module:

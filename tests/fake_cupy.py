@@ -289,7 +289,13 @@ def interpreting_kernel(launches: list, dtype=np.float64) -> Callable[[str, str]
                     prod = (a.T if ta else a) @ (b.T if tb else b)
                     c[...] = float(v["alpha"]) * prod + (float(v["beta"]) * c if float(v["beta"]) != 0 else 0.0)
                 return
-            assert grid[2] == 1 or defines.get("BATCHED", "0") == "1", "grid z > 1 without a batch or split"
+            cluster_k = int(defines.get("CLUSTER_K", "1"))
+            if cluster_k > 1:
+                # a split summed inside clusters (gemm_skinny.sasm's CLUSTER_K): grid z is the
+                # cluster's S blocks of a tile, which together compute the whole of C
+                assert grid[2] == cluster_k and defines.get("BATCHED", "0") != "1", "a cluster split's grid z is S"
+            else:
+                assert grid[2] == 1 or defines.get("BATCHED", "0") == "1", "grid z > 1 without a batch or split"
             # a batched build (BATCHED=1) runs grid z batches, each pointer stepped by its batch stride
             batches = int(grid[2]) if defines.get("BATCHED", "0") == "1" else 1
             for z in range(batches):

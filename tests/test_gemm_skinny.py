@@ -174,11 +174,20 @@ def test_gemm_launches_the_routed_kernel_and_says_so(fake_fp32_gemm):
     _gemm(3, 300, 200)                         # K < 512: no split; 3 column blocks of 128, one of MR = 4 rows
     assert last_launch() == {"kernel": "sgemm_skinny", "entry": "gemm_skinny", "grid": (3, 1, 1),
                              "block": (256, 1, 1), "tile": (4, 128), "cluster": 1, "splits": 1,
-                             "c_trans": False}
+                             "reduce": None, "c_trans": False}
     assert launches[-1][0] == (3, 1, 1)
-    _gemm(1, 4096, 4096)                       # 32 column blocks: S = min(16, ceil(264 / 32)) = 9 -> 8 of 512
+    # 32 column blocks: S = min(16, ceil(264 / 32)) = 9 -> 8 of 512; on sm_90 (the stand-in's) the 8
+    # blocks of a column block are one cluster adding their sums: one launch, no reduce kernel
+    n_before = len(launches)
+    _gemm(1, 4096, 4096)
     assert last_launch()["kernel"] == "sgemm_skinny" and last_launch()["splits"] == 8
-    assert launches[-2][0] == (32, 1, 8)       # the partial pass, then the reduce
+    assert last_launch()["reduce"] == "cluster" and last_launch()["cluster"] == 8
+    assert len(launches) == n_before + 1 and launches[-1][0] == (32, 1, 8)
+    # S > 8 (the portable cluster size) keeps the partial pass and the reduce
+    n_before = len(launches)
+    _gemm(1, 256, 8192, kernel="sgemm_skinny", params={"SPLIT_K": 16})
+    assert last_launch()["splits"] == 16 and last_launch()["reduce"] == "kernel"
+    assert len(launches) == n_before + 2 and launches[-2][0] == (2, 1, 16)
 
 
 @pytest.mark.toolchain
@@ -207,3 +216,18 @@ def test_bench_names_the_routed_kernel_and_its_split(monkeypatch):
     runner._note_route(row, get_spec("sgemm"))
     assert row.ran == "sgemm_skinny" and row.params == {"SPLIT_K": 8}
     assert row.to_json()["ran"] == "sgemm_skinny" and row.to_json()["kernel"] == "sgemm"
+
+
+@pytest.mark.toolchain
+@needs_tools
+def test_params_naming_the_cluster_switch_as_1_take_the_reduce(fake_fp32_gemm):
+    """params={'CLUSTER_K': 1} keeps a split of <= 8 on the workspace and the reduce kernel (what
+    tools/variant_ab.py compares the cluster's sums against)."""
+    from asmgemm.runtime.gemm import last_launch
+    _, launches = fake_fp32_gemm
+    n_before = len(launches)
+    _gemm(2, 512, 2048, kernel="sgemm_skinny", params={"SPLIT_K": 4, "CLUSTER_K": 1})
+    assert last_launch()["reduce"] == "kernel" and last_launch()["splits"] == 4
+    assert len(launches) == n_before + 2
+    _gemm(2, 512, 2048, kernel="sgemm_skinny", params={"SPLIT_K": 4})
+    assert last_launch()["reduce"] == "cluster" and len(launches) == n_before + 3

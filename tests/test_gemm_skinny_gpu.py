@@ -72,9 +72,28 @@ def test_transposed_a_alpha_beta(cuda_gpu, layout, m, n, k):
 @pytest.mark.parametrize("splits", [2, 3, 7])
 @pytest.mark.parametrize("mr", [4, 16])
 def test_forced_splits(cuda_gpu, splits, mr):
-    """k_chunk is whole rounds of 256: K = 2000 with S = 7 gives 7 splits of 256 and one short last one."""
+    """k_chunk is whole rounds of 256: K = 2000 with S = 7 gives 4 splits of 512, the last one short
+    (on sm_90 these run in clusters: test_splits_in_clusters_and_through_the_reduce)."""
     _check(cuda_gpu, 3, 700, 2000, kernel="sgemm_skinny", params={"SPLIT_K": splits, "MR": mr})
     _check(cuda_gpu, 3, 700, 2000, kernel="sgemm_skinny", params={"SPLIT_K": splits, "MR": mr}, alpha=2.0, beta=0.5)
+
+
+@pytest.mark.parametrize("mr", [4, 8, 16])
+@pytest.mark.parametrize("k,splits,reduce", [(4000, 16, "kernel"), (4000, 8, "cluster"), (1000, 8, "cluster"),
+                                             (3000, 5, "cluster"), (300, 2, "cluster")])
+def test_splits_in_clusters_and_through_the_reduce(cuda_gpu, mr, k, splits, reduce):
+    """On sm_90 a split of at most 8 adds its blocks' sums inside a cluster (CLUSTER_K, one launch);
+    16 splits of K = 4000 take the workspace and the reduce kernel. K = 1000 asked for 8 splits gets
+    4 of 256 (k_chunk is whole rounds), K = 3000 in 5 leaves the last rank one short round, K = 300
+    in 2 a rank of 44. Rows past M and columns past N (13 of 16 rows, 700 columns) too."""
+    from asmgemm.runtime.gemm import last_launch
+    for alpha, beta in ((1.0, 0.0), (2.0, 0.5)):
+        _check(cuda_gpu, min(mr, 13), 700, k, kernel="sgemm_skinny", params={"SPLIT_K": splits, "MR": mr},
+               alpha=alpha, beta=beta)
+        ran = last_launch()
+        assert ran["reduce"] == reduce and ran["splits"] == ran["grid"][2] > 1, ran
+        if reduce == "cluster":
+            assert ran["cluster"] == ran["splits"], ran
 
 
 @pytest.mark.parametrize("act", [None, "relu", "gelu", "gelu_tanh", "silu"])

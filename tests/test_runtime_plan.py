@@ -146,7 +146,7 @@ def test_choose_params_precedence():
     assert choose_params(SGEMM, p_big, None, None, 132)["THREADS"] == 256
     assert choose_params(SGEMM, p_small, None, None, 132)["THREADS"] == 64
     # the measured small-problem rule: cp.async up to half as many 128x128 tiles as SMs, not above
-    few = _plan(np.zeros((1024, 64), np.float32), np.zeros((64, 1024), np.float32), np.zeros((1024, 1024), np.float32))
+    few = _plan(np.zeros((1536, 64), np.float32), np.zeros((64, 640), np.float32), np.zeros((1536, 640), np.float32))
     some = _plan(np.zeros((1280, 64), np.float32), np.zeros((64, 1280), np.float32), np.zeros((1280, 1280), np.float32))
     assert {k: choose_params(SGEMM, few, None, None, 132)[k] for k in ("THREADS", "BK", "ASYNC")} == \
         {"THREADS": 64, "BK": 16, "ASYNC": 1}
@@ -164,7 +164,8 @@ def test_choose_params_precedence():
 
 
 @pytest.mark.parametrize("mnk, expected", [
-    ((1024, 1024, 1024), {"THREADS": 64, "BK": 16, "ASYNC": 1}),     # 64 tiles <= 132/2
+    ((1024, 1024, 1024), {"THREADS": 256, "RQ": 2, "BK": 16}),       # rule 0s: <= 1024 rows, 8 x 64 tiles >= SMS
+    ((1536, 640, 1024), {"THREADS": 64, "BK": 16, "ASYNC": 1}),      # 60 tiles <= 132/2
     ((1280, 1280, 1280), {"THREADS": 64, "BK": 16}),                 # 100 tiles < 132
     ((1536, 1536, 1536), {}),                                        # 144 tiles, 72 of 256x128
     ((128, 4096, 4096), {"THREADS": 256, "RQ": 2, "BK": 16}),                   # one tile row, deep K (split 8)
@@ -178,9 +179,11 @@ def test_size_rule_branches(mnk, expected):
 
 
 def test_size_rule_scales_with_the_sm_count():
-    assert SGEMM.size_rule(1024, 1024, 1024, 128) == {"THREADS": 64, "BK": 16, "ASYNC": 1}
-    assert SGEMM.size_rule(1024, 1024, 1024, 120) == {"THREADS": 64, "BK": 16}
-    assert SGEMM.size_rule(1024, 1024, 1024, 60) == {"THREADS": 64, "BK": 16}     # rule 3: a side <= 1024
+    assert SGEMM.size_rule(1536, 640, 1024, 128) == {"THREADS": 64, "BK": 16, "ASYNC": 1}
+    assert SGEMM.size_rule(1536, 640, 1024, 100) == {"THREADS": 64, "BK": 16}
+    assert SGEMM.size_rule(1536, 640, 1024, 50) == {"THREADS": 64, "BK": 16}      # rule 3: a side <= 1024
+    assert SGEMM.size_rule(1024, 1024, 1024, 132) == {"THREADS": 256, "RQ": 2, "BK": 16}   # rule 0s
+    assert SGEMM.size_rule(1024, 1024, 1024, 600) == {"THREADS": 64, "BK": 16, "ASYNC": 1}  # 8 x 64 tiles < SMS
     assert SGEMM.size_rule(2048, 2048, 2048, 3000) == {"THREADS": 64, "BK": 16, "ASYNC": 1}
     assert SGEMM.size_rule(2048, 2048, 2048, 32)["LOAD_AHEAD"] == 1
 

@@ -263,8 +263,10 @@ def test_default_choice_by_problem_size():
     # K < 512: the source defaults (4099x4093x509 ran 0.79x cuBLAS on the BK=8 load-ahead kernel, 0.97x so)
     short = chosen(4096, 4096, 64)
     assert (short["THREADS"], short["RQ"], short.get("LOAD_AHEAD", 0)) == (256, 2, 0)
-    # a side of C at most 1024: the 64-thread BK=16 kernel (512x11008x4096 0.70x -> 0.88x)
-    assert {k: chosen(512, 11008, 4096)[k] for k in ("THREADS", "BK")} == {"THREADS": 64, "BK": 16}
+    # 65-1024 rows whose 128x128 tiles split along K fill the SMs: that kernel with BK=16 (rule 0s);
+    # more rows and at most 1024 columns: the 64-thread BK=16 kernel (4096x768x768 1.14x)
+    assert {k: chosen(512, 11008, 4096)[k] for k in ("THREADS", "RQ", "BK")} == {"THREADS": 256, "RQ": 2, "BK": 16}
+    assert {k: chosen(4096, 768, 768)[k] for k in ("THREADS", "BK")} == {"THREADS": 64, "BK": 16}
     # deep K: BK=16 only when K is a multiple of 16 and >= 2048 (no partial K tile)
     assert chosen(4096, 4096, 4096)["BK"] == 16 and chosen(2048, 2048, 2048)["BK"] == 16
     assert chosen(4096, 4096, 4096)["LOAD_AHEAD"] == 1
@@ -272,6 +274,7 @@ def test_default_choice_by_problem_size():
     assert chosen(4096, 4096, 1024)["BK"] == 8
     mid = chosen(1536, 1536, 64)              # 144 tiles of 128x128, 72 of 256x128
     assert mid["THREADS"] == 256 and mid["RQ"] == 2 and mid.get("LOAD_AHEAD", 0) == 0
-    assert chosen(1000, 1000, 64)["THREADS"] == 64
+    assert chosen(1000, 1000, 64)["THREADS"] == 256                  # rule 0s
+    assert chosen(1100, 1000, 64)["THREADS"] == 64
     explicit = _plan(np.zeros((4096, 64), np.float32), np.zeros((64, 4096), np.float32), np.zeros((4096, 4096), np.float32))
     assert choose_params(get_spec("sgemm"), explicit, {"RQ": 2}, None, 132).get("LOAD_AHEAD", 0) == 0, "params= bypass the rule"

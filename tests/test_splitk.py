@@ -45,10 +45,55 @@ def test_the_rule_splits_the_decode_shapes(m, n, k, splits):
     assert split.k_chunk % 16 == 0 and (split.splits - 1) * split.k_chunk < k <= split.splits * split.k_chunk
 
 
-@pytest.mark.parametrize("m,n,k", [(4096, 4096, 4096), (1024, 1024, 1024), (128, 18944, 3584), (16, 4096, 256),
+@pytest.mark.parametrize("m,n,k", [(4096, 4096, 4096), (1100, 1100, 1100), (1024, 4096, 4096), (16, 4096, 256),
                                    (2048, 2048, 7), (1, 1, 1)])
 def test_the_rule_leaves_large_or_shallow_problems_alone(m, n, k):
     assert split_k.choose_split(SGEMM, _plan(m, n, k), None, None, 132) is None
+
+
+# Size rule 0s's shapes: the split count is the cost model's argmin (kernels.toml, split rule 1); the
+# S that ran best in tools/data/sgemm_split_calib.json (t128s1..6), where the model agreed.
+@pytest.mark.parametrize("m,n,k,splits", [(512, 11008, 4096, 3), (512, 14336, 4096, 2), (512, 2304, 768, 3),
+                                          (1024, 1024, 1024, 4), (1000, 1000, 1000, 4), (512, 4608, 3584, 5),
+                                          (128, 3072, 768, 5), (512, 6144, 4096, 4)])
+def test_the_cost_model_picks_the_measured_split(m, n, k, splits):
+    split = split_k.choose_split(SGEMM, _plan(m, n, k), None, None, 132)
+    assert split is not None and split.splits == splits
+
+
+def test_the_cost_model_rule_agrees_with_size_rule_0s():
+    """The split rule repeats size rule 0s's condition (split rules see M, N, K and SMS only): a
+    plain call split by the model runs the 128x128 tiles, and every 0s shape is split by the model
+    or not at all, never by the 64x64 tiles' rule."""
+    model = SGEMM.split_k.rules[1]
+    assert model.cost is not None
+    for m in (65, 100, 128, 256, 500, 512, 768, 1000, 1024, 1025, 2048):
+        for n in (128, 768, 1024, 2304, 4096, 11008):
+            for k in (256, 768, 1000, 2048, 4096, 18944):
+                chosen = SGEMM.size_rule(m, n, k, 132, {"ACT": 0, "BIAS": 0, "BATCHED": 0})
+                t128 = chosen.get("THREADS") == 256 and chosen.get("RQ") == 2 and chosen.get("BK") == 16
+                rule = next((r for r in SGEMM.split_k.rules if r.holds(m, n, k, 132)), None)
+                assert (rule is model) <= t128, (m, n, k, chosen)
+                if t128 and rule is not None:
+                    assert rule in SGEMM.split_k.rules[:2], (m, n, k)
+
+
+def test_a_cost_rule_takes_the_cheapest_candidate_and_the_first_tie(tmp_path):
+    spec, = _load(tmp_path, f"""
+        [k.split_k]
+        switch = "SPLIT_K"
+        reduce = "{REDUCE}"
+        [[k.split_k.rule]]
+        when = "M <= 16"
+        splits = [1, 2, 4, 8]
+        cost = "ceil_div(32, S * M) + S"
+        """)
+    rule, = spec.split_k.rules
+    # M = 1: 33, 18, 12, 12 -> 4 (the first of the tie); M = 8: 5, 4, 5, 9 -> 2; M = 16: 3, 3, ... -> 1
+    assert [spec.split_k.splits(m, 64, 4096, 132) for m in (1, 8, 16, 17)] == [4, 2, 1, 1]
+    assert rule.cost_of(1, 64, 4096, 132, 8) == 12
+    assert spec.to_json()["split_k"]["rules"] == [{"when": "M <= 16", "splits": [1, 2, 4, 8],
+                                                   "cost": "ceil_div(32, S * M) + S"}]
 
 
 def test_split_for_never_makes_an_empty_split():
@@ -151,7 +196,19 @@ def test_a_split_k_table_loads(tmp_path):
     ('switch = "TRANS_A"\nreduce = "{r}"', "also a call parameter"),
     ('switch = "2x"\nreduce = "{r}"', "not a parameter name"),
     ('switch = "SPLIT_K"\nreduce = "{r}"\nrule = 3', "an array of tables"),
-    ('switch = "SPLIT_K"\nreduce = "{r}"\n[[k.split_k.rule]]\nwhen = "M < 2"', "exactly 'when' and 'splits'"),
+    ('switch = "SPLIT_K"\nreduce = "{r}"\n[[k.split_k.rule]]\nwhen = "M < 2"', "'when' and 'splits'"),
+    ('switch = "SPLIT_K"\nreduce = "{r}"\n[[k.split_k.rule]]\nwhen = "M < 2"\nsplits = [2, 0]\ncost = "S"',
+     "candidate split counts"),
+    ('switch = "SPLIT_K"\nreduce = "{r}"\n[[k.split_k.rule]]\nwhen = "M < 2"\nsplits = "2"\ncost = "S"',
+     "candidate split counts"),
+    ('switch = "SPLIT_K"\nreduce = "{r}"\n[[k.split_k.rule]]\nwhen = "M < 2"\nsplits = [2, 3, 2]\ncost = "S"',
+     "candidate 2 is listed twice"),
+    ('switch = "SPLIT_K"\nreduce = "{r}"\n[[k.split_k.rule]]\nwhen = "M < 2"\nsplits = [2, 3]\ncost = "S * Q"',
+     "undefined name 'Q' in a split rule's cost"),
+    ('switch = "SPLIT_K"\nreduce = "{r}"\n[[k.split_k.rule]]\nwhen = "M < 2"\nsplits = [2, 3]\ncost = "ceil_div(S, M - 1)"',
+     "division by zero in ceil_div"),
+    ('switch = "SPLIT_K"\nreduce = "{r}"\n[[k.split_k.rule]]\nwhen = "M < 2"\nsplits = "2"\ncosts = "S"',
+     "'when' and 'splits'"),
     ('switch = "SPLIT_K"\nreduce = "{r}"\n[[k.split_k.rule]]\nwhen = "Q < 2"\nsplits = "2"', "undefined name 'Q'"),
     ('switch = "SPLIT_K"\nreduce = "{r}"\n[[k.split_k.rule]]\nwhen = "M < 2"\nsplits = "K / 3"', "not an integer"),
 ])
@@ -320,10 +377,12 @@ def test_torch_tensors_get_a_torch_workspace(fake_fp32_gemm, monkeypatch):
         made.append((tuple(shape), dtype))
         return empty(shape, dtype=dtype, device=device)
     torch.empty = tracked
-    a, b = _rand(16, 1024), _rand(1024, 128, seed=5)
+    # 17 rows: sgemm itself (M <= 16 goes to sgemm_skinny, whose splits of <= 8 sum in clusters on
+    # the stand-in's sm_90, without a workspace), split 16 ways by its 64x64 tiles' rule
+    a, b = _rand(17, 1024), _rand(1024, 128, seed=5)
     out = asmgemm.gemm(torch.from_numpy(np.asarray(a)), torch.from_numpy(np.asarray(b)))
     np.testing.assert_allclose(out.numpy(), _ref(a, b, None, 1.0, 0.0, False, False), rtol=1e-4, atol=1e-3)
-    assert ((4, 16, 128), torch.float32) in made                           # S x M x N fp32 from torch
+    assert ((16, 17, 128), torch.float32) in made                          # S x M x N fp32 from torch
 
 
 # ---- asmgemm bench names the untuned split --------------------------------------------------------

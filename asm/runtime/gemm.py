@@ -285,12 +285,13 @@ class _LaunchPlan:
     """Everything a repeated call needs that does not change with the pointers and scalars."""
 
     __slots__ = ("built", "fn", "fn_key", "grid", "block", "smem", "packer", "swapped", "c_shape", "c_align",
-                 "device", "c_dtype", "split", "spec_name", "c_trans")
+                 "device", "c_dtype", "split", "spec_name", "c_trans", "cluster_splits")
 
     def __init__(self, built: BuiltKernel, fn, fn_key, grid_, packer: ArgPacker, swapped: bool, c_shape, c_align: int,
                  device: int, c_dtype: str | None = None, split: split_k.SplitLaunch | None = None,
-                 spec_name: str | None = None, c_trans: bool = False):
+                 spec_name: str | None = None, c_trans: bool = False, cluster_splits: int = 0):
         self.built, self.fn, self.fn_key = built, fn, fn_key
+        self.cluster_splits = cluster_splits    # S of a split summed inside clusters (one launch); 0: none
         self.c_trans = c_trans          # the kernel stores C^T (the swap rule's launch)
         self.spec_name = spec_name or built.name    # the kernel spec that ran (after a route)
         self.grid, self.block, self.smem = grid_, (built.threads, 1, 1), built.smem_bytes
@@ -335,15 +336,20 @@ def last_launch() -> dict | None:
     """What this process's latest asmgemm.gemm launch ran (None before the first one): the kernel
     spec ("kernel", after its routes: e.g. sgemm_skinny for a decoding shape given to sgemm), the
     entry point, the grid and block, the block's tile of C (rows, columns), the cluster size, the
-    K splits (1: none) and "c_trans" (the swap rule's launch: the kernel computed C^T and stored it
-    transposed, its tile counted in C^T's rows and columns). For reports such as `asmgemm
-    bench`'s; calls from several threads at once each overwrite it."""
+    K splits (1: none), where they were added ("reduce": "kernel", the reduce kernel after a
+    workspace; "cluster", inside clusters of that many blocks, one launch; None without a split)
+    and "c_trans" (the swap rule's launch: the kernel computed C^T and stored it transposed, its
+    tile counted in C^T's rows and columns). For reports such as `asmgemm bench`'s; calls from
+    several threads at once each overwrite it."""
     kept = _last_launch[0]
     if kept is None:
         return None
+    splits = kept.split.split.splits if kept.split is not None else max(1, kept.cluster_splits)
     return {"kernel": kept.spec_name, "entry": kept.built.name, "grid": tuple(kept.grid), "block": kept.block,
-            "tile": (kept.built.tile_m, kept.built.tile_n), "cluster": kept.built.cluster,
-            "splits": kept.split.split.splits if kept.split is not None else 1, "c_trans": kept.c_trans}
+            "tile": (kept.built.tile_m, kept.built.tile_n),
+            "cluster": kept.cluster_splits or kept.built.cluster, "splits": splits,
+            "reduce": "kernel" if kept.split is not None else ("cluster" if kept.cluster_splits else None),
+            "c_trans": kept.c_trans}
 _plans: dict[tuple, _LaunchPlan] = {}
 _state: list = [None, None, None, None]      # [specs_version token, cupy module, _CupyArrays, _TorchArrays]
 
@@ -597,13 +603,19 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
         # split-K only on plain 2-D calls: no fused epilogue (the partial pass stores raw sums), no batch
         plain = mbias is None and act == 0 and kernel_batch == 1
         split = split_k.choose_split(spec, plan, params, tuned, facts.sm_count, plain=plain)
-        built = _build_for(spec, plan, params, tuned, facts, target, split_k.switch_define(spec, split))
+        asked = params if params is not None else tuned
+        built = _build_for(spec, plan, params, tuned, facts, target,
+                           split_k.switch_define(spec, split, target, asked))
         static_smem = arch_for(target).limits.static_shared_per_block
         fn = _load(cupy, built, static_smem)
-        if split is None:
-            kept = _LaunchPlan(built, fn, (built.key, cupy.cuda.Device().id), grid(spec, built, plan, facts.sm_count),
+        in_cluster = split_k.cluster_splits(spec, split, target, asked)
+        if split is None or in_cluster:
+            # (a split in one cluster: one launch whose grid's z is S, no workspace, no reduce)
+            kept = _LaunchPlan(built, fn, (built.key, cupy.cuda.Device().id),
+                               grid(spec, built, plan, facts.sm_count, max(1, in_cluster)),
                                ArgPacker(built, plan, spec.dtypes.a, spec.dtypes.c), plan.swapped, c_shape,
-                               mc.ptr & 15, ma.device, new_c_dtype, spec_name=spec.name, c_trans=plan.c_trans)
+                               mc.ptr & 15, ma.device, new_c_dtype, spec_name=spec.name, c_trans=plan.c_trans,
+                               cluster_splits=in_cluster)
         else:
             kept = _split_plan(cupy, spec, built, fn, plan, split, target, static_smem, facts.sm_count, c_shape,
                                mc.ptr & 15, ma.device, new_c_dtype)

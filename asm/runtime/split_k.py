@@ -131,12 +131,38 @@ def untuned_split(spec: KernelSpec, m: int, n: int, k: int, sm_count: int, layou
     return split_for(k, _rule_request(spec, m, n, k, sm_count), spec.split_k.k_multiple)
 
 
-def switch_define(spec: KernelSpec, split: Split | None) -> dict:
-    """The -D value of the kernel's split-K switch for this launch ({} for a kernel without one):
-    it replaces the pseudo-parameter S that params= or a tuning entry may carry under that name."""
-    if spec.split_k is None:
+# The most blocks a cluster may have without the non-portable size attribute (CUDA Programming
+# Guide, "Thread Block Clusters": 8 is portable; 16 needs cudaFuncAttributeNonPortableClusterSizeAllowed,
+# which CuPy's launch does not set).
+MAX_CLUSTER_SPLITS = 8
+
+
+def cluster_splits(spec: KernelSpec, split: Split | None, target: str, params: dict | None = None) -> int:
+    """S where this split runs as one launch, its S blocks of a tile a cluster adding their sums
+    through distributed shared memory (the spec's cluster_switch, a target with clusters, S <= 8);
+    0 where it runs as the partial pass and the reduce kernel (or does not split). params= (or a
+    tuning entry) naming the cluster switch as 1 asks for the reduce kernel (an A/B of the two)."""
+    from ..isa.arch import arch_for
+    sk = spec.split_k
+    if split is None or sk is None or sk.cluster_switch is None or split.splits > MAX_CLUSTER_SPLITS:
+        return 0
+    if params and str(params.get(sk.cluster_switch, "")) == "1":
+        return 0
+    return split.splits if "clusters" in arch_for(target).features else 0
+
+
+def switch_define(spec: KernelSpec, split: Split | None, target: str = "", params: dict | None = None) -> dict:
+    """The -D values of the kernel's split-K switches for this launch ({} for a kernel without
+    them): they replace the pseudo-parameter S that params= or a tuning entry may carry under the
+    switch's name. A split in one cluster (cluster_splits) builds with the switch off and the
+    cluster switch at S."""
+    sk = spec.split_k
+    if sk is None:
         return {}
-    return {spec.split_k.switch: 1 if split is not None else 0}
+    clustered = cluster_splits(spec, split, target, params) if target else 0
+    if clustered:
+        return {sk.switch: 0, sk.cluster_switch: clustered}
+    return {sk.switch: 1 if split is not None else 0}
 
 
 def workspace_plan(plan: LaunchPlan) -> LaunchPlan:

@@ -42,6 +42,7 @@ A table (every key is checked; an unknown one is an error, so a typo never passe
                                         # CLUSTER_K=S and SPLIT_K=0: grid z = S, the S blocks of a tile
                                         # one cluster (.reqnctapercluster 1, 1, S) adding their sums
                                         # in rank order; no workspace, no reduce kernel
+    cluster_when = "N * S <= 30000"     # optional: only where this holds (M, N, K, SMS and S)
     [[NAME.split_k.rule]]               # the untuned number of splits S: the first rule whose
     when = "M * N <= 65536"             # `when` holds gives `splits` (an expression in M, N, K,
     splits = "min(K // 256, 8)"         # SMS); none, or S <= 1: no split
@@ -138,7 +139,7 @@ SIZE_NAMES = ("M", "N", "K", "SMS")
 
 _TOP_KEYS = {"source", "entry", "summary", "dtypes", "targets", "abi", "call_params", "defines", "rel_err_limit",
              "launch", "size_rule", "like", "split_k", "route", "swap_rule"}
-_SPLIT_K_KEYS = {"switch", "reduce", "rule", "k_multiple", "cluster_switch"}
+_SPLIT_K_KEYS = {"switch", "reduce", "rule", "k_multiple", "cluster_switch", "cluster_when"}
 # what a kernel with a split_k table must take: the partial pass's k extent and slice distance
 SPLIT_K_ABI = ("k_chunk", "split_stride")
 _LAUNCH_KEYS = {"threads", "tile_m", "tile_n", "smem_bytes", "grid", "box_rows_a", "box_rows_b", "box_rows_c",
@@ -270,6 +271,15 @@ class SplitK:
     # the kernel parameter that splits K over a cluster of S blocks along grid z instead (None: the
     # kernel has no such mode; runtime/split_k.py, cluster_splits)
     cluster_switch: str | None = None
+    cluster_when: str | None = None          # where a split may run in clusters (None: always)
+    cluster_when_tree: object = field(compare=False, repr=False, default=None)
+
+    def in_clusters(self, m: int, n: int, k: int, sms: int, s: int) -> bool:
+        """Whether S = s splits of this launch may run in clusters (cluster_switch, cluster_when)."""
+        if self.cluster_switch is None:
+            return False
+        return self.cluster_when_tree is None or bool(
+            _evaluate_sizes(self.cluster_when_tree, m, n, k, sms, {"S": s}, "split_k.cluster_when"))
 
     def splits(self, m: int, n: int, k: int, sms: int) -> int:
         """The untuned number of splits for an M x N x K launch (1: none)."""
@@ -548,8 +558,16 @@ def _split_k(path: Path, source: SourceFile, where: str, t, abi: list[str], call
         if cluster_switch in calls or cluster_switch in defines:
             fail(f"cluster_switch: '{cluster_switch}' is also a "
                  f"{'call parameter' if cluster_switch in calls else 'define'}; the runtime sets it per launch")
+    cluster_when = t.get("cluster_when")
+    when_tree = None
+    if cluster_when is not None:
+        if cluster_switch is None:
+            fail("cluster_when needs cluster_switch")
+        cluster_when = _str(cluster_when, f"{where} split_k.cluster_when")
+        when_tree = _located_expression(source, cluster_when)
+        _evaluate_sizes(when_tree, 1, 1, 1, 1, {"S": 2}, "split_k.cluster_when")   # unknown names fail now
     return SplitK(switch, reduce, tuple(_split_rule(source, where, i, r) for i, r in enumerate(rules)), k_multiple,
-                  cluster_switch)
+                  cluster_switch, cluster_when, when_tree)
 
 
 MAX_SPLIT_CANDIDATES = 64

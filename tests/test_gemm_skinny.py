@@ -176,13 +176,19 @@ def test_gemm_launches_the_routed_kernel_and_says_so(fake_fp32_gemm):
                              "block": (256, 1, 1), "tile": (4, 128), "cluster": 1, "splits": 1,
                              "reduce": None, "c_trans": False}
     assert launches[-1][0] == (3, 1, 1)
-    # 32 column blocks: S = min(16, ceil(264 / 32)) = 9 -> 8 of 512; on sm_90 (the stand-in's) the 8
-    # blocks of a column block are one cluster adding their sums: one launch, no reduce kernel
+    # 16 column blocks: S = min(8, ceil(264 / 16)) = 8 of 256; on sm_90 (the stand-in's) the 8 blocks
+    # of a column block are one cluster adding their sums: one launch, no reduce kernel
     n_before = len(launches)
-    _gemm(1, 4096, 4096)
+    _gemm(1, 2048, 2048)
     assert last_launch()["kernel"] == "sgemm_skinny" and last_launch()["splits"] == 8
     assert last_launch()["reduce"] == "cluster" and last_launch()["cluster"] == 8
-    assert len(launches) == n_before + 1 and launches[-1][0] == (32, 1, 8)
+    assert len(launches) == n_before + 1 and launches[-1][0] == (16, 1, 8)
+    # 32 column blocks: S = min(16, ceil(264 / 32)) = 9 -> 8 of 512, 256 blocks: more than the
+    # clusters that fit at once (cluster_when: 2 (SMS - 12) = 240), so the partial pass and the reduce
+    n_before = len(launches)
+    _gemm(1, 4096, 4096)
+    assert last_launch()["splits"] == 8 and last_launch()["reduce"] == "kernel"
+    assert len(launches) == n_before + 2 and launches[-2][0] == (32, 1, 8)
     # S > 8 (the portable cluster size) keeps the partial pass and the reduce
     n_before = len(launches)
     _gemm(1, 256, 8192, kernel="sgemm_skinny", params={"SPLIT_K": 16})

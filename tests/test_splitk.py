@@ -78,6 +78,31 @@ def test_the_cost_model_rule_agrees_with_size_rule_0s():
                     assert rule in SGEMM.split_k.rules[:2], (m, n, k)
 
 
+def test_cluster_when_limits_the_cluster_splits(tmp_path):
+    spec, = _load(tmp_path, f"""
+        [k.split_k]
+        switch = "SPLIT_K"
+        cluster_switch = "CLUSTER_K"
+        cluster_when = "N * S <= 1000"
+        reduce = "{REDUCE}"
+        """)
+    sk = spec.split_k
+    assert sk.in_clusters(1, 100, 64, 132, 8) and not sk.in_clusters(1, 200, 64, 132, 8)
+    assert split_k.cluster_splits(spec, split_k.Split(8, 64), "sm_90", None, _plan(1, 100, 512), 132) == 8
+    assert split_k.cluster_splits(spec, split_k.Split(8, 64), "sm_90", None, _plan(1, 200, 512), 132) == 0
+    assert split_k.cluster_splits(spec, split_k.Split(8, 64), "sm_80", None, _plan(1, 100, 512), 132) == 0
+    assert split_k.cluster_splits(spec, split_k.Split(9, 64), "sm_90", None, _plan(1, 10, 576), 132) == 0
+    assert split_k.cluster_splits(spec, split_k.Split(8, 64), "sm_90", {"CLUSTER_K": 1}, _plan(1, 100, 512), 132) == 0
+    for bad, message in (('cluster_when = "Q > 1"', "undefined name 'Q'"),
+                         ('cluster_when = 3', "cluster_when"),):
+        with pytest.raises(AsmError, match=message):
+            _load(tmp_path, f'[k.split_k]\nswitch = "SPLIT_K"\ncluster_switch = "CLUSTER_K"\n{bad}\nreduce = "{REDUCE}"\n')
+    with pytest.raises(AsmError, match="cluster_when needs cluster_switch"):
+        _load(tmp_path, f'[k.split_k]\nswitch = "SPLIT_K"\ncluster_when = "S < 4"\nreduce = "{REDUCE}"\n')
+    with pytest.raises(AsmError, match="cluster_switch: 'SPLIT_K' is not a parameter name other than the switch"):
+        _load(tmp_path, f'[k.split_k]\nswitch = "SPLIT_K"\ncluster_switch = "SPLIT_K"\nreduce = "{REDUCE}"\n')
+
+
 def test_a_cost_rule_takes_the_cheapest_candidate_and_the_first_tie(tmp_path):
     spec, = _load(tmp_path, f"""
         [k.split_k]

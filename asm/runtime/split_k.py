@@ -137,21 +137,26 @@ def untuned_split(spec: KernelSpec, m: int, n: int, k: int, sm_count: int, layou
 MAX_CLUSTER_SPLITS = 8
 
 
-def cluster_splits(spec: KernelSpec, split: Split | None, target: str, params: dict | None = None) -> int:
+def cluster_splits(spec: KernelSpec, split: Split | None, target: str, params: dict | None = None,
+                   plan: LaunchPlan | None = None, sm_count: int = 0) -> int:
     """S where this split runs as one launch, its S blocks of a tile a cluster adding their sums
-    through distributed shared memory (the spec's cluster_switch, a target with clusters, S <= 8);
-    0 where it runs as the partial pass and the reduce kernel (or does not split). params= (or a
-    tuning entry) naming the cluster switch as 1 asks for the reduce kernel (an A/B of the two)."""
+    through distributed shared memory (the spec's cluster_switch and cluster_when for this plan, a
+    target with clusters, S <= 8); 0 where it runs as the partial pass and the reduce kernel (or
+    does not split). params= (or a tuning entry) naming the cluster switch as 1 asks for the
+    reduce kernel (an A/B of the two)."""
     from ..isa.arch import arch_for
     sk = spec.split_k
     if split is None or sk is None or sk.cluster_switch is None or split.splits > MAX_CLUSTER_SPLITS:
+        return 0
+    if plan is not None and not sk.in_clusters(plan.m, plan.n, plan.k, sm_count, split.splits):
         return 0
     if params and str(params.get(sk.cluster_switch, "")) == "1":
         return 0
     return split.splits if "clusters" in arch_for(target).features else 0
 
 
-def switch_define(spec: KernelSpec, split: Split | None, target: str = "", params: dict | None = None) -> dict:
+def switch_define(spec: KernelSpec, split: Split | None, target: str = "", params: dict | None = None,
+                  plan: LaunchPlan | None = None, sm_count: int = 0) -> dict:
     """The -D values of the kernel's split-K switches for this launch ({} for a kernel without
     them): they replace the pseudo-parameter S that params= or a tuning entry may carry under the
     switch's name. A split in one cluster (cluster_splits) builds with the switch off and the
@@ -159,7 +164,7 @@ def switch_define(spec: KernelSpec, split: Split | None, target: str = "", param
     sk = spec.split_k
     if sk is None:
         return {}
-    clustered = cluster_splits(spec, split, target, params) if target else 0
+    clustered = cluster_splits(spec, split, target, params, plan, sm_count) if target else 0
     if clustered:
         return {sk.switch: 0, sk.cluster_switch: clustered}
     return {sk.switch: 1 if split is not None else 0}

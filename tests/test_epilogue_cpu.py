@@ -290,14 +290,14 @@ def test_the_bench_tool_refuses_to_fuse_nothing(capsys):
 
 @needs_ptxas
 def test_a_fused_activation_reaches_the_size_rule(fake_fp32_gemm):
-    """The runtime gives the size rule the call's parameters: 2048x2048x512 plain runs sgemm's
+    """The runtime gives the size rule the call's parameters: 2048x2048x2048 plain runs sgemm's
     256x128 load-ahead tile (one block per SM), with an activation the 128x128 default (two per SM,
     so one block's epilogue overlaps the other's main loop); the bias alone keeps the big tile."""
     import asmgemm
     from asmgemm.runtime.gemm import last_launch
     rng = np.random.default_rng(0)
-    a = rng.standard_normal((2048, 512), dtype=np.float32).view(FakeArray)
-    b = rng.standard_normal((512, 2048), dtype=np.float32).view(FakeArray)
+    a = rng.standard_normal((2048, 2048), dtype=np.float32).view(FakeArray)
+    b = rng.standard_normal((2048, 2048), dtype=np.float32).view(FakeArray)
     bias = rng.standard_normal(2048, dtype=np.float32).view(FakeArray)
     tiles = {}
     for act, with_bias in ((None, False), (None, True), ("relu", True)):

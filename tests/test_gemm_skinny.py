@@ -183,12 +183,17 @@ def test_gemm_launches_the_routed_kernel_and_says_so(fake_fp32_gemm):
     assert last_launch()["kernel"] == "sgemm_skinny" and last_launch()["splits"] == 8
     assert last_launch()["reduce"] == "cluster" and last_launch()["cluster"] == 8
     assert len(launches) == n_before + 1 and launches[-1][0] == (16, 1, 8)
-    # 32 column blocks: S = min(16, ceil(264 / 32)) = 9 -> 8 of 512, 256 blocks: more than the
-    # clusters that fit at once (cluster_when: 2 (SMS - 12) = 240), so the partial pass and the reduce
-    n_before = len(launches)
+    # up to 8 rows, as many splits as fit in clusters at once: 32 column blocks, 240 // 32 = 7 asked,
+    # 6 of 768 k (whole 256-k rounds)
     _gemm(1, 4096, 4096)
-    assert last_launch()["splits"] == 8 and last_launch()["reduce"] == "kernel"
-    assert len(launches) == n_before + 2 and launches[-2][0] == (32, 1, 8)
+    assert last_launch()["splits"] == 6 and last_launch()["reduce"] == "cluster"
+    # 16 rows: 64 column blocks, S = min(16, ceil(264 / 64)) = 5 asked, 4 of 1024 k: 256 blocks, more
+    # than the clusters that fit at once (cluster_when: 2 (SMS - 12) = 240), so the partial pass and
+    # the reduce
+    n_before = len(launches)
+    _gemm(16, 8192, 4096)
+    assert last_launch()["splits"] == 4 and last_launch()["reduce"] == "kernel"
+    assert len(launches) == n_before + 2 and launches[-2][0] == (64, 1, 4)
     # S > 8 (the portable cluster size) keeps the partial pass and the reduce
     n_before = len(launches)
     _gemm(1, 256, 8192, kernel="sgemm_skinny", params={"SPLIT_K": 16})

@@ -172,7 +172,7 @@ def test_choose_params_precedence():
     ((128, 2048, 2048), {"THREADS": 64, "BK": 16, "ASYNC": 1}),                 # 16 tiles x 4 splits < SMS blocks
     ((2048, 2048, 2048), {"RQ": 4, "BK": 16, "LOAD_AHEAD": 1, "LDG_NC": 0}),   # 128 >= 15/16 of 132
     ((4096, 4096, 4095), {"RQ": 4, "BK": 8, "LOAD_AHEAD": 1, "LDG_NC": 0}),    # K not a multiple of 16
-    ((3000, 5000, 700), {"RQ": 4, "BK": 8, "LOAD_AHEAD": 1, "LDG_NC": 0}),     # K < 2048
+    ((3000, 5000, 700), {}),                                                   # K < 2048: the defaults
 ])
 def test_size_rule_branches(mnk, expected):
     assert SGEMM.size_rule(*mnk, 132) == expected

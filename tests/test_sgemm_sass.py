@@ -257,12 +257,14 @@ def test_default_choice_by_problem_size():
         a, b, c = np.zeros((m, k), np.float32), np.zeros((k, n), np.float32), np.zeros((m, n), np.float32)
         return choose_params(get_spec("sgemm"), _plan(a, b, c), None, None, 132)
 
-    big = chosen(4096, 4096, 512)
+    big = chosen(4096, 4096, 4095)            # K >= 2048, not a multiple of 16
     assert {k: big[k] for k in LARGE_VARIANT} == LARGE_VARIANT and big["THREADS"] == 256
-    assert chosen(2048, 2048, 512)["RQ"] == 4  # 128 tiles of 256x128 on 132 SMs: >= 15/16
-    # K < 512: the source defaults (4099x4093x509 ran 0.79x cuBLAS on the BK=8 load-ahead kernel, 0.97x so)
-    short = chosen(4096, 4096, 64)
-    assert (short["THREADS"], short["RQ"], short.get("LOAD_AHEAD", 0)) == (256, 2, 0)
+    assert chosen(2048, 2048, 2056)["RQ"] == 4  # 128 tiles of 256x128 on 132 SMs: >= 15/16
+    # K < 2048: the source defaults (4099x4093x509 ran 0.79x cuBLAS on the BK=8 load-ahead kernel,
+    # 0.97x so; 4096x2304x768 0.89x, 1.06x)
+    for m, n, k in ((4096, 4096, 64), (4096, 4096, 512), (4096, 2304, 768)):
+        short = chosen(m, n, k)
+        assert (short["THREADS"], short["RQ"], short.get("LOAD_AHEAD", 0)) == (256, 2, 0)
     # 65-1024 rows whose 128x128 tiles split along K fill the SMs: that kernel with BK=16 (rule 0s);
     # more rows and at most 1024 columns: the 64-thread BK=16 kernel (4096x768x768 1.14x)
     assert {k: chosen(512, 11008, 4096)[k] for k in ("THREADS", "RQ", "BK")} == {"THREADS": 256, "RQ": 2, "BK": 16}
@@ -271,7 +273,7 @@ def test_default_choice_by_problem_size():
     assert chosen(4096, 4096, 4096)["BK"] == 16 and chosen(2048, 2048, 2048)["BK"] == 16
     assert chosen(4096, 4096, 4096)["LOAD_AHEAD"] == 1
     assert chosen(3000, 5000, 700)["BK"] == 8 and chosen(4096, 4096, 4104)["BK"] == 8
-    assert chosen(4096, 4096, 1024)["BK"] == 8
+    assert chosen(4096, 4096, 1024)["BK"] == 8 and chosen(4096, 4096, 1024).get("LOAD_AHEAD", 0) == 0
     mid = chosen(1536, 1536, 64)              # 144 tiles of 128x128, 72 of 256x128
     assert mid["THREADS"] == 256 and mid["RQ"] == 2 and mid.get("LOAD_AHEAD", 0) == 0
     assert chosen(1000, 1000, 64)["THREADS"] == 256                  # rule 0s

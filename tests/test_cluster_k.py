@@ -128,10 +128,11 @@ def test_cluster_rows_must_divide_the_cluster(tmp_path):
 
 # ---- the untuned choice -------------------------------------------------------------------------------
 @pytest.mark.parametrize("shape,layout,ck", [
-    ((128, 768, 3072), "nn", 4), ((512, 768, 3072), "nn", 2), ((128, 3584, 3584), "nn", 2),
+    ((128, 768, 3072), "nn", 4), ((512, 768, 3072), "nn", 4), ((128, 3584, 3584), "nn", 2),
     ((128, 4096, 4096), "nn", 2),            # 32 tiles: 32 clusters of 4 would not all fit at once
     ((256, 4096, 4096), "nn", 2), ((128, 4096, 11008), "nn", 2),
-    ((256, 1024, 4096), "nn", 2),            # 64-wide tiles in pairs (rule 1k): 32 tiles, 64 blocks
+    ((256, 1024, 4096), "nn", 4),            # about 1K columns: 128-wide tiles in clusters of 4
+    ((1024, 512, 4096), "nn", 2),            # 4-block clusters would not fit: 64-wide tiles in pairs
     ((128, 11008, 4096), "nn", None),        # 86 tiles: 2 a cluster would be more blocks than SMs
     ((128, 768, 768), "nn", None),           # short K: the exchange costs more than it saves
     ((16, 768, 3072), "nn", 4),              # swapped (C_T), BN = 16
@@ -148,7 +149,8 @@ def test_untuned_calls_split_k_in_clusters_where_they_fit(name, shape, layout, c
     if ck and not chosen.get("C_T"):
         # size rule 1k: 64-wide tiles in pairs where twice their count fits one wave, K < 8192
         m, n, k = shape
-        pairs = 2 * -(-m // 128) * -(-n // 64) <= 132 and 2048 <= k < 8192
+        pairs = 2 * -(-m // 128) * -(-n // 64) <= 132 and 2048 <= k < 8192 and (
+            n >= 1536 or 4 * -(-m // 128) * -(-n // 128) > 120)
         assert (chosen["BN"], ck) == ((64, 2) if pairs else (128, ck)), chosen
         assert untuned_split(spec, *shape, 132, layout) is None        # never both ways at once
 
@@ -172,14 +174,16 @@ def test_deep_k_into_short_n_swaps_and_splits_in_clusters_of_4(shape, expect):
     assert untuned_split(HGEMM, *shape, 132, "nn") is None
 
 
-@pytest.mark.parametrize("shape", [
-    (512, 768, 3072),                 # 4-block clusters would not fit swapped
-    (200, 1000, 3000),
-    (128, 3584, 3584),                # wide N: every kernel tile row would re-read A swapped
+@pytest.mark.parametrize("shape,bn,ck", [
+    ((512, 768, 3072), 128, 4),       # 4-block clusters would not fit swapped; about 1K columns: rule 1a
+    ((200, 1000, 3000), 128, 4),
+    ((128, 3584, 3584), 64, 2),       # wide N (every kernel tile row would re-read A swapped): rule 1k
+    ((256, 1536, 3072), 64, 2),
 ])
-def test_deep_k_that_does_not_swap_runs_64_wide_tiles_in_pairs(shape):
-    """Size rule 1k: unswapped, twice the 64-wide tiles fit one wave, 2048 <= K < 8192."""
+def test_deep_k_that_does_not_swap_runs_pairs_of_64_or_fours_of_128(shape, bn, ck):
+    """Unswapped deep K: size rule 1k (64-wide tiles in pairs: twice their count fits one wave,
+    2048 <= K < 8192, N >= 1536) or rule 1a (128-wide tiles in clusters of 4)."""
     chosen = untuned_size_rule(HGEMM, *shape, "nn", 132)
     assert {k: chosen.get(k) for k in ("C_T", "BN", "CLUSTER_M", "CLUSTER_K")} == \
-        {"C_T": None, "BN": 64, "CLUSTER_M": 1, "CLUSTER_K": 2}, chosen
+        {"C_T": None, "BN": bn, "CLUSTER_M": 1, "CLUSTER_K": ck}, chosen
     assert untuned_split(HGEMM, *shape, 132, "nn") is None

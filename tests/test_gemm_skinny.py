@@ -67,10 +67,29 @@ def test_builds_clean_with_b_loads_ahead_of_the_fmas(defines):
 @pytest.mark.parametrize("defines, message", [({"MR": "2"}, "MR must be 4, 8 or 16"),
                                               ({"MR": "16", "DTYPE": "1"}, "MR = 16 is for fp32 only"),
                                               ({"TRANS_B": "1"}, "reads B row-major"),
-                                              ({"SPLIT_K": "1", "ACT": "1"}, "raw partial sums")])
+                                              ({"SPLIT_K": "1", "ACT": "1"}, "raw partial sums"),
+                                              ({"UNROLL": "12"}, "UNROLL must divide KW"),
+                                              ({"CLUSTER_K": "9"}, "the portable cluster size"),
+                                              ({"CLUSTER_K": "2", "SPLIT_K": "1"}, "one or the other")])
 def test_refuses_what_it_does_not_do(defines, message):
     with pytest.raises(AsmError, match=message):
         build_file("gemm_skinny", BuildOptions(defines=defines, target="sm_90"))
+
+
+@pytest.mark.toolchain
+@needs_tools
+def test_cluster_k_builds_a_cluster_of_grid_z_and_only_then():
+    """CLUSTER_K = S: .reqnctapercluster 1, 1, S, the block sums read across the cluster in rank
+    order, two cluster barriers; CLUSTER_K = 1 has no cluster directive at all (left out by the
+    pipeline), so the same source builds for sm_80."""
+    ptx = build_file("gemm_skinny", BuildOptions(defines={"CLUSTER_K": "6", "MR": "4"}, target="sm_90")).ptx
+    assert ".reqnctapercluster 1, 1, 6" in ptx and ptx.count("barrier.cluster.wait.acquire") == 2
+    assert [int(r) for r in re.findall(r"mapa\.shared::cluster\.u32 \S+, \S+, (\d+);", ptx)] == list(range(6))
+    assert ptx.count("ld.shared::cluster.v4.f32") == 6
+    plain = build_file("gemm_skinny", BuildOptions(defines={"MR": "4"}, target="sm_80")).ptx
+    assert "reqnctapercluster" not in plain and "cluster" not in plain.split(".entry", 1)[1]
+    with pytest.raises(AsmError, match="clusters"):
+        build_file("gemm_skinny", BuildOptions(defines={"CLUSTER_K": "2"}, target="sm_80"))
 
 
 # ---- the route -------------------------------------------------------------------------------------

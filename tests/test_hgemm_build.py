@@ -64,8 +64,14 @@ def _check_variant(bn, stages, ta, tb, bf16, vec_c, cluster=2, wide=0):
     # three chunks do not halve, so each block loads the half of every chunk's k-rows), multicast
     chunks = bn // 64
     b_loads = 1 if tb else (chunks if cluster > 1 and chunks % cluster else chunks // cluster)
-    assert counts["UTMALDG"] == (2 if ta else 1) + b_loads
+    a_loads = 2 if ta else 1
+    # STREAM (the default): every load that is not a multicast comes twice, one with the
+    # evict-first cache policy (a desc[] operand) for an operand the launch reads once, one without
+    plain = a_loads + (0 if cluster > 1 else b_loads)
+    assert counts["UTMALDG"] == a_loads + b_loads + plain
     assert sum(".MULTICAST" in op for op in ops if op.startswith("UTMALDG")) == (b_loads if cluster > 1 else 0)
+    hinted = [line for line in sass.splitlines() if "UTMALDG" in line and "desc[" in line]
+    assert len(hinted) == plain and not any(".MULTICAST" in line for line in hinted)
     # one wait_group per K tile in the loop (MMA_IN_FLIGHT=0, the default, waits for all; nothing
     # after the loop): ptxas did not serialize the wgmmas with a wait after each
     assert counts["WARPGROUP"] <= 3 and sum(op.startswith("WARPGROUP.DEPBAR") for op in ops) == 1

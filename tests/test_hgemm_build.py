@@ -65,13 +65,9 @@ def _check_variant(bn, stages, ta, tb, bf16, vec_c, cluster=2, wide=0):
     chunks = bn // 64
     b_loads = 1 if tb else (chunks if cluster > 1 and chunks % cluster else chunks // cluster)
     a_loads = 2 if ta else 1
-    # STREAM (the default): every load that is not a multicast comes twice, one with the
-    # evict-first cache policy (a desc[] operand) for an operand the launch reads once, one without
-    plain = a_loads + (0 if cluster > 1 else b_loads)
-    assert counts["UTMALDG"] == a_loads + b_loads + plain
+    assert counts["UTMALDG"] == a_loads + b_loads
     assert sum(".MULTICAST" in op for op in ops if op.startswith("UTMALDG")) == (b_loads if cluster > 1 else 0)
-    hinted = [line for line in sass.splitlines() if "UTMALDG" in line and "desc[" in line]
-    assert len(hinted) == plain and not any(".MULTICAST" in line for line in hinted)
+    assert not any("UTMALDG" in line and "desc[" in line for line in sass.splitlines())   # STREAM=0: no L2 hints
     # one wait_group per K tile in the loop (MMA_IN_FLIGHT=0, the default, waits for all; nothing
     # after the loop): ptxas did not serialize the wgmmas with a wait after each
     assert counts["WARPGROUP"] <= 3 and sum(op.startswith("WARPGROUP.DEPBAR") for op in ops) == 1
@@ -541,9 +537,9 @@ BN_CHOICES = [
     ((512, 4096, 11008), {"BN": 128, "STAGES": 6, "CLUSTER_M": 2}),       # rule 0m, unsplit
     ((512, 3584, 18944), {"BN": 128, "STAGES": 6, "CLUSTER_M": 2}),       # rule 0m: 112 tiles
     ((384, 4096, 11008), {"BN": 256, "STAGES": 4, "CLUSTER_M": 2}),       # 3 tile rows: rule 0, deep K, split 2
-    ((256, 4096, 4096), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1, "CLUSTER_K": 2}),    # 64 tiles of 128: 1a
+    ((256, 4096, 4096), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1, "CLUSTER_K": 2, "STREAM": 1}),    # 64 tiles of 128: 1a
     ((512, 4096, 2048), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1}),        # K < 4096: not 0m, rule 1
-    ((256, 4096, 14336), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1, "CLUSTER_K": 2}),   # too few tiles for rule 0: 1a
+    ((256, 4096, 14336), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1, "CLUSTER_K": 2, "STREAM": 1}),   # too few tiles for rule 0: 1a
     ((1024, 1024, 1024), {"BN": 64, "STAGES": 8, "CLUSTER_M": 1, "GROUP_M": 4}),       # rule 1b: 128 tiles of 64
     ((512, 2304, 768), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1}),         # 144 tiles of 64: two waves
 ]
@@ -624,3 +620,19 @@ def test_split_rule_and_size_rule_agree_on_which_shapes_split():
                     assert split is None, (m, n, k)
                     seen.add("0m")
     assert seen == {"split", "0m"}             # the grid reaches both rules
+
+
+@pytest.mark.parametrize("ta,tb", [(0, 0), (1, 1)])
+def test_stream_loads_each_operand_hinted_or_plain(ta, tb):
+    """STREAM=1 (kernels.toml's small-M rules): every load that is not a multicast is a branch
+    between an evict-first one (a desc[] cache-policy operand) and a plain one, taken from the
+    launch's tile counts (one tile column: A streams; one tile row: B)."""
+    defines = {"STREAM": "1", "CLUSTER_M": "1", "BN": "128", "STAGES": "6", "TRANS_A": str(ta), "TRANS_B": str(tb)}
+    result = build_file("hgemm", BuildOptions(defines=defines))
+    assert "createpolicy.fractional.L2::evict_first.b64" in result.ptx
+    assert result.ptx.count("setp.eq.u32") >= 2
+    asm = assemble(result)
+    sass = disassemble(asm.cubin)
+    loads = [line for line in sass.splitlines() if "UTMALDG" in line]
+    per_tile = (2 if ta else 1) + (1 if tb else 2)          # A boxes + B boxes (BN = 128: two 64-wide chunks)
+    assert len(loads) == 2 * per_tile and sum("desc[" in line for line in loads) == per_tile

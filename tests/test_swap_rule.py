@@ -80,7 +80,7 @@ def test_c_trans_is_ignored_where_the_swap_is_already_made_or_a_batch_runs():
 
 
 # ---- the untuned choice -----------------------------------------------------------------------------
-SWAPPED_RULE = {"CLUSTER_M": 1, "GROUP_M": 4, "C_T": 1}
+SWAPPED_RULE = {"CLUSTER_M": 1, "GROUP_M": 4, "C_T": 1, "STREAM": 1}      # STREAM: rules C (kernels.toml)
 
 
 @pytest.mark.parametrize("shape,layout,expect", [
@@ -92,8 +92,8 @@ SWAPPED_RULE = {"CLUSTER_M": 1, "GROUP_M": 4, "C_T": 1}
     ((64, 3584, 3584), "nn", {"BN": 64, "STAGES": 8, "CLUSTER_K": 2, **SWAPPED_RULE}),   # 28 tiles: pairs
     ((64, 2048, 2048), "nn", {"BN": 32, "STAGES": 8, **SWAPPED_RULE}),     # K < 3072: two 32-wide columns
     ((64, 11008, 4096), "nn", {"BN": 64, "STAGES": 8, **SWAPPED_RULE}),    # 32 wide: more units than SMs
-    ((16, 4096, 4096), "tn", {"BN": 64, "STAGES": 8, "CLUSTER_M": 1, "CLUSTER_K": 2}),   # A M-major: not swapped
-    ((65, 4096, 4096), "nn", {"BN": 64, "STAGES": 8, "CLUSTER_M": 1, "CLUSTER_K": 2}),   # size rule 1k
+    ((16, 4096, 4096), "tn", {"BN": 64, "STAGES": 8, "CLUSTER_M": 1, "CLUSTER_K": 2, "STREAM": 1}),   # A M-major: not swapped
+    ((65, 4096, 4096), "nn", {"BN": 64, "STAGES": 8, "CLUSTER_M": 1, "CLUSTER_K": 2, "STREAM": 1}),   # size rule 1k
     ((16, 768, 3072), "nn", {"BN": 16, "STAGES": 10, "CLUSTER_K": 4, **SWAPPED_RULE}),   # deep K: K split in clusters
     ((16, 768, 1536), "nn", {"BN": 64, "STAGES": 8, "CLUSTER_M": 1, "GROUP_M": 4}),     # between: neither swap nor split
     # up to 1024 rows at K <= 1024 where the swapped 32-wide units fit on the SMs

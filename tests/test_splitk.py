@@ -78,49 +78,6 @@ def test_the_cost_model_rule_agrees_with_size_rule_0s():
                     assert rule in SGEMM.split_k.rules[:2], (m, n, k)
 
 
-def test_cluster_when_limits_the_cluster_splits(tmp_path):
-    spec, = _load(tmp_path, f"""
-        [k.split_k]
-        switch = "SPLIT_K"
-        cluster_switch = "CLUSTER_K"
-        cluster_when = "N * S <= 1000"
-        reduce = "{REDUCE}"
-        """)
-    sk = spec.split_k
-    assert sk.in_clusters(1, 100, 64, 132, 8) and not sk.in_clusters(1, 200, 64, 132, 8)
-    assert split_k.cluster_splits(spec, split_k.Split(8, 64), "sm_90", None, _plan(1, 100, 512), 132) == 8
-    assert split_k.cluster_splits(spec, split_k.Split(8, 64), "sm_90", None, _plan(1, 200, 512), 132) == 0
-    assert split_k.cluster_splits(spec, split_k.Split(8, 64), "sm_80", None, _plan(1, 100, 512), 132) == 0
-    assert split_k.cluster_splits(spec, split_k.Split(9, 64), "sm_90", None, _plan(1, 10, 576), 132) == 0
-    assert split_k.cluster_splits(spec, split_k.Split(8, 64), "sm_90", {"CLUSTER_K": 1}, _plan(1, 100, 512), 132) == 0
-    for bad, message in (('cluster_when = "Q > 1"', "undefined name 'Q'"),
-                         ('cluster_when = 3', "cluster_when"),):
-        with pytest.raises(AsmError, match=message):
-            _load(tmp_path, f'[k.split_k]\nswitch = "SPLIT_K"\ncluster_switch = "CLUSTER_K"\n{bad}\nreduce = "{REDUCE}"\n')
-    with pytest.raises(AsmError, match="cluster_when needs cluster_switch"):
-        _load(tmp_path, f'[k.split_k]\nswitch = "SPLIT_K"\ncluster_when = "S < 4"\nreduce = "{REDUCE}"\n')
-    with pytest.raises(AsmError, match="cluster_switch: 'SPLIT_K' is not a parameter name other than the switch"):
-        _load(tmp_path, f'[k.split_k]\nswitch = "SPLIT_K"\ncluster_switch = "SPLIT_K"\nreduce = "{REDUCE}"\n')
-
-
-def test_a_cost_rule_takes_the_cheapest_candidate_and_the_first_tie(tmp_path):
-    spec, = _load(tmp_path, f"""
-        [k.split_k]
-        switch = "SPLIT_K"
-        reduce = "{REDUCE}"
-        [[k.split_k.rule]]
-        when = "M <= 16"
-        splits = [1, 2, 4, 8]
-        cost = "ceil_div(32, S * M) + S"
-        """)
-    rule, = spec.split_k.rules
-    # M = 1: 33, 18, 12, 12 -> 4 (the first of the tie); M = 8: 5, 4, 5, 9 -> 2; M = 16: 3, 3, ... -> 1
-    assert [spec.split_k.splits(m, 64, 4096, 132) for m in (1, 8, 16, 17)] == [4, 2, 1, 1]
-    assert rule.cost_of(1, 64, 4096, 132, 8) == 12
-    assert spec.to_json()["split_k"]["rules"] == [{"when": "M <= 16", "splits": [1, 2, 4, 8],
-                                                   "cost": "ceil_div(32, S * M) + S"}]
-
-
 def test_split_for_never_makes_an_empty_split():
     for k in list(range(1, 200)) + [255, 256, 257, 1000, 4095, 4096, 14336, 100003]:
         for requested in (1, 2, 3, 5, 8, 9, 16, 100, 256):
@@ -199,11 +156,13 @@ def _load(tmp_path, extra, base=BASE):
     return load_spec_file(p)
 
 
+def _with_split_table(tmp_path, rest: str):
+    """The base spec with a [k.split_k] table: switch SPLIT_K, the shipped reduce, then `rest`."""
+    return _load(tmp_path, f'[k.split_k]\nswitch = "SPLIT_K"\nreduce = "{REDUCE}"\n' + textwrap.dedent(rest))
+
+
 def test_a_split_k_table_loads(tmp_path):
-    spec, = _load(tmp_path, f"""
-        [k.split_k]
-        switch = "SPLIT_K"
-        reduce = "{REDUCE}"
+    spec, = _with_split_table(tmp_path, """
         [[k.split_k.rule]]
         when = "M <= 16"
         splits = "K // 512"
@@ -211,6 +170,46 @@ def test_a_split_k_table_loads(tmp_path):
     assert spec.split_k.switch == "SPLIT_K" and spec.split_k.reduce == REDUCE
     assert spec.split_k.splits(16, 64, 4096, 132) == 8 and spec.split_k.splits(17, 64, 4096, 132) == 1
     assert spec.to_json()["split_k"]["rules"] == [{"when": "M <= 16", "splits": "K // 512"}]
+
+
+def test_cluster_when_limits_the_cluster_splits(tmp_path):
+    spec, = _load(tmp_path, f"""
+        [k.split_k]
+        switch = "SPLIT_K"
+        cluster_switch = "CLUSTER_K"
+        cluster_when = "N * S <= 1000"
+        reduce = "{REDUCE}"
+        """)
+    sk = spec.split_k
+    assert sk.in_clusters(1, 100, 64, 132, 8) and not sk.in_clusters(1, 200, 64, 132, 8)
+    assert split_k.cluster_splits(spec, split_k.Split(8, 64), "sm_90", None, _plan(1, 100, 512), 132) == 8
+    assert split_k.cluster_splits(spec, split_k.Split(8, 64), "sm_90", None, _plan(1, 200, 512), 132) == 0
+    assert split_k.cluster_splits(spec, split_k.Split(8, 64), "sm_80", None, _plan(1, 100, 512), 132) == 0
+    assert split_k.cluster_splits(spec, split_k.Split(9, 64), "sm_90", None, _plan(1, 10, 576), 132) == 0
+    assert split_k.cluster_splits(spec, split_k.Split(8, 64), "sm_90", {"CLUSTER_K": 1}, _plan(1, 100, 512), 132) == 0
+    for bad, message in (('cluster_when = "Q > 1"', "undefined name 'Q'"),
+                         ('cluster_when = 3', "cluster_when"),):
+        with pytest.raises(AsmError, match=message):
+            _load(tmp_path, f'[k.split_k]\nswitch = "SPLIT_K"\ncluster_switch = "CLUSTER_K"\n{bad}\nreduce = "{REDUCE}"\n')
+    with pytest.raises(AsmError, match="cluster_when needs cluster_switch"):
+        _load(tmp_path, f'[k.split_k]\nswitch = "SPLIT_K"\ncluster_when = "S < 4"\nreduce = "{REDUCE}"\n')
+    with pytest.raises(AsmError, match="cluster_switch: 'SPLIT_K' is not a parameter name other than the switch"):
+        _load(tmp_path, f'[k.split_k]\nswitch = "SPLIT_K"\ncluster_switch = "SPLIT_K"\nreduce = "{REDUCE}"\n')
+
+
+def test_a_cost_rule_takes_the_cheapest_candidate_and_the_first_tie(tmp_path):
+    spec, = _with_split_table(tmp_path, """
+        [[k.split_k.rule]]
+        when = "M <= 16"
+        splits = [1, 2, 4, 8]
+        cost = "ceil_div(32, S * M) + S"
+        """)
+    rule, = spec.split_k.rules
+    # M = 1: 33, 18, 12, 12 -> 4 (the first of the tie); M = 8: 5, 4, 5, 9 -> 2; M = 16: 3, 3, ... -> 1
+    assert [spec.split_k.splits(m, 64, 4096, 132) for m in (1, 8, 16, 17)] == [4, 2, 1, 1]
+    assert rule.cost_of(1, 64, 4096, 132, 8) == 12
+    assert spec.to_json()["split_k"]["rules"] == [{"when": "M <= 16", "splits": [1, 2, 4, 8],
+                                                   "cost": "ceil_div(32, S * M) + S"}]
 
 
 @pytest.mark.parametrize("table,message", [

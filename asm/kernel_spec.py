@@ -354,6 +354,8 @@ class KernelSpec:
                 "defines": dict(self.defines), "spec_file": str(self.spec_file),
                 "split_k": None if self.split_k is None else {
                     "switch": self.split_k.switch, "reduce": str(self.split_k.reduce),
+                    "k_multiple": self.split_k.k_multiple, "cluster_switch": self.split_k.cluster_switch,
+                    "cluster_when": self.split_k.cluster_when,
                     "rules": [_split_rule_json(r) for r in self.split_k.rules]},
                 "routes": [{"when": r.when, "kernel": r.kernel} for r in self.routes],
                 "swap_rules": [{"when": r.when} for r in self.swap_rules]}

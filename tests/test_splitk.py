@@ -182,6 +182,8 @@ def test_cluster_when_limits_the_cluster_splits(tmp_path):
         """)
     sk = spec.split_k
     assert sk.in_clusters(1, 100, 64, 132, 8) and not sk.in_clusters(1, 200, 64, 132, 8)
+    shown = spec.to_json()["split_k"]
+    assert (shown["cluster_switch"], shown["cluster_when"], shown["k_multiple"]) == ("CLUSTER_K", "N * S <= 1000", 16)
     assert split_k.cluster_splits(spec, split_k.Split(8, 64), "sm_90", None, _plan(1, 100, 512), 132) == 8
     assert split_k.cluster_splits(spec, split_k.Split(8, 64), "sm_90", None, _plan(1, 200, 512), 132) == 0
     assert split_k.cluster_splits(spec, split_k.Split(8, 64), "sm_80", None, _plan(1, 100, 512), 132) == 0

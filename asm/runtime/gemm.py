@@ -603,12 +603,11 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
         # split-K only on plain 2-D calls: no fused epilogue (the partial pass stores raw sums), no batch
         plain = mbias is None and act == 0 and kernel_batch == 1
         split = split_k.choose_split(spec, plan, params, tuned, facts.sm_count, plain=plain)
-        asked = params if params is not None else tuned
-        built = _build_for(spec, plan, params, tuned, facts, target,
-                           split_k.switch_define(spec, split, target, asked, plan, facts.sm_count))
+        in_cluster = split_k.cluster_splits(spec, split, target, params if params is not None else tuned, plan,
+                                            facts.sm_count)
+        built = _build_for(spec, plan, params, tuned, facts, target, split_k.switch_define(spec, split, in_cluster))
         static_smem = arch_for(target).limits.static_shared_per_block
         fn = _load(cupy, built, static_smem)
-        in_cluster = split_k.cluster_splits(spec, split, target, asked, plan, facts.sm_count)
         if split is None or in_cluster:
             # (a split in one cluster: one launch whose grid's z is S, no workspace, no reduce)
             kept = _LaunchPlan(built, fn, (built.key, cupy.cuda.Device().id),

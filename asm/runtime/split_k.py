@@ -155,16 +155,14 @@ def cluster_splits(spec: KernelSpec, split: Split | None, target: str, params: d
     return split.splits if "clusters" in arch_for(target).features else 0
 
 
-def switch_define(spec: KernelSpec, split: Split | None, target: str = "", params: dict | None = None,
-                  plan: LaunchPlan | None = None, sm_count: int = 0) -> dict:
+def switch_define(spec: KernelSpec, split: Split | None, clustered: int = 0) -> dict:
     """The -D values of the kernel's split-K switches for this launch ({} for a kernel without
     them): they replace the pseudo-parameter S that params= or a tuning entry may carry under the
-    switch's name. A split in one cluster (cluster_splits) builds with the switch off and the
-    cluster switch at S."""
+    switch's name. A split in one cluster (`clustered` = S from cluster_splits) builds with the
+    switch off and the cluster switch at S."""
     sk = spec.split_k
     if sk is None:
         return {}
-    clustered = cluster_splits(spec, split, target, params, plan, sm_count) if target else 0
     if clustered:
         return {sk.switch: 0, sk.cluster_switch: clustered}
     return {sk.switch: 1 if split is not None else 0}

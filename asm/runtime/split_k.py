@@ -38,6 +38,7 @@ import math
 from dataclasses import dataclass, replace
 
 from ..errors import AsmError
+from ..isa.arch import arch_for
 from ..kernel_spec import Dtypes, KernelSpec, Launch
 from .launch import untuned_launch
 from .plan import LaunchPlan
@@ -144,7 +145,6 @@ def cluster_splits(spec: KernelSpec, split: Split | None, target: str, params: d
     target with clusters, S <= 8); 0 where it runs as the partial pass and the reduce kernel (or
     does not split). params= (or a tuning entry) naming the cluster switch as 1 asks for the
     reduce kernel (an A/B of the two)."""
-    from ..isa.arch import arch_for
     sk = spec.split_k
     if split is None or sk is None or sk.cluster_switch is None or split.splits > MAX_CLUSTER_SPLITS:
         return 0

@@ -43,3 +43,21 @@ def test_save_then_check_baseline(tmp_path):
                    tmp_path)
     assert proc.returncode == 3, proc.stderr
     assert "1000.000" in proc.stdout and "regressed" in proc.stdout
+
+
+@pytest.mark.parametrize("kernel", ["hgemm_f32c", "bgemm_f32c"])
+def test_bench_of_a_kernel_with_fp32_c_times_cublas_gemm_ex(tmp_path, kernel):
+    """16-bit A and B with an fp32 C: cuBLAS is timed through cublasGemmEx with the same types (its
+    result checked against the float64 reference like asmgemm's, in every layout, so a wrong
+    transpose or leading dimension in that call fails), torch is not run (no such matmul)."""
+    out = tmp_path / "bench.json"
+    proc = asmgemm("bench", kernel, "--shapes", "192x320x136,8x4096x512", "--layouts", "all", "--reps", "3",
+                   "--json", out)
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert len(rows) == 2 * 4
+    for row in rows:
+        assert row["dtype"] == "float32" and row["correct"], row
+        assert row["rel_err"]["cublas"] < 5e-4, row
+        assert "torch" not in row["tflops"] and row["tflops"]["cublas"] > 0
+        assert any("cublasGemmEx" in note for note in row["notes"])

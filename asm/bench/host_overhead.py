@@ -91,12 +91,12 @@ def measure_host_overhead(cp, m: int, n: int, k: int, *, kernel=None, calls: int
 
     name = kernel.name if kernel is not None else None
     dtype = kernel.dtypes.a if kernel is not None else "float32"
-    prob = GemmProblem(cp, Shape(m, n, k), "nn", dtype, seed=seed)
+    prob = GemmProblem(cp, Shape(m, n, k), "nn", dtype, seed=seed, c_dtype=kernel.dtypes.c if kernel else None)
     a, b = prob.a, prob.b
     c_asm, c_ref = prob.output(), prob.output()
     fns = {"asmgemm": lambda: gemm(a, b, c_asm, kernel=name),
-           "cublas": lambda: cp.matmul(a, b, out=c_ref)}
-    if torch is not None:
+           "cublas": lambda: prob.cublas(c_ref)}       # cupy.matmul (cublasGemmEx for an fp32 C of 16-bit A, B)
+    if torch is not None and prob.c_dtype == prob.dtype:
         ta, tb = torch.from_dlpack(a), torch.from_dlpack(b)
         tc_asm, tc_ref = torch.from_dlpack(prob.output()), torch.from_dlpack(prob.output())
         fns["asmgemm (torch)"] = lambda: gemm(ta, tb, tc_asm, kernel=name)

@@ -1,18 +1,24 @@
 """One GEMM problem on the GPU: random operands in the requested layout, a float64 reference, and
 correctness checks with poisoned outputs. Inputs are fresh uniform(-1, 1) draws, never zeros (zeros
 hide unwritten outputs and wrong indexing, and can even run faster than real data); the output is
-NaN-filled before each run, so an element the kernel never wrote cannot pass."""
+NaN-filled before each run, so an element the kernel never wrote cannot pass.
+
+C may have another dtype than A and B (hgemm_f32c: fp16 A and B, fp32 C). cupy.matmul cannot
+produce that without a second pass (it multiplies in A's dtype, then casts), so cuBLAS is then
+called directly: cublasGemmEx with C's type and fp32 compute, the call CUTLASS and PyTorch users
+compare such kernels with."""
 from __future__ import annotations
 
 from .shapes import Shape, layout_flags
 
 
 class GemmProblem:
-    def __init__(self, cp, shape: Shape, layout: str, dtype: str, seed: int = 0):
+    def __init__(self, cp, shape: Shape, layout: str, dtype: str, seed: int = 0, c_dtype: str | None = None):
         self.cp = cp
         self.shape = shape
         self.layout = layout
         self.dtype = cp.dtype(dtype)
+        self.c_dtype = cp.dtype(c_dtype) if c_dtype else self.dtype
         self.trans_a, self.trans_b = layout_flags(layout)
         m, n, k = shape.m, shape.n, shape.k
         rs = cp.random.RandomState(seed)
@@ -27,7 +33,7 @@ class GemmProblem:
         self._ref_norm = None
 
     def output(self):
-        return self.cp.empty((self.shape.m, self.shape.n), dtype=self.dtype)
+        return self.cp.empty((self.shape.m, self.shape.n), dtype=self.c_dtype)
 
     def reference(self):
         if self._ref is None:
@@ -52,4 +58,25 @@ class GemmProblem:
         return diff / self._ref_norm if self._ref_norm else diff
 
     def cublas(self, c):
-        return self.cp.matmul(self.op_a, self.op_b, out=c)
+        if c.dtype == self.dtype:
+            return self.cp.matmul(self.op_a, self.op_b, out=c)
+        return self._gemm_ex(c)
+
+    def _gemm_ex(self, c):
+        """c = op(A) op(B) by cublasGemmEx on CuPy's handle and current stream: A and B of their
+        dtype, C of its own, fp32 compute (tensor cores for 16-bit A and B). Row-major C is
+        column-major C^T = op(B)^T op(A)^T, so B goes first."""
+        from cupy_backends.cuda.libs import cublas
+        import numpy
+        cp = self.cp
+        types = {"float16": 2, "bfloat16": 14, "float32": 0}       # cudaDataType_t: CUDA_R_16F, _16BF, _32F
+        m, n, k = self.shape.m, self.shape.n, self.shape.k
+        handle = cp.cuda.device.get_cublas_handle()
+        cublas.setStream(handle, cp.cuda.get_current_stream().ptr)
+        one, zero = numpy.ones(1, numpy.float32), numpy.zeros(1, numpy.float32)
+        ab = types[self.dtype.name]
+        cublas.gemmEx(handle, int(self.trans_b), int(self.trans_a), n, m, k, one.ctypes.data,
+                      self.b.data.ptr, ab, k if self.trans_b else n, self.a.data.ptr, ab, m if self.trans_a else k,
+                      zero.ctypes.data, c.data.ptr, types[c.dtype.name], n,
+                      68, -1)                                      # CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT
+        return c

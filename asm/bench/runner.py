@@ -97,13 +97,18 @@ def bench_one(cp, kernel: KernelSpec, shape: Shape, layout: str, *, reps: int, w
 
     row = BenchRow(kernel.name, kernel.dtypes.c, layout, shape, kernel.rel_err_limit,
                    shown_params if shown_params is not None else params, params_source)
-    prob = GemmProblem(cp, shape, layout, kernel.dtypes.a, seed=seed)
+    prob = GemmProblem(cp, shape, layout, kernel.dtypes.a, seed=seed, c_dtype=kernel.dtypes.c)
     run = make_runner(kernel)
     outs = {"asmgemm": prob.output(), "cublas": prob.output()}
     fns = {
         "asmgemm": lambda: run(prob.a, prob.b, outs["asmgemm"], prob.trans_a, prob.trans_b, params),
         "cublas": lambda: prob.cublas(outs["cublas"]),
     }
+    if torch is not None and prob.c_dtype != prob.dtype:
+        # torch.matmul gives C in A's dtype only; cuBLAS's own mixed call (GemmProblem.cublas) is the reference
+        row.notes.append(f"cuBLAS timed as cublasGemmEx ({prob.dtype.name} A and B, {prob.c_dtype.name} C); torch not "
+                         f"run (its matmul returns {prob.dtype.name})")
+        torch = None
     if torch is not None:
         ta, tb = torch.from_dlpack(prob.a), torch.from_dlpack(prob.b)
         top_a = ta.t() if prob.trans_a else ta

@@ -71,8 +71,9 @@ def command(kernels, shapes_spec, layouts_spec, reps, warmup, no_flush, no_pre_r
     kernels_ptx/kernels.toml, runs on this GPU and takes dtypes CuPy has) against cuBLAS on the GPU.
 
     For each kernel, layout and shape: the result is checked against a float64 reference
-    (‖C − ref‖/‖ref‖, NaN-poisoned output first); then asmgemm, cuBLAS (cupy.matmul) and
-    torch.matmul (if installed; TF32 off) are timed interleaved in this process: CUDA events,
+    (‖C − ref‖/‖ref‖, NaN-poisoned output first); then asmgemm, cuBLAS (cupy.matmul; for an fp32
+    C of 16-bit A and B, cublasGemmEx with those types) and torch.matmul (if installed; TF32 off;
+    not for such mixed types) are timed interleaved in this process: CUDA events,
     warm-up, L2 flushed before every repetition, the median of --reps with min and max. Before
     each start event a one-thread kernel keeps the GPU busy for twice the call's host time, so
     the events measure device time, not Python. The table gives TFLOP/s (2·M·N·K / median time)
@@ -344,11 +345,19 @@ def _print_table(gpu, rows, reps, no_flush):
         t.add_row(*cells)
     con = make_console()
     con.print(t)
+    shared = {}                 # a note several rows carry (the reference a kernel's dtypes need) is printed once
+    for r in rows:
+        for note in r.notes:
+            shared.setdefault((r.kernel, note), []).append(r)
     for r in rows:
         if r.error:
             con.print(f"[red]{r.kernel} {r.layout} {r.shape.key}:[/] {r.error}")
         for note in r.notes:
-            con.print(f"[yellow]{r.kernel} {r.layout} {r.shape.key}:[/] {note}")
+            carriers = shared[(r.kernel, note)]
+            if len(carriers) == 1:
+                con.print(f"[yellow]{r.kernel} {r.layout} {r.shape.key}:[/] {note}")
+            elif carriers[0] is r:
+                con.print(f"[yellow]{r.kernel} ({len(carriers)} rows):[/] {note}")
 
 
 def _print_summary(summary):

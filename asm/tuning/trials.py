@@ -79,7 +79,7 @@ def _tune_on_gpu(cp, kernel, shape, layout, trials, *, reps, warmup, flush, on_s
     from ..bench.problem import GemmProblem
     from ..bench.timing import time_interleaved
 
-    prob = GemmProblem(cp, shape, layout, kernel.dtypes.a, seed=seed)
+    prob = GemmProblem(cp, shape, layout, kernel.dtypes.a, seed=seed, c_dtype=kernel.dtypes.c)
     run = make_runner(kernel)
     limit = kernel.rel_err_limit
     outs = {}

@@ -113,7 +113,11 @@ CALL_VALUES = ("trans_a", "trans_b", "vec_a", "vec_b", "vec_c", "wide_c",
                "batched",
                # c_trans: 1 when a row-major C is computed through the operand swap and the kernel
                # stores its M x N result transposed (element (i, j) at C + j * ldc + i; [[NAME.swap_rule]])
-               "c_trans")
+               "c_trans",
+               # a_ldg: 1 when the kernel's A is K-contiguous with rows TMA cannot address (base or
+               # leading dimension not a multiple of 16 bytes) and K <= LDG_A_MAX_K (runtime/plan.py):
+               # a kernel mapping it reads A by its own loads; one that does not gets a padded copy
+               "a_ldg")
 BIAS_MODES = {"none": 0, "column": 1, "row": 2}
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 _ACTIVATION_CODES = {None: 0, **{name: i + 1 for i, name in enumerate(ACTIVATIONS)}}

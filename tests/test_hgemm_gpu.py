@@ -158,9 +158,62 @@ def test_strided_views_with_aligned_rows():
 
 
 def test_odd_leading_dimensions_are_copied_not_refused():
-    """K = 7: rows of 14 bytes, which TMA cannot read; the runtime pads a copy (tensor_map.py)."""
-    _check(100, 60, 7, "nn")
-    _check(100, 61, 7, "tn")
+    """Rows TMA cannot read (tensor_map.py) are copied to padded rows first: B's of 61 halves (A
+    stored transposed, rows of 104 halves: read in place), and a K-major A's of 65 (deeper than
+    one K tile: no A_LDG)."""
+    _check(104, 61, 7, "tn")
+    assert last_launch()["copies"] == ("B",) and not last_launch()["a_ldg"]
+    _check(100, 60, 65, "nn")
+    assert last_launch()["copies"] == ("A",) and not last_launch()["a_ldg"]
+
+
+# K-major A whose rows TMA cannot address, K <= 64: the consumers load A themselves (A_LDG, call value
+# a_ldg), no padded copy. K = 1, 7, 9, 31, 33 (the second round of loads), 63; edges in M and N; 
+# a strided A of 72 halves (rows 144 bytes: aligned) against one of 71; M = 129 (a tile's one row).
+@pytest.mark.parametrize("m,n,k", [(100, 60, 7), (300, 200, 1), (130, 250, 9), (2048, 2048, 31), (129, 520, 33),
+                                   (515, 1000, 63), (7, 7, 7)])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_k_major_a_with_unaligned_rows_is_loaded_by_the_kernel(m, n, k, dtype):
+    _check(m, n, k, dtype=dtype)
+    ran = last_launch()
+    if not ran["c_trans"]:
+        assert ran["a_ldg"] and "A" not in ran["copies"], ran
+    _check(m, n, k, dtype=dtype, alpha=0.5, beta=-1.5, seed=1, params={"C_T": 0})
+    ran = last_launch()
+    assert ran["a_ldg"] and "A" not in ran["copies"] and not ran["c_trans"], ran
+
+
+@pytest.mark.parametrize("params", [{"C_T": 0}, {"BN": 128, "CLUSTER_M": 2, "C_T": 0},
+                                    {"BN": 64, "CLUSTER_M": 1, "CLUSTER_K": 2, "C_T": 0},
+                                    {"BN": 192, "MMA_IN_FLIGHT": 2, "C_T": 0}])
+def test_a_loaded_by_the_kernel_in_other_tilings(params):
+    """A_LDG with a cluster sharing B, split K inside a cluster (K slices of one tile each) and the
+    other wgmma grouping; an A strided 71 halves apart (K = 40), and a column-major C (the swap)."""
+    rng = cp.random.default_rng(5)
+    big = rng.standard_normal((600, 71), dtype=cp.float32).astype(cp.float16)
+    a = big[:, :40]
+    b = rng.standard_normal((40, 336), dtype=cp.float32).astype(cp.float16)
+    c = cp.empty((600, 336), dtype=cp.float16)
+    asmgemm.gemm(a, b, c, params=params)
+    ref = a.astype(cp.float32) @ b.astype(cp.float32)
+    assert float(cp.linalg.norm(c.astype(cp.float32) - ref) / cp.linalg.norm(ref)) < 2e-3
+    assert last_launch()["a_ldg"] and last_launch()["copies"] == ()
+    _check(257, 130, 55, c_order="F", params=params)
+
+
+@pytest.mark.parametrize("kernel,c_dtype", [("hgemm_f32c", "float32"), ("hgemm", "float16")])
+def test_a_loaded_by_the_kernel_with_a_fused_epilogue(kernel, c_dtype):
+    rng = cp.random.default_rng(9)
+    a = rng.standard_normal((1500, 31), dtype=cp.float32).astype(cp.float16)     # (more rows than the swap takes)
+    b = rng.standard_normal((31, 512), dtype=cp.float32).astype(cp.float16)
+    bias = rng.standard_normal(512, dtype=cp.float32).astype(c_dtype)
+    c = asmgemm.gemm(a, b, cp.empty((1500, 512), dtype=c_dtype), bias=bias, activation="gelu")
+    from epilogue_reference import epilogue
+    acc = (a.astype(cp.float64) @ b.astype(cp.float64)).get()
+    ref = epilogue(acc, 1.0, 0.0, None, bias_cols=bias.get(), activation="gelu")
+    got = c.astype(cp.float64).get()
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < get_spec(kernel).rel_err_limit
+    assert last_launch()["a_ldg"] and last_launch()["kernel"] == kernel
 
 
 def _check_tile_shape(layout, params):

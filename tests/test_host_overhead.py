@@ -120,6 +120,30 @@ def test_every_layout_and_stride_gets_its_own_plan_and_the_right_c(gpu):
     assert len(gpu.launches) == 2 * len(cases)
 
 
+@pytest.mark.parametrize("which", ["A", "B", "A and B", "swapped (column-major C)"])
+def test_a_call_that_pads_a_copy_keeps_its_plan_and_copies_again(gpu, monkeypatch, which):
+    """An operand TMA cannot read in place (rows not 16-byte aligned) is copied to padded rows; the
+    plan made on the copy's layout is kept under the caller's key, and a repeated call copies the
+    new data again and launches without planning (the tiny float64 kernel stands in for a TMA
+    kernel: 3 or 5 doubles a row are 24 or 40 bytes)."""
+    from asmgemm.runtime import gemm as gemm_module
+    monkeypatch.setattr(gemm_module, "_takes_tensor_maps", lambda spec: True)
+    m, n, k = 9, 5 if "B" in which else 6, 3 if "A" in which or "swapped" in which else 4
+    order = "F" if "swapped" in which else "C"
+    for round_ in range(3):
+        a, b, c = rand(m, k, seed=round_), rand(k, n, seed=10 + round_), rand(m, n, seed=20 + round_, order=order)
+        check(a, b, c, alpha=0.5, beta=0.25)
+        args = gpu.launches[-1][2]
+        # the kernel's A and B (the swap: the caller's B^T and A^T), and whether each is a copy
+        operands = [(args[4], b, False), (args[6], a, True)] if "swapped" in which else \
+            [(args[4], a, "A" in which), (args[6], b, "B" in which)]
+        for ptr, given, copied in operands:
+            assert (int(ptr) != given.ctypes.data) == copied
+        assert int(args[5]) % 2 == 0 and int(args[7]) % 2 == 0    # each row the kernel reads is 16-byte aligned
+    assert gpu.counts["plan_launch"] == 2                  # the call as given, then on the copies; then kept
+    assert len(gpu.launches) == 3
+
+
 def test_a_new_c_each_call_and_beta_still_checked(gpu):
     import asmgemm
     a, b = rand(20, 10), rand(10, 30)

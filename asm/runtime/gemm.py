@@ -19,7 +19,9 @@ A kept launch plan is used only while what it was made from is still current:
     of this process (forget_tuned_choices) -- each of these clears all launch plans;
   * its BuiltKernel is still what the build cache holds (build_cache.clear_memory_cache() after a
     kernel edit: the next call builds again) and its loaded function is still loaded.
-Calls that copy operands first (TMA padding) or launch nothing (M, N or K zero) are not kept.
+Calls that launch nothing (M, N or K zero) are not kept. A call whose operand TMA cannot read in
+place keeps a plan made on the padded copy's layout (a copy of the same shape always has it) and
+which of A and B to copy: a repeated call copies, then launches, without planning again.
 A split-K launch plan (runtime/split_k.py) keeps both kernels, the partial pass and the reduce;
 only its workspace is allocated per call.
 
@@ -285,7 +287,7 @@ class _LaunchPlan:
     """Everything a repeated call needs that does not change with the pointers and scalars."""
 
     __slots__ = ("built", "fn", "fn_key", "grid", "block", "smem", "packer", "swapped", "c_shape", "c_align",
-                 "device", "c_dtype", "split", "spec_name", "c_trans", "cluster_splits")
+                 "device", "c_dtype", "split", "spec_name", "c_trans", "cluster_splits", "copied", "a_ldg")
 
     def __init__(self, built: BuiltKernel, fn, fn_key, grid_, packer: ArgPacker, swapped: bool, c_shape, c_align: int,
                  device: int, c_dtype: str | None = None, split: split_k.SplitLaunch | None = None,
@@ -299,6 +301,10 @@ class _LaunchPlan:
         self.c_shape, self.c_align, self.device = c_shape, c_align, device
         self.c_dtype = c_dtype          # of a C gemm allocates; None: A's
         self.split = split              # split-K: the reduce launched after this kernel; None: no split
+        # (the caller's A, B): the element size of an operand copied to padded rows first (TMA reads
+        # only 16-byte aligned rows), as when the plan was made; 0: read in place
+        self.copied = (0, 0)
+        self.a_ldg = False              # the kernel reads its A by its own loads (call value a_ldg, A_LDG)
 
     def current(self) -> bool:
         """Still what planning afresh would give: the build cache still holds this very build and
@@ -339,8 +345,10 @@ def last_launch() -> dict | None:
     K splits (1: none), where they were added ("reduce": "kernel", the reduce kernel after a
     workspace; "cluster", inside clusters of that many blocks, one launch; None without a split)
     and "c_trans" (the swap rule's launch: the kernel computed C^T and stored it transposed, its
-    tile counted in C^T's rows and columns). For reports such as `asmgemm bench`'s; calls from
-    several threads at once each overwrite it."""
+    tile counted in C^T's rows and columns), "copies" (the caller's operands, "A" and/or "B", copied
+    to padded rows first because TMA could not read them in place) and "a_ldg" (the kernel read
+    its A by its own loads instead: call value a_ldg). For reports such as `asmgemm bench`'s;
+    calls from several threads at once each overwrite it."""
     kept = _last_launch[0]
     if kept is None:
         return None
@@ -349,7 +357,8 @@ def last_launch() -> dict | None:
             "tile": (kept.built.tile_m, kept.built.tile_n),
             "cluster": kept.cluster_splits or kept.built.cluster, "splits": splits,
             "reduce": "kernel" if kept.split is not None else ("cluster" if kept.cluster_splits else None),
-            "c_trans": kept.c_trans}
+            "c_trans": kept.c_trans, "copies": tuple(name for name, size in zip("AB", kept.copied) if size),
+            "a_ldg": kept.a_ldg}
 _plans: dict[tuple, _LaunchPlan] = {}
 _state: list = [None, None, None, None]      # [specs_version token, cupy module, _CupyArrays, _TorchArrays]
 
@@ -476,6 +485,10 @@ def _launch_kept(arrays, plan: _LaunchPlan, a, b, c, alpha, beta, bias=None):
         c = arrays.empty(a, plan.c_shape, plan.c_dtype)
         if arrays.ptr(c) & 15 != plan.c_align:
             return None
+    copy_a, copy_b = plan.copied
+    if copy_a or copy_b:                # held until the launch is queued (then reused in stream order)
+        a = _padded(arrays, a, copy_a) if copy_a else a
+        b = _padded(arrays, b, copy_b) if copy_b else b
     a_ptr, b_ptr = arrays.ptr(a), arrays.ptr(b)
     if plan.swapped:                # column-major C: the kernel's A is the user's B
         a_ptr, b_ptr = b_ptr, a_ptr
@@ -587,9 +600,9 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
         if not tuned and _takes_c_trans(spec, plan, params, facts.sm_count):
             plan = plan_launch(ma, mb, mc, trans_a=trans_a, trans_b=trans_b, ptr_of=_ptr_of, bias=mbias,
                                activation=act, c_trans=True)
-        copies = ()
+        held, copied = (), (0, 0)        # held: the padded copies, alive until the launch is queued
         if _takes_tensor_maps(spec):
-            plan, copies = _tma_ready(arrays, a, b, ma, mb, mc, plan, trans_a, trans_b, mbias, act)
+            plan, held, copied = _tma_ready(arrays, spec, a, b, ma, mb, mc, plan, trans_a, trans_b, mbias, act)
         if plan.m == 0 or plan.n == 0:
             return c
         if plan.k == 0 and mbias is None and act == 0:
@@ -618,11 +631,12 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
         else:
             kept = _split_plan(cupy, spec, built, fn, plan, split, target, static_smem, facts.sm_count, c_shape,
                                mc.ptr & 15, ma.device, new_c_dtype)
+        kept.copied = copied
+        kept.a_ldg = bool(plan.call_values.get("a_ldg")) and spec.call_value_param("a_ldg") is not None
         workspace = _workspace(arrays, a, kept)
         kept.launch(plan.a.ptr, plan.b.ptr, plan.c_ptr, alpha, beta, arrays.stream(ma.device), plan.bias_ptr,
                     arrays.ptr(workspace) if workspace is not None else 0)
-    # A plan made on padded copies holds their pointers' layout, not the caller's: not kept.
-    if key is not None and not copies:
+    if key is not None:
         if len(_plans) >= MAX_PLANS:
             del _plans[next(iter(_plans))]
         _plans[key] = kept
@@ -729,26 +743,38 @@ def _takes_tensor_maps(spec: KernelSpec) -> bool:
     return "tmap_a" in spec.abi or "tmap_b" in spec.abi
 
 
-def _tma_ready(arrays, a, b, ma: _Matrix, mb: _Matrix, mc: _Matrix, plan: LaunchPlan, trans_a: bool,
-               trans_b: bool, mbias: _Matrix | None = None, act: int = 0) -> tuple[LaunchPlan, tuple]:
-    """(plan, copies) with every operand TMA can read: one whose base or row stride is not a
-    multiple of 16 bytes is copied into row-major storage with a padded leading dimension (the
+def _padded(arrays, x, itemsize: int):
+    """x copied into row-major storage whose rows start at multiples of 16 bytes (TMA's rule)."""
+    return arrays.padded_copy(x, ALIGN // itemsize)
+
+
+def _tma_ready(arrays, spec: KernelSpec, a, b, ma: _Matrix, mb: _Matrix, mc: _Matrix, plan: LaunchPlan,
+               trans_a: bool, trans_b: bool, mbias: _Matrix | None = None, act: int = 0) -> tuple[LaunchPlan, tuple, tuple]:
+    """(plan, copies, copied) with every operand TMA can read: one whose base or row stride is not
+    a multiple of 16 bytes is copied into row-major storage with a padded leading dimension (the
     copy costs one pass over that operand; the alternative is TMA's refusal). `copies` keeps the
-    copies alive until the launch is queued (their memory is then reused in stream order)."""
+    copies alive until the launch is queued (their memory is then reused in stream order); copied:
+    (the caller's A, B): the element size of one copied, 0 for one read in place, for the kept plan
+    to copy again. A kernel that maps the call value a_ldg reads such an A itself where the plan
+    says so (K-major, K <= LDG_A_MAX_K): no copy of it then."""
+    loads_a = plan.call_values["a_ldg"] and spec.call_value_param("a_ldg") is not None
+
     def legal(op) -> bool:
-        return addressable(op.ptr, op.rows, op.ld, ma.dtype.itemsize)
+        return (op is plan.a and loads_a) or addressable(op.ptr, op.rows, op.ld, ma.dtype.itemsize)
     if legal(plan.a) and legal(plan.b):
-        return plan, ()
+        return plan, (), (0, 0)
     user_a_is_kernel_a = not plan.swapped
-    elems = ALIGN // ma.dtype.itemsize
     copies = []
-    if not legal(plan.a if user_a_is_kernel_a else plan.b):
-        a = arrays.padded_copy(a, elems)
+    copy_a = not legal(plan.a if user_a_is_kernel_a else plan.b)
+    copy_b = not legal(plan.b if user_a_is_kernel_a else plan.a)
+    if copy_a:
+        a = _padded(arrays, a, ma.dtype.itemsize)
         ma = arrays.matrix(a, "A")
         copies.append(a)
-    if not legal(plan.b if user_a_is_kernel_a else plan.a):
-        b = arrays.padded_copy(b, elems)
+    if copy_b:
+        b = _padded(arrays, b, mb.dtype.itemsize)
         mb = arrays.matrix(b, "B")
         copies.append(b)
+    item = ma.dtype.itemsize
     return (plan_launch(ma, mb, mc, trans_a=trans_a, trans_b=trans_b, ptr_of=_ptr_of, bias=mbias, activation=act,
-                        c_trans=plan.c_trans), tuple(copies))
+                        c_trans=plan.c_trans), tuple(copies), (item if copy_a else 0, item if copy_b else 0))

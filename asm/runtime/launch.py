@@ -158,9 +158,13 @@ class ArgPacker:
                   "batch_stride_a": plan.batch_strides[0], "batch_stride_b": plan.batch_strides[1],
                   "batch_stride_c": plan.batch_strides[2], "k_chunk": plan.k, "split_stride": 0, **(extra or {})}
         template, pointers, scalars = [], [], []
+        built_params = {name for name, _ in built.params}
         for i, (name, ptype) in enumerate(built.params):
             if name == "tmap_c" and not (plan.call_values.get("wide_c") and (c_dtype or dtype) == dtype):
                 # the kernel stores C by TMA only with whole 16-byte rows of a 16-bit C (WIDE_C)
+                template.append(_NO_MAP)
+            elif name == "tmap_a" and plan.call_values.get("a_ldg") and "A" in built_params:
+                # A read by the kernel's own loads (A_LDG): rows TMA cannot address, no map to encode
                 template.append(_NO_MAP)
             elif name in ("tmap_a", "tmap_b", "tmap_c"):     # (a tmap_c read here has C in A's type)
                 template.append(None)

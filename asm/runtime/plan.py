@@ -21,9 +21,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import AsmError
+from .tensor_map import addressable
 
 U32_LIMIT = (1 << 31) - 1          # the kernel takes sizes and leading dimensions as 32-bit
 VECTOR_BYTES = 16                  # one 128-bit global load (ld.global.v4.f32, .v2.f64, .v8 halves as .v4.b32)
+# The deepest K whose misaligned K-major A (rows TMA cannot address) a kernel mapping the call
+# value a_ldg reads by its own loads: one 64-wide K tile of the Hopper kernels, loaded once per
+# tile; deeper, a padded copy (one pass over A) read by TMA costs less than such loads per K tile.
+LDG_A_MAX_K = 64
 
 
 @dataclass(frozen=True)
@@ -203,6 +208,7 @@ def plan_launch(a, b, c, *, trans_a: bool, trans_b: bool, ptr_of=lambda x: x.dat
         "activation": int(activation),
         "batched": int(batch > 1),
         "c_trans": int(c_trans),
+        "a_ldg": int(not A.trans and not addressable(A.ptr, A.rows, A.ld, int(a.dtype.itemsize)) and k <= LDG_A_MAX_K),
     }
     return LaunchPlan(A, B, ptr_of(c), m, n, k, ldc, swap, itemsize, values,
                       ptr_of(bias) if bias is not None else 0, int(batch), (sa, sb, sc))

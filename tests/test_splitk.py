@@ -338,7 +338,7 @@ def test_gemm_splits_by_the_rule_and_reduces(fake_fp32_gemm, layout):
     import asmgemm
     _, launches = fake_fp32_gemm
     ta, tb = layout[0] == "t", layout[1] == "t"
-    m, n, k = 17, 256, 2000                   # 4 tiles of 64x64: min(2000 // 64, 132) = 31 asked: chunks of 80, 25 splits
+    m, n, k = 17, 576, 2000                   # 9 tiles of 64x64: min(2000 // 64, 59) = 31 asked: chunks of 80, 25 splits
     #                                           (M > 16: not routed to sgemm_skinny)
     a = _rand(*((k, m) if ta else (m, k)))
     b = _rand(*((n, k) if tb else (k, n)), seed=1)
@@ -346,7 +346,7 @@ def test_gemm_splits_by_the_rule_and_reduces(fake_fp32_gemm, layout):
     asmgemm.gemm(a, b, c, trans_a=ta, trans_b=tb)
     np.testing.assert_allclose(np.asarray(c), _ref(a, b, None, 1.0, 0.0, ta, tb), rtol=1e-4, atol=1e-3)
     (g1, b1, args1, _, _), (g2, b2, args2, _, _) = launches
-    assert g1 == (4, 1, 25) and b1 == (64, 1, 1)                      # 4 tile columns, 1 tile row, 25 splits
+    assert g1 == (9, 1, 25) and b1 == (64, 1, 1)                      # 9 tile columns, 1 tile row, 25 splits
     v = dict(zip(get_spec("sgemm").abi, args1))            # the partial pass's arguments by name
     assert (float(v["alpha"]), float(v["beta"]), int(v["k_chunk"]), int(v["split_stride"])) == (1.0, 0.0, 80, m * n)
     assert int(args1[2]) != c.ctypes.data and int(args1[8]) == n           # C of the partial: the workspace, ld N
@@ -418,7 +418,7 @@ from test_bench_fakegpu import fake_gpu  # noqa: E402,F401  (the fixture: NumPy 
 def test_bench_shows_the_split_the_rule_chose(fake_gpu, run_cli, tmp_path):
     import json
     out = tmp_path / "bench.json"
-    code, stdout, err = run_cli("bench", "sgemm", "--shapes", "16x256x2000,128x128x128", "--reps", "2",
+    code, stdout, err = run_cli("bench", "sgemm", "--shapes", "16x576x2000,128x128x128", "--reps", "2",
                                 "--defaults", "--json", str(out))
     assert code == 0, err
     rows = {r["k"]: r for r in json.loads(out.read_text())["rows"]}
@@ -432,10 +432,10 @@ def test_bench_shows_a_tuned_entry_with_the_split_it_keeps(fake_gpu, monkeypatch
     from asmgemm.bench.shapes import Shape
     from asmgemm.runtime import tune_cache
     monkeypatch.setattr(tune_cache, "lookup_tuned", lambda *a: {"THREADS": 64, "BK": 16})
-    assert runner.resolve_params(SGEMM, "Fake GPU 80GB", "nn", Shape(16, 256, 2000), {}, False) == \
+    assert runner.resolve_params(SGEMM, "Fake GPU 80GB", "nn", Shape(16, 576, 2000), {}, False) == \
         (None, "tuned", {"THREADS": 64, "BK": 16, "SPLIT_K": 25})
     monkeypatch.setattr(tune_cache, "lookup_tuned", lambda *a: {"THREADS": 64, "SPLIT_K": 1})
-    assert runner.resolve_params(SGEMM, "Fake GPU 80GB", "nn", Shape(16, 256, 2000), {}, False)[2] == \
+    assert runner.resolve_params(SGEMM, "Fake GPU 80GB", "nn", Shape(16, 576, 2000), {}, False)[2] == \
         {"THREADS": 64, "SPLIT_K": 1}
 
 

@@ -192,13 +192,15 @@ def test_fp32_c_kernels_are_picked_by_c_dtype():
 
 @needs_tools
 def test_fp32_c_builds_clean_without_the_staged_tile():
-    """C_F32: pairs stored as v2.f32 (8 bytes); WIDE_C is ignored (stmatrix moves 16-bit elements)."""
-    result = build_file("hgemm", BuildOptions(defines={"C_F32": "1", "WIDE_C": "1", "VEC_C": "1"}, target="sm_90a"))
+    """C_F32 with TMA_C=0: pairs stored as v2.f32 (8 bytes); WIDE_C is ignored (the 16-byte store
+    path moves 16-bit elements), so no staging buffer and the ring keeps its fourth stage."""
+    result = build_file("hgemm", BuildOptions(defines={"C_F32": "1", "WIDE_C": "1", "VEC_C": "1", "TMA_C": "0"},
+                                              target="sm_90a"))
     asm = assemble(result)
     assert not asm.warnings and asm.kernels[0].spill_stores == 0
     ops = _opcodes(disassemble(asm.cubin))
     assert "STSM" not in {op.split(".")[0] for op in ops} and any(op.startswith("STG.E.64") for op in ops)
-    assert result.constants["RING"] == 4
+    assert result.constants["RING"] == 4 and "st.shared.v2.f32" not in result.ptx
 
 
 def test_bgemm_is_the_same_source_with_bf16():
@@ -386,14 +388,16 @@ def test_persistent_grid_walks_units_of_the_cluster():
     assert grid(spec, built(8, 1), plan(4096, 4096), 132) == (128, 1, 1)     # 16 clusters walk 512 tiles
 
 
-def test_tmap_c_is_encoded_only_for_whole_16_byte_rows_of_a_16_bit_c(monkeypatch):
-    """WIDE_C (N, ldc multiples of 8, C 16-byte aligned) stores C by TMA: tmap_c is C's map (M x N,
-    ldc, boxes of 64 rows); otherwise, and for an fp32 C, the kernel never reads it: 128 zero bytes."""
+def test_tmap_c_is_encoded_only_for_whole_16_byte_rows_of_c(monkeypatch):
+    """WIDE_C (rows of C whole 16-byte pieces, C 16-byte aligned) stores C by TMA: tmap_c is C's map
+    (M x N, ldc, boxes of 64 rows x 128 bytes: 64 halves, or 32 floats for an fp32 C); otherwise,
+    and for split-K's partial pass (c_map=False: a workspace new each call), the kernel never reads
+    it: 128 zero bytes."""
     from types import SimpleNamespace
 
     from asmgemm.runtime import tensor_map
     from asmgemm.runtime.build_cache import BuiltKernel
-    from asmgemm.runtime.launch import pack_args
+    from asmgemm.runtime.launch import ArgPacker
     from asmgemm.runtime.plan import plan_launch
 
     seen = []
@@ -409,17 +413,19 @@ def test_tmap_c_is_encoded_only_for_whole_16_byte_rows_of_a_16_bit_c(monkeypatch
     params = (("tmap_a", ".b8"), ("tmap_b", ".b8"), ("tmap_c", ".b8"), ("C", ".u64"), ("M", ".u32"),
               ("N", ".u32"), ("K", ".u32"), ("ldc", ".u32"), ("alpha", ".f32"), ("beta", ".f32"))
     built = BuiltKernel("k", "hgemm", 384, 128, 256, 0, params, "x.cubin", "x.ptx", "sm_90a", (128, 64, 64), 2)
-    for n, item, c_dtype, wide in ((200, 2, "float16", True), (201, 2, "float16", False),
-                                   (200, 4, "float32", False)):
+    for n, item, c_dtype, c_map, box in ((200, 2, "float16", True, (64, 64)), (201, 2, "float16", True, None),
+                                         (200, 4, "float32", True, (32, 64)), (202, 4, "float32", True, None),
+                                         (200, 4, "float32", False, None)):
         seen.clear()
         b = matrix(64, n, 0x20000)
         b.strides = (208 * 2, 2)                   # B's rows 16-byte aligned whatever N is
         plan = plan_launch(matrix(300, 64, 0x10000), b, matrix(300, n, 0x30000, item),
                            trans_a=False, trans_b=False, ptr_of=lambda x: x.ptr)
-        args = pack_args(built, plan, 1.0, 0.0, "float16", c_dtype)
-        if wide:
-            assert seen[2].ptr == 0x30000 and seen[2].dims == (n, 300) and seen[2].box == (64, 64)
-            assert bytes(args[2]) == bytes([7]) * 128
+        args = ArgPacker(built, plan, "float16", c_dtype, c_map=c_map).pack(plan.a.ptr, plan.b.ptr, plan.c_ptr,
+                                                                          1.0, 0.0)
+        if box:
+            assert seen[2].ptr == 0x30000 and seen[2].dims == (n, 300) and seen[2].box == box
+            assert seen[2].dtype == c_dtype and bytes(args[2]) == bytes([7]) * 128
         else:
             assert len(seen) == 2 and bytes(args[2]) == bytes(128)
 
@@ -670,3 +676,28 @@ def test_a_loaded_by_the_consumers_builds_clean(defines):
 def test_a_loaded_by_the_consumers_needs_k_major_a():
     with pytest.raises(AsmError, match="A_LDG is 0 or 1, and 1 only with K-major A"):
         build_file("hgemm", BuildOptions(defines={"A_LDG": "1", "TRANS_A": "1"}, target="sm_90a"))
+
+
+@needs_tools
+@pytest.mark.parametrize("defines,stores", [({}, 64), ({"BN": "192", "CLUSTER_M": "1"}, 48), ({"BN": "128"}, 32),
+                                            ({"BN": "64", "STAGES": "8"}, 16), ({"BIAS": "2", "BF16": "1"}, 64)])
+def test_fp32_c_is_staged_for_tma_stores(defines, stores):
+    """C_F32 with whole 16-byte rows (WIDE_C): each consumer thread writes its accumulator pairs
+    into 64 x 32 boxes of floats (st.shared.v2.f32, one a pair: BN / 4 of them) and one thread
+    stores the boxes by TMA, in rounds of at most 4 (BN = 256: 8 boxes, two rounds); no global
+    stores of C from the consumers, no spills. With an activation the pair path stays (below)."""
+    d = {"C_F32": "1", "WIDE_C": "1", **defines}
+    result = build_file("hgemm", BuildOptions(defines=d, target="sm_90a"))
+    asm = assemble(result)
+    (k,) = asm.kernels
+    assert not asm.warnings and k.spill_stores == k.spill_loads == k.local_bytes == 0
+    assert result.ptx.count("st.shared.v2.f32") == stores
+    ops = _opcodes(disassemble(asm.cubin))
+    assert any(op.startswith("UTMASTG") for op in ops)
+    assert "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group" in result.ptx
+
+
+def test_fp32_c_with_an_activation_keeps_the_pair_stores():
+    d = {"C_F32": "1", "WIDE_C": "1", "ACT": "3"}
+    result = build_file("hgemm", BuildOptions(defines=d, target="sm_90a"))
+    assert "st.shared.v2.f32" not in result.ptx and "cp.async.bulk.tensor.2d.global.shared" not in result.ptx

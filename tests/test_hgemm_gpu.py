@@ -163,7 +163,7 @@ def test_odd_leading_dimensions_are_copied_not_refused():
     one K tile: no A_LDG)."""
     _check(104, 61, 7, "tn")
     assert last_launch()["copies"] == ("B",) and not last_launch()["a_ldg"]
-    _check(100, 60, 65, "nn")
+    _check(100, 64, 65, "nn")
     assert last_launch()["copies"] == ("A",) and not last_launch()["a_ldg"]
 
 
@@ -302,6 +302,32 @@ def test_fp32_c_from_16_bit_operands(dtype, layout):
         assert new.dtype == cp.float32
         prod = (av.T if ta else av) @ (bv.T if tb else bv)
         assert float(cp.linalg.norm(new - prod) / cp.linalg.norm(prod)) < get_spec("hgemm_f32c").rel_err_limit
+
+
+# An fp32 C with whole 16-byte rows (N, ldc multiples of 4, beta = 0) is staged in 64 x 32 boxes of
+# floats and stored by TMA (hgemm.sasm STAGED_C with C_F32), in rounds where the tile has more boxes
+# than the buffer holds. Edges in M and N (N = 300: the last box partly outside), every tile width,
+# both kernels, a bias, a strided C (ldc 308), and C NaN-poisoned first.
+@pytest.mark.parametrize("params", [None, {"BN": 256, "CLUSTER_M": 1, "C_T": 0}, {"BN": 192, "CLUSTER_M": 2, "C_T": 0},
+                                    {"BN": 128, "C_T": 0}, {"BN": 64, "STAGES": 8, "C_T": 0},
+                                    {"BN": 256, "C_BOXES_ASKED": 2, "C_T": 0}])
+@pytest.mark.parametrize("kernel", ["hgemm_f32c", "bgemm_f32c"])
+def test_fp32_c_stored_by_tma(kernel, params):
+    dtype = "bfloat16" if kernel.startswith("b") else "float16"
+    rng = cp.random.default_rng(11)
+    for m, n, k, ld in [(515, 300, 200, 300), (1000, 1024, 136, 1024), (257, 296, 96, 308)]:
+        a, av = _operand(rng, (m, k), dtype)
+        b, bv = _operand(rng, (k, n), dtype)
+        big = cp.full((m, ld), float("nan"), dtype=cp.float32)
+        c = big[:, :n]
+        bias = rng.standard_normal(n, dtype=cp.float32) if m == 257 else None
+        asmgemm.gemm(a, b, c, alpha=0.75, kernel=kernel, params=params, bias=bias)
+        ref = 0.75 * (av @ bv) + (bias[None, :] if bias is not None else 0)
+        assert bool(cp.isfinite(c).all()), (m, n, k)
+        err = float(cp.linalg.norm(c - ref) / cp.linalg.norm(ref))
+        assert err < get_spec(kernel).rel_err_limit, (m, n, k, err)
+        if ld > n:
+            assert bool(cp.isnan(big[:, n:]).all())        # nothing written past N
 
 
 # ---- small M through the swap (kernels.toml [[hgemm.swap_rule]]: C^T, stored transposed) ------------

@@ -60,23 +60,24 @@ class GemmProblem:
     def cublas(self, c):
         if c.dtype == self.dtype:
             return self.cp.matmul(self.op_a, self.op_b, out=c)
-        return self._gemm_ex(c)
+        return cublas_gemm_ex(self.cp, self.a, self.b, c, self.trans_a, self.trans_b)
 
-    def _gemm_ex(self, c):
-        """c = op(A) op(B) by cublasGemmEx on CuPy's handle and current stream: A and B of their
-        dtype, C of its own, fp32 compute (tensor cores for 16-bit A and B). Row-major C is
-        column-major C^T = op(B)^T op(A)^T, so B goes first."""
-        from cupy_backends.cuda.libs import cublas
-        import numpy
-        cp = self.cp
-        types = {"float16": 2, "bfloat16": 14, "float32": 0}       # cudaDataType_t: CUDA_R_16F, _16BF, _32F
-        m, n, k = self.shape.m, self.shape.n, self.shape.k
-        handle = cp.cuda.device.get_cublas_handle()
-        cublas.setStream(handle, cp.cuda.get_current_stream().ptr)
-        one, zero = numpy.ones(1, numpy.float32), numpy.zeros(1, numpy.float32)
-        ab = types[self.dtype.name]
-        cublas.gemmEx(handle, int(self.trans_b), int(self.trans_a), n, m, k, one.ctypes.data,
-                      self.b.data.ptr, ab, k if self.trans_b else n, self.a.data.ptr, ab, m if self.trans_a else k,
-                      zero.ctypes.data, c.data.ptr, types[c.dtype.name], n,
-                      68, -1)                                      # CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT
-        return c
+
+def cublas_gemm_ex(cp, a, b, c, trans_a: bool, trans_b: bool):
+    """c = op(A) op(B) by cublasGemmEx on CuPy's handle and current stream: A and B (stored
+    row-major, transposed by the flags) of their dtype, C of its own, fp32 compute (tensor cores
+    for 16-bit A and B). Row-major C is column-major C^T = op(B)^T op(A)^T, so B goes first."""
+    from cupy_backends.cuda.libs import cublas
+    import numpy
+    types = {"float16": 2, "bfloat16": 14, "float32": 0}       # cudaDataType_t: CUDA_R_16F, _16BF, _32F
+    m, n = c.shape
+    k = a.shape[0] if trans_a else a.shape[1]
+    handle = cp.cuda.device.get_cublas_handle()
+    cublas.setStream(handle, cp.cuda.get_current_stream().ptr)
+    one, zero = numpy.ones(1, numpy.float32), numpy.zeros(1, numpy.float32)
+    ab = types[a.dtype.name]
+    cublas.gemmEx(handle, int(trans_b), int(trans_a), n, m, k, one.ctypes.data,
+                  b.data.ptr, ab, k if trans_b else n, a.data.ptr, ab, m if trans_a else k,
+                  zero.ctypes.data, c.data.ptr, types[c.dtype.name], n,
+                  68, -1)                                      # CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT
+    return c

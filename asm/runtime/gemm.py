@@ -648,7 +648,7 @@ def _split_plan(cupy, spec: KernelSpec, built: BuiltKernel, fn, plan: LaunchPlan
     """A launch plan of split-K: the partial pass (this build: grid z = S, C = a workspace slice of
     ld N, k_chunk and split_stride packed) and the reduce kernel into the call's C."""
     ws_plan = split_k.workspace_plan(plan)
-    packer = ArgPacker(built, ws_plan, spec.dtypes.a, "float32", split_k.partial_values(split, plan))
+    packer = ArgPacker(built, ws_plan, spec.dtypes.a, "float32", split_k.partial_values(split, plan), c_map=False)
     rspec = split_k.reduce_spec(spec)
     rbuilt = build_kernel(rspec, split_k.reduce_defines(spec, plan), target)
     rfn = _load(cupy, rbuilt, static_smem)

@@ -151,7 +151,7 @@ class ArgPacker:
     __slots__ = ("template", "pointer_slots", "scalar_slots", "_scalars")
 
     def __init__(self, built: BuiltKernel, plan: LaunchPlan, dtype: str = "", c_dtype: str | None = None,
-                 extra: dict | None = None):
+                 extra: dict | None = None, c_map: bool = True):
         # k_chunk / split_stride: one split over all of K, no slices (a kernel built without its
         # split-K pass ignores them); runtime/split_k.py passes its own in `extra`.
         values = {"M": plan.m, "N": plan.n, "K": plan.k, "lda": plan.a.ld, "ldb": plan.b.ld, "ldc": plan.ldc,
@@ -160,15 +160,17 @@ class ArgPacker:
         template, pointers, scalars = [], [], []
         built_params = {name for name, _ in built.params}
         for i, (name, ptype) in enumerate(built.params):
-            if name == "tmap_c" and not (plan.call_values.get("wide_c") and (c_dtype or dtype) == dtype):
-                # the kernel stores C by TMA only with whole 16-byte rows of a 16-bit C (WIDE_C)
+            if name == "tmap_c" and not (plan.call_values.get("wide_c") and c_map):
+                # the kernel stores C by TMA only with whole 16-byte rows (WIDE_C), and never a
+                # split-K partial tile (c_map False: its workspace is new each call)
                 template.append(_NO_MAP)
             elif name == "tmap_a" and plan.call_values.get("a_ldg") and "A" in built_params:
                 # A read by the kernel's own loads (A_LDG): rows TMA cannot address, no map to encode
                 template.append(_NO_MAP)
-            elif name in ("tmap_a", "tmap_b", "tmap_c"):     # (a tmap_c read here has C in A's type)
+            elif name in ("tmap_a", "tmap_b", "tmap_c"):
                 template.append(None)
-                pointers.append((i, _CALL_SLOTS[name], _tensor_map_of(built, plan, name, dtype)))
+                pointers.append((i, _CALL_SLOTS[name],
+                                 _tensor_map_of(built, plan, name, (c_dtype or dtype) if name == "tmap_c" else dtype)))
             elif name in ("alpha", "beta"):
                 template.append(None)
                 scalars.append((i, _CALL_SLOTS[name] - 3, _SCALAR[ptype]))

@@ -25,7 +25,7 @@ MAX_DIM = 1 << 32
 MAX_STRIDE = 1 << 40
 ALIGN = 16
 CACHE_ENTRIES = 512            # encoded maps kept per process (one per operand shape and pointer)
-_DTYPES = {"float16": 2, "bfloat16": 2}
+_DTYPES = {"float16": 2, "bfloat16": 2, "float32": 4}       # float32: an fp32 C stored by TMA
 
 TMA_HINT = ("TMA needs 16-byte aligned operands whose rows start at multiples of 16 bytes (a leading "
             "dimension that is a multiple of 8 halves); pass a contiguous copy, e.g. cupy.ascontiguousarray(x) "
@@ -37,7 +37,7 @@ class TileMap:
     """One tensor map to encode: the stored matrix and the box. Hashable: the cache key."""
 
     ptr: int
-    dtype: str         # 'float16' | 'bfloat16'
+    dtype: str         # 'float16' | 'bfloat16' | 'float32'
     rows: int
     cols: int
     row_bytes: int     # stride between rows in bytes
@@ -121,7 +121,8 @@ def _encode(tm: TileMap):
         raise AsmError(f"the Hopper kernels need NVIDIA's cuda-bindings for their TMA tensor maps ({exc})",
                        hint="pip install 'asmgemm[gpu]'") from None
     dtype = {"float16": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-             "bfloat16": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16}[tm.dtype]
+             "bfloat16": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+             "float32": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32}[tm.dtype]
     err, tmap = driver.cuTensorMapEncodeTiled(
         dtype, 2, tm.ptr,
         [driver.cuuint64_t(d) for d in tm.dims],

@@ -49,9 +49,10 @@ def parse_variant(text: str) -> tuple[str, dict[str, int]]:
 def _operands(cp, spec, m: int, n: int, k: int, layout: str, seed: int):
     rng = cp.random.default_rng(seed)
     ta, tb = layout[0] == "t", layout[1] == "t"
-    dtype = cp.dtype(spec.dtypes.a if spec.dtypes.a != "bfloat16" else "uint16")
-    if spec.dtypes.a == "bfloat16":
-        raise AsmError("variant_ab.py compares CuPy-typed kernels; bfloat16 has no CuPy dtype (use hgemm)")
+    try:
+        dtype = cp.dtype(spec.dtypes.a)
+    except TypeError:
+        raise AsmError(f"variant_ab.py compares CuPy-typed kernels; this CuPy has no {spec.dtypes.a} dtype") from None
     a = rng.standard_normal((k, m) if ta else (m, k), dtype=cp.float32).astype(dtype)
     b = rng.standard_normal((n, k) if tb else (k, n), dtype=cp.float32).astype(dtype)
     return a, b, ta, tb

@@ -365,8 +365,9 @@ def _print_summary(summary):
         return
     slow = summary["slowest"]
     make_console().print(
-        f"{summary['shapes']} shapes: geomean {summary['geomean_to_cublas']:.3f}x cupy.matmul, "
-        f"{summary['geomean_to_best_cublas']:.3f}x the faster of cupy.matmul and torch.matmul; "
+        f"{summary['shapes']} shapes: geomean {summary['geomean_to_cublas']:.3f}x cuBLAS through CuPy (cupy.matmul; "
+        f"cublasGemmEx for an fp32 C of 16-bit A and B), {summary['geomean_to_best_cublas']:.3f}x the faster of that "
+        f"and torch.matmul; "
         f"{summary['shapes_under']} under {summary['under']}x of it; slowest {slow['kernel']} {slow['layout']} "
         f"{slow['shape']} at {slow['ratio_to_best_cublas']:.2f}x")
 

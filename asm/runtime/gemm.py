@@ -625,14 +625,15 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
             # (a split in one cluster: one launch whose grid's z is S, no workspace, no reduce)
             kept = _LaunchPlan(built, fn, (built.key, cupy.cuda.Device().id),
                                grid(spec, built, plan, facts.sm_count, max(1, in_cluster)),
-                               ArgPacker(built, plan, spec.dtypes.a, spec.dtypes.c), plan.swapped, c_shape,
+                               ArgPacker(built, plan, spec.dtypes.a, spec.dtypes.c,
+                                         a_map=not _loads_a_itself(spec, plan)), plan.swapped, c_shape,
                                mc.ptr & 15, ma.device, new_c_dtype, spec_name=spec.name, c_trans=plan.c_trans,
                                cluster_splits=in_cluster)
         else:
             kept = _split_plan(cupy, spec, built, fn, plan, split, target, static_smem, facts.sm_count, c_shape,
                                mc.ptr & 15, ma.device, new_c_dtype)
         kept.copied = copied
-        kept.a_ldg = bool(plan.call_values.get("a_ldg")) and spec.call_value_param("a_ldg") is not None
+        kept.a_ldg = _loads_a_itself(spec, plan)
         workspace = _workspace(arrays, a, kept)
         kept.launch(plan.a.ptr, plan.b.ptr, plan.c_ptr, alpha, beta, arrays.stream(ma.device), plan.bias_ptr,
                     arrays.ptr(workspace) if workspace is not None else 0)
@@ -648,7 +649,8 @@ def _split_plan(cupy, spec: KernelSpec, built: BuiltKernel, fn, plan: LaunchPlan
     """A launch plan of split-K: the partial pass (this build: grid z = S, C = a workspace slice of
     ld N, k_chunk and split_stride packed) and the reduce kernel into the call's C."""
     ws_plan = split_k.workspace_plan(plan)
-    packer = ArgPacker(built, ws_plan, spec.dtypes.a, "float32", split_k.partial_values(split, plan), c_map=False)
+    packer = ArgPacker(built, ws_plan, spec.dtypes.a, "float32", split_k.partial_values(split, plan), c_map=False,
+                       a_map=not _loads_a_itself(spec, plan))
     rspec = split_k.reduce_spec(spec)
     rbuilt = build_kernel(rspec, split_k.reduce_defines(spec, plan), target)
     rfn = _load(cupy, rbuilt, static_smem)
@@ -743,6 +745,12 @@ def _takes_tensor_maps(spec: KernelSpec) -> bool:
     return "tmap_a" in spec.abi or "tmap_b" in spec.abi
 
 
+def _loads_a_itself(spec: KernelSpec, plan: LaunchPlan) -> bool:
+    """Whether the kernel reads this launch's A by its own loads instead of TMA: the plan's call
+    value a_ldg (rows TMA cannot address, K <= LDG_A_MAX_K) in a kernel whose spec maps it."""
+    return bool(plan.call_values.get("a_ldg")) and spec.call_value_param("a_ldg") is not None
+
+
 def _padded(arrays, x, itemsize: int):
     """x copied into row-major storage whose rows start at multiples of 16 bytes (TMA's rule)."""
     return arrays.padded_copy(x, ALIGN // itemsize)
@@ -757,7 +765,7 @@ def _tma_ready(arrays, spec: KernelSpec, a, b, ma: _Matrix, mb: _Matrix, mc: _Ma
     (the caller's A, B): the element size of one copied, 0 for one read in place, for the kept plan
     to copy again. A kernel that maps the call value a_ldg reads such an A itself where the plan
     says so (K-major, K <= LDG_A_MAX_K): no copy of it then."""
-    loads_a = plan.call_values["a_ldg"] and spec.call_value_param("a_ldg") is not None
+    loads_a = _loads_a_itself(spec, plan)
 
     def legal(op) -> bool:
         return (op is plan.a and loads_a) or addressable(op.ptr, op.rows, op.ld, ma.dtype.itemsize)

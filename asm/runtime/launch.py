@@ -146,26 +146,27 @@ class ArgPacker:
     """The argument tuple of one launch plan, built once: every argument that the plan fixes (sizes,
     leading dimensions) is converted to its numpy scalar here, and `pack` only fills in what changes
     between calls with the same plan (pointers; alpha and beta, converted again only when they
-    change; a tensor map follows its pointer)."""
+    change; a tensor map follows its pointer). c_map=False: tmap_c is never encoded (split-K's
+    partial pass, whose workspace is new each call); a_map=False: nor tmap_a (the kernel loads A
+    itself, A_LDG)."""
 
     __slots__ = ("template", "pointer_slots", "scalar_slots", "_scalars")
 
     def __init__(self, built: BuiltKernel, plan: LaunchPlan, dtype: str = "", c_dtype: str | None = None,
-                 extra: dict | None = None, c_map: bool = True):
+                 extra: dict | None = None, c_map: bool = True, a_map: bool = True):
         # k_chunk / split_stride: one split over all of K, no slices (a kernel built without its
         # split-K pass ignores them); runtime/split_k.py passes its own in `extra`.
         values = {"M": plan.m, "N": plan.n, "K": plan.k, "lda": plan.a.ld, "ldb": plan.b.ld, "ldc": plan.ldc,
                   "batch_stride_a": plan.batch_strides[0], "batch_stride_b": plan.batch_strides[1],
                   "batch_stride_c": plan.batch_strides[2], "k_chunk": plan.k, "split_stride": 0, **(extra or {})}
         template, pointers, scalars = [], [], []
-        built_params = {name for name, _ in built.params}
         for i, (name, ptype) in enumerate(built.params):
             if name == "tmap_c" and not (plan.call_values.get("wide_c") and c_map):
                 # the kernel stores C by TMA only with whole 16-byte rows (WIDE_C), and never a
                 # split-K partial tile (c_map False: its workspace is new each call)
                 template.append(_NO_MAP)
-            elif name == "tmap_a" and plan.call_values.get("a_ldg") and "A" in built_params:
-                # A read by the kernel's own loads (A_LDG): rows TMA cannot address, no map to encode
+            elif name == "tmap_a" and not a_map:
+                # A read by the kernel's own loads (A_LDG: rows TMA cannot address): no map to encode
                 template.append(_NO_MAP)
             elif name in ("tmap_a", "tmap_b", "tmap_c"):
                 template.append(None)

@@ -9,6 +9,8 @@ called directly: cublasGemmEx with C's type and fp32 compute, the call CUTLASS a
 compare such kernels with."""
 from __future__ import annotations
 
+import numpy as np
+
 from .shapes import Shape, layout_flags
 
 
@@ -63,21 +65,24 @@ class GemmProblem:
         return cublas_gemm_ex(self.cp, self.a, self.b, c, self.trans_a, self.trans_b)
 
 
+_CUDA_TYPES = {"float16": 2, "bfloat16": 14, "float32": 0}       # cudaDataType_t: CUDA_R_16F, _16BF, _32F
+# alpha = 1 and beta = 0 in host memory (the handle's default pointer mode), made once: the call is
+# timed, and --host-overhead counts its host time against asmgemm's
+_ONE, _ZERO = np.ones(1, np.float32), np.zeros(1, np.float32)
+
+
 def cublas_gemm_ex(cp, a, b, c, trans_a: bool, trans_b: bool):
     """c = op(A) op(B) by cublasGemmEx on CuPy's handle and current stream: A and B (stored
     row-major, transposed by the flags) of their dtype, C of its own, fp32 compute (tensor cores
     for 16-bit A and B). Row-major C is column-major C^T = op(B)^T op(A)^T, so B goes first."""
     from cupy_backends.cuda.libs import cublas
-    import numpy
-    types = {"float16": 2, "bfloat16": 14, "float32": 0}       # cudaDataType_t: CUDA_R_16F, _16BF, _32F
     m, n = c.shape
     k = a.shape[0] if trans_a else a.shape[1]
     handle = cp.cuda.device.get_cublas_handle()
     cublas.setStream(handle, cp.cuda.get_current_stream().ptr)
-    one, zero = numpy.ones(1, numpy.float32), numpy.zeros(1, numpy.float32)
-    ab = types[a.dtype.name]
-    cublas.gemmEx(handle, int(trans_b), int(trans_a), n, m, k, one.ctypes.data,
+    ab = _CUDA_TYPES[a.dtype.name]
+    cublas.gemmEx(handle, int(trans_b), int(trans_a), n, m, k, _ONE.ctypes.data,
                   b.data.ptr, ab, k if trans_b else n, a.data.ptr, ab, m if trans_a else k,
-                  zero.ctypes.data, c.data.ptr, types[c.dtype.name], n,
+                  _ZERO.ctypes.data, c.data.ptr, _CUDA_TYPES[c.dtype.name], n,
                   68, -1)                                      # CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT
     return c

@@ -27,10 +27,13 @@ A table (every key is checked; an unknown one is an error, so a typo never passe
                                         # "persistent" then walks units of that many tile rows
     cluster_rows = "CLUSTER_M"          # tile rows of such a unit, when not the cluster's size (hgemm's
                                         # CLUSTER_K blocks split one tile's K instead: one row a unit)
+    cluster_cols = "CLUSTER_N"          # tile columns of a unit (default 1; rows default to cluster / cols)
     [[NAME.size_rule]]                  # the untuned choice: the first rule whose `when` holds wins
     when = "2 * ceil_div(M, 128) * ceil_div(N, 128) <= SMS"    # asmgemm's expression language
-    set = { THREADS = 64, BK = 16 }     # names M, N, K (after the operand swap), SMS (SM count) and
+    set = { THREADS = 64, BK = 16 }     # names M, N, K (after the operand swap), SMS (SM count),
                                         # the call parameters (e.g. ACT; 0 where a caller gives none)
+                                        # and PITCH_A, PITCH_B (bytes between the stored rows of the
+                                        # kernel's A and B; size rules only)
     [NAME.split_k]                      # optional: split-K (runtime/split_k.py) for plain 2-D calls
     switch = "SPLIT_K"                  # the kernel's 0/1 parameter that builds the partial pass
                                         # (abi needs k_chunk and split_stride; grid z = splits)
@@ -135,11 +138,17 @@ def activation_code(activation) -> int:
 # kernel maps the call value "batched").
 _BATCH_STRIDES = ("batch_stride_a", "batch_stride_b", "batch_stride_c")
 # persistent: (min(units, SMs / cluster) * cluster, 1, 1): each cluster walks units (`cluster_rows`,
-# by default `cluster`, tile rows of one tile column) clusterid.x, + nclusterid.x, ... itself.
+# by default `cluster` / `cluster_cols`, tile rows by `cluster_cols`, by default 1, tile columns)
+# clusterid.x, + nclusterid.x, ... itself.
 GRIDS = ("tiles", "persistent")
 DTYPES = ("float32", "float64", "float16", "bfloat16")
 DTYPE_ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}   # bytes (numpy knows no bfloat16)
 SIZE_NAMES = ("M", "N", "K", "SMS")
+# What a size rule sees of the operands besides their sizes: the bytes between consecutive stored rows
+# of the kernel's A and B (after the operand swap; a padded copy's own), since a row pitch that is no
+# multiple of 256 bytes costs TMA loads whole extra L2 lines (tools/HGEMM_NOTES.md, "L2 promotion")
+# and can favour another tiling. Fresh contiguous operands where a caller gives none.
+PITCH_NAMES = ("PITCH_A", "PITCH_B")
 
 _TOP_KEYS = {"source", "entry", "summary", "dtypes", "targets", "abi", "call_params", "defines", "rel_err_limit",
              "launch", "size_rule", "like", "split_k", "route", "swap_rule"}
@@ -147,7 +156,7 @@ _SPLIT_K_KEYS = {"switch", "reduce", "rule", "k_multiple", "cluster_switch", "cl
 # what a kernel with a split_k table must take: the partial pass's k extent and slice distance
 SPLIT_K_ABI = ("k_chunk", "split_stride")
 _LAUNCH_KEYS = {"threads", "tile_m", "tile_n", "smem_bytes", "grid", "box_rows_a", "box_rows_b", "box_rows_c",
-                "cluster", "cluster_rows"}
+                "cluster", "cluster_rows", "cluster_cols"}
 # abi argument -> the launch key naming the constant it needs
 _NEEDS_LAUNCH_KEY = {"tmap_a": "box_rows_a", "tmap_b": "box_rows_b", "tmap_c": "box_rows_c"}
 
@@ -172,13 +181,15 @@ class Launch:
     box_rows_c: str | None = None   # the box height of C's tensor map (kernels storing C by TMA)
     cluster: str | None = None      # blocks per cluster along the grid's x (.reqnctapercluster); default 1
     cluster_rows: str | None = None  # tile rows of a persistent cluster's unit; default: the cluster's blocks
+    cluster_cols: str | None = None  # tile columns of that unit; default 1 (hgemm's CLUSTER_N)
 
 
 @dataclass(frozen=True)
 class SizeRule:
     """One `[[NAME.size_rule]]`: where `when` holds, the untuned call runs with `set`. `when` sees
-    the sizes (SIZE_NAMES, after the operand swap) and this kernel's call parameters (e.g. ACT:
-    a fused activation can favour another tile than the plain GEMM)."""
+    the sizes (SIZE_NAMES, after the operand swap), this kernel's call parameters (e.g. ACT:
+    a fused activation can favour another tile than the plain GEMM) and the operands' row pitches
+    (PITCH_NAMES)."""
 
     when: str
     set: tuple[tuple[str, int], ...]
@@ -323,15 +334,27 @@ class KernelSpec:
         """Whether an M x N x K call with a row-major C runs as C^T with the transposed store."""
         return any(rule.holds(m, n, k, sms, call_defines) for rule in self.swap_rules)
 
-    def size_rule(self, m: int, n: int, k: int, sms: int, call_defines: dict | None = None) -> dict[str, int]:
+    def size_rule(self, m: int, n: int, k: int, sms: int, call_defines: dict | None = None,
+                  pitches: dict | None = None) -> dict[str, int]:
         """The untuned -D overrides for an M x N x K launch (after the operand swap) on a GPU with
         `sms` SMs and the call's parameters `call_defines` (those not given count as 0: no bias,
-        no activation, operands as stored): the first rule that holds; {} keeps the source defaults."""
+        no activation, operands as stored) and row pitches `pitches` (PITCH_NAMES; default: those of
+        contiguous operands, self.fresh_pitches): the first rule that holds; {} keeps the source defaults."""
         calls = {**dict.fromkeys((p for p, _ in self.call_params), 0), **(call_defines or {})}
+        names = {**calls, **(pitches if pitches is not None else self.fresh_pitches(m, n, k, calls))}
         for rule in self.size_rules:
-            if rule.holds(m, n, k, sms, calls):
+            if rule.holds(m, n, k, sms, names):
                 return dict(rule.set)
         return {}
+
+    def fresh_pitches(self, m: int, n: int, k: int, call_defines: dict) -> dict[str, int]:
+        """PITCH_NAMES of contiguous operands of an M x N x K launch whose orientation the call
+        parameters give (trans_a: A stored K x M; trans_b: B stored N x K)."""
+        def flag(value: str) -> bool:
+            param = self.call_value_param(value)
+            return bool(param and call_defines.get(param))
+        return {"PITCH_A": (m if flag("trans_a") else k) * DTYPE_ITEMSIZE[self.dtypes.a],
+                "PITCH_B": (k if flag("trans_b") else n) * DTYPE_ITEMSIZE[self.dtypes.b]}
 
     def build_target(self, device_target: str) -> str | None:
         """The target to build for on a device of `device_target` (sm_90 runs sm_90a code too),
@@ -624,7 +647,7 @@ def _size_rule(source: SourceFile, where: str, i: int, r, calls: dict) -> SizeRu
     if not isinstance(sets, dict) or not all(isinstance(v, int) and not isinstance(v, bool) for v in sets.values()):
         raise AsmError(f"{where} size_rule[{i}].set: a table of PARAM = integer")
     rule = SizeRule(when, tuple(sets.items()), _located_expression(source, when))
-    rule.holds(1, 1, 1, 1, dict.fromkeys(calls, 0))    # an unknown name fails now, at load, not on some later call
+    rule.holds(1, 1, 1, 1, dict.fromkeys((*calls, *PITCH_NAMES), 0))    # an unknown name fails now, at load
     return rule
 
 

@@ -97,8 +97,8 @@ def test_cluster_split_builds_send_by_st_async_without_spills(defines):
 
 # ---- the launch ---------------------------------------------------------------------------------------
 def test_a_cluster_split_unit_is_one_tile_of_the_whole_cluster():
-    plain = SimpleNamespace(tile_m=128, tile_n=128, cluster=1, cluster_rows=1)
-    split = SimpleNamespace(tile_m=128, tile_n=128, cluster=4, cluster_rows=1)
+    plain = SimpleNamespace(tile_m=128, tile_n=128, cluster=1, cluster_rows=1, cluster_cols=1)
+    split = SimpleNamespace(tile_m=128, tile_n=128, cluster=4, cluster_rows=1, cluster_cols=1)
     plan = SimpleNamespace(m=128, n=768)
     assert grid(HGEMM, plain, plan, 132) == (6, 1, 1)
     assert grid(HGEMM, split, plan, 132) == (24, 1, 1)                   # 6 tiles x 4 K slices
@@ -120,10 +120,34 @@ def test_cluster_rows_must_divide_the_cluster(tmp_path):
     spec = SimpleNamespace(spec_file="k.toml", name="k", source=SimpleNamespace(name="k.sasm"),
                            launch=SimpleNamespace(threads="T", tile_m="T", tile_n="T", smem_bytes="S",
                                                   box_rows_a=None, box_rows_b=None, box_rows_c=None,
-                                                  cluster="C", cluster_rows="R"))
-    result = SimpleNamespace(constants={"T": 128, "S": 0, "C": 4, "R": 3})
+                                                  cluster="C", cluster_rows="R", cluster_cols="N"))
+    result = SimpleNamespace(constants={"T": 128, "S": 0, "C": 4, "R": 3, "N": 1})
     with pytest.raises(AsmError, match="does not divide"):
         launch_geometry(spec, result)
+    result = SimpleNamespace(constants={"T": 128, "S": 0, "C": 2, "R": 2, "N": 2})   # 2 x 2 tiles: 4 blocks
+    with pytest.raises(AsmError, match="does not divide"):
+        launch_geometry(spec, result)
+    result = SimpleNamespace(constants={"T": 128, "S": 0, "C": 4, "R": 2, "N": 2})
+    assert launch_geometry(spec, result)["cluster_cols"] == 2
+
+
+def test_a_unit_of_tiles_sharing_a_spans_tile_columns():
+    """CLUSTER_N: a unit is cluster_rows x cluster_cols tiles, so an odd tile-column count rounds up."""
+    pairs = SimpleNamespace(tile_m=128, tile_n=64, cluster=2, cluster_rows=1, cluster_cols=2)
+    quads = SimpleNamespace(tile_m=128, tile_n=128, cluster=4, cluster_rows=2, cluster_cols=2)
+    assert grid(HGEMM, pairs, SimpleNamespace(m=1000, n=1000), 132) == (128, 1, 1)    # 8 x 16 tiles: 64 units
+    assert grid(HGEMM, pairs, SimpleNamespace(m=300, n=330), 132) == (18, 1, 1)       # 3 x 6 tiles: 9 units
+    assert grid(HGEMM, quads, SimpleNamespace(m=300, n=330), 132) == (16, 1, 1)       # 3 x 3 tiles: 4 units of 2 x 2
+    assert grid(HGEMM, quads, SimpleNamespace(m=4096, n=4096), 132) == (132, 1, 1)    # 33 clusters of 4, persistent
+
+
+@needs_tools
+def test_the_build_reports_the_unit_of_tiles_sharing_a():
+    from asmgemm.runtime.build_cache import launch_geometry
+    geo = launch_geometry(HGEMM, _build({"CLUSTER_M": 1, "CLUSTER_N": 2, "BN": 64}))
+    assert (geo["cluster"], geo["cluster_rows"], geo["cluster_cols"], geo["box_rows_a"]) == (2, 1, 2, 64)
+    geo = launch_geometry(HGEMM, _build({"CLUSTER_M": 2, "CLUSTER_N": 2, "BN": 128}))
+    assert (geo["cluster"], geo["cluster_rows"], geo["cluster_cols"]) == (4, 2, 2)
 
 
 # ---- the untuned choice -------------------------------------------------------------------------------
@@ -187,3 +211,46 @@ def test_deep_k_that_does_not_swap_runs_pairs_of_64_or_fours_of_128(shape, bn, c
     assert {k: chosen.get(k) for k in ("C_T", "BN", "CLUSTER_M", "CLUSTER_K")} == \
         {"C_T": None, "BN": bn, "CLUSTER_M": 1, "CLUSTER_K": ck}, chosen
     assert untuned_split(HGEMM, *shape, 132, "nn") is None
+
+
+# ---- size rule 1n: the pitch of A's rows picks the pairs sharing A ----------------------------------------
+def _matrix(rows, cols, ld, item=2):
+    return SimpleNamespace(shape=(rows, cols), ndim=2, strides=(ld * item, item), dtype=SimpleNamespace(itemsize=item))
+
+
+@pytest.mark.parametrize("name", ["hgemm", "bgemm", "hgemm_f32c", "bgemm_f32c"])
+def test_rows_off_128_byte_lines_share_a_in_pairs(name):
+    """1000^3: A's rows 2000 bytes apart -> 128 x 64 tiles in pairs sharing A (size rule 1n); 1024^3
+    and 960^3 (2048 and 1920 bytes: whole 128-byte lines) keep rule 1b's single blocks."""
+    spec = get_spec(name)
+    assert untuned_size_rule(spec, 1000, 1000, 1000, "nn", 132).get("CLUSTER_N") == 2
+    assert untuned_size_rule(spec, 1000, 1000, 1000, "tn", 132).get("CLUSTER_N") == 2
+    for n in (1024, 960):
+        chosen = untuned_size_rule(spec, n, n, n, "nn", 132)
+        assert chosen.get("CLUSTER_N") is None and chosen["BN"] == 64, chosen
+
+
+def test_the_rule_sees_the_pitch_the_launch_reads():
+    """PITCH_A is the stored rows' distance of the operand the kernel reads: a view with rows 1024
+    halves apart of a 1000 x 1000 A is aligned (no pairs); a row TMA cannot address (1019 halves)
+    is read from a copy padded to 1024 (untuned_size_rule knows it); a caller's pitches override."""
+    from asmgemm.runtime.launch import choose_params, operand_pitches
+    from asmgemm.runtime.plan import plan_launch
+    plan = plan_launch(_matrix(1000, 1000, 1024), _matrix(1000, 1000, 1000), _matrix(1000, 1000, 1000),
+                       trans_a=False, trans_b=False, ptr_of=lambda x: 256)
+    assert operand_pitches(HGEMM, plan) == {"PITCH_A": 2048, "PITCH_B": 2000}
+    assert choose_params(HGEMM, plan, None, None, 132).get("CLUSTER_N", 1) == 1
+    dense = plan_launch(_matrix(1000, 1000, 1000), _matrix(1000, 1000, 1000), _matrix(1000, 1000, 1000, 4),
+                        trans_a=False, trans_b=False, ptr_of=lambda x: 256)
+    assert operand_pitches(get_spec("hgemm_f32c"), dense)["PITCH_A"] == 2000     # A's bytes, not C's
+    assert choose_params(HGEMM, dense, None, None, 132)["CLUSTER_N"] == 2
+    assert untuned_size_rule(HGEMM, 1009, 1013, 1019, "nn", 132).get("CLUSTER_N") is None
+    assert HGEMM.size_rule(1000, 1000, 1000, 132, {}, {"PITCH_A": 2048, "PITCH_B": 2000}).get("CLUSTER_N") is None
+    assert HGEMM.size_rule(1000, 1000, 1000, 132, {}).get("CLUSTER_N") == 2     # fresh operands by default
+    assert HGEMM.fresh_pitches(100, 300, 200, {"TRANS_A": 1, "TRANS_B": 1}) == {"PITCH_A": 200, "PITCH_B": 400}
+
+
+def test_no_pairs_sharing_a_where_the_consumers_load_a():
+    """A_LDG (K <= 64, rows TMA cannot address) has no TMA loads of A to share."""
+    assert HGEMM.size_rule(1000, 1000, 40, 132, {"A_LDG": 1}, {"PITCH_A": 80, "PITCH_B": 2000}).get("CLUSTER_N") is None
+    assert HGEMM.size_rule(1000, 1000, 40, 132, {"A_LDG": 0}, {"PITCH_A": 80, "PITCH_B": 2000}).get("CLUSTER_N") == 2

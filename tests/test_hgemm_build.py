@@ -31,9 +31,9 @@ LAYOUTS = [(ta, tb) for ta in (0, 1) for tb in (0, 1)]
 
 
 @functools.lru_cache(maxsize=None)
-def _assembled(bn=256, stages=4, ta=0, tb=0, bf16=0, vec_c=1, cluster=2, wide=0):
+def _assembled(bn=256, stages=4, ta=0, tb=0, bf16=0, vec_c=1, cluster=2, wide=0, cluster_n=1):
     defines = {"BN": str(bn), "STAGES": str(stages), "TRANS_A": str(ta), "TRANS_B": str(tb), "BF16": str(bf16),
-               "VEC_C": str(vec_c), "CLUSTER_M": str(cluster), "WIDE_C": str(wide)}
+               "VEC_C": str(vec_c), "CLUSTER_M": str(cluster), "WIDE_C": str(wide), "CLUSTER_N": str(cluster_n)}
     result = build_file("hgemm", BuildOptions(defines=defines, target="sm_90a"))
     asm = assemble(result)
     return result, asm, disassemble(asm.cubin)
@@ -48,8 +48,8 @@ def _opcodes(sass: str) -> list[str]:
     return out
 
 
-def _check_variant(bn, stages, ta, tb, bf16, vec_c, cluster=2, wide=0):
-    result, asm, sass = _assembled(bn, stages, ta, tb, bf16, vec_c, cluster, wide)
+def _check_variant(bn, stages, ta, tb, bf16, vec_c, cluster=2, wide=0, cluster_n=1):
+    result, asm, sass = _assembled(bn, stages, ta, tb, bf16, vec_c, cluster, wide, cluster_n)
     assert not asm.warnings, asm.warnings          # C7508 (setmaxnreg ignored), C7510/C7515 (wgmma serialized)
     (k,) = asm.kernels
     assert k.spill_stores == k.spill_loads == k.local_bytes == k.stack_frame == 0
@@ -64,9 +64,11 @@ def _check_variant(bn, stages, ta, tb, bf16, vec_c, cluster=2, wide=0):
     # three chunks do not halve, so each block loads the half of every chunk's k-rows), multicast
     chunks = bn // 64
     b_loads = 1 if tb else (chunks if cluster > 1 and chunks % cluster else chunks // cluster)
-    a_loads = 2 if ta else 1
+    # CLUSTER_N = 2: each block loads one 64-row half of A (a box of 64 rows, or one M-major chunk), multicast
+    a_loads = 1 if cluster_n > 1 or not ta else 2
     assert counts["UTMALDG"] == a_loads + b_loads
-    assert sum(".MULTICAST" in op for op in ops if op.startswith("UTMALDG")) == (b_loads if cluster > 1 else 0)
+    multicast = (b_loads if cluster > 1 else 0) + (a_loads if cluster_n > 1 else 0)
+    assert sum(".MULTICAST" in op for op in ops if op.startswith("UTMALDG")) == multicast
     assert not any("UTMALDG" in line and "desc[" in line for line in sass.splitlines())   # STREAM=0: no L2 hints
     # one wait_group per K tile in the loop (MMA_IN_FLIGHT=0, the default, waits for all; nothing
     # after the loop): ptxas did not serialize the wgmmas with a wait after each
@@ -109,6 +111,24 @@ def test_three_chunk_tiles_build_clean(ta, tb):
     and without a cluster, staged C included."""
     _check_variant(192, 4, ta, tb, 0, 1)
     _check_variant(192, 4, ta, tb, 1, 1, cluster=1, wide=1)
+
+
+@needs_tools
+@pytest.mark.parametrize("ta,tb", LAYOUTS)
+@pytest.mark.parametrize("bn,cluster", [(64, 1), (128, 2), (192, 2), (256, 2)])
+def test_tiles_sharing_a_build_clean(ta, tb, bn, cluster):
+    """CLUSTER_N=2 (blocks of a tile row share A by multicast), alone and in 2 x 2 units; staged C."""
+    _check_variant(bn, 4, ta, tb, 0, 1, cluster=cluster, wide=1, cluster_n=2)
+
+
+@pytest.mark.parametrize("defines,message", [
+    ({"CLUSTER_N": "3"}, "CLUSTER_N must be 1 or 2"),
+    ({"CLUSTER_N": "2", "CLUSTER_M": "1", "CLUSTER_K": "2", "BN": "128"}, "not with CLUSTER_K"),
+    ({"CLUSTER_N": "2", "A_LDG": "1"}, "nor A_LDG"),
+])
+def test_tiles_sharing_a_refuse_what_they_cannot_share(defines, message):
+    with pytest.raises(AsmError, match=message):
+        build_file("hgemm", BuildOptions(defines=defines, target="sm_90a"))
 
 
 def test_three_chunk_tile_splits_b_by_k_rows_in_a_cluster():
@@ -374,7 +394,7 @@ def test_persistent_grid_walks_units_of_the_cluster():
     spec = get_spec("hgemm")
 
     def built(cluster, rows=None):
-        return SimpleNamespace(tile_m=128, tile_n=256, cluster=cluster, cluster_rows=cluster if rows is None else rows)
+        return SimpleNamespace(tile_m=128, tile_n=256, cluster=cluster, cluster_rows=cluster if rows is None else rows, cluster_cols=1)
 
     def plan(m, n):
         return SimpleNamespace(m=m, n=n)

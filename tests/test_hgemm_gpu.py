@@ -266,6 +266,37 @@ def test_128_wide_tiles_in_clusters(layout):
     _check_tile_shape(layout, params)
 
 
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+@pytest.mark.parametrize("bn,cluster_m", [(64, 1), (128, 2), (192, 1), (256, 2)])
+def test_tiles_sharing_a_in_clusters(layout, bn, cluster_m):
+    """CLUSTER_N=2: the two blocks of a tile row each load 64 of A's 128 rows (K-major A) or one of its
+    two 64-wide chunks (M-major) into both; with CLUSTER_M=2 too, 2 x 2 tiles of 4 blocks whose B is
+    shared down the columns. Edges, bf16, beta, column-major C, an odd count of tile columns (330)
+    and a partner block wholly right of N (BN=256 at N=200)."""
+    params = {"BN": bn, "STAGES": 4 if bn >= 192 else 6, "CLUSTER_M": cluster_m, "CLUSTER_N": 2, "C_T": 0}
+    _check_tile_shape(layout, params)
+    _check(300, 330, 200, layout, params=params)
+    assert last_launch()["cluster"] == 2 * cluster_m
+
+
+@pytest.mark.parametrize("kernel,c_dtype,n", [("hgemm_f32c", "float32", 999), ("hgemm", "float16", 1000)])
+def test_tiles_sharing_a_with_a_fused_epilogue(kernel, c_dtype, n):
+    """A bias and gelu behind CLUSTER_N=2: an fp32 C of odd width (pair stores) and a 16-bit C of
+    16-byte rows (staged; the activation warps)."""
+    rng = cp.random.default_rng(11)
+    a = rng.standard_normal((1000, 520), dtype=cp.float32).astype(cp.float16)
+    b = rng.standard_normal((520, n), dtype=cp.float32).astype(cp.float16)
+    bias = rng.standard_normal(n, dtype=cp.float32).astype(c_dtype)
+    c = asmgemm.gemm(a, b, cp.empty((1000, n), dtype=c_dtype), bias=bias, activation="gelu",
+                     params={"BN": 64, "STAGES": 8, "CLUSTER_M": 1, "CLUSTER_N": 2})
+    from epilogue_reference import epilogue
+    acc = (a.astype(cp.float64) @ b.astype(cp.float64)).get()
+    ref = epilogue(acc, 1.0, 0.0, None, bias_cols=bias.get(), activation="gelu")
+    got = c.astype(cp.float64).get()
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < get_spec(kernel).rel_err_limit
+    assert last_launch()["kernel"] == kernel and last_launch()["cluster"] == 2
+
+
 @pytest.mark.parametrize("shape,dtype", [((512, 4096, 4096), "float16"), ((500, 3584, 8200), "float16"),
                                          ((512, 4096, 11008), "bfloat16")])
 def test_size_rule_runs_128_wide_tiles_in_clusters_for_even_tile_rows(shape, dtype):

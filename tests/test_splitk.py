@@ -265,11 +265,11 @@ def test_hgemm_splits_k_in_whole_k_tiles_on_a_persistent_grid():
     assert split_k.choose_split(hg, p, None, None, 132) is None
     split = split_k.choose_split(hg, p, {"SPLIT_K": 4}, None, 132)
     assert split is not None and split.k_chunk % 64 == 0 and split.splits == -(-4096 // split.k_chunk) == 4
-    built = SimpleNamespace(tile_n=128, tile_m=128, cluster=1, cluster_rows=1)
+    built = SimpleNamespace(tile_n=128, tile_m=128, cluster=1, cluster_rows=1, cluster_cols=1)
     one = grid(hg, built, p, 132)
     assert one == (32, 1, 1)
     assert grid(hg, built, p, 132, split.splits) == (32 * split.splits, 1, 1)
-    assert grid(SGEMM, SimpleNamespace(tile_n=64, tile_m=64, cluster=1, cluster_rows=1), p, 132, 3) == (64, 1, 3)   # tiles: z
+    assert grid(SGEMM, SimpleNamespace(tile_n=64, tile_m=64, cluster=1, cluster_rows=1, cluster_cols=1), p, 132, 3) == (64, 1, 3)   # tiles: z
     assert split_k.split_for(4096, 5, 64) == split_k.Split(5, 832)
 
 

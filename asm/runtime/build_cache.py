@@ -30,7 +30,7 @@ from ..toolchain import ptxas_version
 
 _INCLUDE_RE = re.compile(r'^\s*\.include\s+"([^"]+)"', re.MULTILINE)
 MAX_INCLUDES = 64
-META_FORMAT = 6          # of <key>.json (see read_entry); part of the key, so older entries are never read
+META_FORMAT = 7          # of <key>.json (see read_entry); part of the key, so older entries are never read
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,7 @@ class BuiltKernel:
     box_rows: tuple[int, int, int] = (0, 0, 0)     # TMA box heights of tmap_a, tmap_b, tmap_c (0: none)
     cluster: int = 1                       # blocks per cluster along the grid's x
     cluster_rows: int = 1                  # tile rows of the unit a persistent cluster walks
+    cluster_cols: int = 1                  # tile columns of that unit
 
 
 def cache_dir() -> Path:
@@ -105,7 +106,7 @@ def launch_geometry(spec: KernelSpec, result) -> dict[str, int]:
     map) of a build, from the constants the spec names."""
     out = {"box_rows_a": 0, "box_rows_b": 0, "box_rows_c": 0, "cluster": 1}
     for field in ("threads", "tile_m", "tile_n", "smem_bytes", "box_rows_a", "box_rows_b", "box_rows_c", "cluster",
-                  "cluster_rows"):
+                  "cluster_rows", "cluster_cols"):
         const = getattr(spec.launch, field)
         if const is None:          # an optional key the spec leaves out
             continue
@@ -115,10 +116,12 @@ def launch_geometry(spec: KernelSpec, result) -> dict[str, int]:
                            f"{'the build does not define' if value is None else f'is {value!r}, not a positive integer'}",
                            hint=f"define it at the top level of {spec.source.name} (`.const {const} = ...`)")
         out[field] = value
-    out.setdefault("cluster_rows", out["cluster"])
-    if out["cluster"] % out["cluster_rows"]:
-        raise AsmError(f"{spec.spec_file}: [{spec.name}] launch.cluster_rows ({out['cluster_rows']}) does not divide "
-                       f"launch.cluster ({out['cluster']}): a cluster's blocks cover whole tile rows")
+    out.setdefault("cluster_cols", 1)
+    out.setdefault("cluster_rows", out["cluster"] // out["cluster_cols"])
+    if out["cluster"] % (out["cluster_rows"] * out["cluster_cols"]):
+        raise AsmError(f"{spec.spec_file}: [{spec.name}] launch.cluster_rows x cluster_cols ({out['cluster_rows']} x "
+                       f"{out['cluster_cols']}) does not divide launch.cluster ({out['cluster']}): a cluster's blocks "
+                       f"cover whole units of tiles")
     return out
 
 
@@ -185,7 +188,7 @@ def entry_metadata(built: BuiltKernel, cubin: bytes, ptx: bytes) -> dict:
     meta = {"format": META_FORMAT, "key": built.key, "name": built.name, "target": built.target,
             "threads": built.threads, "tile_m": built.tile_m, "tile_n": built.tile_n,
             "smem_bytes": built.smem_bytes, "box_rows": list(built.box_rows), "cluster": built.cluster,
-            "cluster_rows": built.cluster_rows,
+            "cluster_rows": built.cluster_rows, "cluster_cols": built.cluster_cols,
             "params": [list(p) for p in built.params],
             "cubin": f"{built.key}.cubin", "ptx": f"{built.key}.ptx",
             "cubin_sha256": _sha256(cubin), "ptx_sha256": _sha256(ptx)}
@@ -229,6 +232,7 @@ def read_entry(meta_path: Path, key: str, spec: KernelSpec, target: str) -> Buil
         raise DamagedEntry(f"box_rows is {box_rows!r}, not three integers in 0..256")
     cluster = _int_field(meta, "cluster", 1, 16)
     cluster_rows = _int_field(meta, "cluster_rows", 1, cluster)
+    cluster_cols = _int_field(meta, "cluster_cols", 1, cluster)
     raw = meta.get("params")
     if not (isinstance(raw, list) and all(isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p)
                                           for p in raw)):
@@ -253,7 +257,7 @@ def read_entry(meta_path: Path, key: str, spec: KernelSpec, target: str) -> Buil
             raise DamagedEntry(f"{expected[kind]} ({len(data)} bytes) does not match its sha256")
     return BuiltKernel(key, spec.entry, threads, tile_m, tile_n, smem, params,
                        str(folder / expected["cubin"]), str(folder / expected["ptx"]), target, tuple(box_rows), cluster,
-                       cluster_rows)
+                       cluster_rows, cluster_cols)
 
 
 _uncached_dir: tempfile.TemporaryDirectory | None = None
@@ -300,7 +304,7 @@ def _build_kernel(spec: KernelSpec, defines: dict, target: str) -> BuiltKernel:
         built = BuiltKernel(key, spec.entry, geo["threads"], geo["tile_m"], geo["tile_n"], geo["smem_bytes"],
                             params, str(where / f"{key}.cubin"), str(where / f"{key}.ptx"), target,
                             (geo["box_rows_a"], geo["box_rows_b"], geo["box_rows_c"]), geo["cluster"],
-                            geo["cluster_rows"])
+                            geo["cluster_rows"], geo["cluster_cols"])
         meta = json.dumps(entry_metadata(built, asm.cubin, ptx), indent=1) + "\n"
         # one commit, the metadata with its files: a reader finds all three or the old entry
         return built, [(built.cubin_path, asm.cubin), (built.ptx_path, ptx), (where / f"{key}.json", meta)]

@@ -51,6 +51,12 @@ def call_defines(spec: KernelSpec, plan_values: dict, chosen: dict | None = None
     return out
 
 
+def operand_pitches(spec: KernelSpec, plan: LaunchPlan) -> dict[str, int]:
+    """The size rules' PITCH_NAMES of a launch: bytes between the stored rows of its A and B
+    (plan.itemsize is C's, which an fp32-C kernel's 16-bit operands do not share)."""
+    return {"PITCH_A": plan.a.ld * DTYPE_ITEMSIZE[spec.dtypes.a], "PITCH_B": plan.b.ld * DTYPE_ITEMSIZE[spec.dtypes.b]}
+
+
 def choose_params(spec: KernelSpec, plan: LaunchPlan, params: dict | None, tuned: dict | None,
                   sm_count: int, launch_defines: dict | None = None) -> dict:
     """-D defines for this launch (see the module docstring for the precedence). `launch_defines`:
@@ -62,7 +68,8 @@ def choose_params(spec: KernelSpec, plan: LaunchPlan, params: dict | None, tuned
     elif tuned:
         chosen.update(tuned)
     else:
-        chosen.update(spec.size_rule(plan.m, plan.n, plan.k, sm_count, call_defines(spec, plan.call_values)))
+        chosen.update(spec.size_rule(plan.m, plan.n, plan.k, sm_count, call_defines(spec, plan.call_values),
+                                     operand_pitches(spec, plan)))
     chosen.update(launch_defines or {})
     chosen.update(call_defines(spec, plan.call_values, chosen))
     chosen.update(spec.defines)       # what makes this kernel this kernel (e.g. BF16=1): never overridden
@@ -104,7 +111,12 @@ def untuned_size_rule(spec: KernelSpec, m: int, n: int, k: int, layout: str, sm_
     overrides over it (a swapped call's includes the c_trans parameter, e.g. C_T=1, since params=
     swap only when they say so)."""
     km, kn, values = untuned_launch(spec, m, n, k, layout, sm_count, bias=bias, activation=activation)
-    chosen = spec.size_rule(km, kn, k, sm_count, call_defines(spec, values))
+    defines = call_defines(spec, values)
+    # the pitches the launch plans with: a row TMA cannot address is read from a copy whose rows are
+    # padded to 16 bytes (gemm._tma_ready), unless the kernel loads that A itself (a_ldg)
+    pitches = {name: p if (name == "PITCH_A" and values.get("a_ldg")) else -(-p // tensor_map.ALIGN) * tensor_map.ALIGN
+               for name, p in spec.fresh_pitches(km, kn, k, defines).items()}
+    chosen = spec.size_rule(km, kn, k, sm_count, defines, pitches)
     if values.get("c_trans"):         # params= swap only when they say so
         chosen[spec.call_value_param("c_trans")] = 1
     return chosen
@@ -125,7 +137,8 @@ def grid(spec: KernelSpec, built: BuiltKernel, plan: LaunchPlan, sm_count: int =
         return gx, gy, plan.batch * copies
     if spec.launch.grid == "persistent":
         c = built.cluster
-        units = gx * -(-gy // built.cluster_rows) * copies     # a unit: cluster_rows tile rows of one tile column
+        # a unit: cluster_rows tile rows by cluster_cols tile columns
+        units = -(-gx // built.cluster_cols) * -(-gy // built.cluster_rows) * copies
         if units > 0xFFFFFFFF:
             raise AsmError(f"{plan.m} x {plan.n} is {units} tiles, more than the kernel counts in 32 bits")
         return max(1, min(units, sm_count // c)) * c, 1, 1

@@ -152,11 +152,12 @@ def test_the_build_reports_the_unit_of_tiles_sharing_a():
 
 # ---- the untuned choice -------------------------------------------------------------------------------
 @pytest.mark.parametrize("shape,layout,ck", [
-    ((128, 768, 3072), "nn", 4), ((512, 768, 3072), "nn", 4), ((128, 3584, 3584), "nn", 2),
+    ((128, 768, 3072), "nn", 4), ((128, 3584, 3584), "nn", 2),
+    ((512, 768, 3072), "nn", None),          # 96 tiles of 64 x 64 over the whole K (size rule 1r)
     ((128, 4096, 4096), "nn", 2),            # 32 tiles: 32 clusters of 4 would not all fit at once
     ((256, 4096, 4096), "nn", 2), ((128, 4096, 11008), "nn", 2),
     ((256, 1024, 4096), "nn", 4),            # about 1K columns: 128-wide tiles in clusters of 4
-    ((1024, 512, 4096), "nn", 2),            # 4-block clusters would not fit: 64-wide tiles in pairs
+    ((1024, 512, 4096), "nn", None),         # 128 tiles of 64 x 64 in pairs sharing B (size rule 1r)
     ((128, 11008, 4096), "nn", None),        # 86 tiles: 2 a cluster would be more blocks than SMs
     ((128, 768, 768), "nn", None),           # short K: the exchange costs more than it saves
     ((16, 768, 3072), "nn", 4),              # swapped (C_T), BN = 16
@@ -179,6 +180,26 @@ def test_untuned_calls_split_k_in_clusters_where_they_fit(name, shape, layout, c
         assert untuned_split(spec, *shape, 132, layout) is None        # never both ways at once
 
 
+@pytest.mark.parametrize("shape,stages,cluster_m", [
+    ((512, 768, 3072), 8, 1), ((512, 768, 1536), 8, 1),       # 96 tiles of 64 x 64: 73% of the SMs
+    ((512, 1024, 4096), 10, 2), ((1024, 512, 2048), 10, 2),   # 128 tiles: pairs of tile rows share B
+])
+@pytest.mark.parametrize("name", ["hgemm", "bgemm", "hgemm_f32c"])
+def test_512_row_gemms_into_narrow_layers_run_64_row_tiles(name, shape, stages, cluster_m):
+    """Size rule 1r: N <= 1024, 1536 <= K < 8192, and 64 x 64 tiles filling 70-100% of the SMs."""
+    chosen = untuned_size_rule(get_spec(name), *shape, "nn", 132)
+    assert {k: chosen.get(k) for k in ("CONSUMERS", "BN", "STAGES", "CLUSTER_M", "CLUSTER_K", "C_T")} == \
+        {"CONSUMERS": 1, "BN": 64, "STAGES": stages, "CLUSTER_M": cluster_m, "CLUSTER_K": None, "C_T": None}, chosen
+
+
+@pytest.mark.parametrize("shape", [(384, 768, 3072),      # 72 tiles: too few (K split in clusters)
+                                   (512, 2304, 768),      # wider N
+                                   (512, 768, 8192),      # deeper K than measured
+                                   (448, 1024, 3072)])    # 112 tiles in an odd count of tile rows: no pairs
+def test_64_row_tiles_stay_where_they_were_measured(shape):
+    assert "CONSUMERS" not in untuned_size_rule(HGEMM, *shape, "nn", 132)
+
+
 def test_split_k_pass_is_left_to_the_deep_256_wide_shapes():
     assert untuned_split(HGEMM, 384, 4096, 11008, 132).splits == 2
     assert "CLUSTER_K" not in untuned_size_rule(HGEMM, 384, 4096, 11008, "nn", 132)
@@ -199,7 +220,7 @@ def test_deep_k_into_short_n_swaps_and_splits_in_clusters_of_4(shape, expect):
 
 
 @pytest.mark.parametrize("shape,bn,ck", [
-    ((512, 768, 3072), 128, 4),       # 4-block clusters would not fit swapped; about 1K columns: rule 1a
+    ((384, 768, 3072), 128, 4),       # 4-block clusters would not fit swapped; about 1K columns: rule 1a
     ((200, 1000, 3000), 128, 4),
     ((128, 3584, 3584), 64, 2),       # wide N (every kernel tile row would re-read A swapped): rule 1k
     ((256, 1536, 3072), 64, 2),

@@ -131,6 +131,42 @@ def test_tiles_sharing_a_refuse_what_they_cannot_share(defines, message):
         build_file("hgemm", BuildOptions(defines=defines, target="sm_90a"))
 
 
+@needs_tools
+@pytest.mark.parametrize("defines", [
+    {"BN": "64", "STAGES": "8", "CLUSTER_M": "1"}, {"BN": "64", "STAGES": "10", "CLUSTER_M": "2", "TRANS_A": "1"},
+    {"BN": "256", "STAGES": "4", "WIDE_C": "1", "BIAS": "1", "ACT": "3", "TRANS_B": "1"},
+    {"BN": "128", "CLUSTER_M": "1", "CLUSTER_K": "4"}, {"BN": "128", "C_F32": "1", "WIDE_C": "1", "CLUSTER_M": "1"},
+])
+def test_64_row_tiles_build_clean(defines):
+    """CONSUMERS=1 (size rule 1r): 64 x BN tiles, 256 threads, one consumer's wgmmas; no spills with
+    the registers setmaxnreg gives it, one TMA box of A (64 rows, or one M-major chunk) a K tile."""
+    r = build_file("hgemm", BuildOptions(defines={**defines, "CONSUMERS": "1"}, target="sm_90a"))
+    c = r.constants
+    assert (c["TM"], c["THREADS"], c["A_BYTES"]) == (64, 256, 8192)
+    assert c["BOX_A_ROWS"] == 64                   # K-major: the tile's 64 rows; M-major: BK k-rows of one chunk
+    asm = assemble(r)
+    assert not asm.warnings, asm.warnings
+    (k,) = asm.kernels
+    assert k.spill_stores == k.spill_loads == k.local_bytes == k.stack_frame == 0
+    assert k.registers <= 232
+    ops = _opcodes(disassemble(asm.cubin))
+    bn = int(defines["BN"])
+    assert sum(op.startswith("HGMMA") for op in ops) == 4     # one m64nBNk16 a k16 step of the K tile
+    tb = defines.get("TRANS_B") == "1"
+    b_loads = 1 if tb else max(1, bn // 64 // int(defines.get("CLUSTER_M", "2")))
+    assert sum(op.startswith("UTMALDG") for op in ops) == 1 + b_loads
+
+
+@pytest.mark.parametrize("defines,message", [
+    ({"CONSUMERS": "3"}, "CONSUMERS must be 1 or 2"),
+    ({"CONSUMERS": "1", "CLUSTER_N": "2", "CLUSTER_M": "1"}, "not with CLUSTER_N"),
+    ({"CONSUMERS": "1", "CLUSTER_K": "8", "CLUSTER_M": "1", "BN": "128"}, "nor CLUSTER_K = 8"),
+])
+def test_64_row_tiles_refuse_what_they_cannot_split(defines, message):
+    with pytest.raises(AsmError, match=message):
+        build_file("hgemm", BuildOptions(defines=defines, target="sm_90a"))
+
+
 def test_three_chunk_tile_splits_b_by_k_rows_in_a_cluster():
     """Two blocks cannot share three 64-column chunks evenly: each loads BK / 2 k-rows of all three
     (a box of 32 rows, 4 KB: whole 1024-byte swizzle atoms at 4096-byte offsets)."""

@@ -297,6 +297,53 @@ def test_tiles_sharing_a_with_a_fused_epilogue(kernel, c_dtype, n):
     assert last_launch()["kernel"] == kernel and last_launch()["cluster"] == 2
 
 
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+@pytest.mark.parametrize("tiling", [{"BN": 64, "STAGES": 8, "CLUSTER_M": 1}, {"BN": 128, "STAGES": 8, "CLUSTER_M": 2},
+                                    {"BN": 192, "STAGES": 6, "CLUSTER_M": 1}, {"BN": 256, "STAGES": 4, "CLUSTER_M": 2},
+                                    {"BN": 128, "STAGES": 8, "CLUSTER_M": 1, "CLUSTER_K": 2},
+                                    {"BN": 64, "STAGES": 8, "CLUSTER_M": 1, "CLUSTER_K": 4}],
+                         ids=["64", "128-cm2", "192", "256-cm2", "128-ck2", "64-ck4"])
+def test_64_row_tiles(layout, tiling):
+    """CONSUMERS=1: one consumer warpgroup, 64 x BN tiles, 256 threads; with B shared in clusters,
+    and K split in clusters (the 4 consumer warps' rows dealt out 2 or 4 ways). Edges in M (a last
+    tile row of 3 rows at M = 515), N and K, bf16, beta, column-major C."""
+    params = {**tiling, "CONSUMERS": 1, "C_T": 0}
+    _check_tile_shape(layout, params)
+    ran = last_launch()
+    assert ran["tile"][0] == 64, ran
+
+
+@pytest.mark.parametrize("kernel,c_dtype,n", [("hgemm_f32c", "float32", 999), ("hgemm", "float16", 1000),
+                                              ("hgemm_f32c", "float32", 1000)])
+def test_64_row_tiles_with_a_fused_epilogue(kernel, c_dtype, n):
+    """A bias and gelu_tanh on 64-row tiles: pair stores (fp32 C, odd width), the activation warps
+    (16-bit C of 16-byte rows), and the fp32 C's pair path beside a staged width."""
+    rng = cp.random.default_rng(12)
+    a = rng.standard_normal((515, 700), dtype=cp.float32).astype(cp.float16)
+    b = rng.standard_normal((700, n), dtype=cp.float32).astype(cp.float16)
+    bias = rng.standard_normal(n, dtype=cp.float32).astype(c_dtype)
+    c = asmgemm.gemm(a, b, cp.empty((515, n), dtype=c_dtype), bias=bias, activation="gelu_tanh",
+                     params={"BN": 128, "STAGES": 6, "CLUSTER_M": 1, "CONSUMERS": 1})
+    from epilogue_reference import epilogue
+    acc = (a.astype(cp.float64) @ b.astype(cp.float64)).get()
+    ref = epilogue(acc, 1.0, 0.0, None, bias_cols=bias.get(), activation="gelu_tanh")
+    got = c.astype(cp.float64).get()
+    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < get_spec(kernel).rel_err_limit
+    assert last_launch()["kernel"] == kernel and last_launch()["tile"] == (64, 128)
+
+
+def test_64_row_tiles_load_a_misaligned_a_themselves():
+    """A_LDG (K = 40, rows 71 halves apart) with one consumer: it fills its 64 rows alone."""
+    rng = cp.random.default_rng(13)
+    a = rng.standard_normal((600, 71), dtype=cp.float32).astype(cp.float16)[:, :40]
+    b = rng.standard_normal((40, 336), dtype=cp.float32).astype(cp.float16)
+    c = asmgemm.gemm(a, b, cp.empty((600, 336), dtype=cp.float16),
+                     params={"BN": 64, "STAGES": 8, "CLUSTER_M": 1, "CONSUMERS": 1, "C_T": 0})
+    ref = a.astype(cp.float32) @ b.astype(cp.float32)
+    assert float(cp.linalg.norm(c.astype(cp.float32) - ref) / cp.linalg.norm(ref)) < 2e-3
+    assert last_launch()["a_ldg"] and last_launch()["tile"] == (64, 64)
+
+
 @pytest.mark.parametrize("shape,dtype", [((512, 4096, 4096), "float16"), ((500, 3584, 8200), "float16"),
                                          ((512, 4096, 11008), "bfloat16")])
 def test_size_rule_runs_128_wide_tiles_in_clusters_for_even_tile_rows(shape, dtype):

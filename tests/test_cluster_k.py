@@ -182,17 +182,20 @@ def test_untuned_calls_split_k_in_clusters_where_they_fit(name, shape, layout, c
 
 @pytest.mark.parametrize("shape,stages,cluster_m", [
     ((512, 768, 3072), 8, 1), ((512, 768, 1536), 8, 1),       # 96 tiles of 64 x 64: 73% of the SMs
+    ((384, 768, 3072), 8, 1), ((320, 1024, 2048), 8, 1),      # 72 and 80 tiles: more than half
     ((512, 1024, 4096), 10, 2), ((1024, 512, 2048), 10, 2),   # 128 tiles: pairs of tile rows share B
 ])
 @pytest.mark.parametrize("name", ["hgemm", "bgemm", "hgemm_f32c"])
 def test_512_row_gemms_into_narrow_layers_run_64_row_tiles(name, shape, stages, cluster_m):
-    """Size rule 1r: N <= 1024, 1536 <= K < 8192, and 64 x 64 tiles filling 70-100% of the SMs."""
+    """Size rule 1r: N <= 1024, 1536 <= K < 8192, and 64 x 64 tiles filling 50-100% of the SMs, one
+    wgmma group in flight."""
     chosen = untuned_size_rule(get_spec(name), *shape, "nn", 132)
-    assert {k: chosen.get(k) for k in ("CONSUMERS", "BN", "STAGES", "CLUSTER_M", "CLUSTER_K", "C_T")} == \
-        {"CONSUMERS": 1, "BN": 64, "STAGES": stages, "CLUSTER_M": cluster_m, "CLUSTER_K": None, "C_T": None}, chosen
+    assert {k: chosen.get(k) for k in ("CONSUMERS", "BN", "STAGES", "CLUSTER_M", "CLUSTER_K", "C_T", "MMA_IN_FLIGHT")} == \
+        {"CONSUMERS": 1, "BN": 64, "STAGES": stages, "CLUSTER_M": cluster_m, "CLUSTER_K": None, "C_T": None,
+         "MMA_IN_FLIGHT": 1}, chosen
 
 
-@pytest.mark.parametrize("shape", [(384, 768, 3072),      # 72 tiles: too few (K split in clusters)
+@pytest.mark.parametrize("shape", [(256, 1024, 4096),     # 64 tiles: too few (K split in clusters)
                                    (512, 2304, 768),      # wider N
                                    (512, 768, 8192),      # deeper K than measured
                                    (448, 1024, 3072)])    # 112 tiles in an odd count of tile rows: no pairs
@@ -220,7 +223,7 @@ def test_deep_k_into_short_n_swaps_and_splits_in_clusters_of_4(shape, expect):
 
 
 @pytest.mark.parametrize("shape,bn,ck", [
-    ((384, 768, 3072), 128, 4),       # 4-block clusters would not fit swapped; about 1K columns: rule 1a
+    ((256, 1024, 4096), 128, 4),      # 4-block clusters would not fit swapped; about 1K columns: rule 1a
     ((200, 1000, 3000), 128, 4),
     ((128, 3584, 3584), 64, 2),       # wide N (every kernel tile row would re-read A swapped): rule 1k
     ((256, 1536, 3072), 64, 2),

@@ -301,8 +301,10 @@ def test_tiles_sharing_a_with_a_fused_epilogue(kernel, c_dtype, n):
 @pytest.mark.parametrize("tiling", [{"BN": 64, "STAGES": 8, "CLUSTER_M": 1}, {"BN": 128, "STAGES": 8, "CLUSTER_M": 2},
                                     {"BN": 192, "STAGES": 6, "CLUSTER_M": 1}, {"BN": 256, "STAGES": 4, "CLUSTER_M": 2},
                                     {"BN": 128, "STAGES": 8, "CLUSTER_M": 1, "CLUSTER_K": 2},
-                                    {"BN": 64, "STAGES": 8, "CLUSTER_M": 1, "CLUSTER_K": 4}],
-                         ids=["64", "128-cm2", "192", "256-cm2", "128-ck2", "64-ck4"])
+                                    {"BN": 64, "STAGES": 8, "CLUSTER_M": 1, "CLUSTER_K": 4},
+                                    {"BN": 64, "STAGES": 8, "CLUSTER_M": 1, "MMA_IN_FLIGHT": 1},
+                                    {"BN": 64, "STAGES": 10, "CLUSTER_M": 2, "MMA_IN_FLIGHT": 1}],
+                         ids=["64", "128-cm2", "192", "256-cm2", "128-ck2", "64-ck4", "64-mif1", "64-cm2-mif1"])
 def test_64_row_tiles(layout, tiling):
     """CONSUMERS=1: one consumer warpgroup, 64 x BN tiles, 256 threads; with B shared in clusters,
     and K split in clusters (the 4 consumer warps' rows dealt out 2 or 4 ways). Edges in M (a last
@@ -330,6 +332,17 @@ def test_64_row_tiles_with_a_fused_epilogue(kernel, c_dtype, n):
     got = c.astype(cp.float64).get()
     assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < get_spec(kernel).rel_err_limit
     assert last_launch()["kernel"] == kernel and last_launch()["tile"] == (64, 128)
+
+
+@pytest.mark.parametrize("shape,tile", [((512, 768, 3072), (64, 64)), ((384, 768, 3072), (64, 64)),
+                                        ((512, 1024, 2048), (64, 64)), ((16, 768, 768), (64, 16)),
+                                        ((127, 129, 1000), (64, 16)), ((100, 700, 900), (64, 16))])
+def test_size_rules_run_64_row_tiles(shape, tile):
+    """Size rules 1r (unswapped, 50-100% of the SMs) and Cr (swapped short K, BN = 16)."""
+    _check(*shape)
+    _check(*shape, dtype="bfloat16", alpha=0.5, beta=-1.5)
+    ran = last_launch()
+    assert ran["tile"] == tile and ran["splits"] == 1, ran
 
 
 def test_64_row_tiles_load_a_misaligned_a_themselves():
@@ -422,9 +435,10 @@ def test_small_m_runs_swapped(m, n, k, dtype):
     _check(m, n, k, dtype=dtype)
     launch = last_launch()
     from asmgemm.runtime.launch import untuned_size_rule
-    bn = untuned_size_rule(get_spec("bgemm" if dtype == "bfloat16" else "hgemm"), m, n, k, "nn",
-                           device_facts().sm_count)["BN"]
-    assert launch["c_trans"] and launch["tile"] == (128, bn), launch
+    chosen = untuned_size_rule(get_spec("bgemm" if dtype == "bfloat16" else "hgemm"), m, n, k, "nn",
+                               device_facts().sm_count)
+    # 64-row kernel tiles (CONSUMERS = 1) where size rules Cr take them
+    assert launch["c_trans"] and launch["tile"] == (64 * chosen.get("CONSUMERS", 2), chosen["BN"]), launch
 
 
 # Up to 1024 rows at K <= 1024 where the swapped launch's 32-wide units fit on the SMs (the swap

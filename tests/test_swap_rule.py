@@ -83,11 +83,15 @@ def test_c_trans_is_ignored_where_the_swap_is_already_made_or_a_batch_runs():
 SWAPPED_RULE = {"CLUSTER_M": 1, "GROUP_M": 4, "C_T": 1, "STREAM": 1}      # STREAM: rules C (kernels.toml)
 
 
+# size rules Cr: short K swapped, 64-row kernel tiles within one wave, one wgmma group in flight
+ROWS64 = {"CONSUMERS": 1, "MMA_IN_FLIGHT": 1}
+
+
 @pytest.mark.parametrize("shape,layout,expect", [
     ((16, 4096, 4096), "nn", {"BN": 16, "STAGES": 10, **SWAPPED_RULE}),
-    ((1, 768, 768), "nt", {"BN": 16, "STAGES": 10, **SWAPPED_RULE}),
+    ((1, 768, 768), "nt", {"BN": 16, "STAGES": 10, **SWAPPED_RULE, **ROWS64}),    # short K: 64-row tiles (Cr)
     ((17, 3072, 768), "nn", {"BN": 32, "STAGES": 10, **SWAPPED_RULE}),
-    ((64, 768, 768), "nn", {"BN": 16, "STAGES": 10, **SWAPPED_RULE}),      # short K: more units
+    ((64, 768, 768), "nn", {"BN": 16, "STAGES": 10, **SWAPPED_RULE, **ROWS64}),      # short K: more units
     ((64, 4096, 4096), "nn", {"BN": 64, "STAGES": 8, **SWAPPED_RULE}),     # one column: A streams (C3)
     ((64, 3584, 3584), "nn", {"BN": 64, "STAGES": 8, "CLUSTER_K": 2, **SWAPPED_RULE}),   # 28 tiles: pairs
     ((64, 2048, 2048), "nn", {"BN": 32, "STAGES": 8, **SWAPPED_RULE}),     # K < 3072: two 32-wide columns
@@ -97,7 +101,9 @@ SWAPPED_RULE = {"CLUSTER_M": 1, "GROUP_M": 4, "C_T": 1, "STREAM": 1}      # STRE
     ((16, 768, 3072), "nn", {"BN": 16, "STAGES": 10, "CLUSTER_K": 4, **SWAPPED_RULE}),   # deep K: K split in clusters
     ((16, 768, 1536), "nn", {"BN": 64, "STAGES": 8, "CLUSTER_M": 1, "GROUP_M": 4}),     # between: neither swap nor split
     # up to 1024 rows at K <= 1024 where the swapped 32-wide units fit on the SMs
-    ((128, 768, 768), "nn", {"BN": 16, "STAGES": 10, **SWAPPED_RULE}),
+    ((128, 768, 768), "nn", {"BN": 16, "STAGES": 10, **SWAPPED_RULE, **ROWS64}),
+    ((127, 129, 1000), "nn", {"BN": 16, "STAGES": 10, **SWAPPED_RULE, **ROWS64}),
+    ((128, 2304, 768), "nn", {"BN": 32, "STAGES": 8, **SWAPPED_RULE}),     # 64-row tiles: 288 blocks
     ((512, 768, 768), "nn", {"BN": 32, "STAGES": 8, **SWAPPED_RULE}),
     ((128, 3072, 768), "nt", {"BN": 32, "STAGES": 8, **SWAPPED_RULE}),
     ((512, 2304, 768), "nn", {"BN": 128, "STAGES": 6, "CLUSTER_M": 1}),     # 288 units of 32: not swapped

@@ -93,6 +93,6 @@ def test_dry_run_of_a_bfloat16_kernel(run_cli):
     """The call values need the element size of A's dtype: bfloat16 has none in numpy (an internal
     error once), so it comes from kernel_spec.DTYPE_ITEMSIZE."""
     code, out, err = run_cli("tune", "bgemm", "--shape", "256,256,256", "--dry-run", "-D", "BN=128", "-D", "STAGES=4",
-                             "-D", "GROUP_M=8", "-D", "CLUSTER_M=1")
+                             "-D", "GROUP_M=8", "-D", "CLUSTER_M=1", "-D", "CLUSTER_N=1")
     assert code == 0, err
     assert "candidates: 2" in out and "internal error" not in err

@@ -203,17 +203,27 @@ def test_a_loaded_by_the_kernel_in_other_tilings(params):
 
 @pytest.mark.parametrize("kernel,c_dtype", [("hgemm_f32c", "float32"), ("hgemm", "float16")])
 def test_a_loaded_by_the_kernel_with_a_fused_epilogue(kernel, c_dtype):
-    rng = cp.random.default_rng(9)
-    a = rng.standard_normal((1500, 31), dtype=cp.float32).astype(cp.float16)     # (more rows than the swap takes)
-    b = rng.standard_normal((31, 512), dtype=cp.float32).astype(cp.float16)
-    bias = rng.standard_normal(512, dtype=cp.float32).astype(c_dtype)
-    c = asmgemm.gemm(a, b, cp.empty((1500, 512), dtype=c_dtype), bias=bias, activation="gelu")
+    ran = _check_bias_activation(kernel, c_dtype, (1500, 512, 31), "gelu", 9)   # (more rows than the swap takes)
+    assert ran["a_ldg"]
+
+
+def _check_bias_activation(kernel, c_dtype, shape, activation, seed, params=None):
+    """fp16 A (M x K) and B (K x N), a bias per column of C's dtype and an activation, against the
+    float64 reference; the kernel that ran is `kernel`. Returns last_launch()."""
+    m, n, k = shape
+    rng = cp.random.default_rng(seed)
+    a = rng.standard_normal((m, k), dtype=cp.float32).astype(cp.float16)
+    b = rng.standard_normal((k, n), dtype=cp.float32).astype(cp.float16)
+    bias = rng.standard_normal(n, dtype=cp.float32).astype(c_dtype)
+    c = asmgemm.gemm(a, b, cp.empty((m, n), dtype=c_dtype), bias=bias, activation=activation, params=params)
     from epilogue_reference import epilogue
     acc = (a.astype(cp.float64) @ b.astype(cp.float64)).get()
-    ref = epilogue(acc, 1.0, 0.0, None, bias_cols=bias.get(), activation="gelu")
+    ref = epilogue(acc, 1.0, 0.0, None, bias_cols=bias.get(), activation=activation)
     got = c.astype(cp.float64).get()
     assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < get_spec(kernel).rel_err_limit
-    assert last_launch()["a_ldg"] and last_launch()["kernel"] == kernel
+    ran = last_launch()
+    assert ran["kernel"] == kernel, ran
+    return ran
 
 
 def _check_tile_shape(layout, params):
@@ -283,18 +293,9 @@ def test_tiles_sharing_a_in_clusters(layout, bn, cluster_m):
 def test_tiles_sharing_a_with_a_fused_epilogue(kernel, c_dtype, n):
     """A bias and gelu behind CLUSTER_N=2: an fp32 C of odd width (pair stores) and a 16-bit C of
     16-byte rows (staged; the activation warps)."""
-    rng = cp.random.default_rng(11)
-    a = rng.standard_normal((1000, 520), dtype=cp.float32).astype(cp.float16)
-    b = rng.standard_normal((520, n), dtype=cp.float32).astype(cp.float16)
-    bias = rng.standard_normal(n, dtype=cp.float32).astype(c_dtype)
-    c = asmgemm.gemm(a, b, cp.empty((1000, n), dtype=c_dtype), bias=bias, activation="gelu",
-                     params={"BN": 64, "STAGES": 8, "CLUSTER_M": 1, "CLUSTER_N": 2})
-    from epilogue_reference import epilogue
-    acc = (a.astype(cp.float64) @ b.astype(cp.float64)).get()
-    ref = epilogue(acc, 1.0, 0.0, None, bias_cols=bias.get(), activation="gelu")
-    got = c.astype(cp.float64).get()
-    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < get_spec(kernel).rel_err_limit
-    assert last_launch()["kernel"] == kernel and last_launch()["cluster"] == 2
+    ran = _check_bias_activation(kernel, c_dtype, (1000, n, 520), "gelu", 11,
+                                 params={"BN": 64, "STAGES": 8, "CLUSTER_M": 1, "CLUSTER_N": 2})
+    assert ran["cluster"] == 2
 
 
 @pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
@@ -320,18 +321,9 @@ def test_64_row_tiles(layout, tiling):
 def test_64_row_tiles_with_a_fused_epilogue(kernel, c_dtype, n):
     """A bias and gelu_tanh on 64-row tiles: pair stores (fp32 C, odd width), the activation warps
     (16-bit C of 16-byte rows), and the fp32 C's pair path beside a staged width."""
-    rng = cp.random.default_rng(12)
-    a = rng.standard_normal((515, 700), dtype=cp.float32).astype(cp.float16)
-    b = rng.standard_normal((700, n), dtype=cp.float32).astype(cp.float16)
-    bias = rng.standard_normal(n, dtype=cp.float32).astype(c_dtype)
-    c = asmgemm.gemm(a, b, cp.empty((515, n), dtype=c_dtype), bias=bias, activation="gelu_tanh",
-                     params={"BN": 128, "STAGES": 6, "CLUSTER_M": 1, "CONSUMERS": 1})
-    from epilogue_reference import epilogue
-    acc = (a.astype(cp.float64) @ b.astype(cp.float64)).get()
-    ref = epilogue(acc, 1.0, 0.0, None, bias_cols=bias.get(), activation="gelu_tanh")
-    got = c.astype(cp.float64).get()
-    assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < get_spec(kernel).rel_err_limit
-    assert last_launch()["kernel"] == kernel and last_launch()["tile"] == (64, 128)
+    ran = _check_bias_activation(kernel, c_dtype, (515, n, 700), "gelu_tanh", 12,
+                                 params={"BN": 128, "STAGES": 6, "CLUSTER_M": 1, "CONSUMERS": 1})
+    assert ran["tile"] == (64, 128)
 
 
 @pytest.mark.parametrize("shape,tile", [((512, 768, 3072), (64, 64)), ((384, 768, 3072), (64, 64)),

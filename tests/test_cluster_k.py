@@ -269,6 +269,8 @@ def test_the_rule_sees_the_pitch_the_launch_reads():
     assert operand_pitches(get_spec("hgemm_f32c"), dense)["PITCH_A"] == 2000     # A's bytes, not C's
     assert choose_params(HGEMM, dense, None, None, 132)["CLUSTER_N"] == 2
     assert untuned_size_rule(HGEMM, 1009, 1013, 1019, "nn", 132).get("CLUSTER_N") is None
+    from asmgemm.runtime.tensor_map import padded_pitch
+    assert (padded_pitch(2038), padded_pitch(2048), padded_pitch(14)) == (2048, 2048, 16)
     assert HGEMM.size_rule(1000, 1000, 1000, 132, {}, {"PITCH_A": 2048, "PITCH_B": 2000}).get("CLUSTER_N") is None
     assert HGEMM.size_rule(1000, 1000, 1000, 132, {}).get("CLUSTER_N") == 2     # fresh operands by default
     assert HGEMM.fresh_pitches(100, 300, 200, {"TRANS_A": 1, "TRANS_B": 1}) == {"PITCH_A": 200, "PITCH_B": 400}

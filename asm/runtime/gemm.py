@@ -752,7 +752,8 @@ def _loads_a_itself(spec: KernelSpec, plan: LaunchPlan) -> bool:
 
 
 def _padded(arrays, x, itemsize: int):
-    """x copied into row-major storage whose rows start at multiples of 16 bytes (TMA's rule)."""
+    """x copied into row-major storage whose rows start at multiples of 16 bytes (TMA's rule; its
+    pitch: tensor_map.padded_pitch)."""
     return arrays.padded_copy(x, ALIGN // itemsize)
 
 

@@ -112,10 +112,11 @@ def untuned_size_rule(spec: KernelSpec, m: int, n: int, k: int, layout: str, sm_
     swap only when they say so)."""
     km, kn, values = untuned_launch(spec, m, n, k, layout, sm_count, bias=bias, activation=activation)
     defines = call_defines(spec, values)
-    # the pitches the launch plans with: a row TMA cannot address is read from a copy whose rows are
-    # padded to 16 bytes (gemm._tma_ready), unless the kernel loads that A itself (a_ldg)
-    pitches = {name: p if (name == "PITCH_A" and values.get("a_ldg")) else -(-p // tensor_map.ALIGN) * tensor_map.ALIGN
-               for name, p in spec.fresh_pitches(km, kn, k, defines).items()}
+    # the pitches the launch plans with: an operand read by TMA whose rows it cannot address is
+    # read from a padded copy (gemm._tma_ready), unless it is an A the kernel loads itself (a_ldg)
+    fresh = spec.fresh_pitches(km, kn, k, defines)
+    padded = {"PITCH_A": "tmap_a" in spec.abi and not values.get("a_ldg"), "PITCH_B": "tmap_b" in spec.abi}
+    pitches = {name: tensor_map.padded_pitch(p) if padded[name] else p for name, p in fresh.items()}
     chosen = spec.size_rule(km, kn, k, sm_count, defines, pitches)
     if values.get("c_trans"):         # params= swap only when they say so
         chosen[spec.call_value_param("c_trans")] = 1

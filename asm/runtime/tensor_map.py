@@ -71,6 +71,12 @@ def addressable(ptr: int, rows: int, ld: int, itemsize: int) -> bool:
     return ptr % ALIGN == 0 and (rows == 1 or ld * itemsize % ALIGN == 0)
 
 
+def padded_pitch(pitch: int) -> int:
+    """The row pitch in bytes of the copy the runtime makes of an operand TMA cannot address
+    (gemm._padded: rows padded to whole ALIGN-byte pieces)."""
+    return -(-pitch // ALIGN) * ALIGN
+
+
 def tile_map(name: str, ptr: int, dtype: str, rows: int, cols: int, ld: int, box_rows: int) -> TileMap:
     """The map for operand `name` stored as rows x cols (ld elements apart), checked against TMA's
     rules; AsmError saying which rule fails otherwise."""

@@ -55,27 +55,48 @@ def test_the_rule_leaves_large_or_shallow_problems_alone(m, n, k):
 # S that ran best in tools/data/sgemm_split_calib.json (t128s1..6), where the model agreed.
 @pytest.mark.parametrize("m,n,k,splits", [(512, 11008, 4096, 3), (512, 14336, 4096, 2), (512, 2304, 768, 3),
                                           (1024, 1024, 1024, 4), (1000, 1000, 1000, 4), (512, 4608, 3584, 5),
-                                          (128, 3072, 768, 5), (512, 6144, 4096, 4)])
+                                          (512, 6144, 4096, 4)])
 def test_the_cost_model_picks_the_measured_split(m, n, k, splits):
     split = split_k.choose_split(SGEMM, _plan(m, n, k), None, None, 132)
     assert split is not None and split.splits == splits
 
 
 def test_the_cost_model_rule_agrees_with_size_rule_0s():
-    """The split rule repeats size rule 0s's condition (split rules see M, N, K and SMS only): a
-    plain call split by the model runs the 128x128 tiles, and every 0s shape is split by the model
-    or not at all, never by the 64x64 tiles' rule."""
-    model = SGEMM.split_k.rules[1]
-    assert model.cost is not None
+    """The split rules repeat the size rules' conditions (split rules see M, N, K and SMS only): a
+    plain call split by the model or by the 8 splits of 128x128 tiles runs those tiles, every 0s
+    shape is split by one of them (or size rule 0's) or not at all, never by a 64x64 tiles' rule,
+    and the 8 splits of 64x64 tiles with short K never meet a 128x128 tile."""
+    eight128, eight64, rule0, model = SGEMM.split_k.rules[:4]
+    assert model.cost is not None and eight128.count(512, 768, 768, 132) == 8 == eight64.count(128, 768, 768, 132)
     for m in (65, 100, 128, 256, 500, 512, 768, 1000, 1024, 1025, 2048):
         for n in (128, 768, 1024, 2304, 4096, 11008):
             for k in (256, 768, 1000, 2048, 4096, 18944):
                 chosen = SGEMM.size_rule(m, n, k, 132, {"ACT": 0, "BIAS": 0, "BATCHED": 0})
                 t128 = chosen.get("THREADS") == 256 and chosen.get("RQ") == 2 and chosen.get("BK") == 16
                 rule = next((r for r in SGEMM.split_k.rules if r.holds(m, n, k, 132)), None)
-                assert (rule is model) <= t128, (m, n, k, chosen)
+                assert (rule is model or rule is eight128) <= t128, (m, n, k, chosen)
+                assert not (rule is eight64 and t128), (m, n, k, chosen)
                 if t128 and rule is not None:
-                    assert rule in SGEMM.split_k.rules[:2], (m, n, k)
+                    assert rule in (eight128, rule0, model), (m, n, k)
+
+
+# The 8 splits (split rules 1 and 2), and where they are summed inside clusters of 8 (cluster_when:
+# K <= 1024, at most 2 (SMS - 12) blocks); measured in tools/data/sgemm_cluster_sum_ab.json.
+@pytest.mark.parametrize("m,n,k,splits,clustered", [
+    (128, 3584, 3584, 8, False), (512, 768, 3072, 8, False),       # 128x128 tiles, deeper K: the reduce
+    (512, 768, 768, 8, True), (128, 3072, 768, 8, True), (128, 2304, 768, 7, False),   # 18 tiles: the model
+    (128, 768, 768, 8, True), (256, 128, 512, 8, True),            # 64x64 tiles, K <= 768
+    (128, 4096, 4096, 8, False),                                    # 32 clusters of 8: more than fit
+    (128, 3584, 18944, 8, False), (127, 129, 1000, 21, False), (128, 768, 3072, 22, False),
+    (512, 2304, 768, 3, False)])
+def test_eight_splits_and_where_they_run_in_clusters(m, n, k, splits, clustered):
+    plan = _plan(m, n, k)
+    split = split_k.choose_split(SGEMM, plan, None, None, 132)
+    assert split is not None and split.splits == splits
+    assert split_k.cluster_splits(SGEMM, split, "sm_90", None, plan, 132) == (8 if clustered else 0)
+    assert split_k.cluster_splits(SGEMM, split, "sm_80", None, plan, 132) == 0      # no clusters: the reduce
+    assert split_k.switch_define(SGEMM, split, 8 if clustered else 0) == (
+        {"SPLIT_K": 0, "CLUSTER_K": 8} if clustered else {"SPLIT_K": 1})
 
 
 def test_split_for_never_makes_an_empty_split():
@@ -189,6 +210,11 @@ def test_cluster_when_limits_the_cluster_splits(tmp_path):
     assert split_k.cluster_splits(spec, split_k.Split(8, 64), "sm_80", None, _plan(1, 100, 512), 132) == 0
     assert split_k.cluster_splits(spec, split_k.Split(9, 64), "sm_90", None, _plan(1, 10, 576), 132) == 0
     assert split_k.cluster_splits(spec, split_k.Split(8, 64), "sm_90", {"CLUSTER_K": 1}, _plan(1, 100, 512), 132) == 0
+    # params naming the switch above 1 ask for clusters where cluster_when says no (an A/B), not
+    # past 8 blocks nor on a target without clusters
+    assert split_k.cluster_splits(spec, split_k.Split(8, 64), "sm_90", {"CLUSTER_K": 8}, _plan(1, 200, 512), 132) == 8
+    assert split_k.cluster_splits(spec, split_k.Split(9, 64), "sm_90", {"CLUSTER_K": 9}, _plan(1, 10, 576), 132) == 0
+    assert split_k.cluster_splits(spec, split_k.Split(8, 64), "sm_80", {"CLUSTER_K": 8}, _plan(1, 100, 512), 132) == 0
     for bad, message in (('cluster_when = "Q > 1"', "undefined name 'Q'"),
                          ('cluster_when = 3', "cluster_when"),):
         with pytest.raises(AsmError, match=message):
@@ -292,6 +318,38 @@ def test_split_k_builds_have_no_spills(variant, layout):
     assert "%ctaid.z" in result.ptx and "param_k_chunk" in result.ptx
 
 
+@pytest.mark.toolchain
+@needs_ptxas
+@pytest.mark.parametrize("layout", ["nn", "tt"])
+@pytest.mark.parametrize("variant,smem", [({"THREADS": 64, "BK": 16, "ASYNC": 1}, 17408), ({"BK": 16}, 67584),
+                                          ({"RQ": 4, "BK": 16, "LOAD_AHEAD": 1, "LDG_NC": 0}, 135168)],
+                         ids=["t64-async", "t128-bk16", "rq4-bk16-la"])
+def test_cluster_sum_builds(variant, smem, layout):
+    """CLUSTER_K = 8: no spills (the loads of the 8 ranks' sums reuse the accumulators), a cluster
+    of 8 along z, the split's k range from k_chunk, 8 reads across the cluster and 2 cluster
+    barriers (before the reads, and before a block may leave), the tile's sums in shared memory."""
+    from asmgemm.pipeline import BuildOptions, assemble, build_file
+    defines = {**variant, "CLUSTER_K": 8, "TRANS_A": int(layout[0] == "t"), "TRANS_B": int(layout[1] == "t")}
+    result = build_file(SGEMM.source, BuildOptions(defines={k: str(v) for k, v in defines.items()}, target="sm_90"))
+    stats, = assemble(result).kernels
+    assert not stats.spills, stats
+    ptx = result.ptx
+    assert ".reqnctapercluster 1, 1, 8" in ptx and "ld.param.u32" in ptx and "[param_k_chunk]" in ptx
+    assert ptx.count("ld.shared::cluster") == 8 and ptx.count("mapa.shared::cluster") == 8
+    assert ptx.count("barrier.cluster.arrive.release") == 2 == ptx.count("barrier.cluster.wait.acquire")
+    assert "[param_split_stride]" not in ptx and f"sgemm_meta_smem_{smem};" in ptx
+
+
+@pytest.mark.parametrize("defines,message", [({"CLUSTER_K": "9"}, "portable cluster size"),
+                                             ({"CLUSTER_K": "2", "SPLIT_K": "1"}, "not with SPLIT_K"),
+                                             ({"CLUSTER_K": "2", "BIAS": "1"}, "fused epilogue"),
+                                             ({"CLUSTER_K": "2", "BATCHED": "1"}, "BATCHED")])
+def test_cluster_sum_switch_is_checked(defines, message):
+    from asmgemm.pipeline import BuildOptions, build_file
+    with pytest.raises(AsmError, match=message):
+        build_file(SGEMM.source, BuildOptions(defines=defines, target="sm_90"))
+
+
 def test_split_k_switch_is_checked():
     from asmgemm.pipeline import BuildOptions, build_file
     with pytest.raises(AsmError, match="SPLIT_K is 0 or 1"):
@@ -354,6 +412,33 @@ def test_gemm_splits_by_the_rule_and_reduces(fake_fp32_gemm, layout):
     assert int(w) == int(args1[2]) and int(c_ptr) == c.ctypes.data
     assert (int(mm), int(nn), int(ldc), int(splits), int(stride2)) == (m, n, n, 25, m * n)
     assert g2 == (1, m, 1) and b2 == (256, 1, 1)                            # VEC=1: 1024 columns per block
+
+
+@pytest.mark.toolchain
+@needs_ptxas
+def test_gemm_sums_eight_splits_in_clusters_in_one_launch(fake_fp32_gemm):
+    """512x768x768 on sm_90: the 8 splits of split rule 1 in clusters of 8 (cluster_when): one
+    launch on a grid of (6, 4, 8), no workspace, C the caller's, k_chunk the partial pass's (96);
+    CLUSTER_K=1 in params= sends the same split through the workspace and the reduce."""
+    import asmgemm
+    from asmgemm.runtime import gemm as gemm_module
+    _, launches = fake_fp32_gemm                 # the stand-in GPU: sm_90, 132 SMs
+    m, n, k = 512, 768, 768
+    a, b = _rand(m, k), _rand(k, n, seed=5)
+    c0 = _rand(m, n, seed=6)
+    c = c0.copy().view(FakeArray)
+    asmgemm.gemm(a, b, c, alpha=2.0, beta=0.5)
+    np.testing.assert_allclose(np.asarray(c), _ref(a, b, c0, 2.0, 0.5, False, False), rtol=1e-4, atol=1e-3)
+    launch = gemm_module.last_launch()
+    (grid_, block, args, _, _), = launches
+    assert grid_ == (6, 4, 8) and block == (256, 1, 1) and (launch["splits"], launch["reduce"]) == (8, "cluster")
+    v = dict(zip(SGEMM.abi, args))
+    assert int(v["C"]) == c.ctypes.data and (int(v["k_chunk"]), int(v["ldc"])) == (96, n)
+    assert (float(v["alpha"]), float(v["beta"])) == (2.0, 0.5)
+    c2 = c0.copy().view(FakeArray)
+    asmgemm.gemm(a, b, c2, alpha=2.0, beta=0.5, params={"THREADS": 256, "RQ": 2, "BK": 16, "SPLIT_K": 8,
+                                                          "CLUSTER_K": 1})
+    assert len(launches) == 3 and launches[1][0] == (6, 4, 8) and gemm_module.last_launch()["reduce"] == "kernel"
 
 
 @pytest.mark.toolchain

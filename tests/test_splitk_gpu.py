@@ -11,6 +11,7 @@ import pytest
 import asmgemm
 from asmgemm.kernel_spec import get_spec
 from asmgemm.runtime import split_k
+from asmgemm.runtime.gemm import last_launch
 
 pytestmark = pytest.mark.gpu
 
@@ -98,6 +99,39 @@ def test_bit_identical_runs(cuda_gpu):
     c3 = asmgemm.gemm(a, b, params={"SPLIT_K": 7})
     c4 = asmgemm.gemm(a, b, params={"SPLIT_K": 7})
     assert bool((c3 == c4).all())
+
+
+# ---- a split summed inside clusters (sgemm.sasm CLUSTER_K = S): the same bits as the reduce ----------
+@pytest.mark.parametrize("m,n,k,layout,tile", [
+    (512, 768, 3072, "nn", {"THREADS": 256, "BK": 16}),     # size rule 0s's kernel, S = 5
+    (130, 70, 777, "tn", {}),                                # one partial tile column, odd K, scalar B
+    (127, 129, 1000, "nt", {"THREADS": 64, "BK": 16, "ASYNC": 1}),
+    (300, 260, 2000, "tt", {"RQ": 4, "BK": 16, "LOAD_AHEAD": 1}),
+])
+@pytest.mark.parametrize("splits", [2, 5, 8])
+@pytest.mark.parametrize("beta", [0.0, -0.5])
+def test_cluster_sum_matches_the_reduce_kernel(cuda_gpu, m, n, k, layout, tile, splits, beta):
+    """One launch of S blocks a cluster against the partial pass + splitk_reduce.sasm at the same
+    split: equal bits (same k ranges, same order of the adds, same roundings), and both near the
+    float64 reference; beta != 0 reads C once, beta = 0 never (C starts as NaN)."""
+    cp = cuda_gpu
+    rng = cp.random.default_rng(m + n + k + splits)
+    ta, tb = layout[0] == "t", layout[1] == "t"
+    a = _rand(cp, rng, (k, m) if ta else (m, k))
+    b = _rand(cp, rng, (n, k) if tb else (k, n))
+    c0 = _rand(cp, rng, (m, n))
+    outs, real = {}, split_k.split_for(k, splits).splits
+    for mode, extra in (("cluster", {"CLUSTER_K": splits}), ("kernel", {"CLUSTER_K": 1})):
+        c = c0.copy() if beta != 0 else cp.full((m, n), cp.nan, dtype=cp.float32)
+        asmgemm.gemm(a, b, c, alpha=1.5, beta=beta, trans_a=ta, trans_b=tb,
+                     params={**tile, "SPLIT_K": splits, **extra})
+        launch = last_launch()
+        assert launch["reduce"] == mode and launch["splits"] == real, launch
+        outs[mode] = c
+    err = _rel_err(cp, outs["cluster"], _reference(cp, a, b, c0, 1.5, beta, ta, tb))
+    assert err < REL_TOL, f"{m}x{n}x{k} {layout} S={splits}: rel err {err:.3e}"
+    differ = int((outs["cluster"] != outs["kernel"]).sum())
+    assert differ == 0, f"{differ} elements differ between the cluster sum and the reduce kernel"
 
 
 def test_torch_tensors(cuda_gpu):

@@ -622,10 +622,12 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
         static_smem = arch_for(target).limits.static_shared_per_block
         fn = _load(cupy, built, static_smem)
         if split is None or in_cluster:
-            # (a split in one cluster: one launch whose grid's z is S, no workspace, no reduce)
+            # (a split in one cluster: one launch whose grid's z is S, no workspace, no reduce; its
+            # k_chunk is the partial pass's, so both modes cut K at the same places)
             kept = _LaunchPlan(built, fn, (built.key, cupy.cuda.Device().id),
                                grid(spec, built, plan, facts.sm_count, max(1, in_cluster)),
                                ArgPacker(built, plan, spec.dtypes.a, spec.dtypes.c,
+                                         {"k_chunk": split.k_chunk} if in_cluster else None,
                                          a_map=not _loads_a_itself(spec, plan)), plan.swapped, c_shape,
                                mc.ptr & 15, ma.device, new_c_dtype, spec_name=spec.name, c_trans=plan.c_trans,
                                cluster_splits=in_cluster)

@@ -143,14 +143,16 @@ def cluster_splits(spec: KernelSpec, split: Split | None, target: str, params: d
     """S where this split runs as one launch, its S blocks of a tile a cluster adding their sums
     through distributed shared memory (the spec's cluster_switch and cluster_when for this plan, a
     target with clusters, S <= 8); 0 where it runs as the partial pass and the reduce kernel (or
-    does not split). params= (or a tuning entry) naming the cluster switch as 1 asks for the
-    reduce kernel (an A/B of the two)."""
+    does not split). params= (or a tuning entry) naming the cluster switch asks for one of the two
+    whatever cluster_when says (an A/B of the two): 1 the reduce kernel, any other value clusters
+    (of the split's S blocks, S <= 8, on a target with clusters)."""
     sk = spec.split_k
     if split is None or sk is None or sk.cluster_switch is None or split.splits > MAX_CLUSTER_SPLITS:
         return 0
-    if plan is not None and not sk.in_clusters(plan.m, plan.n, plan.k, sm_count, split.splits):
+    asked = str(params.get(sk.cluster_switch, "")) if params else ""
+    if asked == "1":
         return 0
-    if params and str(params.get(sk.cluster_switch, "")) == "1":
+    if not asked and plan is not None and not sk.in_clusters(plan.m, plan.n, plan.k, sm_count, split.splits):
         return 0
     return split.splits if "clusters" in arch_for(target).features else 0
 

@@ -31,6 +31,7 @@ CuPy array without a copy, launched on CuPy's current stream; a new C is a CuPy 
 """
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import NamedTuple
@@ -42,7 +43,7 @@ from ..kernel_spec import KernelSpec, activation_code, get_spec, spec_for_dtype,
 from . import build_cache, split_k
 from .build_cache import BuiltKernel, build_kernel
 from .gpu import device_facts, require_gpu
-from .launch import ArgPacker, call_defines, choose_params, grid, takes_c_trans
+from .launch import ArgPacker, ParamBlock, call_defines, choose_params, grid, launch_block, takes_c_trans
 from .plan import LaunchPlan, plan_launch
 from .tensor_map import ALIGN, addressable
 from .tune_cache import lookup_tuned, lookups_disabled
@@ -287,7 +288,8 @@ class _LaunchPlan:
     """Everything a repeated call needs that does not change with the pointers and scalars."""
 
     __slots__ = ("built", "fn", "fn_key", "grid", "block", "smem", "packer", "swapped", "c_shape", "c_align",
-                 "device", "c_dtype", "split", "spec_name", "c_trans", "cluster_splits", "copied", "a_ldg")
+                 "device", "c_dtype", "split", "spec_name", "c_trans", "cluster_splits", "copied", "a_ldg", "raw",
+                 "current_stream")
 
     def __init__(self, built: BuiltKernel, fn, fn_key, grid_, packer: ArgPacker, swapped: bool, c_shape, c_align: int,
                  device: int, c_dtype: str | None = None, split: split_k.SplitLaunch | None = None,
@@ -305,6 +307,8 @@ class _LaunchPlan:
         # only 16-byte aligned rows), as when the plan was made; 0: read in place
         self.copied = (0, 0)
         self.a_ldg = False              # the kernel reads its A by its own loads (call value a_ldg, A_LDG)
+        # cuLaunchKernel over a kept parameter block (_raw_launcher), or None: CuPy's call of fn
+        self.raw, self.current_stream = None, None
 
     def current(self) -> bool:
         """Still what planning afresh would give: the build cache still holds this very build and
@@ -318,6 +322,16 @@ class _LaunchPlan:
         """The kernel on the kernel's A, B and C (and the epilogue's bias) at these addresses
         (split-K: the partial pass into the workspace at workspace_ptr, then the reduce into C)."""
         _last_launch[0] = self
+        raw = self.raw
+        if raw is not None:
+            stream_ptr = stream.ptr if stream is not None else self.current_stream().ptr
+            if self.split is not None:
+                self.split.launch(self.fn, self.grid, self.block, self.smem, self.packer, a_ptr, b_ptr, c_ptr, alpha,
+                                  beta, stream, workspace_ptr, raw, stream_ptr)
+            else:
+                launch_block(raw, self.grid, self.block, self.smem, stream_ptr, a_ptr, b_ptr, c_ptr, alpha, beta,
+                             bias_ptr)
+            return
         if self.split is not None:
             self.split.launch(self.fn, self.grid, self.block, self.smem, self.packer, a_ptr, b_ptr, c_ptr, alpha, beta,
                               stream, workspace_ptr)
@@ -636,6 +650,7 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
                                mc.ptr & 15, ma.device, new_c_dtype)
         kept.copied = copied
         kept.a_ldg = _loads_a_itself(spec, plan)
+        _use_raw_launch(cupy, kept)
         workspace = _workspace(arrays, a, kept)
         kept.launch(plan.a.ptr, plan.b.ptr, plan.c_ptr, alpha, beta, arrays.stream(ma.device), plan.bias_ptr,
                     arrays.ptr(workspace) if workspace is not None else 0)
@@ -644,6 +659,36 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
             del _plans[next(iter(_plans))]
         _plans[key] = kept
     return c
+
+
+def _raw_launcher(cupy, fn):
+    """(cuLaunchKernel, the function's CUfunction handle) where this CuPy and its loaded function
+    offer them, else None (a stand-in CuPy; ASMGEMM_RAW_LAUNCH=0). CuPy's own call of a RawKernel
+    converts the argument tuple on every call: ~10 us of host time on the H100's host against
+    ~3.5 us for cuLaunchKernel over kept argument bytes (tools/HGEMM_NOTES.md, "Host time")."""
+    if os.environ.get("ASMGEMM_RAW_LAUNCH", "1") == "0":
+        return None
+    driver = getattr(getattr(cupy, "cuda", None), "driver", None)
+    launch = getattr(driver, "launchKernel", None)
+    handle = getattr(getattr(fn, "kernel", None), "ptr", None)
+    if launch is None or not isinstance(handle, int) or not handle:
+        return None
+    return launch, handle
+
+
+def _use_raw_launch(cupy, kept: _LaunchPlan) -> None:
+    """Switch a new launch plan (and its split's reduce) to cuLaunchKernel where _raw_launcher
+    allows it for every kernel it launches."""
+    main = _raw_launcher(cupy, kept.fn)
+    if main is None:
+        return
+    if kept.split is not None:
+        reduce = _raw_launcher(cupy, kept.split.fn)
+        if reduce is None:
+            return
+        kept.split.raw = (*reduce, ParamBlock(kept.split.packer, kept.split.built.params))
+    kept.raw = (*main, ParamBlock(kept.packer, kept.built.params))
+    kept.current_stream = cupy.cuda.get_current_stream
 
 
 def _split_plan(cupy, spec: KernelSpec, built: BuiltKernel, fn, plan: LaunchPlan, split, target: str,

@@ -1,5 +1,6 @@
 """One launch of a spec'd kernel, without the GPU: which -D parameters it is built with, the
-argument tuple CuPy passes, and the grid. Pure Python (numpy scalars only), tested on the CPU.
+argument tuple CuPy passes (or the parameter block cuLaunchKernel takes), and the grid. Pure Python
+(numpy scalars and ctypes buffers), tested on the CPU.
 
 Parameter precedence (`choose_params`): `params=` (-D overrides: the benchmark, the tuner, a
 user's experiment), else the tuning cache's entry for this GPU, kernel, layout and shape bucket,
@@ -10,8 +11,10 @@ would be misaligned.
 """
 from __future__ import annotations
 
+import ctypes
 import functools
 import math
+import threading
 
 import numpy as np
 
@@ -214,6 +217,81 @@ class ArgPacker:
         for i, value in memo[2]:
             out[i] = value
         return tuple(out)
+
+
+# Bytes of a .param of each PTX type (a tensor map: `.b8 [128]`, the one array argument).
+_PARAM_BYTES = {".u64": 8, ".b64": 8, ".s64": 8, ".f64": 8, ".u32": 4, ".b32": 4, ".s32": 4, ".f32": 4, ".b8": 128}
+_CTYPE = {".u64": ctypes.c_uint64, ".b64": ctypes.c_uint64, ".s64": ctypes.c_int64, ".u32": ctypes.c_uint32,
+          ".b32": ctypes.c_uint32, ".s32": ctypes.c_int32, ".f32": ctypes.c_float, ".f64": ctypes.c_double}
+
+
+class ParamBlock:
+    """An ArgPacker's arguments in the form cuLaunchKernel takes them (`kernelParams`: an array of
+    pointers, one per .param, each to that argument's bytes), kept for the plan's lifetime and
+    rewritten in place per call: only the pointers (a tensor map only when its pointer changed)
+    and alpha/beta (only when they changed). `address` is the array's address for the driver.
+    The bytes are those of `packer.pack(...)` (tests/test_raw_launch.py decodes them against it).
+    Not thread-safe by itself: a launch writes and launches under `lock` (the driver copies the
+    arguments during the call, so the block is free again when cuLaunchKernel returns)."""
+
+    __slots__ = ("address", "lock", "_buffers", "_array", "_ints", "_maps", "_floats", "_last_maps", "_ab")
+
+    def __init__(self, packer: ArgPacker, params: tuple[tuple[str, str], ...]):
+        if len(params) != len(packer.template):
+            raise AsmError(f"a parameter block of {len(params)} .params for {len(packer.template)} arguments")
+        self._buffers = [ctypes.create_string_buffer(_PARAM_BYTES[ptype]) for _, ptype in params]
+        for buf, value in zip(self._buffers, packer.template):
+            if value is not None:
+                raw = np.asarray(value).tobytes()
+                ctypes.memmove(buf, raw, len(raw))
+        self._array = (ctypes.c_void_p * len(params))(*[ctypes.addressof(b) for b in self._buffers])
+        self.address = ctypes.addressof(self._array)
+        ints, maps = [], []
+        for i, which, convert in packer.pointer_slots:
+            ptype = params[i][1]
+            if ptype == ".b8":      # a tensor map: `convert` encodes the map of a pointer
+                maps.append((i, which, convert))
+            else:
+                ints.append((_CTYPE[ptype].from_buffer(self._buffers[i]), which))
+        self._ints, self._maps = tuple(ints), tuple(maps)
+        self._floats = tuple((_CTYPE[params[i][1]].from_buffer(self._buffers[i]), which)
+                             for i, which, _ in packer.scalar_slots)
+        self._last_maps = [None] * len(params)
+        self._ab = (None, None)
+        self.lock = threading.Lock()
+
+    def write(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha: float, beta: float, bias_ptr: int = 0) -> None:
+        """The per-call arguments into the block (what ArgPacker.pack would return, in place)."""
+        ptrs = (a_ptr, b_ptr, c_ptr, bias_ptr)
+        for slot, which in self._ints:
+            slot.value = ptrs[which]
+        for i, which, encode in self._maps:
+            ptr = ptrs[which]
+            if self._last_maps[i] != ptr:
+                raw = np.asarray(encode(ptr)).tobytes()
+                ctypes.memmove(self._buffers[i], raw, len(raw))
+                self._last_maps[i] = ptr
+        ab = self._ab
+        if ab[0] is not alpha and ab[0] != alpha or ab[1] is not beta and ab[1] != beta:
+            values = (alpha, beta)
+            for slot, which in self._floats:
+                slot.value = values[which]
+            self._ab = values
+
+    def arguments(self) -> list[bytes]:
+        """The bytes of each argument as they stand (for tests and debugging)."""
+        return [bytes(b) for b in self._buffers]
+
+
+def launch_block(raw, grid_: tuple, block: tuple, smem: int, stream_ptr: int, a_ptr: int, b_ptr: int, c_ptr: int,
+                 alpha: float, beta: float, bias_ptr: int = 0) -> None:
+    """One launch through cuLaunchKernel: raw = (the driver's launch function, the CUfunction
+    handle, the plan's ParamBlock); the block is written and launched under its lock."""
+    launch, function, params = raw
+    with params.lock:
+        params.write(a_ptr, b_ptr, c_ptr, alpha, beta, bias_ptr)
+        launch(function, grid_[0], grid_[1], grid_[2], block[0], block[1], block[2], smem, stream_ptr,
+               params.address, 0)
 
 
 def pack_args(built: BuiltKernel, plan: LaunchPlan, alpha: float, beta: float, dtype: str = "",

@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 from ..errors import AsmError
 from ..isa.arch import arch_for
 from ..kernel_spec import Dtypes, KernelSpec, Launch
-from .launch import untuned_launch
+from .launch import launch_block, untuned_launch
 from .plan import LaunchPlan
 
 # k_chunk is a multiple of the spec's k_multiple, by default 16 elements: every split but the last
@@ -219,19 +219,25 @@ class SplitLaunch:
     """The reduce half of a kept split-K launch plan (the partial half is the plan's own kernel,
     built with the switch on, its grid's z = S and k_chunk / split_stride in its packed arguments)."""
 
-    __slots__ = ("split", "built", "fn", "fn_key", "grid", "block", "packer", "workspace_shape")
+    __slots__ = ("split", "built", "fn", "fn_key", "grid", "block", "packer", "workspace_shape", "raw")
 
-    def __init__(self, split: Split, built, fn, fn_key, grid_, packer, m: int, n: int):
+    def __init__(self, split: Split, built, fn, fn_key, grid_, packer, m: int, n: int, raw=None):
         self.split, self.built, self.fn, self.fn_key = split, built, fn, fn_key
         self.grid, self.block, self.packer = grid_, (built.threads, 1, 1), packer
         self.workspace_shape = (split.splits, m, n)
+        self.raw = raw          # the reduce's (launch, handle, ParamBlock) for cuLaunchKernel; None: fn's call
 
     def launch(self, gemm_fn, gemm_grid, gemm_block, gemm_smem, gemm_packer, a_ptr: int, b_ptr: int, c_ptr: int,
-               alpha, beta, stream, workspace_ptr: int) -> None:
-        """The partial pass into the workspace, then the reduce into C, on one stream."""
+               alpha, beta, stream, workspace_ptr: int, gemm_raw=None, stream_ptr: int = 0) -> None:
+        """The partial pass into the workspace, then the reduce into C, on one stream (through
+        cuLaunchKernel on stream_ptr where gemm_raw and self.raw are given)."""
         if workspace_ptr % 16:
             raise AsmError(f"split-K workspace at 0x{workspace_ptr:x} is not 16-byte aligned (the reduce reads it "
                            "128 bits at a time)")
+        if gemm_raw is not None and self.raw is not None:
+            launch_block(gemm_raw, gemm_grid, gemm_block, gemm_smem, stream_ptr, a_ptr, b_ptr, workspace_ptr, 1.0, 0.0)
+            launch_block(self.raw, self.grid, self.block, 0, stream_ptr, workspace_ptr, 0, c_ptr, alpha, beta)
+            return
         kw = {} if stream is None else {"stream": stream}
         gemm_fn(gemm_grid, gemm_block, gemm_packer.pack(a_ptr, b_ptr, workspace_ptr, 1.0, 0.0), shared_mem=gemm_smem,
                 **kw)

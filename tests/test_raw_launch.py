@@ -1,0 +1,123 @@
+"""The launch through cuLaunchKernel (runtime/launch.py ParamBlock and launch_block, runtime/gemm.py
+_raw_launcher): the argument bytes a kept parameter block holds must be, call after call, those of
+the argument tuple CuPy's RawKernel call would have packed (ArgPacker.pack), and the driver must be
+handed an array of pointers to them in .param order. Decoded here from memory on the CPU; the GPU
+tests run every launch through this path (tests/test_raw_launch_gpu.py compares it with CuPy's)."""
+from __future__ import annotations
+
+import ctypes
+import types
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from asmgemm.runtime import gemm as gemm_module
+from asmgemm.runtime import tensor_map
+from asmgemm.runtime.build_cache import BuiltKernel
+from asmgemm.runtime.launch import ArgPacker, ParamBlock, launch_block
+from asmgemm.runtime.plan import plan_launch
+
+SGEMM_PARAMS = (("A", ".u64"), ("B", ".u64"), ("C", ".u64"), ("M", ".u32"), ("N", ".u32"), ("K", ".u32"),
+                ("lda", ".u32"), ("ldb", ".u32"), ("ldc", ".u32"), ("alpha", ".f32"), ("beta", ".f32"),
+                ("bias", ".u64"), ("batch_stride_a", ".u64"), ("batch_stride_b", ".u64"),
+                ("batch_stride_c", ".u64"), ("k_chunk", ".u32"), ("split_stride", ".u64"))
+HGEMM_PARAMS = (("tmap_a", ".b8"), ("tmap_b", ".b8"), ("tmap_c", ".b8"), ("C", ".u64"), ("M", ".u32"),
+                ("N", ".u32"), ("K", ".u32"), ("ldc", ".u32"), ("alpha", ".f32"), ("beta", ".f32"),
+                ("bias", ".u64"))
+
+
+def _matrix(rows, cols, ptr, item):
+    return SimpleNamespace(shape=(rows, cols), ndim=2, strides=(cols * item, item),
+                           dtype=SimpleNamespace(itemsize=item), ptr=ptr)
+
+
+def _plan(m, n, k, item, base=0x10000):
+    return plan_launch(_matrix(m, k, base, item), _matrix(k, n, base + 0x100000, item),
+                       _matrix(m, n, base + 0x200000, item), trans_a=False, trans_b=False, ptr_of=lambda x: x.ptr)
+
+
+def _decoded(address: int, params) -> list[bytes]:
+    """What cuLaunchKernel reads: kernelParams[i] points at argument i's bytes."""
+    sizes = [128 if t == ".b8" else (8 if t in (".u64", ".b64", ".s64", ".f64") else 4) for _, t in params]
+    pointers = (ctypes.c_void_p * len(params)).from_address(address)
+    return [ctypes.string_at(pointers[i], size) for i, size in enumerate(sizes)]
+
+
+def _packed(args) -> list[bytes]:
+    return [np.asarray(v).tobytes() for v in args]
+
+
+def test_sgemm_arguments_match_the_packed_tuple_call_after_call():
+    built = BuiltKernel("k", "sgemm", 256, 128, 128, 0, SGEMM_PARAMS, "x.cubin", "x.ptx", "sm_90")
+    plan = _plan(300, 200, 1000, 4)
+    packer = ArgPacker(built, plan, "float32", "float32", {"k_chunk": 96, "split_stride": 60000})
+    block = ParamBlock(packer, SGEMM_PARAMS)
+    for a, b, c, alpha, beta, bias in ((0x1000, 0x2000, 0x3000, 1.0, 0.0, 0),
+                                       (0x1000, 0x2000, 0x3000, 1.0, 0.0, 0),        # the same again
+                                       (0x9000, 0xa000, 0xb000, 0.5, -2.25, 0xc000),
+                                       (0x1000, 0x2000, 0x3000, 1.0, 0.0, 0),        # alpha, beta back
+                                       (2 ** 47 + 16, 2 ** 40, 2 ** 63 + 32, 1 / 3, float("inf"), 0)):
+        block.write(a, b, c, alpha, beta, bias)
+        want = _packed(packer.pack(a, b, c, alpha, beta, bias))
+        assert block.arguments() == want
+        assert _decoded(block.address, SGEMM_PARAMS) == want
+    # the fixed arguments are the plan's: M, N, K and the split's values
+    got = dict(zip([n for n, _ in SGEMM_PARAMS], block.arguments()))
+    assert [int.from_bytes(got[n], "little") for n in ("M", "N", "K", "k_chunk", "split_stride")] == \
+        [300, 200, 1000, 96, 60000]
+
+
+def test_tensor_maps_are_written_when_their_pointer_changes(monkeypatch):
+    encoded = []
+
+    def fake_encode(tm):
+        encoded.append(tm.ptr)
+        return np.frombuffer(tm.ptr.to_bytes(8, "little") * 16, dtype="V128")[0]
+    monkeypatch.setattr(tensor_map, "encode", fake_encode)
+    built = BuiltKernel("k", "hgemm", 384, 128, 256, 0, HGEMM_PARAMS, "x.cubin", "x.ptx", "sm_90a", (128, 64, 64), 2)
+    plan = _plan(300, 256, 512, 2)
+    packer = ArgPacker(built, plan, "float16", "float16")
+    block = ParamBlock(packer, HGEMM_PARAMS)
+    block.write(0x10000, 0x20000, 0x30000, 1.0, 0.0)
+    n_maps = len(encoded)
+    assert n_maps in (2, 3) and block.arguments()[0] == (0x10000).to_bytes(8, "little") * 16
+    block.write(0x10000, 0x20000, 0x30000, 2.0, 1.0)             # same pointers: no map written again
+    assert len(encoded) == n_maps
+    block.write(0x10000, 0x50000, 0x30000, 2.0, 1.0)             # B moved: its map only
+    assert encoded[n_maps:] == [0x50000]
+    want = _packed(packer.pack(0x10000, 0x50000, 0x30000, 2.0, 1.0))
+    assert block.arguments() == want and _decoded(block.address, HGEMM_PARAMS) == want
+
+
+def test_launch_block_hands_the_driver_the_block():
+    built = BuiltKernel("k", "sgemm", 256, 128, 128, 0, SGEMM_PARAMS, "x.cubin", "x.ptx", "sm_90")
+    packer = ArgPacker(built, _plan(128, 128, 128, 4), "float32", "float32")
+    block = ParamBlock(packer, SGEMM_PARAMS)
+    calls = []
+
+    def driver_launch(fn, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+        calls.append(((fn, gx, gy, gz, bx, by, bz, smem, stream, extra), _decoded(params, SGEMM_PARAMS)))
+    launch_block((driver_launch, 0xf00d, block), (2, 3, 4), (256, 1, 1), 4096, 0x77, 0x1000, 0x2000, 0x3000, 1.5, 0.5)
+    (head, args), = calls
+    assert head == (0xf00d, 2, 3, 4, 256, 1, 1, 4096, 0x77, 0)
+    assert args == _packed(packer.pack(0x1000, 0x2000, 0x3000, 1.5, 0.5))
+
+
+def test_a_block_of_the_wrong_size_is_refused():
+    from asmgemm.errors import AsmError
+    built = BuiltKernel("k", "sgemm", 256, 128, 128, 0, SGEMM_PARAMS, "x.cubin", "x.ptx", "sm_90")
+    packer = ArgPacker(built, _plan(128, 128, 128, 4), "float32", "float32")
+    with pytest.raises(AsmError, match="parameter block"):
+        ParamBlock(packer, SGEMM_PARAMS[:-1])
+
+
+def test_the_raw_launcher_needs_the_driver_and_a_handle(monkeypatch):
+    fn = SimpleNamespace(kernel=SimpleNamespace(ptr=0xabc))
+    launch = object()
+    cupy = types.SimpleNamespace(cuda=types.SimpleNamespace(driver=types.SimpleNamespace(launchKernel=launch)))
+    assert gemm_module._raw_launcher(cupy, fn) == (launch, 0xabc)
+    assert gemm_module._raw_launcher(types.SimpleNamespace(cuda=types.SimpleNamespace()), fn) is None
+    assert gemm_module._raw_launcher(cupy, lambda *a, **k: None) is None          # a stand-in's function
+    monkeypatch.setenv("ASMGEMM_RAW_LAUNCH", "0")
+    assert gemm_module._raw_launcher(cupy, fn) is None

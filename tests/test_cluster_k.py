@@ -196,11 +196,24 @@ def test_512_row_gemms_into_narrow_layers_run_64_row_tiles(name, shape, stages, 
 
 
 @pytest.mark.parametrize("shape", [(256, 1024, 4096),     # 64 tiles: too few (K split in clusters)
-                                   (512, 2304, 768),      # wider N
+                                   (512, 3072, 768),      # wider N: 128 tiles of 64 x 192 (rule 1w) too many
+                                   (384, 2304, 768),      # and 72 too few
+                                   (512, 2304, 1536),     # K past 1024
                                    (512, 768, 8192),      # deeper K than measured
                                    (448, 1024, 3072)])    # 112 tiles in an odd count of tile rows: no pairs
 def test_64_row_tiles_stay_where_they_were_measured(shape):
     assert "CONSUMERS" not in untuned_size_rule(HGEMM, *shape, "nn", 132)
+
+
+@pytest.mark.parametrize("name", ["hgemm", "bgemm", "hgemm_f32c", "bgemm_f32c"])
+@pytest.mark.parametrize("shape", [(512, 2304, 768), (512, 2304, 1024), (480, 2304, 512)])
+@pytest.mark.parametrize("layout", ["nn", "tn"])
+def test_64x192_tiles_where_they_fill_70_to_80_percent(name, shape, layout):
+    """Size rule 1w: 64 x 192 tiles, one wgmma group in flight, for 512 <= K <= 1024 and N >= 2048
+    where 8 x 12 = 96 of them fill 70-80% of 132 SMs."""
+    chosen = untuned_size_rule(get_spec(name), *shape, layout, 132)
+    assert {k: chosen.get(k) for k in ("CONSUMERS", "BN", "STAGES", "CLUSTER_M", "MMA_IN_FLIGHT")} == \
+        {"CONSUMERS": 1, "BN": 192, "STAGES": 5, "CLUSTER_M": 1, "MMA_IN_FLIGHT": 1}, chosen
 
 
 def test_split_k_pass_is_left_to_the_deep_256_wide_shapes():

@@ -603,7 +603,8 @@ BN_CHOICES = [
     ((512, 4096, 2048), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1}),        # K < 4096: not 0m, rule 1
     ((256, 4096, 14336), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1, "CLUSTER_K": 2, "STREAM": 1}),   # too few tiles for rule 0: 1a
     ((1024, 1024, 1024), {"BN": 64, "STAGES": 8, "CLUSTER_M": 1, "GROUP_M": 4}),       # rule 1b: 128 tiles of 64
-    ((512, 2304, 768), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1}),         # 144 tiles of 64: two waves
+    ((512, 2304, 768), {"CONSUMERS": 1, "BN": 192, "STAGES": 5, "CLUSTER_M": 1, "MMA_IN_FLIGHT": 1}),   # 1w: 96 of 64 x 192
+    ((512, 3072, 768), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1}),         # 192 tiles of 128 x 64: two waves; rule 1
 ]
 
 

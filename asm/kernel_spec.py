@@ -32,8 +32,9 @@ A table (every key is checked; an unknown one is an error, so a typo never passe
     when = "2 * ceil_div(M, 128) * ceil_div(N, 128) <= SMS"    # asmgemm's expression language
     set = { THREADS = 64, BK = 16 }     # names M, N, K (after the operand swap), SMS (SM count),
                                         # the call parameters (e.g. ACT; 0 where a caller gives none)
-                                        # and PITCH_A, PITCH_B (bytes between the stored rows of the
-                                        # kernel's A and B; size rules only)
+                                        # PITCH_A, PITCH_B (bytes between the stored rows of the
+                                        # kernel's A and B) and C_BYTES (bytes of C's dtype; both
+                                        # size rules only)
     [NAME.split_k]                      # optional: split-K (runtime/split_k.py) for plain 2-D calls
     switch = "SPLIT_K"                  # the kernel's 0/1 parameter that builds the partial pass
                                         # (abi needs k_chunk and split_stride; grid z = splits)
@@ -149,6 +150,10 @@ SIZE_NAMES = ("M", "N", "K", "SMS")
 # multiple of 256 bytes costs TMA loads whole extra L2 lines (tools/HGEMM_NOTES.md, "L2 promotion")
 # and can favour another tiling. Fresh contiguous operands where a caller gives none.
 PITCH_NAMES = ("PITCH_A", "PITCH_B")
+# ... and the bytes of one element of C (the spec's C dtype): kernels that share a source and its
+# rules (`like`) may store C in another type, and the epilogue's share of the time with it
+# (hgemm_f32c's fp32 pair stores against hgemm's 16-bit ones: tools/HGEMM_NOTES.md).
+C_BYTES_NAME = "C_BYTES"
 
 _TOP_KEYS = {"source", "entry", "summary", "dtypes", "targets", "abi", "call_params", "defines", "rel_err_limit",
              "launch", "size_rule", "like", "split_k", "route", "swap_rule"}
@@ -188,8 +193,8 @@ class Launch:
 class SizeRule:
     """One `[[NAME.size_rule]]`: where `when` holds, the untuned call runs with `set`. `when` sees
     the sizes (SIZE_NAMES, after the operand swap), this kernel's call parameters (e.g. ACT:
-    a fused activation can favour another tile than the plain GEMM) and the operands' row pitches
-    (PITCH_NAMES)."""
+    a fused activation can favour another tile than the plain GEMM), the operands' row pitches
+    (PITCH_NAMES) and C's element size (C_BYTES_NAME)."""
 
     when: str
     set: tuple[tuple[str, int], ...]
@@ -341,7 +346,8 @@ class KernelSpec:
         no activation, operands as stored) and row pitches `pitches` (PITCH_NAMES; default: those of
         contiguous operands, self.fresh_pitches): the first rule that holds; {} keeps the source defaults."""
         calls = {**dict.fromkeys((p for p, _ in self.call_params), 0), **(call_defines or {})}
-        names = {**calls, **(pitches if pitches is not None else self.fresh_pitches(m, n, k, calls))}
+        names = {**calls, **(pitches if pitches is not None else self.fresh_pitches(m, n, k, calls)),
+                 C_BYTES_NAME: DTYPE_ITEMSIZE[self.dtypes.c]}
         for rule in self.size_rules:
             if rule.holds(m, n, k, sms, names):
                 return dict(rule.set)
@@ -647,7 +653,7 @@ def _size_rule(source: SourceFile, where: str, i: int, r, calls: dict) -> SizeRu
     if not isinstance(sets, dict) or not all(isinstance(v, int) and not isinstance(v, bool) for v in sets.values()):
         raise AsmError(f"{where} size_rule[{i}].set: a table of PARAM = integer")
     rule = SizeRule(when, tuple(sets.items()), _located_expression(source, when))
-    rule.holds(1, 1, 1, 1, dict.fromkeys((*calls, *PITCH_NAMES), 0))    # an unknown name fails now, at load
+    rule.holds(1, 1, 1, 1, dict.fromkeys((*calls, *PITCH_NAMES, C_BYTES_NAME), 0))    # an unknown name fails now, at load
     return rule
 
 

@@ -293,3 +293,34 @@ def test_no_pairs_sharing_a_where_the_consumers_load_a():
     """A_LDG (K <= 64, rows TMA cannot address) has no TMA loads of A to share."""
     assert HGEMM.size_rule(1000, 1000, 40, 132, {"A_LDG": 1}, {"PITCH_A": 80, "PITCH_B": 2000}).get("CLUSTER_N") is None
     assert HGEMM.size_rule(1000, 1000, 40, 132, {"A_LDG": 0}, {"PITCH_A": 80, "PITCH_B": 2000}).get("CLUSTER_N") == 2
+
+
+@pytest.mark.parametrize("shape,f32c", [((4099, 4093, 509), True), ((8191, 4093, 509), True),
+                                        ((4096, 4096, 512), False),      # rows of whole 16-byte pieces: staged
+                                        ((3001, 2001, 509), False),      # under 6 waves of 64 x 256
+                                        ((4099, 4093, 1000), False)])    # deeper K
+def test_fp32_c_pair_stores_at_short_k_run_64x256_tiles(shape, f32c):
+    """Size rule 1f sees C's element size (C_BYTES) and the pair-store path (WIDE_C = 0): only the
+    fp32-C kernels take 64 x 256 tiles there, never hgemm or bgemm on the same shape."""
+    want = {"CONSUMERS": 1, "BN": 256, "MMA_IN_FLIGHT": 1}
+    for name, c32 in (("hgemm", False), ("bgemm", False), ("hgemm_f32c", True), ("bgemm_f32c", True)):
+        chosen = untuned_size_rule(get_spec(name), *shape, "nn", 132)
+        got = {k: chosen.get(k) for k in want}
+        assert (got == want) == (f32c and c32), (name, shape, chosen)
+
+
+def test_size_rules_see_c_bytes(tmp_path):
+    """C_BYTES is the bytes of the spec's C dtype: one source, two C types, one rule."""
+    from asmgemm.kernel_spec import load_spec_file
+    rows = []
+    for name, c in (("k16", "float16"), ("k32", "float32")):
+        rows.append(f'[{name}]\nsource = "{get_spec("sgemm").source}"\n'
+                    f'dtypes = {{ a = "float32", b = "float32", acc = "float32", c = "{c}" }}\n'
+                    'targets = ["sm_90"]\nabi = ["A", "B", "C", "M", "N", "K", "lda", "ldb", "ldc", "alpha", "beta"]\n'
+                    'rel_err_limit = 1e-4\n'
+                    'launch = { threads = "THREADS", tile_m = "TM", tile_n = "TN", smem_bytes = "SMEM_BYTES" }\n'
+                    f'[[{name}.size_rule]]\nwhen = "C_BYTES == 4"\nset = {{ BK = 16 }}\n')
+    spec_file = tmp_path / "k.toml"
+    spec_file.write_text("\n".join(rows))
+    specs = {s.name: s for s in load_spec_file(spec_file)}
+    assert specs["k16"].size_rule(64, 64, 64, 132) == {} and specs["k32"].size_rule(64, 64, 64, 132) == {"BK": 16}

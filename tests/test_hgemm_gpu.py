@@ -337,6 +337,22 @@ def test_size_rules_run_64_row_tiles(shape, tile):
     assert ran["tile"] == tile and ran["splits"] == 1, ran
 
 
+@pytest.mark.parametrize("layout", ["nn", "tn", "tt"])
+def test_size_rule_1w_runs_64x192_tiles(layout):
+    """Size rule 1w (512 <= K <= 1024, N >= 2048, 96 tiles of 64 x 192 on 132 SMs): fp16 and bf16,
+    alpha/beta; and with a fused bias + gelu into fp16 (the activation warps) and an fp32 C."""
+    _check(512, 2304, 768, layout)
+    _check(512, 2304, 1000, layout, dtype="bfloat16", alpha=0.5, beta=-1.5)
+    ran = last_launch()
+    assert ran["tile"] == (64, 192) and ran["splits"] == 1, ran
+
+
+@pytest.mark.parametrize("kernel,c_dtype", [("hgemm", "float16"), ("hgemm_f32c", "float32")])
+def test_size_rule_1w_with_a_fused_epilogue(kernel, c_dtype):
+    ran = _check_bias_activation(kernel, c_dtype, (512, 2304, 768), "gelu", 14)
+    assert ran["tile"] == (64, 192), ran
+
+
 def test_64_row_tiles_load_a_misaligned_a_themselves():
     """A_LDG (K = 40, rows 71 halves apart) with one consumer: it fills its 64 rows alone."""
     rng = cp.random.default_rng(13)
@@ -361,6 +377,29 @@ def test_size_rule_runs_128_wide_tiles_in_clusters_for_even_tile_rows(shape, dty
 
 def test_large_square():
     _check(2048, 2048, 2048)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("layout", ["nn", "tn"])
+def test_size_rule_1f_runs_64x256_tiles_for_an_fp32_c_by_pairs(dtype, layout):
+    """Size rule 1f: an fp32 C of rows that are no whole 16-byte pieces, K <= 512, 6+ waves of 64 x
+    256 tiles: alpha/beta, fp16 and bf16 operands; and a fused bias + gelu_tanh."""
+    rng = cp.random.default_rng(15)
+    m, n, k = 4099, 4093, 509
+    ta = layout[0] == "t"
+    a, av = _operand(rng, (k, m) if ta else (m, k), dtype)
+    b, bv = _operand(rng, (k, n), dtype)
+    c0 = rng.standard_normal((m, n), dtype=cp.float32)
+    ref = 0.75 * ((av.T if ta else av) @ bv) + 0.5 * c0
+    kernel = "bgemm_f32c" if dtype == "bfloat16" else "hgemm_f32c"
+    c = c0.copy()
+    asmgemm.gemm(a, b, c, alpha=0.75, beta=0.5, trans_a=ta, kernel=kernel)
+    err = float(cp.linalg.norm(c - ref) / cp.linalg.norm(ref))
+    assert err < get_spec(kernel).rel_err_limit, err
+    assert last_launch()["tile"] == (64, 256), last_launch()
+    if dtype == "float16" and layout == "nn":
+        ran = _check_bias_activation("hgemm_f32c", "float32", (m, n, k), "gelu_tanh", 16)
+        assert ran["tile"] == (64, 256), ran
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

@@ -66,24 +66,27 @@ def test_the_cost_model_rule_agrees_with_size_rule_0s():
     plain call split by the model or by the 8 splits of 128x128 tiles runs those tiles, every 0s
     shape is split by one of them (or size rule 0's) or not at all, never by a 64x64 tiles' rule,
     and the 8 splits of 64x64 tiles with short K never meet a 128x128 tile."""
-    eight128, eight64, rule0, model = SGEMM.split_k.rules[:4]
-    assert model.cost is not None and eight128.count(512, 768, 768, 132) == 8 == eight64.count(128, 768, 768, 132)
+    eight128, deeper128, eight64, rule0, model = SGEMM.split_k.rules[:5]
+    assert model.cost is not None and deeper128.cost is not None
+    assert eight128.count(512, 768, 768, 132) == 8 == eight64.count(128, 768, 768, 132)
     for m in (65, 100, 128, 256, 500, 512, 768, 1000, 1024, 1025, 2048):
         for n in (128, 768, 1024, 2304, 4096, 11008):
             for k in (256, 768, 1000, 2048, 4096, 18944):
                 chosen = SGEMM.size_rule(m, n, k, 132, {"ACT": 0, "BIAS": 0, "BATCHED": 0})
                 t128 = chosen.get("THREADS") == 256 and chosen.get("RQ") == 2 and chosen.get("BK") == 16
                 rule = next((r for r in SGEMM.split_k.rules if r.holds(m, n, k, 132)), None)
-                assert (rule is model or rule is eight128) <= t128, (m, n, k, chosen)
+                assert (rule in (model, eight128, deeper128)) <= t128, (m, n, k, chosen)
                 assert not (rule is eight64 and t128), (m, n, k, chosen)
                 if t128 and rule is not None:
-                    assert rule in (eight128, rule0, model), (m, n, k)
+                    assert rule in (eight128, deeper128, rule0, model), (m, n, k)
 
 
-# The 8 splits (split rules 1 and 2), and where they are summed inside clusters of 8 (cluster_when:
-# K <= 1024, at most 2 (SMS - 12) blocks); measured in tools/data/sgemm_cluster_sum_ab.json.
+# The 8 splits (split rules 1 and 3) and 8-12 by the model for deeper K (rule 2), and where they are
+# summed inside clusters of 8 (cluster_when: K <= 1024, at most 2 (SMS - 12) blocks); measured in
+# tools/data/sgemm_cluster_sum_ab.json.
 @pytest.mark.parametrize("m,n,k,splits,clustered", [
-    (128, 3584, 3584, 8, False), (512, 768, 3072, 8, False),       # 128x128 tiles, deeper K: the reduce
+    (128, 3584, 3584, 9, False), (512, 768, 3072, 11, False),      # 128x128 tiles, deeper K: the model over 8-12
+    (512, 768, 2048, 11, False),
     (512, 768, 768, 8, True), (128, 3072, 768, 8, True), (128, 2304, 768, 7, False),   # 18 tiles: the model
     (128, 768, 768, 8, True), (256, 128, 512, 8, True),            # 64x64 tiles, K <= 768
     (128, 4096, 4096, 8, False),                                    # 32 clusters of 8: more than fit

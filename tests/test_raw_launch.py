@@ -121,3 +121,19 @@ def test_the_raw_launcher_needs_the_driver_and_a_handle(monkeypatch):
     assert gemm_module._raw_launcher(cupy, lambda *a, **k: None) is None          # a stand-in's function
     monkeypatch.setenv("ASMGEMM_RAW_LAUNCH", "0")
     assert gemm_module._raw_launcher(cupy, fn) is None
+
+
+def test_torch_stream_by_its_raw_handle_where_torch_offers_it():
+    """_TorchArrays.stream asks torch._C._cuda_getCurrentRawStream(device) when it exists (no
+    torch.cuda.Stream object a call), else torch.cuda.current_stream(device).cuda_stream."""
+    from fake_cupy import ExternalStream
+    cupy = types.SimpleNamespace(cuda=types.SimpleNamespace(ExternalStream=ExternalStream))
+    asked = []
+    public = types.SimpleNamespace(cuda=types.SimpleNamespace(
+        current_stream=lambda device=None: asked.append(("public", device)) or SimpleNamespace(cuda_stream=0x50)))
+    assert gemm_module._TorchArrays(cupy, public).stream(1).ptr == 0x50 and asked == [("public", 1)]
+    fast = types.SimpleNamespace(cuda=public.cuda, _C=types.SimpleNamespace(
+        _cuda_getCurrentRawStream=lambda device: asked.append(("raw", device)) or 0x70))
+    arrays = gemm_module._TorchArrays(cupy, fast)
+    first = arrays.stream(0)
+    assert first.ptr == 0x70 and arrays.stream(0) is first and asked[1:] == [("raw", 0), ("raw", 0)]

@@ -214,6 +214,9 @@ class _TorchArrays:
     def __init__(self, cupy, torch):
         self.cupy, self.torch = cupy, torch
         self._streams: dict[tuple[int, int], object] = {}
+        # the current stream's handle without building a torch.cuda.Stream object on every call
+        # (the handle query Triton and Inductor launch with); absent: the public call below
+        self._raw_stream = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
 
     @staticmethod
     def key(x) -> tuple:
@@ -238,7 +241,8 @@ class _TorchArrays:
 
     def stream(self, device: int):
         """torch's current stream on `device`, as the CuPy stream object the launch takes."""
-        ptr = int(self.torch.cuda.current_stream(device).cuda_stream)
+        raw = self._raw_stream
+        ptr = int(raw(device)) if raw is not None else int(self.torch.cuda.current_stream(device).cuda_stream)
         hit = self._streams.get((ptr, device))
         if hit is None:
             if len(self._streams) >= 64:      # streams come and go: keep the wrappers bounded

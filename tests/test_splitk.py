@@ -90,7 +90,7 @@ def test_the_cost_model_rule_agrees_with_size_rule_0s():
     (512, 768, 768, 8, True), (128, 3072, 768, 8, True), (128, 2304, 768, 7, False),   # 18 tiles: the model
     (128, 768, 768, 8, True), (256, 128, 512, 8, True),            # 64x64 tiles, K <= 768
     (128, 4096, 4096, 8, False),                                    # 32 clusters of 8: more than fit
-    (128, 3584, 18944, 8, False), (127, 129, 1000, 21, False), (128, 768, 3072, 22, False),
+    (128, 3584, 18944, 9, False), (127, 129, 1000, 21, False), (128, 768, 3072, 22, False),   # 28 tiles: 9 fill two a SM
     (512, 2304, 768, 3, False)])
 def test_eight_splits_and_where_they_run_in_clusters(m, n, k, splits, clustered):
     plan = _plan(m, n, k)

@@ -173,6 +173,11 @@ def test_choose_params_precedence():
     ((2048, 2048, 2048), {"RQ": 4, "BK": 16, "LOAD_AHEAD": 1, "LDG_NC": 0}),   # 128 >= 15/16 of 132
     ((4096, 4096, 4095), {"RQ": 4, "BK": 8, "LOAD_AHEAD": 1, "LDG_NC": 0}),    # K not a multiple of 16
     ((3000, 5000, 700), {}),                                                   # K < 2048: the defaults
+    # rule 3w: 256x128 tiles whose last wave is mostly idle -> 128x128, two a SM
+    ((4097, 4097, 4097), {"RQ": 2, "BK": 8}),                  # W 5 (561 tiles), n 9: 1.05 x 4.6 < 5
+    ((4096, 3584, 18944), {"RQ": 2, "BK": 8}),                 # W 4 (448), n 7: 1.05 x 3.6 < 4
+    ((4096, 4096, 4097), {"RQ": 4, "BK": 8, "LOAD_AHEAD": 1, "LDG_NC": 0}),    # W 4, n 8: 1.05 x 4 > 4
+    ((8192, 8192, 8192), {"RQ": 4, "BK": 16, "LOAD_AHEAD": 1, "LDG_NC": 0}),   # W 16, n 32
 ])
 def test_size_rule_branches(mnk, expected):
     assert SGEMM.size_rule(*mnk, 132) == expected

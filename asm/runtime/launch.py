@@ -19,7 +19,7 @@ import threading
 import numpy as np
 
 from ..errors import AsmError
-from ..kernel_spec import DTYPE_ITEMSIZE, KernelSpec
+from ..kernel_spec import ARRAY_ARGUMENTS, DTYPE_ITEMSIZE, KernelSpec
 from . import tensor_map
 from .build_cache import BuiltKernel
 from .plan import LaunchPlan, call_values_for, transposed_bias_mode
@@ -159,6 +159,12 @@ _CALL_SLOTS = {"A": 0, "B": 1, "C": 2, "alpha": 3, "beta": 4, "tmap_a": 0, "tmap
 _NO_MAP = np.zeros((), dtype="V128")
 
 
+def _same_scalars(memo: tuple, alpha, beta) -> bool:
+    """Whether (alpha, beta) are those of `memo` (its first two items): the scalar slots of a
+    repeated call are converted again only when they changed."""
+    return not (memo[0] is not alpha and memo[0] != alpha or memo[1] is not beta and memo[1] != beta)
+
+
 class ArgPacker:
     """The argument tuple of one launch plan, built once: every argument that the plan fixes (sizes,
     leading dimensions) is converted to its numpy scalar here, and `pack` only fills in what changes
@@ -211,18 +217,12 @@ class ArgPacker:
         for i, which, convert in self.pointer_slots:
             out[i] = convert(ptrs[which])
         memo = self._scalars            # one read and one write: threads sharing a plan never mix two calls
-        if memo[0] is not alpha and memo[0] != alpha or memo[1] is not beta and memo[1] != beta:
+        if not _same_scalars(memo, alpha, beta):
             ab = (alpha, beta)
             memo = self._scalars = (alpha, beta, tuple((i, convert(ab[which])) for i, which, convert in self.scalar_slots))
         for i, value in memo[2]:
             out[i] = value
         return tuple(out)
-
-
-# Bytes of a .param of each PTX type (a tensor map: `.b8 [128]`, the one array argument).
-_PARAM_BYTES = {".u64": 8, ".b64": 8, ".s64": 8, ".f64": 8, ".u32": 4, ".b32": 4, ".s32": 4, ".f32": 4, ".b8": 128}
-_CTYPE = {".u64": ctypes.c_uint64, ".b64": ctypes.c_uint64, ".s64": ctypes.c_int64, ".u32": ctypes.c_uint32,
-          ".b32": ctypes.c_uint32, ".s32": ctypes.c_int32, ".f32": ctypes.c_float, ".f64": ctypes.c_double}
 
 
 class ParamBlock:
@@ -239,7 +239,10 @@ class ParamBlock:
     def __init__(self, packer: ArgPacker, params: tuple[tuple[str, str], ...]):
         if len(params) != len(packer.template):
             raise AsmError(f"a parameter block of {len(params)} .params for {len(packer.template)} arguments")
-        self._buffers = [ctypes.create_string_buffer(_PARAM_BYTES[ptype]) for _, ptype in params]
+        # an argument's bytes: its PTX type's (the numpy scalar ArgPacker packs), an array argument's
+        # count of them (a tensor map: .b8 [128])
+        self._buffers = [ctypes.create_string_buffer(ARRAY_ARGUMENTS.get(name) or np.dtype(_SCALAR[ptype]).itemsize)
+                         for name, ptype in params]
         for buf, value in zip(self._buffers, packer.template):
             if value is not None:
                 raw = np.asarray(value).tobytes()
@@ -249,16 +252,19 @@ class ParamBlock:
         ints, maps = [], []
         for i, which, convert in packer.pointer_slots:
             ptype = params[i][1]
-            if ptype == ".b8":      # a tensor map: `convert` encodes the map of a pointer
+            if params[i][0] in ARRAY_ARGUMENTS:     # a tensor map: `convert` encodes the map of a pointer
                 maps.append((i, which, convert))
             else:
-                ints.append((_CTYPE[ptype].from_buffer(self._buffers[i]), which))
+                ints.append((self._view(i, params), which))
         self._ints, self._maps = tuple(ints), tuple(maps)
-        self._floats = tuple((_CTYPE[params[i][1]].from_buffer(self._buffers[i]), which)
-                             for i, which, _ in packer.scalar_slots)
+        self._floats = tuple((self._view(i, params), which) for i, which, _ in packer.scalar_slots)
         self._last_maps = [None] * len(params)
         self._ab = (None, None)
         self.lock = threading.Lock()
+
+    def _view(self, i: int, params):
+        """Argument i's buffer as the ctypes scalar of its PTX type (its `.value` writes the bytes)."""
+        return np.ctypeslib.as_ctypes_type(_SCALAR[params[i][1]]).from_buffer(self._buffers[i])
 
     def write(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha: float, beta: float, bias_ptr: int = 0) -> None:
         """The per-call arguments into the block (what ArgPacker.pack would return, in place)."""
@@ -271,8 +277,7 @@ class ParamBlock:
                 raw = np.asarray(encode(ptr)).tobytes()
                 ctypes.memmove(self._buffers[i], raw, len(raw))
                 self._last_maps[i] = ptr
-        ab = self._ab
-        if ab[0] is not alpha and ab[0] != alpha or ab[1] is not beta and ab[1] != beta:
+        if not _same_scalars(self._ab, alpha, beta):
             values = (alpha, beta)
             for slot, which in self._floats:
                 slot.value = values[which]

@@ -251,7 +251,6 @@ class ParamBlock:
         self.address = ctypes.addressof(self._array)
         ints, maps = [], []
         for i, which, convert in packer.pointer_slots:
-            ptype = params[i][1]
             if params[i][0] in ARRAY_ARGUMENTS:     # a tensor map: `convert` encodes the map of a pointer
                 maps.append((i, which, convert))
             else:

@@ -221,11 +221,13 @@ class SplitLaunch:
 
     __slots__ = ("split", "built", "fn", "fn_key", "grid", "block", "packer", "workspace_shape", "raw")
 
-    def __init__(self, split: Split, built, fn, fn_key, grid_, packer, m: int, n: int, raw=None):
+    def __init__(self, split: Split, built, fn, fn_key, grid_, packer, m: int, n: int):
         self.split, self.built, self.fn, self.fn_key = split, built, fn, fn_key
         self.grid, self.block, self.packer = grid_, (built.threads, 1, 1), packer
         self.workspace_shape = (split.splits, m, n)
-        self.raw = raw          # the reduce's (launch, handle, ParamBlock) for cuLaunchKernel; None: fn's call
+        # the reduce's (launch, handle, ParamBlock) for cuLaunchKernel, set with the plan's own
+        # (gemm._use_raw_launch); None: fn's call
+        self.raw = None
 
     def launch(self, gemm_fn, gemm_grid, gemm_block, gemm_smem, gemm_packer, a_ptr: int, b_ptr: int, c_ptr: int,
                alpha, beta, stream, workspace_ptr: int, gemm_raw=None, stream_ptr: int = 0) -> None:

@@ -327,18 +327,13 @@ class _LaunchPlan:
         (split-K: the partial pass into the workspace at workspace_ptr, then the reduce into C)."""
         _last_launch[0] = self
         raw = self.raw
-        if raw is not None:
-            stream_ptr = stream.ptr if stream is not None else self.current_stream().ptr
-            if self.split is not None:
-                self.split.launch(self.fn, self.grid, self.block, self.smem, self.packer, a_ptr, b_ptr, c_ptr, alpha,
-                                  beta, stream, workspace_ptr, raw, stream_ptr)
-            else:
-                launch_block(raw, self.grid, self.block, self.smem, stream_ptr, a_ptr, b_ptr, c_ptr, alpha, beta,
-                             bias_ptr)
-            return
+        stream_ptr = 0 if raw is None else stream.ptr if stream is not None else self.current_stream().ptr
         if self.split is not None:
             self.split.launch(self.fn, self.grid, self.block, self.smem, self.packer, a_ptr, b_ptr, c_ptr, alpha, beta,
-                              stream, workspace_ptr)
+                              stream, workspace_ptr, raw, stream_ptr)
+            return
+        if raw is not None:
+            launch_block(raw, self.grid, self.block, self.smem, stream_ptr, a_ptr, b_ptr, c_ptr, alpha, beta, bias_ptr)
             return
         args = self.packer.pack(a_ptr, b_ptr, c_ptr, alpha, beta, bias_ptr)
         if stream is None:

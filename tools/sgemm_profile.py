@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""The target of an Nsight Compute (ncu) profile: one GEMM shape, asmgemm.gemm then cuBLAS
-(cupy.matmul), --rounds times, nothing else launched in between.
+"""The target of an Nsight Compute (ncu) profile: one GEMM shape (or several, --shape), asmgemm.gemm
+then cuBLAS, --rounds times, nothing else launched in between. cuBLAS is cupy.matmul, or
+cublasGemmEx where C's dtype is not A's (hgemm_f32c: fp16 A and B, fp32 C), as `asmgemm bench`
+times it.
 
 Each round launches the asmgemm kernel once and cuBLAS once, so with the default 3 rounds
 `ncu -k regex:'sgemm|gemm|Kernel' --launch-skip 4 --launch-count 2` profiles round 3's pair
@@ -10,6 +12,8 @@ runs it that way. Needs a GPU and CuPy.
 Usage (GPU):
     ncu ... python3 tools/sgemm_profile.py 4096 4096 4096             # what asmgemm.gemm picks
     ncu ... python3 tools/sgemm_profile.py 4096 4096 4096 '{"BK": 16, "RQ": 4}'
+    ncu ... python3 tools/sgemm_profile.py --kernel hgemm_f32c --rounds 1 --shape 1024x1024x1024 \
+        --shape 512x768x3072                                            # shapes in turn, one process
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ import argparse
 import json
 import sys
 
+from asmgemm.bench.problem import cublas_gemm_ex
 from asmgemm.errors import AsmError
 from asmgemm.kernel_spec import get_spec
 from asmgemm.runtime.gemm import gemm
@@ -25,9 +30,9 @@ from asmgemm.runtime.gpu import require_gpu
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("m", type=int, help="rows of C")
-    ap.add_argument("n", type=int, help="columns of C")
-    ap.add_argument("k", type=int, help="inner dimension")
+    ap.add_argument("m", type=int, nargs="?", help="rows of C")
+    ap.add_argument("n", type=int, nargs="?", help="columns of C")
+    ap.add_argument("k", type=int, nargs="?", help="inner dimension")
     ap.add_argument("params", nargs="?", default="null",
                     help="-D overrides as a JSON object, e.g. '{\"BK\": 16}'; 'null' (default): what "
                          "asmgemm.gemm chooses (tuning cache, else the size rule)")
@@ -35,7 +40,29 @@ def main(argv=None) -> int:
     ap.add_argument("--layout", choices=("nn", "nt", "tn", "tt"), default="nn",
                     help="op(A), op(B): t = stored transposed (default nn)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of (asmgemm, cuBLAS) launches (default 3)")
+    ap.add_argument("--shape", action="append", default=[], metavar="MxNxK",
+                    help="a shape to run instead of m n k (repeatable: each in turn, its rounds "
+                         "together; ncu replays every launch with caches flushed, so --rounds 1 "
+                         "profiles each shape once)")
+    ap.add_argument("--params", dest="params_opt", metavar="JSON",
+                    help="the -D overrides, as the positional params (which --shape alone cannot reach)")
     args = ap.parse_args(argv)
+    if args.params_opt is not None:
+        args.params = args.params_opt
+    shapes = []
+    for text in args.shape:
+        try:
+            shapes.append(tuple(int(x) for x in text.lower().split("x")))
+        except ValueError:
+            shapes.append(())
+        if len(shapes[-1]) != 3 or min(shapes[-1]) < 1:
+            ap.error(f"--shape {text!r}: expected MxNxK with positive integers")
+    if args.m is not None:
+        if args.k is None:
+            ap.error("m n k: give all three (or --shape MxNxK)")
+        shapes.insert(0, (args.m, args.n, args.k))
+    if not shapes:
+        ap.error("no shape: give m n k or --shape MxNxK")
     try:
         params = json.loads(args.params)
     except ValueError as exc:
@@ -46,17 +73,20 @@ def main(argv=None) -> int:
     try:
         spec = get_spec(args.kernel)
         cp = require_gpu("sgemm_profile.py")
-        dtype = cp.dtype(spec.dtypes.a)
+        dtype, c_dtype = cp.dtype(spec.dtypes.a), cp.dtype(spec.dtypes.c)
         ta, tb = args.layout[0] == "t", args.layout[1] == "t"
-        m, n, k = args.m, args.n, args.k
         rng = cp.random.default_rng(0)
-        a = rng.standard_normal((k, m) if ta else (m, k), dtype=cp.float32).astype(dtype, copy=False)
-        b = rng.standard_normal((n, k) if tb else (k, n), dtype=cp.float32).astype(dtype, copy=False)
-        c = cp.empty((m, n), dtype=dtype)
-        op_a, op_b = (a.T if ta else a), (b.T if tb else b)
-        for _ in range(args.rounds):
-            gemm(a, b, c, trans_a=ta, trans_b=tb, params=params, kernel=spec.name)
-            cp.matmul(op_a, op_b, out=c)
+        for m, n, k in shapes:
+            a = rng.standard_normal((k, m) if ta else (m, k), dtype=cp.float32).astype(dtype, copy=False)
+            b = rng.standard_normal((n, k) if tb else (k, n), dtype=cp.float32).astype(dtype, copy=False)
+            c = cp.empty((m, n), dtype=c_dtype)
+            op_a, op_b = (a.T if ta else a), (b.T if tb else b)
+            for _ in range(args.rounds):
+                gemm(a, b, c, trans_a=ta, trans_b=tb, params=params, kernel=spec.name)
+                if c_dtype == dtype:
+                    cp.matmul(op_a, op_b, out=c)
+                else:
+                    cublas_gemm_ex(cp, a, b, c, ta, tb)
         cp.cuda.Device().synchronize()
     except AsmError as exc:
         print(exc.format(), file=sys.stderr)

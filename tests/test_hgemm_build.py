@@ -180,6 +180,34 @@ def test_three_chunk_tile_splits_b_by_k_rows_in_a_cluster():
                                             target="sm_90a")).constants["BOX_B_ROWS"] == 96
 
 
+@pytest.mark.parametrize("defines,clustered", [
+    ({}, True), ({"CLUSTER_N": "2", "CLUSTER_M": "1", "BN": "64"}, True),
+    ({"CONSUMERS": "1", "BN": "64", "CLUSTER_M": "2", "MMA_IN_FLIGHT": "1"}, True),
+    ({"ACT": "3", "WIDE_C": "1"}, True), ({"C_F32": "1", "WIDE_C": "1", "BN": "128", "STAGES": "6"}, True),
+    ({"CLUSTER_M": "1"}, False), ({"CLUSTER_M": "1", "CLUSTER_K": "2", "BN": "128"}, False),
+], ids=["pairs", "sharing-a", "64-row-pairs", "pairs-act", "pairs-f32c", "unclustered", "cluster-k"])
+def test_a_cluster_leaves_without_a_cluster_barrier(defines, clustered):
+    """The only cluster barrier is the set-up's (every block's mbarriers exist before any block
+    multicasts into them), with a .relaxed arrive: no block waits for the others at the exit.
+    Blocks sharing tiles by multicast leave through the producer's tail instead: one more mbarrier
+    (exit_bar, after the ring's 2 x RING), on which warps 1-3 of the producer warpgroup sleep until
+    the tail has seen every stage's last fill released by the consumers of all blocks of the unit
+    (RING more waits on the empty barriers). CLUSTER_K's senders wait for the owners' arrives on
+    their red_empty instead."""
+    r = build_file("hgemm", BuildOptions(defines=defines, target="sm_90a"))
+    c = r.constants
+    cluster = c["CLUSTER"] > 1
+    assert r.ptx.count("barrier.cluster.arrive") == r.ptx.count("barrier.cluster.arrive.relaxed") == int(cluster)
+    assert r.ptx.count("barrier.cluster.wait") == int(cluster)
+    assert c["EXIT_WAIT"] == int(clustered)
+    inits = r.ptx.count("mbarrier.init.shared::cta.b64")
+    assert inits == 2 * c["RING"] + int(clustered) + (2 if c["CLUSTER_K"] > 1 else 0)
+    assert ("producer_tail:" in r.ptx) == clustered and ("producer_idle:" in r.ptx) == (clustered and not c["ACT_WARPS"])
+    if c["CLUSTER_K"] > 1:
+        assert "red_drained:" in r.ptx
+    assert c["SMEM_BYTES"] <= 232448
+
+
 @needs_tools
 @pytest.mark.parametrize("bn,stages,bf16", [(256, 3, 0), (192, 4, 1), (128, 5, 1)])
 def test_staged_wide_stores_build_clean(bn, stages, bf16):
@@ -600,10 +628,12 @@ BN_CHOICES = [
     ((512, 3584, 18944), {"BN": 128, "STAGES": 6, "CLUSTER_M": 2}),       # rule 0m: 112 tiles
     ((384, 4096, 11008), {"BN": 256, "STAGES": 4, "CLUSTER_M": 2}),       # 3 tile rows: rule 0, deep K, split 2
     ((256, 4096, 4096), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1, "CLUSTER_K": 2, "STREAM": 1}),    # 64 tiles of 128: 1a
-    ((512, 4096, 2048), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1}),        # K < 4096: not 0m, rule 1
+    ((512, 4096, 2048), {"BN": 128, "STAGES": 6, "CLUSTER_M": 2}),        # 0m at K >= 2048: 128 tiles, over 80%
+    ((512, 2560, 2048), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1}),        # 80 tiles (61%): rule 1
+    ((512, 3072, 1536), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1}),        # K < 2048: rule 1
     ((256, 4096, 14336), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1, "CLUSTER_K": 2, "STREAM": 1}),   # too few tiles for rule 0: 1a
     ((1024, 1024, 1024), {"BN": 64, "STAGES": 8, "CLUSTER_M": 1, "GROUP_M": 4}),       # rule 1b: 128 tiles of 64
-    ((512, 2304, 768), {"CONSUMERS": 1, "BN": 192, "STAGES": 5, "CLUSTER_M": 1, "MMA_IN_FLIGHT": 1}),   # 1w: 96 of 64 x 192
+    ((512, 2304, 768), {"CONSUMERS": 1, "BN": 192, "STAGES": 5, "CLUSTER_M": 2, "MMA_IN_FLIGHT": 1}),   # 1w: 96 of 64 x 192, paired
     ((512, 3072, 768), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1}),         # 192 tiles of 128 x 64: two waves; rule 1
 ]
 

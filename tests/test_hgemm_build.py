@@ -635,6 +635,8 @@ BN_CHOICES = [
     ((1024, 1024, 1024), {"BN": 64, "STAGES": 8, "CLUSTER_M": 1, "GROUP_M": 4}),       # rule 1b: 128 tiles of 64
     ((512, 2304, 768), {"CONSUMERS": 1, "BN": 192, "STAGES": 5, "CLUSTER_M": 2, "MMA_IN_FLIGHT": 1}),   # 1w: 96 of 64 x 192, paired
     ((512, 3072, 768), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1}),         # 192 tiles of 128 x 64: two waves; rule 1
+    ((128, 12288, 4096), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1, "STREAM": 1}),   # one tile row: B streams (1s)
+    ((100, 16384, 1536), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1, "STREAM": 1}),   # 1s at K < 2048 as well
 ]
 
 

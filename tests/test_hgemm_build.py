@@ -632,7 +632,9 @@ BN_CHOICES = [
     ((512, 2560, 2048), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1}),        # 80 tiles (61%): rule 1
     ((512, 3072, 1536), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1}),        # K < 2048: rule 1
     ((256, 4096, 14336), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1, "CLUSTER_K": 2, "STREAM": 1}),   # too few tiles for rule 0: 1a
-    ((1024, 1024, 1024), {"BN": 64, "STAGES": 8, "CLUSTER_M": 1, "GROUP_M": 4}),       # rule 1b: 128 tiles of 64
+    ((1024, 1024, 1024), {"CONSUMERS": 1, "BN": 128, "STAGES": 8, "CLUSTER_M": 2, "MMA_IN_FLIGHT": 1}),  # 1p: 128 of 64 x 128
+    ((768, 768, 1536), {"BN": 64, "STAGES": 8, "CLUSTER_M": 1, "GROUP_M": 4}),         # 72 tiles of 64: 1b
+    ((1024, 1024, 64), {"BN": 64, "STAGES": 8, "CLUSTER_M": 1, "GROUP_M": 4}),         # K < 512: 1b, no cluster
     ((512, 2304, 768), {"CONSUMERS": 1, "BN": 192, "STAGES": 5, "CLUSTER_M": 2, "MMA_IN_FLIGHT": 1}),   # 1w: 96 of 64 x 192, paired
     ((512, 3072, 768), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1}),         # 192 tiles of 128 x 64: two waves; rule 1
     ((128, 12288, 4096), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1, "STREAM": 1}),   # one tile row: B streams (1s)

@@ -20,6 +20,7 @@ import cupy as cp  # noqa: E402
 import asmgemm  # noqa: E402
 from asmgemm.kernel_spec import get_spec  # noqa: E402
 from asmgemm.runtime.gemm import last_launch  # noqa: E402
+from asmgemm.runtime.launch import untuned_size_rule  # noqa: E402
 from asmgemm.runtime.gpu import device_facts  # noqa: E402
 
 if device_facts().target != "sm_90":
@@ -260,12 +261,26 @@ def test_64_wide_tiles(layout, cluster):
     _check_tile_shape(layout, params)
 
 
-@pytest.mark.parametrize("shape", [(1024, 1024, 1024), (768, 768, 1536), (1009, 1013, 1019)])
+@pytest.mark.parametrize("shape", [(768, 768, 1536), (1024, 1024, 64)])
 def test_size_rule_runs_64_wide_tiles(shape):
-    """Few 128-wide tiles with K < 2048: 64-wide ones, one wave of them."""
+    """Few 128-wide tiles with K < 2048: 64-wide ones, one wave of them (rule 1b)."""
     _check(*shape)
     ran = last_launch()
     assert ran["tile"] == (128, 64) and not ran["c_trans"] and ran["cluster"] == 1, ran
+
+
+@pytest.mark.parametrize("shape,layout,dtype", [((1024, 1024, 1024), "nn", "float16"), ((1009, 1013, 1019), "nn", "float16"),
+                                                ((896, 1024, 1024), "tt", "bfloat16"), ((1024, 1024, 512), "tn", "float16")])
+def test_size_rule_1p_runs_64x128_tiles_in_pairs(shape, layout, dtype):
+    """Rule 1b's shapes whose 64 x 128 tiles fill 80-100% of the SMs: those in pairs of tile rows
+    sharing B (one consumer warpgroup each), the last tiles partly outside M and N at 1009x1013
+    (nn: A's rows of 1019 halves are copied to a 128-byte pitch; stored transposed, A's pitch of
+    1009 would take rule 1n)."""
+    _check(*shape, layout=layout, dtype=dtype, beta=0.5)
+    ran = last_launch()
+    assert ran["tile"] == (64, 128) and not ran["c_trans"] and ran["cluster"] == 2, ran
+    with_fp32_c = _check_bias_activation("hgemm_f32c", "float32", shape, "relu", 21)
+    assert with_fp32_c["tile"] == (64, 128) and with_fp32_c["cluster"] == 2, with_fp32_c
 
 
 @pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
@@ -345,6 +360,19 @@ def test_size_rule_1w_runs_64x192_tiles(layout):
     _check(512, 2304, 1000, layout, dtype="bfloat16", alpha=0.5, beta=-1.5)
     ran = last_launch()
     assert ran["tile"] == (64, 192) and ran["splits"] == 1, ran
+    # eight 64-row tile rows: in pairs sharing B, leaving through the producer's tail
+    assert ran["cluster"] == 2 or ran["c_trans"], ran
+
+
+@pytest.mark.parametrize("shape,dtype", [((100, 16384, 1536), "float16"), ((128, 12288, 4096), "bfloat16"),
+                                         ((77, 9000, 2000), "float16")])
+def test_size_rule_1s_streams_b_for_one_tile_row(shape, dtype):
+    """One tile row of 128-wide tiles (size rule 1s): B is read once, evict-first (STREAM=1), the
+    last tile column partly outside N where N is no multiple of 128."""
+    assert untuned_size_rule(get_spec("hgemm"), *shape, "nn", 132).get("STREAM") == 1
+    _check(*shape, dtype=dtype, beta=0.25)
+    ran = last_launch()
+    assert ran["tile"] == (128, 128) and ran["cluster"] == 1 and ran["splits"] == 1 and not ran["c_trans"], ran
 
 
 @pytest.mark.parametrize("kernel,c_dtype", [("hgemm", "float16"), ("hgemm_f32c", "float32")])

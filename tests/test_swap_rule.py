@@ -107,7 +107,7 @@ ROWS64 = {"CONSUMERS": 1, "MMA_IN_FLIGHT": 1}
     ((512, 768, 768), "nn", {"BN": 32, "STAGES": 8, **SWAPPED_RULE}),
     ((128, 3072, 768), "nt", {"BN": 32, "STAGES": 8, **SWAPPED_RULE}),
     ((512, 2304, 768), "nn", {"CONSUMERS": 1, "BN": 192, "STAGES": 5, "CLUSTER_M": 2, "MMA_IN_FLIGHT": 1}),   # 288 units of 32: not swapped; rule 1w, pairs
-    ((1024, 1024, 1024), "nn", {"BN": 64, "STAGES": 8, "CLUSTER_M": 1, "GROUP_M": 4}),   # size rule 1b
+    ((1024, 1024, 1024), "nn", {"CONSUMERS": 1, "BN": 128, "STAGES": 8, "CLUSTER_M": 2, "MMA_IN_FLIGHT": 1}),   # size rule 1p
     ((128, 768, 768), "tn", {"BN": 64, "STAGES": 8, "CLUSTER_M": 1, "GROUP_M": 4}),      # A M-major
 ])
 @pytest.mark.parametrize("name", ["hgemm", "bgemm", "hgemm_f32c"])

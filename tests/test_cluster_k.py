@@ -260,13 +260,16 @@ def _matrix(rows, cols, ld, item=2):
 @pytest.mark.parametrize("name", ["hgemm", "bgemm", "hgemm_f32c", "bgemm_f32c"])
 def test_rows_off_128_byte_lines_share_a_in_pairs(name):
     """1000^3: A's rows 2000 bytes apart -> 128 x 64 tiles in pairs sharing A (size rule 1n); 1024^3
-    and 960^3 (2048 and 1920 bytes: whole 128-byte lines) keep rule 1b's single blocks."""
+    and 960^3 (2048 and 1920 bytes: whole 128-byte lines) do not share A: 1024^3 runs rule 1p's
+    64 x 128 tiles in pairs sharing B, 960^3 (15 rows of 64-row tiles, no pairs) rule 1b's single
+    blocks."""
     spec = get_spec(name)
     assert untuned_size_rule(spec, 1000, 1000, 1000, "nn", 132).get("CLUSTER_N") == 2
     assert untuned_size_rule(spec, 1000, 1000, 1000, "tn", 132).get("CLUSTER_N") == 2
-    for n in (1024, 960):
-        chosen = untuned_size_rule(spec, n, n, n, "nn", 132)
-        assert chosen.get("CLUSTER_N") is None and chosen["BN"] == 64, chosen
+    chosen = untuned_size_rule(spec, 1024, 1024, 1024, "nn", 132)
+    assert chosen.get("CLUSTER_N") is None and (chosen["CONSUMERS"], chosen["BN"], chosen["CLUSTER_M"]) == (1, 128, 2)
+    chosen = untuned_size_rule(spec, 960, 960, 960, "nn", 132)
+    assert chosen.get("CLUSTER_N") is None and chosen["BN"] == 64 and "CONSUMERS" not in chosen, chosen
 
 
 def test_the_rule_sees_the_pitch_the_launch_reads():

@@ -22,6 +22,7 @@ import json
 import sys
 
 from asmgemm.bench.problem import cublas_gemm_ex
+from asmgemm.bench.shapes import parse_shape
 from asmgemm.errors import AsmError
 from asmgemm.kernel_spec import get_spec
 from asmgemm.runtime.gemm import gemm
@@ -52,11 +53,10 @@ def main(argv=None) -> int:
     shapes = []
     for text in args.shape:
         try:
-            shapes.append(tuple(int(x) for x in text.lower().split("x")))
-        except ValueError:
-            shapes.append(())
-        if len(shapes[-1]) != 3 or min(shapes[-1]) < 1:
-            ap.error(f"--shape {text!r}: expected MxNxK with positive integers")
+            shape = parse_shape(text, "--shape ")
+        except AsmError as exc:
+            ap.error(exc.message)
+        shapes.append((shape.m, shape.n, shape.k))
     if args.m is not None:
         if args.k is None:
             ap.error("m n k: give all three (or --shape MxNxK)")

@@ -21,8 +21,8 @@ import argparse
 import json
 import sys
 
-from asmgemm.bench.problem import cublas_gemm_ex
-from asmgemm.bench.shapes import parse_shape
+from asmgemm.bench.problem import GemmProblem
+from asmgemm.bench.shapes import make_shape, parse_shape
 from asmgemm.errors import AsmError
 from asmgemm.kernel_spec import get_spec
 from asmgemm.runtime.gemm import gemm
@@ -51,16 +51,14 @@ def main(argv=None) -> int:
     if args.params_opt is not None:
         args.params = args.params_opt
     shapes = []
-    for text in args.shape:
-        try:
-            shape = parse_shape(text, "--shape ")
-        except AsmError as exc:
-            ap.error(exc.message)
-        shapes.append((shape.m, shape.n, shape.k))
-    if args.m is not None:
-        if args.k is None:
-            ap.error("m n k: give all three (or --shape MxNxK)")
-        shapes.insert(0, (args.m, args.n, args.k))
+    try:
+        if args.m is not None:
+            if args.k is None:
+                ap.error("m n k: give all three (or --shape MxNxK)")
+            shapes.append(make_shape(args.m, args.n, args.k, where="m n k: "))
+        shapes += [parse_shape(text, "--shape ") for text in args.shape]
+    except AsmError as exc:
+        ap.error(exc.message)
     if not shapes:
         ap.error("no shape: give m n k or --shape MxNxK")
     try:
@@ -73,20 +71,14 @@ def main(argv=None) -> int:
     try:
         spec = get_spec(args.kernel)
         cp = require_gpu("sgemm_profile.py")
-        dtype, c_dtype = cp.dtype(spec.dtypes.a), cp.dtype(spec.dtypes.c)
-        ta, tb = args.layout[0] == "t", args.layout[1] == "t"
-        rng = cp.random.default_rng(0)
-        for m, n, k in shapes:
-            a = rng.standard_normal((k, m) if ta else (m, k), dtype=cp.float32).astype(dtype, copy=False)
-            b = rng.standard_normal((n, k) if tb else (k, n), dtype=cp.float32).astype(dtype, copy=False)
-            c = cp.empty((m, n), dtype=c_dtype)
-            op_a, op_b = (a.T if ta else a), (b.T if tb else b)
+        for shape in shapes:
+            # the benchmark's problem: operands in the layout, C of the spec's dtype, and cuBLAS as
+            # `asmgemm bench` times it (cupy.matmul; cublasGemmEx where C's dtype is not A's)
+            prob = GemmProblem(cp, shape, args.layout, spec.dtypes.a, c_dtype=spec.dtypes.c)
+            c = prob.output()
             for _ in range(args.rounds):
-                gemm(a, b, c, trans_a=ta, trans_b=tb, params=params, kernel=spec.name)
-                if c_dtype == dtype:
-                    cp.matmul(op_a, op_b, out=c)
-                else:
-                    cublas_gemm_ex(cp, a, b, c, ta, tb)
+                gemm(prob.a, prob.b, c, trans_a=prob.trans_a, trans_b=prob.trans_b, params=params, kernel=spec.name)
+                prob.cublas(c)
         cp.cuda.Device().synchronize()
     except AsmError as exc:
         print(exc.format(), file=sys.stderr)

@@ -181,14 +181,15 @@ def test_untuned_calls_split_k_in_clusters_where_they_fit(name, shape, layout, c
 
 
 @pytest.mark.parametrize("shape,stages,cluster_m", [
-    ((512, 768, 3072), 8, 1), ((512, 768, 1536), 8, 1),       # 96 tiles of 64 x 64: 73% of the SMs
+    ((512, 768, 3072), 13, 4), ((512, 768, 1536), 8, 1),      # 96 tiles of 64 x 64: 73% of the SMs
     ((384, 768, 3072), 8, 1), ((320, 1024, 2048), 8, 1),      # 72 and 80 tiles: more than half
     ((512, 1024, 4096), 10, 2), ((1024, 512, 2048), 10, 2),   # 128 tiles: pairs of tile rows share B
 ])
 @pytest.mark.parametrize("name", ["hgemm", "bgemm", "hgemm_f32c"])
 def test_512_row_gemms_into_narrow_layers_run_64_row_tiles(name, shape, stages, cluster_m):
     """Size rule 1r: N <= 1024, 1536 <= K < 8192, and 64 x 64 tiles filling 50-100% of the SMs, one
-    wgmma group in flight."""
+    wgmma group in flight; rule 1q before it where four tile rows share B in clusters that all fit
+    (512x768x3072: 24 clusters of 4; not at 128 tiles, 32 clusters, nor K < 2048)."""
     chosen = untuned_size_rule(get_spec(name), *shape, "nn", 132)
     assert {k: chosen.get(k) for k in ("CONSUMERS", "BN", "STAGES", "CLUSTER_M", "CLUSTER_K", "C_T", "MMA_IN_FLIGHT")} == \
         {"CONSUMERS": 1, "BN": 64, "STAGES": stages, "CLUSTER_M": cluster_m, "CLUSTER_K": None, "C_T": None,

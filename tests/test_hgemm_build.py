@@ -159,12 +159,40 @@ def test_64_row_tiles_build_clean(defines):
 
 @pytest.mark.parametrize("defines,message", [
     ({"CONSUMERS": "3"}, "CONSUMERS must be 1 or 2"),
-    ({"CONSUMERS": "1", "CLUSTER_N": "2", "CLUSTER_M": "1"}, "not with CLUSTER_N"),
-    ({"CONSUMERS": "1", "CLUSTER_K": "8", "CLUSTER_M": "1", "BN": "128"}, "nor CLUSTER_K = 8"),
+    ({"CONSUMERS": "1", "CLUSTER_K": "8", "CLUSTER_M": "1", "BN": "128"}, "not with CLUSTER_K = 8"),
+    ({"CLUSTER_M": "3"}, "CLUSTER_M must be 1, 2 or 4"),
+    ({"CLUSTER_M": "4", "BN": "16", "TRANS_B": "1", "CONSUMERS": "1"}, "multiple of 8 rows"),
 ])
 def test_64_row_tiles_refuse_what_they_cannot_split(defines, message):
     with pytest.raises(AsmError, match=message):
         build_file("hgemm", BuildOptions(defines=defines, target="sm_90a"))
+
+
+@needs_tools
+@pytest.mark.parametrize("ta,tb", LAYOUTS)
+@pytest.mark.parametrize("cluster_m,cluster_n", [(4, 1), (1, 2), (2, 2), (4, 2)])
+def test_64_row_tiles_share_a_and_b_in_clusters_of_up_to_eight(ta, tb, cluster_m, cluster_n):
+    """64 x 64 tiles in units of CLUSTER_M x CLUSTER_N: each block multicasts its share of B (a
+    quarter with CLUSTER_M = 4: 16 k-rows of N-major B or 16 rows of K-major B, 2 KB at 2 KB steps)
+    and of A (half: 32 rows of K-major A, or 32 k-rows of M-major A's one 64-wide chunk), whole
+    1024-byte swizzle atoms; the empty barriers count every block of the unit. Clean in ptxas."""
+    defines = {"CONSUMERS": "1", "BN": "64", "STAGES": "13", "MMA_IN_FLIGHT": "1", "CLUSTER_M": str(cluster_m),
+               "CLUSTER_N": str(cluster_n), "TRANS_A": str(ta), "TRANS_B": str(tb), "C_F32": "1", "WIDE_C": "1"}
+    r = build_file("hgemm", BuildOptions(defines=defines, target="sm_90a"))
+    c = r.constants
+    assert c["CLUSTER"] == cluster_m * cluster_n and c["RING"] == 13
+    assert c["BOX_A_ROWS"] == (32 if cluster_n == 2 else 64) and c["A_BY_K"] == int(bool(ta) and cluster_n == 2)
+    assert c["BOX_B_ROWS"] == 64 // cluster_m and c["B_BY_K"] == int(not tb and cluster_m > 1)
+    assert f".reqnctapercluster {cluster_m * cluster_n}, 1, 1" in r.ptx
+    # one load of each operand a K tile, multicast where a cluster shares it
+    assert r.ptx.count(".multicast::cluster") == (cluster_m > 1) + (cluster_n > 1)
+    assert r.ptx.count("cp.async.bulk.tensor.2d.shared::cluster.global") == 2
+    counts = re.findall(r"mbarrier\.init\.shared::cta\.b64 \[[^\]]+\], (\d+);", r.ptx)
+    assert counts.count(str(cluster_m * cluster_n)) == 13          # empty[s]: one consumer a block
+    asm = assemble(r)
+    assert not asm.warnings, asm.warnings
+    (k,) = asm.kernels
+    assert k.spill_stores == k.spill_loads == k.local_bytes == 0
 
 
 def test_three_chunk_tile_splits_b_by_k_rows_in_a_cluster():
@@ -184,8 +212,9 @@ def test_three_chunk_tile_splits_b_by_k_rows_in_a_cluster():
     ({}, True), ({"CLUSTER_N": "2", "CLUSTER_M": "1", "BN": "64"}, True),
     ({"CONSUMERS": "1", "BN": "64", "CLUSTER_M": "2", "MMA_IN_FLIGHT": "1"}, True),
     ({"ACT": "3", "WIDE_C": "1"}, True), ({"C_F32": "1", "WIDE_C": "1", "BN": "128", "STAGES": "6"}, True),
+    ({"CONSUMERS": "1", "BN": "64", "CLUSTER_M": "4", "CLUSTER_N": "2", "MMA_IN_FLIGHT": "1", "STAGES": "13"}, True),
     ({"CLUSTER_M": "1"}, False), ({"CLUSTER_M": "1", "CLUSTER_K": "2", "BN": "128"}, False),
-], ids=["pairs", "sharing-a", "64-row-pairs", "pairs-act", "pairs-f32c", "unclustered", "cluster-k"])
+], ids=["pairs", "sharing-a", "64-row-pairs", "pairs-act", "pairs-f32c", "64-row-4x2", "unclustered", "cluster-k"])
 def test_a_cluster_leaves_without_a_cluster_barrier(defines, clustered):
     """The only cluster barrier is the set-up's (every block's mbarriers exist before any block
     multicasts into them), with a .relaxed arrive: no block waits for the others at the exit.
@@ -272,6 +301,20 @@ def test_fp32_c_kernels_are_picked_by_c_dtype():
     assert dict(get_spec("bgemm_f32c").defines) == {"BF16": 1, "C_F32": 1}
     with pytest.raises(AsmError, match="no GEMM kernel takes float32 -> float16"):
         spec_for_dtype("float32", "sm_90", "float16")
+
+
+@pytest.mark.parametrize("name", ["hgemm_f32c", "bgemm_f32c"])
+def test_an_fp32_c_at_k_up_to_64_runs_128x128_tiles(name):
+    """Size rule 3t: where the GEMM is its fp32 stores (K <= 64, C's rows 16-byte pieces), twice
+    rule 3's tiles; not at K = 65, nor a 16-bit C, nor an fp32 C stored by pairs (WIDE_C = 0)."""
+    from asmgemm.kernel_spec import get_spec
+    from asmgemm.runtime.launch import untuned_size_rule
+    tiles128 = {"BN": 128, "CLUSTER_M": 1, "GROUP_M": 4}
+    for shape in ((2048, 2048, 16), (2048, 2048, 7), (4096, 4096, 64)):
+        assert untuned_size_rule(get_spec(name), *shape, "nn", 132) == tiles128
+    assert untuned_size_rule(get_spec(name), 2048, 2048, 65, "nn", 132) == {"CLUSTER_M": 1, "GROUP_M": 4}
+    assert untuned_size_rule(get_spec("hgemm"), 2048, 2048, 16, "nn", 132) == {"CLUSTER_M": 1, "GROUP_M": 4}
+    assert get_spec(name).size_rule(2048, 2048, 16, 132, {"WIDE_C": 0}) != tiles128
 
 
 @needs_tools
@@ -639,6 +682,14 @@ BN_CHOICES = [
     ((512, 3072, 768), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1}),         # 192 tiles of 128 x 64: two waves; rule 1
     ((128, 12288, 4096), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1, "STREAM": 1}),   # one tile row: B streams (1s)
     ((100, 16384, 1536), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1, "STREAM": 1}),   # 1s at K < 2048 as well
+    ((512, 768, 3072), {"CONSUMERS": 1, "BN": 64, "STAGES": 13, "CLUSTER_M": 4, "MMA_IN_FLIGHT": 1}),   # 1q: 96 tiles
+    ((512, 896, 2048), {"CONSUMERS": 1, "BN": 64, "STAGES": 13, "CLUSTER_M": 4, "MMA_IN_FLIGHT": 1}),   # 1q: 112 tiles
+    ((512, 768, 1536), {"CONSUMERS": 1, "BN": 64, "STAGES": 8, "CLUSTER_M": 1, "MMA_IN_FLIGHT": 1}),    # K < 2048: 1r
+    ((384, 768, 3072), {"CONSUMERS": 1, "BN": 64, "STAGES": 8, "CLUSTER_M": 1, "MMA_IN_FLIGHT": 1}),    # 6 tile rows: 1r
+    ((512, 1024, 4096), {"CONSUMERS": 1, "BN": 64, "STAGES": 10, "CLUSTER_M": 2, "MMA_IN_FLIGHT": 1}),  # 128 tiles: 1r pairs
+    ((500, 768, 3000), {"CONSUMERS": 1, "BN": 64, "STAGES": 8, "CLUSTER_M": 2, "CLUSTER_N": 2, "MMA_IN_FLIGHT": 1}),  # 1u
+    ((300, 1000, 3000), {"CONSUMERS": 1, "BN": 64, "STAGES": 8, "CLUSTER_M": 2, "CLUSTER_N": 2, "MMA_IN_FLIGHT": 1}),  # 1u
+    ((450, 1000, 4000), {"CONSUMERS": 1, "BN": 64, "STAGES": 10, "CLUSTER_M": 2, "MMA_IN_FLIGHT": 1}),  # 32 units of 4 would not fit
 ]
 
 

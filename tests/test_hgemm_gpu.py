@@ -304,6 +304,38 @@ def test_tiles_sharing_a_in_clusters(layout, bn, cluster_m):
     assert last_launch()["cluster"] == 2 * cluster_m
 
 
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+@pytest.mark.parametrize("cluster_m,cluster_n", [(4, 1), (1, 2), (2, 2), (4, 2)])
+def test_64_row_tiles_in_clusters_of_up_to_eight(layout, cluster_m, cluster_n):
+    """64 x 64 tiles (one consumer) in units of CLUSTER_M x CLUSTER_N tiles: each block loads a
+    quarter (CLUSTER_M = 4: 16 k-rows of N-major B, 16 rows of K-major B) or a half of B, and half
+    of A (32 rows of K-major A, 32 k-rows of M-major A's one chunk) into every block sharing it.
+    Edges in M, N and K, bf16, alpha/beta, column-major C; 300 x 330 leaves whole blocks of a unit
+    outside M and N."""
+    params = {"BN": 64, "STAGES": 13, "CONSUMERS": 1, "MMA_IN_FLIGHT": 1, "CLUSTER_M": cluster_m,
+              "CLUSTER_N": cluster_n, "C_T": 0}
+    _check_tile_shape(layout, params)
+    _check(300, 330, 200, layout, params=params)
+    ran = last_launch()
+    assert ran["cluster"] == cluster_m * cluster_n and ran["tile"] == (64, 64), ran
+
+
+@pytest.mark.parametrize("shape,layout,dtype,cluster", [
+    ((512, 768, 3072), "nn", "float16", 4), ((512, 896, 2048), "nn", "bfloat16", 4),    # 1q
+    ((500, 768, 3000), "nn", "float16", 4), ((712, 500, 3000), "tn", "bfloat16", 4),   # 1u
+    ((300, 1000, 3000), "tt", "float16", 4)])
+def test_size_rules_1q_1u_run_64x64_tiles_in_clusters_of_four(shape, layout, dtype, cluster):
+    """Rule 1q (rows of A on 128-byte lines, NN, tile rows a multiple of 4): four tile rows sharing
+    B; rule 1u (A's rows of 3000 or, stored K x M, 712 halves: 16-byte but not 128-byte multiples;
+    rows of 700 would be copied to a 16-byte pitch first, 704 halves: on 128-byte lines): 2 x 2 tiles sharing A and B (300 rows:
+    the last unit half outside M). With beta, and a fused bias + relu into an fp32 C."""
+    _check(*shape, layout=layout, dtype=dtype, alpha=0.5, beta=-1.5)
+    ran = last_launch()
+    assert ran["tile"] == (64, 64) and ran["cluster"] == cluster and ran["splits"] == 1 and not ran["c_trans"], ran
+    with_fp32_c = _check_bias_activation("hgemm_f32c", "float32", shape, "relu", 23)
+    assert with_fp32_c["tile"] == (64, 64) and with_fp32_c["cluster"] == cluster, with_fp32_c
+
+
 @pytest.mark.parametrize("kernel,c_dtype,n", [("hgemm_f32c", "float32", 999), ("hgemm", "float16", 1000)])
 def test_tiles_sharing_a_with_a_fused_epilogue(kernel, c_dtype, n):
     """A bias and gelu behind CLUSTER_N=2: an fp32 C of odd width (pair stores) and a 16-bit C of
@@ -343,9 +375,12 @@ def test_64_row_tiles_with_a_fused_epilogue(kernel, c_dtype, n):
 
 @pytest.mark.parametrize("shape,tile", [((512, 768, 3072), (64, 64)), ((384, 768, 3072), (64, 64)),
                                         ((512, 1024, 2048), (64, 64)), ((16, 768, 768), (64, 16)),
-                                        ((127, 129, 1000), (64, 16)), ((100, 700, 900), (64, 16))])
+                                        ((127, 129, 1000), (64, 16)), ((100, 700, 900), (64, 16)),
+                                        ((512, 768, 768), (64, 64)), ((100, 3000, 700), (64, 64))])
 def test_size_rules_run_64_row_tiles(shape, tile):
-    """Size rules 1r (unswapped, 50-100% of the SMs) and Cr (swapped short K, BN = 16)."""
+    """Size rules 1r (unswapped, 50-100% of the SMs), Cr (swapped short K, BN = 16) and Cw (swapped
+    short K into 65+ rows: 64 x 64 tiles; 100 rows: the kernel's second tile column partly
+    outside its N)."""
     _check(*shape)
     _check(*shape, dtype="bfloat16", alpha=0.5, beta=-1.5)
     ran = last_launch()
@@ -401,6 +436,19 @@ def test_size_rule_runs_128_wide_tiles_in_clusters_for_even_tile_rows(shape, dty
     _check(*shape, dtype=dtype)
     ran = last_launch()
     assert ran["tile"] == (128, 128) and ran["cluster"] == 2 and ran["splits"] == 1 and not ran["c_trans"], ran
+
+
+@pytest.mark.parametrize("k", [16, 7])
+def test_size_rule_3t_runs_128x128_tiles_for_an_fp32_c_at_tiny_k(k):
+    """An fp32 C at K <= 64 (rule 3t): 128 x 128 tiles, two waves; K = 7: A loaded by the consumers."""
+    rng = cp.random.default_rng(41 + k)
+    a = rng.standard_normal((2048, k), dtype=cp.float32).astype(cp.float16)
+    b = rng.standard_normal((k, 2000), dtype=cp.float32).astype(cp.float16)
+    c = asmgemm.gemm(a, b, cp.full((2048, 2000), cp.nan, dtype=cp.float32))
+    ran = last_launch()
+    assert ran["kernel"] == "hgemm_f32c" and ran["tile"] == (128, 128) and ran["cluster"] == 1, ran
+    ref = a.astype(cp.float64) @ b.astype(cp.float64)
+    assert float(cp.linalg.norm(c - ref) / cp.linalg.norm(ref)) < get_spec("hgemm_f32c").rel_err_limit
 
 
 def test_large_square():

@@ -103,9 +103,13 @@ ROWS64 = {"CONSUMERS": 1, "MMA_IN_FLIGHT": 1}
     # up to 1024 rows at K <= 1024 where the swapped 32-wide units fit on the SMs
     ((128, 768, 768), "nn", {"BN": 16, "STAGES": 10, **SWAPPED_RULE, **ROWS64}),
     ((127, 129, 1000), "nn", {"BN": 16, "STAGES": 10, **SWAPPED_RULE, **ROWS64}),
-    ((128, 2304, 768), "nn", {"BN": 32, "STAGES": 8, **SWAPPED_RULE}),     # 64-row tiles: 288 blocks
-    ((512, 768, 768), "nn", {"BN": 32, "STAGES": 8, **SWAPPED_RULE}),
-    ((128, 3072, 768), "nt", {"BN": 32, "STAGES": 8, **SWAPPED_RULE}),
+    # 65+ rows (the kernel's N): 64 x 64 tiles where they fill 50-100% of the SMs (Cw)
+    ((128, 2304, 768), "nn", {"BN": 64, "STAGES": 8, **SWAPPED_RULE, **ROWS64}),    # 72 tiles
+    ((512, 768, 768), "nn", {"BN": 64, "STAGES": 8, **SWAPPED_RULE, **ROWS64}),     # 96
+    ((128, 3072, 768), "nt", {"BN": 64, "STAGES": 8, **SWAPPED_RULE, **ROWS64}),
+    ((128, 4096, 1024), "nn", {"BN": 64, "STAGES": 8, **SWAPPED_RULE, **ROWS64}),   # 128
+    ((256, 1024, 1024), "nn", {"BN": 16, "STAGES": 10, **SWAPPED_RULE}),     # 64 tiles of 64 x 64: under half
+    ((65, 5632, 768), "nn", {"BN": 32, "STAGES": 8, **SWAPPED_RULE}),       # 176 tiles of 64 x 64: over the SMs
     ((512, 2304, 768), "nn", {"CONSUMERS": 1, "BN": 192, "STAGES": 5, "CLUSTER_M": 2, "MMA_IN_FLIGHT": 1}),   # 288 units of 32: not swapped; rule 1w, pairs
     ((1024, 1024, 1024), "nn", {"CONSUMERS": 1, "BN": 128, "STAGES": 8, "CLUSTER_M": 2, "MMA_IN_FLIGHT": 1}),   # size rule 1p
     ((128, 768, 768), "tn", {"BN": 64, "STAGES": 8, "CLUSTER_M": 1, "GROUP_M": 4}),      # A M-major

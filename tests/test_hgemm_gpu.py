@@ -168,6 +168,27 @@ def test_odd_leading_dimensions_are_copied_not_refused():
     assert last_launch()["copies"] == ("A",) and not last_launch()["a_ldg"]
 
 
+@pytest.mark.parametrize("view", ["rows", "strided_rows", "column_major"])
+def test_padded_copies_of_views(view):
+    """An operand TMA cannot read is copied by one 2-D copy of whole rows (rows of 509 halves,
+    contiguous or 517 apart) or elementwise otherwise (a column-major A whose columns are 300
+    halves apart); the GEMM is that of the view either way. On a non-blocking stream, inputs
+    written on it: the copy must run on the launch's stream, after them."""
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        rng = cp.random.default_rng(31)
+        base = rng.standard_normal((300, 517), dtype=cp.float32).astype(cp.float16)
+        a = {"rows": lambda: base[:, :509].copy(), "strided_rows": lambda: base[:, :509],
+             "column_major": lambda: cp.asfortranarray(base[:, :509])}[view]()
+        b = rng.standard_normal((509, 640), dtype=cp.float32).astype(cp.float16)
+        c = asmgemm.gemm(a, b)
+        ref = a.astype(cp.float32) @ b.astype(cp.float32)
+        err = cp.linalg.norm(c.astype(cp.float32) - ref) / cp.linalg.norm(ref)
+    stream.synchronize()
+    assert last_launch()["copies"] == ("A",), last_launch()
+    assert float(err) < 2e-3
+
+
 # K-major A whose rows TMA cannot address, K <= 64: the consumers load A themselves (A_LDG, call value
 # a_ldg), no padded copy. K = 1, 7, 9, 31, 33 (the second round of loads), 63; edges in M and N; 
 # a strided A of 72 halves (rows 144 bytes: aligned) against one of 71; M = 129 (a tile's one row).

@@ -513,6 +513,31 @@ def test_persistent_grid_walks_units_of_the_cluster():
     # CLUSTER_K: 4 blocks a cluster split one tile's K (a unit is one tile row): 6 tiles -> 24 blocks
     assert grid(spec, built(4, 1), plan(128, 1536), 132) == (24, 1, 1)
     assert grid(spec, built(8, 1), plan(4096, 4096), 132) == (128, 1, 1)     # 16 clusters walk 512 tiles
+    # no more clusters than the device runs at once (cluster_capacity.max_active_clusters)
+    assert grid(spec, built(4), plan(4096, 4096), 132, cluster_capacity=30) == (120, 1, 1)
+    assert grid(spec, built(4), plan(512, 4096), 132, cluster_capacity=30) == (64, 1, 1)    # 16 units: fewer anyway
+    assert grid(spec, built(4), plan(4096, 4096), 132, cluster_capacity=None) == (132, 1, 1)
+    assert grid(spec, built(2), plan(4096, 4096), 132, cluster_capacity=80) == (132, 1, 1)  # the SMs bound first
+
+
+def test_cluster_capacity_is_asked_once_and_only_where_the_driver_can_answer(monkeypatch):
+    """max_active_clusters: None for an unclustered kernel and for a function without CuPy's
+    CUfunction handle (a stand-in), without asking the driver; one answer per (build, device)."""
+    from types import SimpleNamespace
+
+    from asmgemm.runtime import cluster_capacity
+    monkeypatch.setattr(cluster_capacity, "_cache", {})
+    asked = []
+    monkeypatch.setattr(cluster_capacity, "_query", lambda fn, built: asked.append(built.key) or 30)
+    four = SimpleNamespace(key="k4", cluster=4, threads=256, smem_bytes=200000)
+    assert cluster_capacity.max_active_clusters(object(), SimpleNamespace(key="k1", cluster=1), 0) is None
+    assert cluster_capacity.max_active_clusters(object(), four, 0) == 30
+    assert cluster_capacity.max_active_clusters(object(), four, 0) == 30
+    assert cluster_capacity.max_active_clusters(object(), four, 1) == 30
+    assert asked == ["k4", "k4"]                 # once per device
+    monkeypatch.undo()
+    assert cluster_capacity._query(SimpleNamespace(kernel=None), four) is None
+    assert cluster_capacity._query(SimpleNamespace(kernel=SimpleNamespace(ptr=0)), four) is None
 
 
 def test_tmap_c_is_encoded_only_for_whole_16_byte_rows_of_c(monkeypatch):

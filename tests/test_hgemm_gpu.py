@@ -341,6 +341,20 @@ def test_64_row_tiles_in_clusters_of_up_to_eight(layout, cluster_m, cluster_n):
     assert ran["cluster"] == cluster_m * cluster_n and ran["tile"] == (64, 64), ran
 
 
+def test_a_persistent_grid_holds_no_more_clusters_than_the_gpu_runs_at_once():
+    """Clusters of 8 (4 x 2 tiles of 64 x 64) over 128 units: the grid is the driver's count of
+    such clusters that fit at once (cuOccupancyMaxActiveClusters), at most SMs / 8; correct."""
+    from asmgemm.runtime import cluster_capacity
+    from asmgemm.runtime import gemm as gemm_module
+    params = {"BN": 64, "STAGES": 13, "CONSUMERS": 1, "MMA_IN_FLIGHT": 1, "CLUSTER_M": 4, "CLUSTER_N": 2, "C_T": 0}
+    _check(2048, 2048, 512, params=params)
+    ran, kept = last_launch(), gemm_module._last_launch[0]
+    cap = cluster_capacity.max_active_clusters(kept.fn, kept.built, cp.cuda.Device().id)
+    sms = device_facts().sm_count
+    assert cap is not None and 1 <= cap <= sms // 8, cap
+    assert ran["cluster"] == 8 and ran["grid"] == (min(128, sms // 8, cap) * 8, 1, 1), (ran, cap)
+
+
 @pytest.mark.parametrize("shape,layout,dtype,cluster", [
     ((512, 768, 3072), "nn", "float16", 4), ((512, 896, 2048), "nn", "bfloat16", 4),    # 1q
     ((500, 768, 3000), "nn", "float16", 4), ((712, 500, 3000), "tn", "bfloat16", 4),   # 1u

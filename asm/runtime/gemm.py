@@ -41,6 +41,7 @@ from ..files import warn_cache
 from ..isa.arch import arch_for
 from ..kernel_spec import KernelSpec, activation_code, get_spec, spec_for_dtype, specs_version
 from . import build_cache, split_k
+from .cluster_capacity import max_active_clusters
 from .build_cache import BuiltKernel, build_kernel
 from .gpu import device_facts, require_gpu
 from .launch import ArgPacker, ParamBlock, call_defines, choose_params, grid, launch_block, takes_c_trans
@@ -648,8 +649,10 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
         if split is None or in_cluster:
             # (a split in one cluster: one launch whose grid's z is S, no workspace, no reduce; its
             # k_chunk is the partial pass's, so both modes cut K at the same places)
-            kept = _LaunchPlan(built, fn, (built.key, cupy.cuda.Device().id),
-                               grid(spec, built, plan, facts.sm_count, max(1, in_cluster)),
+            dev = cupy.cuda.Device().id
+            kept = _LaunchPlan(built, fn, (built.key, dev),
+                               grid(spec, built, plan, facts.sm_count, max(1, in_cluster),
+                                    max_active_clusters(fn, built, dev)),
                                ArgPacker(built, plan, spec.dtypes.a, spec.dtypes.c,
                                          {"k_chunk": split.k_chunk} if in_cluster else None,
                                          a_map=not _loads_a_itself(spec, plan)), plan.swapped, c_shape,
@@ -715,7 +718,8 @@ def _split_plan(cupy, spec: KernelSpec, built: BuiltKernel, fn, plan: LaunchPlan
     reduce = split_k.SplitLaunch(split, rbuilt, rfn, (rbuilt.key, dev), split_k.reduce_grid(rbuilt, plan),
                                  ArgPacker(rbuilt, plan, "float32", spec.dtypes.c, split_k.reduce_values(split, plan)),
                                  plan.m, plan.n)
-    return _LaunchPlan(built, fn, (built.key, dev), grid(spec, built, plan, sm_count, split.splits), packer,
+    return _LaunchPlan(built, fn, (built.key, dev),
+                       grid(spec, built, plan, sm_count, split.splits, max_active_clusters(fn, built, dev)), packer,
                        plan.swapped, c_shape, c_align, device, c_dtype, reduce, spec_name=spec.name)
 
 

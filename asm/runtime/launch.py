@@ -126,11 +126,12 @@ def untuned_size_rule(spec: KernelSpec, m: int, n: int, k: int, layout: str, sm_
     return chosen
 
 
-def grid(spec: KernelSpec, built: BuiltKernel, plan: LaunchPlan, sm_count: int = 1, copies: int = 1
-         ) -> tuple[int, int, int]:
+def grid(spec: KernelSpec, built: BuiltKernel, plan: LaunchPlan, sm_count: int = 1, copies: int = 1,
+         cluster_capacity: int | None = None) -> tuple[int, int, int]:
     """The launch grid of the spec's grid kind (kernel_spec.GRIDS); `sm_count`: the device's SMs;
     `copies`: split-K's S splits, a "tiles" grid's z (a split launch is never batched) or the times
-    a persistent kernel walks its units."""
+    a persistent kernel walks its units; `cluster_capacity`: the clusters the device runs at once
+    (cluster_capacity.max_active_clusters; None: unknown), which a persistent grid does not exceed."""
     gx, gy = math.ceil(plan.n / built.tile_n), math.ceil(plan.m / built.tile_m)
     if spec.launch.grid == "tiles":
         if gy > MAX_GRID_Y:
@@ -145,7 +146,8 @@ def grid(spec: KernelSpec, built: BuiltKernel, plan: LaunchPlan, sm_count: int =
         units = -(-gx // built.cluster_cols) * -(-gy // built.cluster_rows) * copies
         if units > 0xFFFFFFFF:
             raise AsmError(f"{plan.m} x {plan.n} is {units} tiles, more than the kernel counts in 32 bits")
-        return max(1, min(units, sm_count // c)) * c, 1, 1
+        fit = sm_count // c if cluster_capacity is None else min(sm_count // c, cluster_capacity)
+        return max(1, min(units, fit)) * c, 1, 1
     raise AsmError(f"unknown grid kind '{spec.launch.grid}'")
 
 

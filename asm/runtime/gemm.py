@@ -41,8 +41,8 @@ from ..files import warn_cache
 from ..isa.arch import arch_for
 from ..kernel_spec import KernelSpec, activation_code, get_spec, spec_for_dtype, specs_version
 from . import build_cache, split_k
-from .cluster_capacity import max_active_clusters
 from .build_cache import BuiltKernel, build_kernel
+from .cluster_capacity import max_active_clusters
 from .gpu import device_facts, require_gpu
 from .launch import ArgPacker, ParamBlock, call_defines, choose_params, grid, launch_block, takes_c_trans
 from .plan import LaunchPlan, plan_launch
@@ -652,7 +652,7 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
             dev = cupy.cuda.Device().id
             kept = _LaunchPlan(built, fn, (built.key, dev),
                                grid(spec, built, plan, facts.sm_count, max(1, in_cluster),
-                                    max_active_clusters(fn, built, dev)),
+                                    _cluster_capacity(spec, fn, built, dev)),
                                ArgPacker(built, plan, spec.dtypes.a, spec.dtypes.c,
                                          {"k_chunk": split.k_chunk} if in_cluster else None,
                                          a_map=not _loads_a_itself(spec, plan)), plan.swapped, c_shape,
@@ -672,6 +672,12 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
             del _plans[next(iter(_plans))]
         _plans[key] = kept
     return c
+
+
+def _cluster_capacity(spec: KernelSpec, fn, built: BuiltKernel, device: int) -> int | None:
+    """The clusters a persistent kernel's grid may hold (its clusters lie along x); None for the
+    other grid kinds, whose grid follows the tiles."""
+    return max_active_clusters(fn, built, device) if spec.launch.grid == "persistent" else None
 
 
 def _raw_launcher(cupy, fn):
@@ -719,7 +725,7 @@ def _split_plan(cupy, spec: KernelSpec, built: BuiltKernel, fn, plan: LaunchPlan
                                  ArgPacker(rbuilt, plan, "float32", spec.dtypes.c, split_k.reduce_values(split, plan)),
                                  plan.m, plan.n)
     return _LaunchPlan(built, fn, (built.key, dev),
-                       grid(spec, built, plan, sm_count, split.splits, max_active_clusters(fn, built, dev)), packer,
+                       grid(spec, built, plan, sm_count, split.splits, _cluster_capacity(spec, fn, built, dev)), packer,
                        plan.swapped, c_shape, c_align, device, c_dtype, reduce, spec_name=spec.name)
 
 

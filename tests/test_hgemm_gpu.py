@@ -362,8 +362,9 @@ def test_a_persistent_grid_holds_no_more_clusters_than_the_gpu_runs_at_once():
 def test_size_rules_1q_1u_run_64x64_tiles_in_clusters_of_four(shape, layout, dtype, cluster):
     """Rule 1q (rows of A on 128-byte lines, NN, tile rows a multiple of 4): four tile rows sharing
     B; rule 1u (A's rows of 3000 or, stored K x M, 712 halves: 16-byte but not 128-byte multiples;
-    rows of 700 would be copied to a 16-byte pitch first, 704 halves: on 128-byte lines): 2 x 2 tiles sharing A and B (300 rows:
-    the last unit half outside M). With beta, and a fused bias + relu into an fp32 C."""
+    rows of 700 would be copied to a 16-byte pitch first, 704 halves: on 128-byte lines): 2 x 2
+    tiles sharing A and B (300 rows: the last unit half outside M). With beta, and a fused bias +
+    relu into an fp32 C."""
     _check(*shape, layout=layout, dtype=dtype, alpha=0.5, beta=-1.5)
     ran = last_launch()
     assert ran["tile"] == (64, 64) and ran["cluster"] == cluster and ran["splits"] == 1 and not ran["c_trans"], ran

@@ -9,6 +9,8 @@ where the driver cannot say (no cuda-bindings, a stand-in CuPy, an unclustered k
 grid keeps its SMs / cluster bound."""
 from __future__ import annotations
 
+from .gpu import function_handle
+
 _cache: dict[tuple[str, int], int | None] = {}
 
 
@@ -26,8 +28,8 @@ def max_active_clusters(fn, built, device: int) -> int | None:
 
 
 def _query(fn, built) -> int | None:
-    handle = getattr(getattr(fn, "kernel", None), "ptr", None)     # CuPy's CUfunction handle
-    if not isinstance(handle, int) or not handle:
+    handle = function_handle(fn)
+    if handle is None:
         return None
     try:
         from cuda.bindings import driver

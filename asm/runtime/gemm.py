@@ -43,7 +43,7 @@ from ..kernel_spec import KernelSpec, activation_code, get_spec, spec_for_dtype,
 from . import build_cache, split_k
 from .build_cache import BuiltKernel, build_kernel
 from .cluster_capacity import max_active_clusters
-from .gpu import device_facts, require_gpu
+from .gpu import device_facts, function_handle, require_gpu
 from .launch import ArgPacker, ParamBlock, call_defines, choose_params, grid, launch_block, takes_c_trans
 from .plan import LaunchPlan, plan_launch
 from .tensor_map import ALIGN, addressable
@@ -689,8 +689,8 @@ def _raw_launcher(cupy, fn):
         return None
     driver = getattr(getattr(cupy, "cuda", None), "driver", None)
     launch = getattr(driver, "launchKernel", None)
-    handle = getattr(getattr(fn, "kernel", None), "ptr", None)
-    if launch is None or not isinstance(handle, int) or not handle:
+    handle = function_handle(fn)
+    if launch is None or handle is None:
         return None
     return launch, handle
 

@@ -70,3 +70,10 @@ def _device_facts(cupy, device_id: int) -> DeviceFacts:
 
 def gpu_name(device_id: int | None = None) -> str:
     return device_facts(device_id).name
+
+
+def function_handle(fn) -> int | None:
+    """The driver's CUfunction handle of a function CuPy loaded (fn.kernel.ptr), for the driver
+    calls CuPy does not wrap; None for a stand-in function or a null handle."""
+    handle = getattr(getattr(fn, "kernel", None), "ptr", None)
+    return handle if isinstance(handle, int) and handle else None

@@ -62,7 +62,7 @@ def _check_variant(bn, stages, ta, tb, bf16, vec_c, cluster=2, wide=0, cluster_n
     # one UTMALDG per K-major tile, one per 64-wide chunk of an MN-major tile; with a cluster of 2
     # each block loads half of B (one K-major box of BN / 2 rows, or half of the chunks; BN = 192's
     # three chunks do not halve, so each block loads the half of every chunk's k-rows), multicast
-    chunks = bn // 64
+    chunks = -(-bn // 64)                          # BN = 96: two chunks, the second half used
     b_loads = 1 if tb else (chunks if cluster > 1 and chunks % cluster else chunks // cluster)
     # CLUSTER_N = 2: each block loads one 64-row half of A (a box of 64 rows, or one M-major chunk), multicast
     a_loads = 1 if cluster_n > 1 or not ta else 2
@@ -77,8 +77,10 @@ def _check_variant(bn, stages, ta, tb, bf16, vec_c, cluster=2, wide=0, cluster_n
     assert not any(op.startswith(("LDL", "STL")) for op in ops)
     # WIDE_C: the tile through shared memory, stmatrix x4 per two 8-column blocks, then (TMA_C, the
     # default) one bulk tensor store per 64-column box
-    assert counts["STSM"] == (bn // 16 if wide else 0)
-    assert sum(op.startswith("UTMASTG") for op in ops) == (bn // 64 if wide else 0)
+    # (16-bit C in whole 64-column boxes only: BN = 96 stores pairs)
+    staged = wide and bn % 64 == 0
+    assert counts["STSM"] == (bn // 16 if staged else 0)
+    assert sum(op.startswith("UTMASTG") for op in ops) == (bn // 64 if staged else 0)
     # the accumulators are never zeroed by moves: a tile's first HGMMA overwrites them (scale-d)
     # (zeroing them took 64 CS2R: 70-73 zero moves in all before, 8-9 since)
     zero_moves = re.findall(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?(?:MOV R\d+, RZ|CS2R R\d+, SRZ)", sass, re.M)
@@ -119,6 +121,57 @@ def test_three_chunk_tiles_build_clean(ta, tb):
 def test_tiles_sharing_a_build_clean(ta, tb, bn, cluster):
     """CLUSTER_N=2 (blocks of a tile row share A by multicast), alone and in 2 x 2 units; staged C."""
     _check_variant(bn, 4, ta, tb, 0, 1, cluster=cluster, wide=1, cluster_n=2)
+
+
+@needs_tools
+@pytest.mark.parametrize("ta,tb", LAYOUTS)
+@pytest.mark.parametrize("cluster", [1, 2])
+def test_96_wide_tiles_build_clean(ta, tb, cluster):
+    """BN=96 (size rule 1h): m64n96k16; N-major B in two 64-column chunks (a cluster's blocks one
+    each), K-major B one box of 96 rows (48 a block in pairs); a 16-bit C by pairs."""
+    _check_variant(96, 6, ta, tb, 0, 1, cluster=cluster, wide=1)
+    r = build_file("hgemm", BuildOptions(defines={"BN": "96", "STAGES": "6", "TRANS_A": str(ta), "TRANS_B": str(tb),
+                                                  "CLUSTER_M": str(cluster), "WIDE_C": "1"}, target="sm_90a"))
+    c = r.constants
+    assert c["B_BYTES"] == (96 * 128 if tb else 2 * 64 * 128) and c["STAGED_C"] == 0
+    assert c["BOX_B_ROWS"] == (96 // cluster if tb else 64)
+
+
+@needs_tools
+@pytest.mark.parametrize("ta,tb", LAYOUTS)
+def test_96_wide_tiles_stage_an_fp32_c_in_three_boxes(ta, tb):
+    """An fp32 C at BN = 96 is three 64 x 32 boxes of floats a consumer, staged one box a round
+    (C_BOXES_ASKED = 2 does not divide 3) and stored by TMA: the 6-stage ring still fits."""
+    r = build_file("hgemm", BuildOptions(defines={"BN": "96", "STAGES": "6", "TRANS_A": str(ta), "TRANS_B": str(tb),
+                                                  "CLUSTER_M": "2", "WIDE_C": "1", "C_F32": "1"}, target="sm_90a"))
+    c = r.constants
+    assert (c["STAGED_C"], c["C_BOXES_TILE"], c["C_BOXES"], c["C_ROUNDS"], c["RING"]) == (1, 3, 1, 3, 6)
+    asm = assemble(r)
+    assert not asm.warnings, asm.warnings
+    (k,) = asm.kernels
+    assert k.spill_stores == k.spill_loads == k.local_bytes == 0 and k.registers <= 168
+    ops = _opcodes(disassemble(asm.cubin))
+    assert sum(op.startswith("HGMMA.64x96x16.F32") for op in ops) == 4
+    assert sum(op.startswith("UTMASTG") for op in ops) == 3
+    assert sum(op.startswith("STS.64") for op in ops) == 2 * 12      # 12 blocks of 8 columns, rows r and r + 8
+
+
+def test_size_rule_1h_takes_128x96_tiles_in_pairs_for_an_fp32_c():
+    """Rule 1h: an fp32 C stored by TMA, 512 <= K <= 1024, an even count of tile rows whose 128 x 96
+    tiles fill 80-100% of the SMs; not a 16-bit C, an activation, pair stores, K = 1536, odd tile rows."""
+    from asmgemm.kernel_spec import get_spec
+    from asmgemm.runtime.launch import untuned_size_rule
+    want = {"BN": 96, "CLUSTER_M": 2, "STAGES": 6}
+    for name in ("hgemm_f32c", "bgemm_f32c"):
+        spec = get_spec(name)
+        for shape, layout in (((512, 3072, 768), "nn"), ((512, 3072, 512), "nt"), ((1024, 1280, 1024), "tt"),
+                              ((500, 3000, 700), "tn")):
+            assert untuned_size_rule(spec, *shape, layout, 132) == want, (name, shape, layout)
+        for shape in ((512, 3072, 1536), (512, 3072, 256), (384, 3072, 768), (512, 2048, 768), (512, 4096, 768)):
+            assert untuned_size_rule(spec, *shape, "nn", 132) != want, (name, shape)
+        assert spec.size_rule(512, 3072, 768, 132, {"WIDE_C": 1, "ACT": 2}) != want
+        assert spec.size_rule(512, 3072, 768, 132, {"WIDE_C": 0}) != want
+    assert untuned_size_rule(get_spec("hgemm"), 512, 3072, 768, "nn", 132) != want
 
 
 @pytest.mark.parametrize("defines,message", [
@@ -303,17 +356,20 @@ def test_fp32_c_kernels_are_picked_by_c_dtype():
         spec_for_dtype("float32", "sm_90", "float16")
 
 
-@pytest.mark.parametrize("name", ["hgemm_f32c", "bgemm_f32c"])
-def test_an_fp32_c_at_k_up_to_64_runs_128x128_tiles(name):
-    """Size rule 3t: where the GEMM is its fp32 stores (K <= 64, C's rows 16-byte pieces), twice
-    rule 3's tiles; not at K = 65, nor a 16-bit C, nor an fp32 C stored by pairs (WIDE_C = 0)."""
+@pytest.mark.parametrize("name", ["hgemm_f32c", "bgemm_f32c", "hgemm", "bgemm"])
+def test_c_staged_at_k_up_to_64_runs_128x128_tiles(name):
+    """Size rule 3t: where the GEMM is its stores (K <= 64, C's rows 16-byte pieces, so staged and
+    stored by TMA), twice rule 3's tiles, fp32 and 16-bit C alike; a 16-bit C only where TMA reads A
+    (K a multiple of 8: no A_LDG); not at K = 65, nor a C stored by pairs (WIDE_C = 0)."""
     from asmgemm.kernel_spec import get_spec
     from asmgemm.runtime.launch import untuned_size_rule
     tiles128 = {"BN": 128, "CLUSTER_M": 1, "GROUP_M": 4}
-    for shape in ((2048, 2048, 16), (2048, 2048, 7), (4096, 4096, 64)):
+    fp32_c = name.endswith("_f32c")
+    for shape in ((2048, 2048, 16), (2048, 2048, 32), (4096, 4096, 64)):
         assert untuned_size_rule(get_spec(name), *shape, "nn", 132) == tiles128
+    for shape in ((2048, 2048, 7), (2048, 2048, 1), (2048, 2048, 31)):
+        assert (untuned_size_rule(get_spec(name), *shape, "nn", 132) == tiles128) == fp32_c, shape
     assert untuned_size_rule(get_spec(name), 2048, 2048, 65, "nn", 132) == {"CLUSTER_M": 1, "GROUP_M": 4}
-    assert untuned_size_rule(get_spec("hgemm"), 2048, 2048, 16, "nn", 132) == {"CLUSTER_M": 1, "GROUP_M": 4}
     assert get_spec(name).size_rule(2048, 2048, 16, 132, {"WIDE_C": 0}) != tiles128
 
 

@@ -265,6 +265,45 @@ def test_192_wide_tiles(layout, cluster):
     _check_tile_shape(layout, params)
 
 
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+@pytest.mark.parametrize("cluster", [1, 2])
+def test_96_wide_tiles(layout, cluster):
+    """BN=96: N-major B as two 64-column chunks, the second half used (a cluster's blocks load one
+    each); K-major B 96 rows (48 each); a 16-bit C by pairs; edges, bf16, beta, column-major C."""
+    _check_tile_shape(layout, {"BN": 96, "STAGES": 6, "CLUSTER_M": cluster})
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+def test_size_rule_1h_runs_128x96_tiles_in_pairs_for_an_fp32_c(dtype, layout):
+    """Rule 1h (an fp32 C, 128 x 96 tiles in pairs sharing B): the last tile row and column partly
+    outside C, K no multiple of 64; beta = 0 through the staged TMA store (C poisoned first), beta != 0
+    through the pairs; then a bias per column on the staged path."""
+    rng = cp.random.default_rng(96)
+    m, n, k = 500, 3000, 700
+    ta, tb = layout[0] == "t", layout[1] == "t"
+    a, av = _operand(rng, (k, m) if ta else (m, k), dtype)
+    b, bv = _operand(rng, (n, k) if tb else (k, n), dtype)
+    kernel = "bgemm_f32c" if dtype == "bfloat16" else "hgemm_f32c"
+    prod = (av.T if ta else av) @ (bv.T if tb else bv)
+    c0 = rng.standard_normal((m, n), dtype=cp.float32)
+    limit = get_spec(kernel).rel_err_limit
+    for beta in (0.0, 0.5):
+        c = c0.copy() if beta else cp.full((m, n), cp.nan, dtype=cp.float32)
+        asmgemm.gemm(a, b, c, alpha=0.75, beta=beta, trans_a=ta, trans_b=tb, kernel=kernel)
+        ran = last_launch()
+        assert ran["tile"] == (128, 96) and ran["cluster"] == 2 and ran["splits"] == 1, ran
+        ref = 0.75 * prod + (beta * c0 if beta else 0)
+        err = float(cp.linalg.norm(c - ref) / cp.linalg.norm(ref))
+        assert err < limit, (beta, err)
+    if dtype == "float16" and layout == "nn":
+        bias = rng.standard_normal(n, dtype=cp.float32)
+        c = asmgemm.gemm(a, b, cp.full((m, n), cp.nan, dtype=cp.float32), bias=bias)
+        assert last_launch()["tile"] == (128, 96)
+        ref = prod + bias[None, :]
+        assert float(cp.linalg.norm(c - ref) / cp.linalg.norm(ref)) < limit
+
+
 @pytest.mark.parametrize("shape,cluster", [((512, 4608, 3584), 2), ((4096, 2304, 768), 1)])
 def test_size_rule_runs_192_wide_tiles(shape, cluster):
     """Untuned calls where 256-wide tiles would leave the last wave short run 192-wide ones."""
@@ -485,6 +524,18 @@ def test_size_rule_3t_runs_128x128_tiles_for_an_fp32_c_at_tiny_k(k):
     assert ran["kernel"] == "hgemm_f32c" and ran["tile"] == (128, 128) and ran["cluster"] == 1, ran
     ref = a.astype(cp.float64) @ b.astype(cp.float64)
     assert float(cp.linalg.norm(c - ref) / cp.linalg.norm(ref)) < get_spec("hgemm_f32c").rel_err_limit
+
+
+@pytest.mark.parametrize("k,dtype", [(16, "float16"), (40, "float16"), (8, "bfloat16"), (64, "bfloat16")])
+def test_size_rule_3t_runs_128x128_tiles_for_a_16_bit_c_at_tiny_k(k, dtype):
+    """A 16-bit C at K <= 64 read by TMA (rule 3t): 128 x 128 tiles staged and stored by TMA (beta = 0,
+    C poisoned first) or by pairs (beta != 0); at K = 31 (A loaded by the consumers) rule 3's tiles."""
+    for alpha, beta in ((1.0, 0.0), (0.5, -1.5)):
+        _check(2048, 2000, k, dtype=dtype, alpha=alpha, beta=beta)
+        ran = last_launch()
+        assert ran["tile"] == (128, 128) and ran["cluster"] == 1 and ran["splits"] == 1, ran
+    _check(2048, 2000, 31, dtype=dtype)
+    assert last_launch()["tile"] == (128, 256) and last_launch()["a_ldg"], last_launch()
 
 
 def test_large_square():

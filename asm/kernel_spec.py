@@ -28,13 +28,16 @@ A table (every key is checked; an unknown one is an error, so a typo never passe
     cluster_rows = "CLUSTER_M"          # tile rows of such a unit, when not the cluster's size (hgemm's
                                         # CLUSTER_K blocks split one tile's K instead: one row a unit)
     cluster_cols = "CLUSTER_N"          # tile columns of a unit (default 1; rows default to cluster / cols)
+    [NAME.terms]                        # optional: named subexpressions the size rules may use,
+    TILES_128 = "ceil_div(M, 128) * ceil_div(N, 128)"   # each over the names a size rule sees and
+                                        # the terms above it (in file order); NAME = "expression"
     [[NAME.size_rule]]                  # the untuned choice: the first rule whose `when` holds wins
     when = "2 * ceil_div(M, 128) * ceil_div(N, 128) <= SMS"    # asmgemm's expression language
     set = { THREADS = 64, BK = 16 }     # names M, N, K (after the operand swap), SMS (SM count),
                                         # the call parameters (e.g. ACT; 0 where a caller gives none)
                                         # PITCH_A, PITCH_B (bytes between the stored rows of the
-                                        # kernel's A and B) and C_BYTES (bytes of C's dtype; both
-                                        # size rules only)
+                                        # kernel's A and B), C_BYTES (bytes of C's dtype) and the
+                                        # terms (these three: size rules only)
     [NAME.split_k]                      # optional: split-K (runtime/split_k.py) for plain 2-D calls
     switch = "SPLIT_K"                  # the kernel's 0/1 parameter that builds the partial pass
                                         # (abi needs k_chunk and split_stride; grid z = splits)
@@ -156,7 +159,7 @@ PITCH_NAMES = ("PITCH_A", "PITCH_B")
 C_BYTES_NAME = "C_BYTES"
 
 _TOP_KEYS = {"source", "entry", "summary", "dtypes", "targets", "abi", "call_params", "defines", "rel_err_limit",
-             "launch", "size_rule", "like", "split_k", "route", "swap_rule"}
+             "launch", "terms", "size_rule", "like", "split_k", "route", "swap_rule"}
 _SPLIT_K_KEYS = {"switch", "reduce", "rule", "k_multiple", "cluster_switch", "cluster_when"}
 # what a kernel with a split_k table must take: the partial pass's k extent and slice distance
 SPLIT_K_ABI = ("k_chunk", "split_stride")
@@ -187,6 +190,16 @@ class Launch:
     cluster: str | None = None      # blocks per cluster along the grid's x (.reqnctapercluster); default 1
     cluster_rows: str | None = None  # tile rows of a persistent cluster's unit; default: the cluster's blocks
     cluster_cols: str | None = None  # tile columns of that unit; default 1 (hgemm's CLUSTER_N)
+
+
+@dataclass(frozen=True)
+class Term:
+    """One entry of `[NAME.terms]`: a name for an expression the size rules repeat (the tile counts
+    of one tiling, say), evaluated over what a size rule sees and the terms before it."""
+
+    name: str
+    text: str
+    tree: object = field(compare=False, repr=False, default=None)
 
 
 @dataclass(frozen=True)
@@ -327,6 +340,7 @@ class KernelSpec:
     split_k: SplitK | None = None                # split-K support ([NAME.split_k]); None: none
     routes: tuple[Route, ...] = ()               # other kernels for some calls ([[NAME.route]])
     swap_rules: tuple[SwapRule, ...] = ()        # C^T with a transposed store ([[NAME.swap_rule]])
+    terms: tuple[Term, ...] = ()                 # named subexpressions of the size rules ([NAME.terms])
 
     def route_for(self, m: int, n: int, k: int, sms: int, call_defines: dict) -> str | None:
         """The kernel the first route that holds names for this launch, or None (run this one)."""
@@ -348,6 +362,7 @@ class KernelSpec:
         calls = {**dict.fromkeys((p for p, _ in self.call_params), 0), **(call_defines or {})}
         names = {**calls, **(pitches if pitches is not None else self.fresh_pitches(m, n, k, calls)),
                  C_BYTES_NAME: DTYPE_ITEMSIZE[self.dtypes.c]}
+        _add_terms(self.terms, names, m, n, k, sms)
         for rule in self.size_rules:
             if rule.holds(m, n, k, sms, names):
                 return dict(rule.set)
@@ -383,7 +398,8 @@ class KernelSpec:
         return {"name": self.name, "source": str(self.source), "entry": self.entry, "summary": self.summary,
                 "dtypes": vars(self.dtypes), "targets": list(self.targets), "abi": list(self.abi),
                 "call_params": dict(self.call_params), "rel_err_limit": self.rel_err_limit,
-                "launch": vars(self.launch), "size_rules": [{"when": r.when, "set": dict(r.set)} for r in self.size_rules],
+                "launch": vars(self.launch), "terms": {t.name: t.text for t in self.terms},
+                "size_rules": [{"when": r.when, "set": dict(r.set)} for r in self.size_rules],
                 "defines": dict(self.defines), "spec_file": str(self.spec_file),
                 "split_k": None if self.split_k is None else {
                     "switch": self.split_k.switch, "reduce": str(self.split_k.reduce),
@@ -507,10 +523,11 @@ def _spec(path: Path, source: SourceFile, name: str, t) -> KernelSpec:
     for arg, key in _NEEDS_LAUNCH_KEY.items():
         if arg in abi and getattr(launch, key) is None:
             fail(f"launch: needs '{key}' (the constant with the TMA box height of abi argument '{arg}')")
+    terms = _terms(source, where, t.get("terms", {}), calls)
     rules = t.get("size_rule", [])
     if not isinstance(rules, list):
         fail("size_rule: an array of tables ([[NAME.size_rule]])")
-    size_rules = tuple(_size_rule(source, where, i, r, calls) for i, r in enumerate(rules))
+    size_rules = tuple(_size_rule(source, where, i, r, calls, terms) for i, r in enumerate(rules))
     split_k = None
     if "split_k" in t:
         if d["acc"] != "float32":
@@ -528,7 +545,7 @@ def _spec(path: Path, source: SourceFile, name: str, t) -> KernelSpec:
     swaps = tuple(_swap_rule(source, where, i, r, calls) for i, r in enumerate(swaps))
     return KernelSpec(name, src, _str(t.get("entry", name), f"{where} entry"), str(t.get("summary", "")),
                       Dtypes(**d), tuple(targets), tuple(abi), tuple(calls.items()), float(limit), launch,
-                      size_rules, path, tuple(defines.items()), split_k, routes, swaps)
+                      size_rules, path, tuple(defines.items()), split_k, routes, swaps, terms)
 
 
 def _route(source: SourceFile, where: str, name: str, i: int, r, calls: dict) -> Route:
@@ -645,7 +662,35 @@ def la_grid(t: dict) -> str:
     return la.get("grid", "tiles") if isinstance(la, dict) else "tiles"
 
 
-def _size_rule(source: SourceFile, where: str, i: int, r, calls: dict) -> SizeRule:
+def _add_terms(terms: tuple[Term, ...], names: dict, m: int, n: int, k: int, sms: int) -> None:
+    """The terms' values into `names`, in order (each sees the ones before it)."""
+    for term in terms:
+        names[term.name] = _evaluate_sizes(term.tree, m, n, k, sms, names, f"the term {term.name}")
+
+
+def _terms(source: SourceFile, where: str, table, calls: dict) -> tuple[Term, ...]:
+    if not isinstance(table, dict):
+        raise AsmError(f"{where} terms: a table of NAME = \"expression\"")
+    taken = {*SIZE_NAMES, *calls, *PITCH_NAMES, C_BYTES_NAME}
+    out = []
+    for name, text in table.items():
+        if not (name.isidentifier() and name.isupper()):
+            raise AsmError(f"{where} terms.{name}: a term's name is an upper-case identifier (letters, digits, '_')")
+        if name in taken:
+            raise AsmError(f"{where} terms.{name}: already a name the size rules see (a size, call "
+                           f"parameter, pitch or C_BYTES)")
+        out.append(Term(name, _str(text, f"{where} terms.{name}"), _located_expression(source, text)))
+    terms = tuple(out)
+    _add_terms(terms, _load_check_names(calls), 1, 1, 1, 1)     # an unknown (or later) name fails now
+    return terms
+
+
+def _load_check_names(calls: dict) -> dict:
+    """What the load-time check of a size rule or term binds: every call parameter, pitch and C_BYTES as 0."""
+    return dict.fromkeys((*calls, *PITCH_NAMES, C_BYTES_NAME), 0)
+
+
+def _size_rule(source: SourceFile, where: str, i: int, r, calls: dict, terms: tuple[Term, ...] = ()) -> SizeRule:
     if not isinstance(r, dict) or set(r) != {"when", "set"}:
         raise AsmError(f"{where} size_rule[{i}]: a table with exactly 'when' and 'set'")
     when = _str(r["when"], f"{where} size_rule[{i}].when")
@@ -653,7 +698,9 @@ def _size_rule(source: SourceFile, where: str, i: int, r, calls: dict) -> SizeRu
     if not isinstance(sets, dict) or not all(isinstance(v, int) and not isinstance(v, bool) for v in sets.values()):
         raise AsmError(f"{where} size_rule[{i}].set: a table of PARAM = integer")
     rule = SizeRule(when, tuple(sets.items()), _located_expression(source, when))
-    rule.holds(1, 1, 1, 1, dict.fromkeys((*calls, *PITCH_NAMES, C_BYTES_NAME), 0))    # an unknown name fails now, at load
+    names = _load_check_names(calls)
+    _add_terms(terms, names, 1, 1, 1, 1)
+    rule.holds(1, 1, 1, 1, names)     # an unknown name fails now, at load
     return rule
 
 

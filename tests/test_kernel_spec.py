@@ -125,6 +125,50 @@ def test_a_size_rule_with_an_unknown_name_fails_at_load(tmp_path):
         load_spec_file(p)
 
 
+TERMS = """
+[k.terms]
+TILES = "ceil_div(M, 128) * ceil_div(N, 128)"
+WAVES = "ceil_div(TILES, SMS)"
+[[k.size_rule]]
+when = "WAVES == 1 and 2 * TILES > SMS and C_BYTES == 4"
+set = { T = 64 }
+[[k.size_rule]]
+when = "WAVES >= 2"
+set = { T = 128 }
+"""
+
+
+def test_terms_name_subexpressions_of_the_size_rules(tmp_path):
+    """[NAME.terms]: each a name over what a size rule sees and the terms above it, evaluated per
+    launch; `like` inherits them with the rules."""
+    (k, k2) = load_spec_file(write_spec(tmp_path, GOOD + TERMS + '\n[k2]\nlike = "k"\n'))
+    assert [t.name for t in k.terms] == ["TILES", "WAVES"] and k2.terms == k.terms
+    assert k.size_rule(1152, 1024, 64, 132) == {"T": 64}           # 72 tiles: one wave, more than half
+    assert k.size_rule(512, 512, 64, 132) == {}                     # 16 tiles
+    assert k.size_rule(4096, 4096, 64, 132) == {"T": 128}           # 1024 tiles: 8 waves
+    assert k.to_json()["terms"] == {"TILES": "ceil_div(M, 128) * ceil_div(N, 128)", "WAVES": "ceil_div(TILES, SMS)"}
+
+
+@pytest.mark.parametrize("terms,message", [
+    ('A = "WAVES + 1"\nWAVES = "M"', "undefined name 'WAVES' in the term A"),       # a later term
+    ('T = "ceil_div(M, 64) *"', "expected"),
+    ('K = "M"', "terms.K: already a name the size rules see"),
+    ('C_BYTES = "4"', "terms.C_BYTES: already a name"),
+    ('tiles = "M"', "an upper-case identifier"),
+    ('T = 3', "terms.T"),
+])
+def test_a_bad_term_fails_at_load(tmp_path, terms, message):
+    p = write_spec(tmp_path, GOOD + "[k.terms]\n" + terms + "\n")
+    with pytest.raises(AsmError, match=message):
+        load_spec_file(p)
+
+
+def test_a_size_rule_naming_no_term_fails_at_load(tmp_path):
+    p = write_spec(tmp_path, GOOD + '[k.terms]\nTILES = "M * N"\n[[k.size_rule]]\nwhen = "TILE > 4"\nset = { T = 1 }\n')
+    with pytest.raises(AsmError, match="undefined name 'TILE'.*TILES"):
+        load_spec_file(p)
+
+
 def test_not_toml_is_a_clear_error(tmp_path):
     p = tmp_path / "bad.toml"
     p.write_text("[k\n")

@@ -524,10 +524,14 @@ def _spec(path: Path, source: SourceFile, name: str, t) -> KernelSpec:
         if arg in abi and getattr(launch, key) is None:
             fail(f"launch: needs '{key}' (the constant with the TMA box height of abi argument '{arg}')")
     terms = _terms(source, where, t.get("terms", {}), calls)
+    # what the load-time check of a size rule binds: every call parameter, pitch and C_BYTES as 0,
+    # and the terms' values there (a term naming an unknown or later name fails here)
+    check_names = dict.fromkeys((*calls, *PITCH_NAMES, C_BYTES_NAME), 0)
+    _add_terms(terms, check_names, 1, 1, 1, 1)
     rules = t.get("size_rule", [])
     if not isinstance(rules, list):
         fail("size_rule: an array of tables ([[NAME.size_rule]])")
-    size_rules = tuple(_size_rule(source, where, i, r, calls, terms) for i, r in enumerate(rules))
+    size_rules = tuple(_size_rule(source, where, i, r, check_names) for i, r in enumerate(rules))
     split_k = None
     if "split_k" in t:
         if d["acc"] != "float32":
@@ -680,17 +684,10 @@ def _terms(source: SourceFile, where: str, table, calls: dict) -> tuple[Term, ..
             raise AsmError(f"{where} terms.{name}: already a name the size rules see (a size, call "
                            f"parameter, pitch or C_BYTES)")
         out.append(Term(name, _str(text, f"{where} terms.{name}"), _located_expression(source, text)))
-    terms = tuple(out)
-    _add_terms(terms, _load_check_names(calls), 1, 1, 1, 1)     # an unknown (or later) name fails now
-    return terms
+    return tuple(out)
 
 
-def _load_check_names(calls: dict) -> dict:
-    """What the load-time check of a size rule or term binds: every call parameter, pitch and C_BYTES as 0."""
-    return dict.fromkeys((*calls, *PITCH_NAMES, C_BYTES_NAME), 0)
-
-
-def _size_rule(source: SourceFile, where: str, i: int, r, calls: dict, terms: tuple[Term, ...] = ()) -> SizeRule:
+def _size_rule(source: SourceFile, where: str, i: int, r, check_names: dict) -> SizeRule:
     if not isinstance(r, dict) or set(r) != {"when", "set"}:
         raise AsmError(f"{where} size_rule[{i}]: a table with exactly 'when' and 'set'")
     when = _str(r["when"], f"{where} size_rule[{i}].when")
@@ -698,9 +695,7 @@ def _size_rule(source: SourceFile, where: str, i: int, r, calls: dict, terms: tu
     if not isinstance(sets, dict) or not all(isinstance(v, int) and not isinstance(v, bool) for v in sets.values()):
         raise AsmError(f"{where} size_rule[{i}].set: a table of PARAM = integer")
     rule = SizeRule(when, tuple(sets.items()), _located_expression(source, when))
-    names = _load_check_names(calls)
-    _add_terms(terms, names, 1, 1, 1, 1)
-    rule.holds(1, 1, 1, 1, names)     # an unknown name fails now, at load
+    rule.holds(1, 1, 1, 1, check_names)     # an unknown name fails now, at load
     return rule
 
 

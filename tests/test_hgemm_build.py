@@ -130,9 +130,7 @@ def test_96_wide_tiles_build_clean(ta, tb, cluster):
     """BN=96 (size rule 1h): m64n96k16; N-major B in two 64-column chunks (a cluster's blocks one
     each), K-major B one box of 96 rows (48 a block in pairs); a 16-bit C by pairs."""
     _check_variant(96, 6, ta, tb, 0, 1, cluster=cluster, wide=1)
-    r = build_file("hgemm", BuildOptions(defines={"BN": "96", "STAGES": "6", "TRANS_A": str(ta), "TRANS_B": str(tb),
-                                                  "CLUSTER_M": str(cluster), "WIDE_C": "1"}, target="sm_90a"))
-    c = r.constants
+    c = _assembled(96, 6, ta, tb, 0, 1, cluster, 1, 1)[0].constants     # the build just checked (cached)
     assert c["B_BYTES"] == (96 * 128 if tb else 2 * 64 * 128) and c["STAGED_C"] == 0
     assert c["BOX_B_ROWS"] == (96 // cluster if tb else 64)
 

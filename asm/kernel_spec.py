@@ -59,6 +59,11 @@ A table (every key is checked; an unknown one is an error, so a typo never passe
     [[NAME.route]]                      # optional: an untuned 2-D call (no params=) runs another
     when = "M <= 16 and TRANS_B == 0"   # kernel of the same dtypes where `when` holds (sizes and
     kernel = "sgemm_skinny"             # this kernel's call parameters); the first that holds wins
+    in_place = "hgemm_mma"              # optional: a kernel of the same dtypes that reads any operand
+                                        # in place; where this kernel would first copy an operand
+                                        # into padded storage (TMA cannot read its rows), the
+                                        # runtime's path model (runtime/path_model.py) picks the
+                                        # copy or that kernel, whichever it expects to finish first
     [[NAME.swap_rule]]                  # optional: a row-major C computed as C^T = op(B)^T op(A)^T
     when = "M <= 64 and TRANS_A == 0"   # (the operand swap), the kernel storing its result
                                         # transposed (call value c_trans, which call_params must
@@ -124,7 +129,10 @@ CALL_VALUES = ("trans_a", "trans_b", "vec_a", "vec_b", "vec_c", "wide_c",
                # a_ldg: 1 when the kernel's A is K-contiguous with rows TMA cannot address (base or
                # leading dimension not a multiple of 16 bytes) and K <= LDG_A_MAX_K (runtime/plan.py):
                # a kernel mapping it reads A by its own loads; one that does not gets a padded copy
-               "a_ldg")
+               "a_ldg",
+               # align_a, align_b: the widest copy (16, 8, 4 or 2 bytes) every row of the kernel's
+               # A (B) allows: the largest of those dividing its base address and its row pitch
+               "align_a", "align_b")
 BIAS_MODES = {"none": 0, "column": 1, "row": 2}
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 _ACTIVATION_CODES = {None: 0, **{name: i + 1 for i, name in enumerate(ACTIVATIONS)}}
@@ -159,7 +167,7 @@ PITCH_NAMES = ("PITCH_A", "PITCH_B")
 C_BYTES_NAME = "C_BYTES"
 
 _TOP_KEYS = {"source", "entry", "summary", "dtypes", "targets", "abi", "call_params", "defines", "rel_err_limit",
-             "launch", "terms", "size_rule", "like", "split_k", "route", "swap_rule"}
+             "launch", "terms", "size_rule", "like", "split_k", "route", "swap_rule", "in_place"}
 _SPLIT_K_KEYS = {"switch", "reduce", "rule", "k_multiple", "cluster_switch", "cluster_when"}
 # what a kernel with a split_k table must take: the partial pass's k extent and slice distance
 SPLIT_K_ABI = ("k_chunk", "split_stride")
@@ -341,6 +349,7 @@ class KernelSpec:
     routes: tuple[Route, ...] = ()               # other kernels for some calls ([[NAME.route]])
     swap_rules: tuple[SwapRule, ...] = ()        # C^T with a transposed store ([[NAME.swap_rule]])
     terms: tuple[Term, ...] = ()                 # named subexpressions of the size rules ([NAME.terms])
+    in_place: str | None = None                  # a kernel reading any operand in place (`in_place`)
 
     def route_for(self, m: int, n: int, k: int, sms: int, call_defines: dict) -> str | None:
         """The kernel the first route that holds names for this launch, or None (run this one)."""
@@ -407,6 +416,7 @@ class KernelSpec:
                     "cluster_when": self.split_k.cluster_when,
                     "rules": [_split_rule_json(r) for r in self.split_k.rules]},
                 "routes": [{"when": r.when, "kernel": r.kernel} for r in self.routes],
+                "in_place": self.in_place,
                 "swap_rules": [{"when": r.when} for r in self.swap_rules]}
 
 
@@ -547,9 +557,14 @@ def _spec(path: Path, source: SourceFile, name: str, t) -> KernelSpec:
     if swaps and "c_trans" not in calls.values():
         fail("swap_rule: the kernel must map the call value 'c_trans' in call_params (its transposed store)")
     swaps = tuple(_swap_rule(source, where, i, r, calls) for i, r in enumerate(swaps))
+    in_place = t.get("in_place")
+    if in_place is not None:
+        in_place = _str(in_place, f"{where} in_place")
+        if not in_place.isidentifier() or in_place == name:
+            fail(f"in_place: '{in_place}' is not another kernel's name")
     return KernelSpec(name, src, _str(t.get("entry", name), f"{where} entry"), str(t.get("summary", "")),
                       Dtypes(**d), tuple(targets), tuple(abi), tuple(calls.items()), float(limit), launch,
-                      size_rules, path, tuple(defines.items()), split_k, routes, swaps, terms)
+                      size_rules, path, tuple(defines.items()), split_k, routes, swaps, terms, in_place)
 
 
 def _route(source: SourceFile, where: str, name: str, i: int, r, calls: dict) -> Route:

@@ -296,6 +296,11 @@ def _split(target: str) -> tuple[int, str]:
     return int(digits), rest[len(digits):]
 
 
+def target_number(target: str) -> tuple[int, str]:
+    """'sm_90a' -> (90, 'a'): the compute capability number and the suffix of a target name."""
+    return _split(target)
+
+
 def _has(feature: Feature, number: int, name: str) -> bool:
     fnum, fsuffix = _split(feature.min_target)
     if fsuffix:                       # architecture-specific: that target only

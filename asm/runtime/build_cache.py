@@ -158,7 +158,17 @@ def build_kernel(spec: KernelSpec, defines: dict, target: str) -> BuiltKernel:
         return hit
     built = _build_kernel(spec, defines, target)
     _by_config[config] = built
+    _defines_of[built.key] = dict(defines)
     return built
+
+
+_defines_of: dict[str, dict[str, str]] = {}     # BuiltKernel.key -> the -D parameters it was built with
+
+
+def defines_of(built: BuiltKernel) -> dict[str, str]:
+    """The -D parameters `built` was built with in this process (the configuration that ran:
+    last_launch()["params"]); {} for one this process did not build through build_kernel."""
+    return dict(_defines_of.get(built.key, {}))
 
 
 # ---- the disk entry ------------------------------------------------------------------------------

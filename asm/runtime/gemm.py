@@ -40,7 +40,7 @@ from ..errors import AsmError
 from ..files import warn_cache
 from ..isa.arch import arch_for
 from ..kernel_spec import KernelSpec, activation_code, get_spec, spec_for_dtype, specs_version
-from . import build_cache, split_k
+from . import build_cache, path_model, split_k
 from .build_cache import BuiltKernel, build_kernel
 from .cluster_capacity import max_active_clusters
 from .gpu import device_facts, function_handle, require_gpu
@@ -372,7 +372,8 @@ def last_launch() -> dict | None:
     and "c_trans" (the swap rule's launch: the kernel computed C^T and stored it transposed, its
     tile counted in C^T's rows and columns), "copies" (the caller's operands, "A" and/or "B", copied
     to padded rows first because TMA could not read them in place) and "a_ldg" (the kernel read
-    its A by its own loads instead: call value a_ldg). For reports such as `asmgemm bench`'s;
+    its A by its own loads instead: call value a_ldg), "target" (what the kernel was built for) and
+    "params" (the -D parameters of the build: the configuration that ran). For reports such as `asmgemm bench`'s;
     calls from several threads at once each overwrite it."""
     kept = _last_launch[0]
     if kept is None:
@@ -383,7 +384,7 @@ def last_launch() -> dict | None:
             "cluster": kept.cluster_splits or kept.built.cluster, "splits": splits,
             "reduce": "kernel" if kept.split is not None else ("cluster" if kept.cluster_splits else None),
             "c_trans": kept.c_trans, "copies": tuple(name for name, size in zip("AB", kept.copied) if size),
-            "a_ldg": kept.a_ldg}
+            "a_ldg": kept.a_ldg, "target": kept.built.target, "params": build_cache.defines_of(kept.built)}
 _plans: dict[tuple, _LaunchPlan] = {}
 _state: list = [None, None, None, None]      # [specs_version token, cupy module, _CupyArrays, _TorchArrays]
 
@@ -564,6 +565,26 @@ def _routed(spec: KernelSpec, plan: LaunchPlan, sm_count: int, device_target: st
     return other
 
 
+def _in_place_or(spec: KernelSpec, plan: LaunchPlan, itemsize: int, facts, bias, act: int) -> KernelSpec:
+    """The spec's `in_place` kernel where this launch would copy an operand into padded storage
+    for `spec` (TMA cannot read its rows) and the path model expects the in-place kernel to finish
+    no later than the copy and `spec`; else `spec` (also where the in-place kernel lacks this
+    call's fused epilogue or the device)."""
+    loads_a = _loads_a_itself(spec, plan)
+    copied = sum(op.rows * op.cols * itemsize for op in (plan.a, plan.b)
+                 if not (op is plan.a and loads_a) and not addressable(op.ptr, op.rows, op.ld, itemsize))
+    if not copied:
+        return spec
+    other = get_spec(spec.in_place)
+    if other.dtypes != spec.dtypes:
+        raise AsmError(f"kernel '{spec.name}' names '{other.name}' in_place, whose dtypes differ "
+                       f"({vars(other.dtypes)} against {vars(spec.dtypes)})", hint=f"see {spec.spec_file}")
+    if _missing_epilogue(other, bias, act) or other.build_target(facts.target) is None:
+        return spec
+    model = path_model.coefficients(facts.name, facts.sm_count)
+    return other if path_model.in_place_wins(plan.m, plan.n, plan.k, copied, model) else spec
+
+
 def _takes_c_trans(spec: KernelSpec, plan: LaunchPlan, params: dict | None, sm_count: int) -> bool:
     """Whether this 2-D launch with a row-major C runs as C^T with the kernel's transposed store:
     untuned, the spec's swap rules on the user's sizes (plan is not swapped yet); with params=, only
@@ -619,6 +640,10 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
             # -D parameters of the kernel asked for, so they keep it)
             spec = _routed(spec, plan, facts.sm_count, facts.target, mbias, act)
             target = spec.build_target(facts.target)
+        if params is None and kernel is None and kernel_batch == 1 and spec.in_place and _takes_tensor_maps(spec):
+            # operands TMA cannot read: a padded copy, or the spec's in-place kernel (path_model)
+            spec = _in_place_or(spec, plan, ma.dtype.itemsize, facts, mbias, act)
+            target = spec.build_target(facts.target)
         # the tuning cache's entry for the launch as called (an entry was timed unswapped: it keeps
         # the call off the swap rule's transposed store)
         tuned = None if params is not None or lookups_disabled() else _lookup_tuned(facts.name, spec, plan)
@@ -644,7 +669,7 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
         in_cluster = split_k.cluster_splits(spec, split, target, params if params is not None else tuned, plan,
                                             facts.sm_count)
         built = _build_for(spec, plan, params, tuned, facts, target, split_k.switch_define(spec, split, in_cluster))
-        static_smem = arch_for(target).limits.static_shared_per_block
+        static_smem = _static_smem_limit(target)
         fn = _load(cupy, built, static_smem)
         if split is None or in_cluster:
             # (a split in one cluster: one launch whose grid's z is S, no workspace, no reduce; its
@@ -672,6 +697,16 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
             del _plans[next(iter(_plans))]
         _plans[key] = kept
     return c
+
+
+STATIC_SMEM_DEFAULT = 48 * 1024     # CUDA's static shared-memory limit per block, on every architecture so far
+
+
+def _static_smem_limit(target: str) -> int:
+    """The shared memory a block gets without raising its dynamic limit: the arch table's, or
+    CUDA's 48 KB for a target asmgemm has no table for (sm_120: the portable kernels run there)."""
+    arch = arch_for(target)
+    return arch.limits.static_shared_per_block if arch.sm_limits is not None else STATIC_SMEM_DEFAULT
 
 
 def _cluster_capacity(spec: KernelSpec, fn, built: BuiltKernel, device: int) -> int | None:

@@ -3,7 +3,9 @@ traceback) when there is none; and the facts about a device the runtime keys on,
 process."""
 from __future__ import annotations
 
+import dataclasses
 import functools
+import os
 import sys
 from dataclasses import dataclass
 
@@ -51,10 +53,32 @@ class DeviceFacts:
     sm_count: int
 
 
+TARGET_ENV = "ASMGEMM_TARGET"
+
+
 def device_facts(device_id: int | None = None) -> DeviceFacts:
-    """Name, target and SM count of a device (the current one when None), asked once per process."""
+    """Name, target and SM count of a device (the current one when None), asked once per process.
+    $ASMGEMM_TARGET names an older target to build for instead of the device's own (sm_80 on an
+    H100: what an A100 would run, e.g. the portable tensor-core kernel instead of the Hopper one)."""
     cupy = require_gpu()
-    return _device_facts(cupy, cupy.cuda.Device().id if device_id is None else int(device_id))
+    facts = _device_facts(cupy, cupy.cuda.Device().id if device_id is None else int(device_id))
+    wanted = os.environ.get(TARGET_ENV)
+    return facts if not wanted else _older_target(facts, wanted)
+
+
+def _older_target(facts: DeviceFacts, wanted: str) -> DeviceFacts:
+    """facts with target `wanted`, which the device must be able to run: the device's own target,
+    or an older one without an architecture- or family-specific suffix."""
+    from ..isa.arch import target_number
+    try:
+        number, suffix = target_number(wanted)
+        have, _ = target_number(facts.target)
+    except ValueError as exc:
+        raise AsmError(f"${TARGET_ENV}: {exc}") from None
+    if number > have or (suffix and number != have):
+        raise AsmError(f"${TARGET_ENV}={wanted}: {facts.name} ({facts.target}) cannot run code built for it",
+                       hint=f"name {facts.target} or an older target without a suffix (sm_80, sm_86, ...)")
+    return dataclasses.replace(facts, target=wanted)
 
 
 @functools.lru_cache(maxsize=None)

@@ -209,9 +209,22 @@ def plan_launch(a, b, c, *, trans_a: bool, trans_b: bool, ptr_of=lambda x: x.dat
         "batched": int(batch > 1),
         "c_trans": int(c_trans),
         "a_ldg": int(not A.trans and not addressable(A.ptr, A.rows, A.ld, int(a.dtype.itemsize)) and k <= LDG_A_MAX_K),
+        "align_a": copy_alignment(A, int(a.dtype.itemsize)),
+        "align_b": copy_alignment(B, int(b.dtype.itemsize)),
     }
     return LaunchPlan(A, B, ptr_of(c), m, n, k, ldc, swap, itemsize, values,
                       ptr_of(bias) if bias is not None else 0, int(batch), (sa, sb, sc))
+
+
+def copy_alignment(op: Operand, itemsize: int) -> int:
+    """The widest copy, 16, 8, 4 or 2 bytes (at least one element), that every row of `op` can be
+    read by from a multiple of that many bytes into the row: the largest that divides the base
+    address and, for more than one row, the row pitch (call values align_a, align_b)."""
+    pitch = op.ld * itemsize if op.rows > 1 else 0
+    for width in (16, 8, 4, 2):
+        if width >= itemsize and op.ptr % width == 0 and pitch % width == 0:
+            return width
+    return itemsize
 
 
 def call_values_for(m: int, n: int, k: int, layout: str, itemsize: int, c_trans: bool = False) -> dict[str, int]:

@@ -1,0 +1,65 @@
+"""Padded copy or in place: the model that decides, for an operand a TMA kernel cannot read (rows
+not 16-byte aligned), between copying it into padded storage and running the TMA kernel, and
+running the spec's `in_place` kernel (kernels.toml, e.g. hgemm -> hgemm_mma) on the operands as
+they are.
+
+Each path's time is modelled from the problem and a few per-GPU coefficients, never a size
+threshold:
+
+    copy path     = copy_launch_s + copied_bytes * 2 / copy_bytes_per_s + flops / tma_flops
+    in-place path = flops / in_place_flops
+
+(copied_bytes * 2: the copy reads and writes every byte). The copy wins where the GEMM is long
+enough for the faster TMA kernel to earn its copy back: at 4095^3 (fp16, both operands copied: 134
+MB moved, ~51 us) against ~340 us of GEMM; at 1000^3 the copy alone costs more than the GEMM.
+
+Pure: the runtime passes the numbers; tests check the decision on the CPU.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PathCoefficients:
+    copy_bytes_per_s: float      # a device-to-device copy, counting bytes read plus bytes written
+    copy_launch_s: float         # what one copy adds besides moving bytes: its launch and host work
+    tma_flops: float             # the TMA kernel's sustained rate on large problems
+    in_place_flops: float        # the in-place kernel's sustained rate on large problems
+
+
+# NVIDIA H100 80GB HBM3 (nvidia-h100-x1): the copy bandwidth is the workplace's reading of a large
+# device-to-device copy (~3.0 TB/s read + write, /work/.library/device/KINDS.md); the copy's
+# launch and host cost is the padded-copy step in tools/HGEMM_NOTES.md ("Host time": 4099x4093x509
+# 131 -> 121 us with one cudaMemcpy2DAsync, ~9 us of launch in each copy); the rates are the
+# kernels' measured TFLOP/s at 4096^3-8192^3 (hgemm ~700, mma_gemm: tools/MMA_NOTES.md).
+H100 = PathCoefficients(copy_bytes_per_s=3.0e12, copy_launch_s=9e-6, tma_flops=700e12, in_place_flops=400e12)
+
+# Devices without a measurement of their own scale the H100's by their SM count (rates and
+# bandwidth per SM as the H100's): a model, not a reading, until a sweep of that device replaces it.
+_MEASURED = {"NVIDIA H100 80GB HBM3": H100}
+_H100_SMS = 132
+
+
+def coefficients(device_name: str, sm_count: int) -> PathCoefficients:
+    """The measured coefficients of this device, else the H100's scaled by SM count."""
+    hit = _MEASURED.get(device_name)
+    if hit is not None:
+        return hit
+    f = max(1, sm_count) / _H100_SMS
+    return PathCoefficients(H100.copy_bytes_per_s * f, H100.copy_launch_s, H100.tma_flops * f, H100.in_place_flops * f)
+
+
+def copy_path_s(m: int, n: int, k: int, copied_bytes: int, c: PathCoefficients) -> float:
+    """Modelled seconds of the padded copy (copied_bytes of operands) and the TMA kernel."""
+    return c.copy_launch_s + 2 * copied_bytes / c.copy_bytes_per_s + 2 * m * n * k / c.tma_flops
+
+
+def in_place_path_s(m: int, n: int, k: int, c: PathCoefficients) -> float:
+    """Modelled seconds of the in-place kernel."""
+    return 2 * m * n * k / c.in_place_flops
+
+
+def in_place_wins(m: int, n: int, k: int, copied_bytes: int, c: PathCoefficients) -> bool:
+    """Whether the in-place kernel is expected to finish no later than the copy and the TMA kernel."""
+    return in_place_path_s(m, n, k, c) <= copy_path_s(m, n, k, copied_bytes, c)

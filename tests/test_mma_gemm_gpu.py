@@ -1,0 +1,239 @@
+"""The portable tensor-core GEMM (kernels_ptx/mma_gemm.sasm: hgemm_mma, bgemm_mma and their fp32-C
+forms) on the GPU, against an fp32 reference of the same 16-bit inputs: odd shapes, all four
+layouts, odd leading dimensions read in place (every copy width: 16, 8, 4 bytes and the 2-byte
+register path), alpha/beta, column-major C, fp32 C, the fused epilogue, the untuned tilings and
+the `.tune` space, the sm_80 build run on this GPU, and the H100's in-place choice for operands
+TMA cannot read. Skipped without CuPy and a GPU of sm_80 or later."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+from asmgemm.runtime.gpu import gpu_available  # noqa: E402
+
+if not gpu_available():
+    pytest.skip("needs CuPy and a CUDA GPU", allow_module_level=True)
+import cupy as cp  # noqa: E402
+
+import asmgemm  # noqa: E402
+from asmgemm.runtime.gemm import clear_plan_cache, last_launch  # noqa: E402
+from asmgemm.runtime.gpu import TARGET_ENV, device_facts  # noqa: E402
+
+if int(device_facts().target[3:].rstrip("af")) < 80:
+    pytest.skip("mma_gemm needs sm_80 or later", allow_module_level=True)
+
+KERNEL = {("float16", False): "hgemm_mma", ("bfloat16", False): "bgemm_mma",
+          ("float16", True): "hgemm_mma_f32c", ("bfloat16", True): "bgemm_mma_f32c"}
+
+
+def _bf16_bits(x32):
+    """fp32 CuPy array -> bfloat16 bit patterns (round to nearest even), and their fp32 values."""
+    u = x32.view(cp.uint32)
+    bits = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(cp.uint16)
+    return bits, (bits.astype(cp.uint32) << 16).view(cp.float32)
+
+
+def _matrix(rng, rows, cols, dtype, ld=None, offset=0):
+    """(array of `dtype` (bfloat16: uint16 bits) rows x cols with leading dimension ld, starting
+    `offset` elements into its storage; its fp32 values)."""
+    ld = ld or cols
+    x32 = cp.asarray(rng.uniform(-1, 1, (rows, cols)).astype(np.float32))
+    if dtype == "bfloat16":
+        x, v = _bf16_bits(x32)
+    else:
+        x = x32.astype(cp.float16)
+        v = x.astype(cp.float32)
+    store = cp.zeros(offset + rows * ld + cols, dtype=x.dtype)
+    view = store[offset:offset + rows * ld].reshape(rows, ld)[:, :cols] if rows else store[:0].reshape(0, cols)
+    view[...] = x
+    return view, v
+
+
+def _values(c, dtype, c_f32):
+    if c_f32:
+        return c.astype(cp.float32)
+    if dtype == "bfloat16":
+        return (c.view(cp.uint16).astype(cp.uint32) << 16).view(cp.float32)
+    return c.astype(cp.float32)
+
+
+def _check(m, n, k, layout="nn", dtype="float16", *, c_f32=False, alpha=1.0, beta=0.0, lda_pad=0, ldb_pad=0,
+           a_offset=0, b_offset=0, c_order="C", bias=None, activation=None, params=None, kernel=None, seed=0):
+    rng = np.random.default_rng(seed)
+    ta, tb = layout[0] == "t", layout[1] == "t"
+    ar, ac = (k, m) if ta else (m, k)
+    br, bc = (n, k) if tb else (k, n)
+    a, av = _matrix(rng, ar, ac, dtype, ac + lda_pad, a_offset)
+    b, bv = _matrix(rng, br, bc, dtype, bc + ldb_pad, b_offset)
+    opa = av.T if ta else av
+    opb = bv.T if tb else bv
+    ref = alpha * (opa @ opb)
+    cdt = cp.float32 if c_f32 else (cp.uint16 if dtype == "bfloat16" else cp.float16)
+    c0 = cp.asarray(rng.uniform(-1, 1, (m, n)).astype(np.float32))
+    if c_f32:
+        c = c0.copy(order=c_order)
+    elif dtype == "bfloat16":
+        c = cp.asfortranarray(_bf16_bits(c0)[0]) if c_order == "F" else _bf16_bits(c0)[0]
+    else:
+        c = c0.astype(cp.float16, order=c_order)
+    if beta:
+        ref = ref + beta * _values(c, dtype, c_f32)
+    else:
+        c.view(cp.uint16 if not c_f32 else cp.uint32)[...] = 0x7E00 if not c_f32 else 0x7FC00000   # NaN: unread
+    bias_arr = None
+    if bias is not None:
+        shape = (n,) if bias == "column" else (m, 1)
+        b32 = cp.asarray(rng.uniform(-1, 1, shape).astype(np.float32))
+        bias_arr = b32 if c_f32 else (_bf16_bits(b32)[0] if dtype == "bfloat16" else b32.astype(cp.float16))
+        ref = ref + _values(bias_arr, dtype, c_f32).reshape(shape)
+    if activation is not None:
+        import math
+        x = cp.asnumpy(ref).astype(np.float64)
+        if activation == "relu":
+            x = np.maximum(x, 0)
+        elif activation == "gelu":
+            x = 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
+        elif activation == "gelu_tanh":
+            x = 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+        elif activation == "silu":
+            x = x / (1 + np.exp(-x))
+        ref = cp.asarray(x.astype(np.float32))
+    kernel = kernel or KERNEL[(dtype, c_f32)]
+    out = asmgemm.gemm(a, b, c, alpha=alpha, beta=beta, trans_a=ta, trans_b=tb, params=params, kernel=kernel,
+                       bias=bias_arr, activation=activation)
+    assert out is c
+    got = _values(c, dtype, c_f32)
+    assert not bool(cp.isnan(got).any()), "unwritten (NaN) elements in C"
+    limit = 2e-3 if dtype == "float16" and not c_f32 else (5e-4 if c_f32 else 1e-2)
+    err = float(cp.linalg.norm(got - ref) / max(float(cp.linalg.norm(ref)), 1e-30))
+    assert err < limit, f"{m}x{n}x{k} {layout} {dtype}: rel err {err:.3g} (limit {limit})"
+    return last_launch()
+
+
+SHAPES = [(1, 1, 1), (7, 13, 5), (127, 129, 65), (1000, 1000, 1000), (3000, 5000, 700)]
+
+
+@pytest.mark.parametrize("m,n,k", SHAPES)
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+def test_fp16_shapes_and_layouts(m, n, k, layout):
+    run = _check(m, n, k, layout)
+    assert run["kernel"] == "hgemm_mma"
+
+
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+@pytest.mark.parametrize("m,n,k", [(7, 13, 5), (127, 129, 65), (1000, 1000, 1000)])
+def test_bf16(m, n, k, layout):
+    _check(m, n, k, layout, "bfloat16")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("layout", ["nn", "tt"])
+def test_fp32_c(dtype, layout):
+    _check(300, 520, 333, layout, dtype, c_f32=True)
+    _check(1000, 1000, 999, layout, dtype, c_f32=True, alpha=0.5, beta=-1.5)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_alpha_beta(dtype):
+    _check(127, 129, 65, "nt", dtype, alpha=-0.75, beta=0.5)
+    _check(1000, 1000, 1000, "tn", dtype, alpha=2.0, beta=1.0)
+
+
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+def test_column_major_c(layout):
+    _check(301, 257, 129, layout, c_order="F", beta=0.5)
+
+
+# Odd leading dimensions, read in place: lda = K + 1 and ldb = N + 3 (the issue's), and pads and
+# offsets that give each copy width: 2 bytes (odd), 4 (even, not a multiple of 4), 8, 16.
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+@pytest.mark.parametrize("m,n,k", [(7, 13, 5), (127, 129, 65), (1000, 1000, 1000), (3000, 5000, 700)])
+def test_odd_leading_dimensions(m, n, k, layout):
+    _check(m, n, k, layout, lda_pad=1, ldb_pad=3)
+
+
+@pytest.mark.parametrize("pad,offset,align", [(1, 0, 2), (2, 0, 4), (4, 0, 8), (8, 0, 16), (0, 1, 2), (0, 2, 4),
+                                              (0, 4, 8)])
+@pytest.mark.parametrize("layout", ["nn", "tt"])
+def test_each_copy_width(pad, offset, align, layout):
+    m, n, k = 200, 136, 264           # row lengths multiples of 8: the pad and offset set the width alone
+    _check(m, n, k, layout, lda_pad=pad, ldb_pad=pad, a_offset=offset, b_offset=offset)
+    params = last_launch()["params"]
+    assert params.get("ALIGN_A") == str(align) and params.get("ALIGN_B") == str(align), params
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("bias", [None, "column", "row"])
+@pytest.mark.parametrize("activation", [None, "relu", "gelu", "gelu_tanh", "silu"])
+def test_fused_epilogue(dtype, bias, activation):
+    _check(257, 300, 130, "nt", dtype, bias=bias, activation=activation, beta=0.5 if bias == "row" else 0.0,
+           lda_pad=1)
+    _check(256, 256, 128, "nn", dtype, c_f32=True, bias=bias, activation=activation)
+
+
+@pytest.mark.parametrize("params", [
+    {"BM": 128, "BN": 128, "WM": 64, "WN": 64, "STAGES": 4, "BK": 32},
+    {"BM": 128, "BN": 128, "WM": 64, "WN": 64, "STAGES": 3, "BK": 64},
+    {"BM": 128, "BN": 256, "WM": 64, "WN": 64, "STAGES": 3, "BK": 32},
+    {"BM": 256, "BN": 128, "WM": 64, "WN": 64, "STAGES": 3, "BK": 32},
+    {"BM": 64, "BN": 64, "WM": 32, "WN": 32, "STAGES": 5, "BK": 32},
+    {"BM": 128, "BN": 128, "WM": 64, "WN": 32, "STAGES": 4, "BK": 32},
+    {"BM": 64, "BN": 128, "WM": 32, "WN": 64, "STAGES": 4, "BK": 64, "GROUP_M": 1},
+])
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+def test_tilings(params, layout):
+    # leading dimensions multiples of 8 (16-byte copies) in every layout, edges in M, N and K
+    _check(520, 392, 304, layout, params=params)
+    _check(77, 61, 45, layout, params=params, lda_pad=4 if layout[0] == "n" else 3, ldb_pad=3 if layout[1] == "n" else 4)
+
+
+def test_sm80_build_runs_here(monkeypatch):
+    """What an A100 runs: with $ASMGEMM_TARGET=sm_80 a float16 call picks hgemm_mma by dtype alone
+    (the Hopper kernels are sm_90a only) and its sm_80 cubin runs on this GPU."""
+    monkeypatch.setenv(TARGET_ENV, "sm_80")
+    clear_plan_cache()
+    try:
+        for layout in ("nn", "nt", "tn", "tt"):
+            rng = np.random.default_rng(1)
+            m, n, k = 333, 257, 190
+            a = cp.asarray(rng.uniform(-1, 1, (m, k)).astype(np.float16))
+            b = cp.asarray(rng.uniform(-1, 1, (k, n)).astype(np.float16))
+            a_op = cp.asfortranarray(a) if layout[0] == "t" else a
+            b_op = cp.asfortranarray(b) if layout[1] == "t" else b
+            c = asmgemm.gemm(a_op, b_op)
+            ref = a.astype(cp.float32) @ b.astype(cp.float32)
+            err = float(cp.linalg.norm(c.astype(cp.float32) - ref) / cp.linalg.norm(ref))
+            assert err < 2e-3
+            run = last_launch()
+            assert run["kernel"] == "hgemm_mma"
+            assert run["target"] == "sm_80", run
+    finally:
+        clear_plan_cache()
+
+
+@pytest.mark.skipif(device_facts().target != "sm_90", reason="the in-place choice is the Hopper kernels'")
+@pytest.mark.parametrize("m,n,k,layout", [(305, 923, 6, "nn"), (652, 415, 148, "nn"), (524, 455, 55, "nt"),
+                                          (2833, 2, 89, "nt"), (1000, 1000, 999, "nn")])
+def test_odd_operands_run_in_place_on_hopper(m, n, k, layout):
+    """Operands TMA cannot read (rows not 16-byte aligned): gemm by dtype alone runs hgemm_mma on
+    them in place where the path model says so, with no padded copy."""
+    rng = np.random.default_rng(2)
+    a = cp.asarray(rng.uniform(-1, 1, (m, k)).astype(np.float16))
+    b = cp.asarray(rng.uniform(-1, 1, (n, k) if layout[1] == "t" else (k, n)).astype(np.float16))
+    c = asmgemm.gemm(a, b.T if layout[1] == "t" else b)
+    ref = a.astype(cp.float32) @ (b.T if layout[1] == "t" else b).astype(cp.float32)
+    err = float(cp.linalg.norm(c.astype(cp.float32) - ref) / max(float(cp.linalg.norm(ref)), 1e-30))
+    assert err < 2e-3
+    run = last_launch()
+    assert run["kernel"] == "hgemm_mma" and run["copies"] == (), run
+
+
+def test_repeated_calls_reuse_the_plan():
+    rng = np.random.default_rng(3)
+    a = cp.asarray(rng.uniform(-1, 1, (129, 77)).astype(np.float16))
+    b = cp.asarray(rng.uniform(-1, 1, (77, 65)).astype(np.float16))
+    first = asmgemm.gemm(a, b, kernel="hgemm_mma")
+    second = asmgemm.gemm(a, b, kernel="hgemm_mma")
+    assert bool((first == second).all())

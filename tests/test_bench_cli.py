@@ -1,6 +1,9 @@
-"""`asmgemm bench` on the command line: help, argument errors, and the no-GPU path."""
+"""`asmgemm bench` on the command line: help, argument errors, and the no-GPU path; and the same for
+tools/mma_bench.py (issue 31's benchmark), with its pure helpers."""
+import importlib.util
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -12,7 +15,8 @@ HAS_GPU = gpu_available()
 def test_help_explains_options(run_cli):
     code, out, _ = run_cli("bench", "--help")
     assert code == 0
-    for opt in ("--shapes", "--layouts", "--json", "--save-baseline", "--reps", "cuBLAS", "median"):
+    for opt in ("--shapes", "--layouts", "--json", "--save-baseline", "--reps", "cuBLAS", "median", "--triton-mma",
+                "DISABLE_MMA_V3=1"):
         assert opt in out
 
 
@@ -23,6 +27,8 @@ def test_help_explains_options(run_cli):
     (["dgemm_magic"], "'dgemm_magic' is not a GEMM kernel asmgemm can launch"),
     (["--save-baseline", "-D", "BK=16"], "leave out -D"),
     (["-D", "oops"], "expected NAME=VALUE"),
+    (["--triton-mma", "--no-torch"], "leave out --no-torch"),
+    (["--triton-mma", "--host-overhead"], "--host-overhead times no Triton"),
 ])
 def test_argument_errors_before_any_gpu_work(run_cli, args, needle):
     code, out, err = run_cli("bench", *args)
@@ -43,3 +49,68 @@ def test_no_gpu_is_a_clear_error_without_traceback(tmp_path):
     assert proc.returncode == 1
     assert "needs a GPU" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "out.json").exists()
+
+
+# ---- tools/mma_bench.py without a GPU ------------------------------------------------------------
+def _mma_bench():
+    path = Path(__file__).parent.parent / "tools" / "mma_bench.py"
+    spec = importlib.util.spec_from_file_location("mma_bench", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_mma_bench_explains_itself_and_stops_cleanly_without_a_gpu(monkeypatch, capsys):
+    tool = _mma_bench()
+    with pytest.raises(SystemExit) as e:
+        tool.main(["--help"])
+    out = capsys.readouterr().out
+    assert e.value.code == 0
+    for word in ("--variant", "--params", "--odd-shapes", "--edge-pair", "DISABLE_MMA_V3=1", "torch.matmul", "4095^3"):
+        assert word in out
+    monkeypatch.setitem(sys.modules, "cupy", None)              # no CuPy: require_gpu's clear stop
+    assert tool.main(["--parts", "c"]) == 1
+    err = capsys.readouterr().err
+    assert "needs a GPU" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--parts", "d"], "choose from a, b and c"),
+    (["--dtypes", "fp8"], "choose from fp16, bf16"),
+    (["--variant", "s3"], "expected NAME:JSON"),
+    (["--variant", 's3:{"STAGES": 3.5}'], "STAGES must be an integer"),
+    (["--variant", "torch:"], "names a reference column"),
+    (["--variant", "x:", "--variant", "x:{}"], "names must be distinct"),
+    (["--params", "[1]"], "expected a JSON object"),
+    (["--params", "{oops"], "not JSON"),
+    (["--odd-shapes", "5x5x5:nx"], "unknown layout 'nx'"),
+    (["--edge-pair", "4095x4095x4095"], "two different shapes"),
+    (["--shapes", "1x2"], "is not a shape"),
+    (["--calls", "0"], "--calls must be >= 1"),
+])
+def test_mma_bench_argument_errors_before_any_gpu_work(args, needle, capsys):
+    with pytest.raises(SystemExit) as e:
+        _mma_bench().main(args)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and needle in err and "Traceback" not in err
+
+
+def test_mma_bench_parsers_and_verdicts():
+    tool = _mma_bench()
+    from asmgemm.bench.shapes import Shape
+    assert tool.parse_variant('s3:{"STAGES": 3}') == ("s3", {"STAGES": 3})
+    assert tool.parse_variant("base:") == ("base", {})
+    # --params under every variant, a variant's own values over it; no --variant: one run, 'asm'
+    assert tool.build_variants({"BK": 64}, []) == [("asm", {"BK": 64})]
+    assert tool.build_variants({"BK": 64}, [("a", {}), ("b", {"BK": 32, "STAGES": 3})]) == [
+        ("a", {"BK": 64}), ("b", {"BK": 32, "STAGES": 3})]
+    assert tool.parse_layout_shapes("305x923x6, 524x455x55:NT", "--odd-shapes") == [
+        (Shape(305, 923, 6), "nn"), (Shape(524, 455, 55), "nt")]
+    assert [s.key for s, _ in tool.parse_layout_shapes(tool.SHAPES_A, "--shapes")] == list(tool.ANCHORS)
+    assert tool.parse_parts("abc") == tool.parse_parts("c,a,b") == ["a", "b", "c"]
+    assert tool.parse_dtypes("bf16,fp16,bf16") == ["bf16", "fp16"]
+    assert tool.verdict(1.2, 1.15) == "met" and tool.verdict(1.1, 1.15) == "NOT met"
+    assert tool.verdict(0.9, 1.0, at_least=False) == "met" and tool.verdict(1.01, 1.0, at_least=False) == "NOT met"
+    assert tool.verdict(None, 1.15) == "-"
+    assert tool.ran_text({"kernel": "hgemm", "copies": ["A", "B"], "params": None}) == "hgemm (copies A+B)"
+    assert tool.text_table(["a", "bb"], [["xyz", "1"]]).splitlines() == ["a    bb", "---  --", "xyz   1"]

@@ -217,3 +217,244 @@ def test_ratio_to_the_faster_cublas_and_the_summary():
     assert s["geomean_to_cublas"] == pytest.approx(2.0 ** (1 / 3), abs=1e-4)
     assert s["slowest"] == {"kernel": "hgemm", "layout": "nn", "shape": "64x64x64", "ratio_to_best_cublas": 0.8}
     assert summarize([rows[3]]) is None
+
+
+# ---- Triton's mma.sync column (--triton-mma) and tools/mma_bench.py ------------------------------
+def _matmul_any(a, b, out=None):
+    """The fake cupy.matmul for every dtype: 1 ms (the float64 reference: none), fp16 computed in fp32."""
+    if a.dtype != np.float64:
+        spend(1.0)
+    r = np.matmul(a.astype(np.float32), b.astype(np.float32)) if a.dtype == np.float16 else np.matmul(a, b)
+    if out is None:
+        return r.astype(a.dtype)
+    out[...] = r
+    return out
+
+
+def _fake_torch():
+    """torch as bench_one uses it on NumPy arrays: from_dlpack is the identity, matmul 1 ms."""
+    torch = types.ModuleType("torch")
+    torch.cuda = types.SimpleNamespace(is_available=lambda: True)
+    torch.backends = types.SimpleNamespace(cuda=types.SimpleNamespace(matmul=types.SimpleNamespace()),
+                                           cudnn=types.SimpleNamespace())
+    torch.set_float32_matmul_precision = lambda precision: None
+    torch.from_dlpack = lambda x: x
+    torch.matmul = _matmul_any
+    return torch
+
+
+def _kernel_ms(ms):
+    def run(a, b, c, ta, tb, params):
+        c[...] = np.matmul((a.T if ta else a).astype(np.float32), (b.T if tb else b).astype(np.float32))
+        spend(ms)
+    return run
+
+
+def test_bench_triton_mma_column_is_left_out_without_triton(fake_gpu, run_cli):
+    code, stdout, err = run_cli("bench", "sgemm", "--shapes", "128x128x128", "--reps", "2", "--triton-mma")
+    assert code == 0, err
+    assert "--triton-mma: column left out" in err and "Triton and torch" in err
+    assert "triton-mma" not in stdout
+
+
+def test_bench_triton_mma_column(fake_gpu, run_cli, monkeypatch, tmp_path):
+    """With Triton and torch importable: the column, asm/triton-mma, the autotuned configuration in
+    the table and the JSON; for fp32 operands a note instead (the mma.sync path is 16-bit)."""
+    monkeypatch.setitem(sys.modules, "torch", _fake_torch())
+    monkeypatch.setitem(sys.modules, "triton", types.ModuleType("triton"))
+    monkeypatch.setattr(sys.modules["cupy"], "matmul", _matmul_any)
+    from asmgemm.bench import triton_ref
+    made = []
+
+    def fake_mma(op_a, op_b, c):
+        made.append(op_a.dtype)
+
+        def run():
+            c[...] = np.matmul(op_a.astype(np.float32), op_b.astype(np.float32))
+            spend(1.6)
+        return run, "128x128x32 GM8 w4 s4"
+    monkeypatch.setattr(triton_ref, "make_triton_mma_matmul", fake_mma)
+    fake_gpu(_kernel_ms(2.0))
+    out = tmp_path / "bench.json"
+    code, stdout, err = run_cli("bench", "hgemm", "sgemm", "--shapes", "64x64x64", "--reps", "2", "--no-triton",
+                                "--triton-mma", "--json", str(out))
+    assert code == 0, err
+    assert made == [np.float16]                        # not built for the fp32 kernel
+    rows = {r["kernel"]: r for r in json.loads(out.read_text())["rows"]}
+    h, s = rows["hgemm"], rows["sgemm"]
+    assert set(h["tflops"]) == {"asmgemm", "cublas", "torch", "triton-mma"}
+    assert h["ratio_to_triton_mma"] == 0.8 and h["ratio_to_cublas"]["triton-mma"] == 0.625   # 1.6 ms vs 2 ms, 1 ms
+    assert h["ref_configs"] == {"triton-mma": "128x128x32 GM8 w4 s4"} and h["rel_err"]["triton-mma"] < 1e-3
+    assert "triton-mma" not in s["tflops"] and s["ratio_to_triton_mma"] is None
+    assert any("16-bit operands only" in n for n in s["notes"])
+    assert "autotuned to: nn 64x64x64: 128x128x32 GM8 w4 s4" in stdout and "16-bit operands only" in stdout
+
+
+def test_bench_triton_mma_column_that_fails_is_a_note(fake_gpu, run_cli, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", _fake_torch())
+    monkeypatch.setitem(sys.modules, "triton", types.ModuleType("triton"))
+    monkeypatch.setattr(sys.modules["cupy"], "matmul", _matmul_any)
+    from asmgemm.bench import triton_ref
+
+    def not_mma(op_a, op_b, c):
+        raise RuntimeError("Triton's kernel is not the mma.sync path: its PTX has wgmma instructions")
+    monkeypatch.setattr(triton_ref, "make_triton_mma_matmul", not_mma)
+    fake_gpu(_kernel_ms(2.0))
+    code, stdout, err = run_cli("bench", "hgemm", "--shapes", "64x64x64", "--reps", "2", "--no-triton",
+                                "--triton-mma", "--json")
+    assert code == 0, err
+    row = json.loads(stdout)["rows"][0]
+    assert "triton-mma" not in row["tflops"] and row["correct"]
+    assert row["notes"] == ["triton-mma not run: RuntimeError: Triton's kernel is not the mma.sync path: its PTX has "
+                            "wgmma instructions"]
+
+
+class _Tensor:
+    """What make_triton_mma_matmul reads of a torch tensor: shape, element size, strides."""
+    def __init__(self, rows, cols, size=2):
+        self.shape, self._size, self.dtype = (rows, cols), size, f"float{8 * size}"
+
+    def element_size(self):
+        return self._size
+
+    def stride(self, dim):
+        return (self.shape[1], 1)[dim]
+
+
+@pytest.fixture
+def fake_triton(monkeypatch):
+    """A stand-in Triton whose autotuned launch records DISABLE_MMA_V3 as the launch saw it and
+    returns a compiled kernel with the PTX in `state['ptx']`."""
+    import os
+    from asmgemm.bench import triton_ref
+    state = {"ptx": "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", "env": [], "grids": []}
+    triton = types.ModuleType("triton")
+    triton.language = types.ModuleType("triton.language")
+    triton.jit = lambda fn: fn
+    triton.cdiv = lambda a, b: -(-a // b)
+
+    class Config:
+        def __init__(self, kwargs, num_warps=4, num_stages=3):
+            self.kwargs, self.num_warps, self.num_stages = kwargs, num_warps, num_stages
+
+    class Autotuned:
+        def __init__(self, configs, key, fn):
+            self.configs, self.key, self.fn, self.best_config = configs, key, fn, None
+
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                state["env"].append(os.environ.get("DISABLE_MMA_V3"))
+                self.best_config = self.configs[1]
+                state["grids"].append(grid(self.best_config.kwargs))
+                state["key"], state["kwargs"] = self.key, kwargs
+                return types.SimpleNamespace(asm={"ptx": state["ptx"]})
+            return launch
+    triton.Config = Config
+    triton.autotune = lambda configs, key: (lambda fn: Autotuned(configs, key, fn))
+    monkeypatch.setitem(sys.modules, "triton", triton)
+    monkeypatch.setitem(sys.modules, "triton.language", triton.language)
+    monkeypatch.setattr(triton_ref, "_mma_kernel", None)
+    return state
+
+
+def test_triton_mma_reference_compiles_and_launches_with_mma_v3_off(fake_triton, monkeypatch):
+    import os
+    from asmgemm.bench import triton_ref
+    monkeypatch.setenv("DISABLE_MMA_V3", "0")               # the caller's setting comes back afterwards
+    run, config = triton_ref.make_triton_mma_matmul(_Tensor(300, 64), _Tensor(64, 500), _Tensor(300, 500))
+    assert config == "256x128x64 GM8 w8 s3"                # MMA_CONFIGS[1], the fake autotuner's choice
+    assert fake_triton["grids"] == [(2 * 4,)]                # ceil(300 / 256) * ceil(500 / 128) blocks
+    assert fake_triton["key"] == ["M", "N", "K", "s_am", "s_ak", "s_bk", "s_bn"]
+    assert fake_triton["kwargs"] == {"IEEE": False}
+    run()
+    assert fake_triton["env"] == ["1", "1"] and os.environ["DISABLE_MMA_V3"] == "0"
+    monkeypatch.delenv("DISABLE_MMA_V3")
+    run()
+    assert fake_triton["env"][-1] == "1" and "DISABLE_MMA_V3" not in os.environ
+
+
+def test_triton_mma_reference_refuses_a_kernel_that_is_not_mma_sync(fake_triton):
+    from asmgemm.bench import triton_ref
+    fake_triton["ptx"] = "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 ...; mma.sync.aligned"
+    with pytest.raises(RuntimeError, match="wgmma instructions"):
+        triton_ref.make_triton_mma_matmul(_Tensor(64, 64), _Tensor(64, 64), _Tensor(64, 64))
+    fake_triton["ptx"] = "fma.rn.f32"
+    with pytest.raises(RuntimeError, match="no mma.sync instruction"):
+        triton_ref.make_triton_mma_matmul(_Tensor(64, 64), _Tensor(64, 64), _Tensor(64, 64))
+    with pytest.raises(RuntimeError, match="16-bit operands"):
+        triton_ref.make_triton_mma_matmul(_Tensor(64, 64, 4), _Tensor(64, 64, 4), _Tensor(64, 64, 4))
+    assert len(triton_ref.MMA_CONFIGS) == 10 and all(
+        64 <= min(bm, bn) and max(bm, bn) <= 256 and 3 <= stages <= 5 and warps in (4, 8)
+        for bm, bn, bk, gm, warps, stages in triton_ref.MMA_CONFIGS)
+
+
+def _mma_bench_tool():
+    import importlib.util
+    path = Path(__file__).parent.parent / "tools" / "mma_bench.py"
+    spec = importlib.util.spec_from_file_location("mma_bench", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture
+def fake_mma_gemm(fake_gpu, monkeypatch):
+    """asmgemm.gemm for tools/mma_bench.py on the fake GPU: C = op(A) op(B) in fp32, 0.5 ms (0.8 with
+    params); last_launch() names hgemm_mma (or the kernel= given) and the params; `state['wrong']`
+    makes the calls with STAGES in their params wrong."""
+    cp = sys.modules["cupy"]
+    monkeypatch.setattr(cp, "float16", np.float16, raising=False)
+    monkeypatch.setattr(cp, "matmul", _matmul_any)
+    from asmgemm.runtime import gemm as gemm_mod
+    from asmgemm.runtime import launch
+    state = {"last": None, "wrong": False}
+
+    def gemm(a, b, c=None, *, trans_a=False, trans_b=False, params=None, kernel=None, **kw):
+        r = np.matmul((a.T if trans_a else a).astype(np.float32), (b.T if trans_b else b).astype(np.float32))
+        c = np.empty(r.shape, a.dtype) if c is None else c
+        c[...] = -r if state["wrong"] and "STAGES" in (params or {}) else r
+        spend(0.8 if params else 0.5)
+        state["last"] = {"kernel": kernel or "hgemm_mma", "copies": (), "params": {"BM": 128, **(params or {})}}
+        return c
+    monkeypatch.setattr(gemm_mod, "gemm", gemm)
+    monkeypatch.setattr(gemm_mod, "last_launch", lambda: state["last"])
+    monkeypatch.setattr(gemm_mod, "clear_last_launch", lambda: state.update(last=None))
+    monkeypatch.setattr(launch, "untuned_size_rule", lambda spec, m, n, k, layout, sms, **kw: {"BM": 64, "WN": 32})
+    return state
+
+
+def test_mma_bench_runs_every_part(fake_mma_gemm, tmp_path, capsys):
+    tool = _mma_bench_tool()
+    out = tmp_path / "mma.json"
+    code = tool.main(["--shapes", "64x48x40", "--variant", "base:", "--variant", 's3:{"STAGES": 3}',
+                      "--odd-shapes", "33x17x9,20x12x7:nt", "--edge-pair", "31x31x31,32x32x32",
+                      "--reps", "2", "--warmup", "1", "--calls", "3", "--json", str(out)])
+    stdout = capsys.readouterr().out
+    assert code == 0, stdout
+    rep = json.loads(out.read_text())
+    (a,) = rep["a"]
+    assert [v["name"] for v in a["variants"]] == ["base", "s3"] and set(a["tflops"]) == {"base", "s3", "cupy"}
+    # base runs as gemm(kernel="hgemm_mma") does; s3's overrides lie over the untuned size rule
+    assert a["ran"]["base"]["params"] == {"BM": 128}
+    assert a["ran"]["s3"]["params"] == {"BM": 64, "WN": 32, "STAGES": 3}
+    assert a["variants"][0]["to_cublas"] == 2.0 and a["variants"][1]["to_cublas"] == 1.25     # 0.5, 0.8 vs 1 ms
+    assert a["variants"][0]["goal"] == "-"            # no Triton here and no anchor for this shape
+    assert "Triton's mma.sync column left out" in stdout
+    assert [(r["shape"], r["layout"]) for r in rep["b"]] == [("33x17x9", "nn"), ("20x12x7", "nt")]
+    assert all(r["ran"]["asm cupy"]["kernel"] == "hgemm_mma" and r["rel_err"]["asm cupy"] < 1e-3 for r in rep["b"])
+    assert all(set(r["loop_us"]) == set(r["one_call_us"]) == {"asm cupy", "cupy.matmul"} for r in rep["b"])
+    assert all(r["one_call_us"]["asm cupy"] == 500.0 for r in rep["b"])    # the fake clock: 0.5 ms a call
+    c = rep["c"]
+    assert c["ratio"] == pytest.approx((31 / 32) ** 3, abs=1e-3) and c["goal"] == "NOT met"
+    assert set(c["ran"]) == {"31x31x31", "32x32x32"} and not c["failed"]
+    for title in ("== summary on Fake GPU 80GB ==", "a) forced mma.sync kernel", "b) odd operands",
+                  "c) default choice, TFLOP/s: 31x31x31 / 32x32x32 = 0.909"):
+        assert title in stdout
+
+
+def test_mma_bench_reports_a_wrong_variant_and_exits_3(fake_mma_gemm, capsys):
+    fake_mma_gemm["wrong"] = True
+    code = _mma_bench_tool().main(["--parts", "a", "--shapes", "64x48x40", "--variant", "base:",
+                                   "--variant", 's3:{"STAGES": 3}', "--reps", "2", "--no-triton"])
+    out, err = capsys.readouterr()
+    assert code == 3 and "s3 WRONG: relative error" in out and "failed or were wrong: s3" in err

@@ -1,8 +1,8 @@
 """A picture of a benchmark report (`asmgemm bench --plot FILE`): TFLOP/s per shape for asmgemm,
-cuBLAS, torch and Triton (whichever columns the report has), one panel per kernel and layout, and
-the GPU's peak for the kernel's dtype as a dashed line -- the picture Triton's `perf_report` users
-know. Works from the report's JSON alone (`asmgemm bench --plot OUT.png --from results.json`), so
-a stored result is redrawn without a GPU. Needs matplotlib (the `plot` extra).
+cuBLAS, torch, Triton and Triton's mma.sync path (whichever columns the report has), one panel per
+kernel and layout, and the GPU's peak for the kernel's dtype as a dashed line -- the picture
+Triton's `perf_report` users know. Works from the report's JSON alone (`asmgemm bench --plot OUT.png
+--from results.json`), so a stored result is redrawn without a GPU. Needs matplotlib (the `plot` extra).
 
 Peaks (dense, no sparsity; TFLOP/s) from NVIDIA's datasheets: FP32 is the CUDA-core rate (what
 SGEMM without TF32 can reach), FP16/BF16 the tensor-core rate with FP32 accumulation.
@@ -19,7 +19,8 @@ from pathlib import Path
 from ..errors import AsmError
 
 FORMATS = ("png", "svg", "pdf")
-IMPLS = (("asmgemm", "asmgemm"), ("cublas", "cuBLAS"), ("torch", "torch"), ("triton", "Triton"))
+IMPLS = (("asmgemm", "asmgemm"), ("cublas", "cuBLAS"), ("torch", "torch"), ("triton", "Triton"),
+         ("triton-mma", "Triton mma.sync"))
 PLOT_HINT = "pip install 'asmgemm[plot]' (or pip install matplotlib)"
 
 # (name fragments that must all occur, fp32 peak, fp16/bf16 tensor peak); the first match wins

@@ -9,6 +9,7 @@ from ..errors import AsmError
 from ..kernel_spec import KernelSpec
 from .shapes import Shape
 from .timing import TimingStats, tflops
+from .triton_ref import TRITON_MMA
 
 
 def make_runner(spec: KernelSpec) -> Callable:
@@ -35,6 +36,7 @@ class BenchRow:
     error: str | None = None                                    # why the kernel did not run / failed
     notes: list[str] = field(default_factory=list)              # a reference that failed (not the kernel's fault)
     ran: str | None = None          # the kernel a route of `kernel`'s spec sent the call to ([[NAME.route]])
+    ref_configs: dict[str, str] = field(default_factory=dict)   # reference -> the configuration it chose (autotuned)
 
     @property
     def correct(self) -> bool:
@@ -70,6 +72,8 @@ class BenchRow:
             "tflops": {i: round(self.tflops(i), 3) for i in self.stats},
             "ratio_to_cublas": {i: round(self.ratio(i), 4) for i in self.stats if i != "cublas" and self.ratio(i)},
             "ratio_to_best_cublas": (round(self.ratio_to_best(), 4) if self.ratio_to_best() else None),
+            "ratio_to_triton_mma": (round(self.ratio(to=TRITON_MMA), 4) if self.ratio(to=TRITON_MMA) else None),
+            "ref_configs": self.ref_configs,
             "timing_ms": {i: s.to_json() for i, s in self.stats.items()},
         }
 
@@ -91,7 +95,7 @@ def torch_module():
 def bench_one(cp, kernel: KernelSpec, shape: Shape, layout: str, *, reps: int, warmup: int,
               params: dict | None, params_source: str, flush, torch=None, seed: int = 0,
               shown_params: dict | None = None, on_rep: Callable[[int], None] | None = None,
-              timer=None, pre_roll=None, triton: bool = False) -> BenchRow:
+              timer=None, pre_roll=None, triton: bool = False, triton_mma: bool = False) -> BenchRow:
     from .problem import GemmProblem
     from .timing import time_interleaved
 
@@ -104,6 +108,7 @@ def bench_one(cp, kernel: KernelSpec, shape: Shape, layout: str, *, reps: int, w
         "asmgemm": lambda: run(prob.a, prob.b, outs["asmgemm"], prob.trans_a, prob.trans_b, params),
         "cublas": lambda: prob.cublas(outs["cublas"]),
     }
+    torch_for_refs = torch       # Triton's mma.sync path takes a C of another dtype; torch.matmul does not
     if torch is not None and prob.c_dtype != prob.dtype:
         # torch.matmul gives C in A's dtype only; cuBLAS's own mixed call (GemmProblem.cublas) is the reference
         row.notes.append(f"cuBLAS timed as cublasGemmEx ({prob.dtype.name} A and B, {prob.c_dtype.name} C); torch not "
@@ -123,6 +128,8 @@ def bench_one(cp, kernel: KernelSpec, shape: Shape, layout: str, *, reps: int, w
                 fns["triton"] = make_triton_matmul(top_a, top_b, torch.from_dlpack(outs["triton"]))
             except Exception as exc:
                 row.notes.append(f"triton not run: {type(exc).__name__}: {exc}")
+    if triton_mma and torch_for_refs is not None:
+        _add_triton_mma(row, prob, fns, outs, torch_for_refs)
     # correctness, each implementation on a poisoned output, before any timing
     limit = kernel.rel_err_limit
     from ..runtime.gemm import clear_last_launch
@@ -154,6 +161,28 @@ def bench_one(cp, kernel: KernelSpec, shape: Shape, layout: str, *, reps: int, w
         row.stats = time_interleaved(fns, reps=reps, warmup=warmup, flush=flush, on_rep=on_rep, timer=timer,
                                      pre_roll=pre_roll)
     return row
+
+
+def _add_triton_mma(row: BenchRow, prob, fns: dict, outs: dict, torch) -> None:
+    """The triton-mma column: Triton's mma.sync path, autotuned here (seconds, before any timing);
+    16-bit operands, C in their dtype or fp32. A reference that cannot run is a note, not the
+    kernel's error."""
+    if prob.dtype.itemsize != 2:
+        row.notes.append(f"{TRITON_MMA} not run: Triton's mma.sync path is timed for 16-bit operands only "
+                         f"(not {prob.dtype.name})")
+        return
+    from .triton_ref import make_triton_mma_matmul
+    out = prob.output()
+    try:
+        ta, tb = torch.from_dlpack(prob.a), torch.from_dlpack(prob.b)
+        fn, config = make_triton_mma_matmul(ta.t() if prob.trans_a else ta, tb.t() if prob.trans_b else tb,
+                                            torch.from_dlpack(out))
+    except Exception as exc:
+        text = str(exc).splitlines()[0] if str(exc) else ""
+        row.notes.append(f"{TRITON_MMA} not run: {type(exc).__name__}: {text}")
+        return
+    outs[TRITON_MMA], fns[TRITON_MMA] = out, fn
+    row.ref_configs[TRITON_MMA] = config
 
 
 def _note_route(row: BenchRow, kernel: KernelSpec) -> None:

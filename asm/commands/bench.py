@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from ..bench.triton_ref import TRITON_MMA
 from ..files import check_outputs, write_files
 from .common import emit_json, make_console, parse_defines
 
@@ -34,6 +35,12 @@ EXIT_REGRESSED = 3
 @click.option("--no-triton", is_flag=True,
               help="Leave out the Triton reference (a plain IEEE-fp32 Triton matmul, one fixed config, "
                    "run when Triton and torch are installed).")
+@click.option("--triton-mma", is_flag=True,
+              help="Add a column for Triton's own mma.sync path (16-bit operands): the Triton reference's "
+                   "kernel compiled with DISABLE_MMA_V3=1 (its PTX checked: mma.sync, no wgmma), autotuned over "
+                   "10 configurations per shape and layout before timing (seconds each), and asm/triton-mma, "
+                   "asmgemm's ratio to it (issue 31's anchor for hgemm_mma). Needs Triton and torch; left out "
+                   "with a warning where they are not installed.")
 @click.option("-D", "defines", multiple=True, metavar="NAME=VALUE",
               help="Run the kernel with this parameter override (repeatable), instead of its defaults/tuned values.")
 @click.option("--defaults", "use_defaults", is_flag=True,
@@ -63,8 +70,8 @@ EXIT_REGRESSED = 3
                    "cupy.matmul (and torch) on the first shape (default 128x128x128), in us/call.")
 @click.option("--calls", type=click.IntRange(1, 10_000_000), default=10000, show_default=True,
               help="Calls per implementation for --host-overhead.")
-def command(kernels, shapes_spec, layouts_spec, reps, warmup, no_flush, no_pre_roll, no_torch, no_triton, defines,
-            use_defaults,
+def command(kernels, shapes_spec, layouts_spec, reps, warmup, no_flush, no_pre_roll, no_torch, no_triton, triton_mma,
+            defines, use_defaults,
             json_out, save_baseline, check_baseline, baseline_dir, tolerance, seed, plot_out, from_json, host_overhead,
             calls):
     """Benchmark KERNELs (kernel spec names, `asmgemm kernels`; default: every kernel that ships in
@@ -94,6 +101,7 @@ def command(kernels, shapes_spec, layouts_spec, reps, warmup, no_flush, no_pre_r
       asmgemm bench --json out.json --plot out.png    # the table, the JSON and a picture
       asmgemm bench --plot out.svg --from out.json    # redraw a stored result (no GPU)
       asmgemm bench --host-overhead                   # us/call of gemm vs cupy.matmul, 10,000 calls
+      asmgemm bench hgemm_mma --triton-mma --no-triton --shapes 4096x4096x4096,8192x8192x8192
     """
     from ..bench.shapes import parse_layouts, parse_shapes
     from ..errors import AsmError
@@ -111,6 +119,10 @@ def command(kernels, shapes_spec, layouts_spec, reps, warmup, no_flush, no_pre_r
         plot_format(plot_out)
         require_matplotlib()            # before the GPU work, not after it
         check_outputs([plot_out])
+    if triton_mma and host_overhead:
+        raise AsmError("--triton-mma is a column of the throughput benchmark; --host-overhead times no Triton")
+    if triton_mma and no_torch:
+        raise AsmError("--triton-mma runs Triton on torch tensors: leave out --no-torch")
     if host_overhead:
         _host_overhead(kernels, shapes_spec or "128x128x128", calls, no_torch, json_out, seed)
         return
@@ -134,7 +146,7 @@ def command(kernels, shapes_spec, layouts_spec, reps, warmup, no_flush, no_pre_r
     with lookups_off() if use_defaults else contextlib.nullcontext():   # untuned: gemm() ignores the cache
         _bench(bench_kernels, shapes, layouts, reps, warmup, no_flush, no_pre_roll, no_torch, no_triton, overrides,
                use_defaults, json_out, save_baseline, check_baseline, baseline_dir, tolerance, seed, default_set,
-               plot_out=plot_out)
+               plot_out=plot_out, triton_mma=triton_mma)
 
 
 def _redraw(from_json: str, plot_out: str) -> None:
@@ -201,7 +213,7 @@ def _runnable_here(cp, spec, target: str) -> bool:
 
 def _bench(bench_kernels, shapes, layouts, reps, warmup, no_flush, no_pre_roll, no_torch, no_triton, overrides,
            use_defaults, json_out, save_baseline, check_baseline, baseline_dir, tolerance, seed, default_set=False,
-           plot_out=None):
+           plot_out=None, triton_mma=False):
     from ..bench import baseline as bl
     from ..runtime.gpu import device_facts, gpu_name, require_gpu
     cp = require_gpu("asmgemm bench")
@@ -214,7 +226,7 @@ def _bench(bench_kernels, shapes, layouts, reps, warmup, no_flush, no_pre_roll, 
     from ..bench.timing import make_pre_roll
     pre_roll = make_pre_roll(not no_pre_roll)
     rows = _run(cp, bench_kernels, shapes, layouts, reps, warmup, no_flush, pre_roll, no_torch, no_triton,
-                overrides, use_defaults, seed)
+                overrides, use_defaults, seed, triton_mma)
 
     from ..bench.plot import peak_tflops
     report = {"gpu": gpu, "reps": reps, "warmup": warmup, "l2_flush": not no_flush, "pre_roll": pre_roll is not None,
@@ -270,7 +282,7 @@ def _bench(bench_kernels, shapes, layouts, reps, warmup, no_flush, no_pre_roll, 
 
 
 def _run(cp, bench_kernels, shapes, layouts, reps, warmup, no_flush, pre_roll, no_torch, no_triton, overrides,
-         use_defaults, seed):
+         use_defaults, seed, triton_mma=False):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..runtime.gpu import gpu_name
@@ -281,6 +293,7 @@ def _run(cp, bench_kernels, shapes, layouts, reps, warmup, no_flush, pre_roll, n
     from ..bench.triton_ref import triton_available
     torch = None if no_torch else torch_module()
     use_triton = torch is not None and not no_triton and triton_available()
+    use_triton_mma = triton_mma and _triton_mma_available(torch)
     flush = None if no_flush else L2Flusher()
     items = [(k, lay, s) for k in bench_kernels for lay in layouts for s in shapes]
     rows = []
@@ -293,13 +306,24 @@ def _run(cp, bench_kernels, shapes, layouts, reps, warmup, no_flush, pre_roll, n
             try:
                 row = bench_one(cp, kernel, shape, layout, reps=reps, warmup=warmup, params=params,
                                 params_source=source, shown_params=shown, flush=flush, torch=torch, seed=seed + i,
-                                on_rep=lambda r: progress.advance(task), pre_roll=pre_roll, triton=use_triton)
+                                on_rep=lambda r: progress.advance(task), pre_roll=pre_roll, triton=use_triton,
+                                triton_mma=use_triton_mma)
             except cp.cuda.memory.OutOfMemoryError as exc:
                 from ..bench.runner import BenchRow
                 row = BenchRow(kernel.name, kernel.dtypes.c, layout, shape, kernel.rel_err_limit, shown, source,
                                error=f"out of memory: {exc}")
             rows.append(row)
     return rows
+
+
+def _triton_mma_available(torch) -> bool:
+    """Whether the triton-mma column can run here; a warning on stderr (the run goes on without it) when not."""
+    from ..bench.triton_ref import triton_available
+    if torch is not None and triton_available():
+        return True
+    why = "torch has no CUDA device" if triton_available() else "it needs Triton and torch, which do not import here"
+    click.echo(f"asmgemm: warning: --triton-mma: column left out: {why}", err=True)
+    return False
 
 
 def _fmt_tflops(row, impl):
@@ -325,12 +349,13 @@ def _fmt_ratio(r):
 def _print_table(gpu, rows, reps, no_flush):
     from rich.table import Table
 
-    refs = [i for i in ("torch", "triton") if any(i in r.stats for r in rows)]
+    refs = [i for i in ("torch", "triton", TRITON_MMA) if any(i in r.stats for r in rows)]
     t = Table(title=f"asmgemm bench on {gpu}: TFLOP/s, median of {reps} (min–max); "
                     f"L2 {'not ' if no_flush else ''}flushed between repetitions", title_justify="left")
     best = "torch" in refs          # the faster cuBLAS path: cupy.matmul or torch.matmul
     for col in ("kernel", "layout", "M×N×K", "params", "rel err", "asmgemm", "cuBLAS", *refs, "asm/cuBLAS",
-                *(f"{i}/cuBLAS" for i in refs), *(["asm/best"] if best else [])):
+                *(f"{i}/cuBLAS" for i in refs), *(["asm/best"] if best else []),
+                *([f"asm/{TRITON_MMA}"] if TRITON_MMA in refs else [])):
         t.add_column(col, justify="left" if col in ("kernel", "layout", "M×N×K", "params") else "right")
     for r in rows:
         err = r.rel_err.get("asmgemm")
@@ -342,9 +367,14 @@ def _print_table(gpu, rows, reps, no_flush):
         cells += [_fmt_ratio(r.ratio(i)) for i in refs]
         if best:
             cells.append(_fmt_ratio(r.ratio_to_best()))
+        if TRITON_MMA in refs:
+            cells.append(_fmt_ratio(r.ratio(to=TRITON_MMA)))
         t.add_row(*cells)
     con = make_console()
     con.print(t)
+    chosen = [f"{r.layout} {r.shape.key}: {r.ref_configs[TRITON_MMA]}" for r in rows if TRITON_MMA in r.ref_configs]
+    if chosen:
+        con.print(f"[dim]{TRITON_MMA} (Triton, DISABLE_MMA_V3=1) autotuned to: " + "; ".join(chosen) + "[/]")
     shared = {}                 # a note several rows carry (the reference a kernel's dtypes need) is printed once
     for r in rows:
         for note in r.notes:

@@ -7,10 +7,12 @@
 #     bash tools/device_verify.sh sched bench
 #
 # Parts (default: tests sched sanitize bench, the release check; `all`: every part):
-#   tests     every test marked gpu or perf (~6.5 min on the H100)
+#   tests     every test marked gpu or perf (~9 min on the H100: alone in its call)
 #   sched     tools/sched_ab.py: scheduled vs source order of sgemm, 8x8 defaults and the 16x8
 #             load-ahead variant gemm() runs at 4096^3 (~3 min)
-#   sanitize  compute-sanitizer memcheck over tools/sgemm_sanitize.py, sgemm and hgemm (~1 min)
+#   sanitize  compute-sanitizer memcheck over tools/sgemm_sanitize.py, sgemm and hgemm, and memcheck
+#             plus racecheck over hgemm_mma at three odd shapes (odd leading dimensions: the
+#             2-byte path; 4 layouts x 2 tilings and a strided view each) (~3 min)
 #   bench     asmgemm bench sgemm against cuBLAS, square + 3000x5000x700 (~1 min)
 #   cli       asmgemm run: odd shape with alpha/beta (tn), 4096^3 as JSON, a tiny 8^3 (~1 min)
 #   ncu       Nsight Compute over tools/sgemm_profile.py, condensed by tools/ncu_summary.py
@@ -44,7 +46,7 @@ step() {  # step NAME CMD...: output to $OUT/NAME.txt, exit status to $OUT/exits
 }
 
 if want tests; then
-  step pytest_gpu timeout 450 python3 -m pytest -q -p no:cacheprovider -rfEs -m "gpu or perf" tests
+  step pytest_gpu timeout 580 python3 -m pytest -q -p no:cacheprovider -rfEs -m "gpu or perf" tests
 fi
 if want sched; then
   step sched_ab timeout 120 python3 tools/sched_ab.py sgemm --shape 4096,4096,4096 --shape 3000,5000,700 \
@@ -59,6 +61,14 @@ if want sanitize; then
   # have (34 cuGetProcAddress "invalid argument" API errors, no memory error): count memory errors only
   step sanitize_hgemm timeout 120 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 \
       python3 tools/sgemm_sanitize.py hgemm
+  # the portable mma.sync kernel: shared-memory races matter as much as addresses (cp.async ring)
+  for shape in 131,67,45 257,300,129 77,1030,64; do
+    for tool in memcheck racecheck; do
+      step "sanitize_mma_${tool}_${shape//,/x}" timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 3 \
+          python3 tools/sgemm_sanitize.py hgemm_mma --params null --params '{"BM":128,"BN":128,"WM":64,"WN":32}' \
+          --shape "$shape"
+    done
+  done
 fi
 if want bench; then
   step bench timeout 200 python3 -m asmgemm.cli bench sgemm --shapes square,3000x5000x700 --reps 15 \
@@ -90,12 +100,13 @@ if want baseline; then
 fi
 
 echo "===== summary"; cat "$OUT/exits.txt"
-for f in pytest_gpu sanitize sanitize_hgemm sched_ab sched_ab_large run_odd run_4096 run_tiny ncu_summary bench baseline baseline_hgemm; do
+for f in pytest_gpu sanitize sanitize_hgemm $(cd "$OUT" && ls sanitize_mma_*.txt 2>/dev/null | sed 's/\.txt$//') sched_ab sched_ab_large run_odd run_4096 run_tiny ncu_summary bench baseline baseline_hgemm; do
   [ -f "$OUT/$f.txt" ] || continue
   echo "----- $f"
   case $f in
     pytest_gpu) grep -E "passed|failed|error" "$OUT/$f.txt" | tail -3 ;;
     sanitize|sanitize_hgemm) tail -n 4 "$OUT/$f.txt" ;;
+    sanitize_mma_*) grep -E "SUMMARY|SANITIZE_RESULTS" "$OUT/$f.txt" ;;
     run_4096) python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print('run 4096 json: ratio %.3f ok %s err %.1e' % (r['ratio_to_cublas'], r['ok'], r['errors']['rel_norm_err_vs_fp64']))" \
                 "$OUT/run_4096.json" 2>&1 || tail -n 5 "$OUT/$f.txt" ;;
     run_odd|run_tiny) tail -n 8 "$OUT/$f.txt" ;;

@@ -23,6 +23,7 @@ from .isa.arch import (DEFAULT_TARGET, FEATURE_USES, SUPPORTED_TARGETS, arch_for
                        instruction_features, required_features)
 from .parse import parse_source
 from .parse_fast import PLAIN_PTX_NODES
+from .ptxas_names import locate as locate_named
 from .regalloc import Allocation, allocate
 from .scheduler import schedule_module
 from .source import SourceFile, read_source
@@ -269,15 +270,16 @@ def assemble(result: BuildResult, extra_args: list[str] | None = None) -> Assemb
             raise AsmError(f"ptxas failed (exit {code})" + (f": {tail}" if tail else " and printed nothing"))
         ptx_lines = result.ptx.splitlines()
 
-        def where(line: int | None):
-            if not line:
-                return None
-            return result.emitted.span_for_line(line) or _header_span(result, ptx_lines, line)
+        def where(d) -> tuple:
+            if not d.line:
+                # a message about a function or variable: its declaration
+                return locate_named(d.message, result.scheduled)
+            return result.emitted.span_for_line(d.line) or _header_span(result, ptx_lines, d.line), []
 
         first = errors[0]
-        span = where(first.line)
+        span, notes = where(first)
         ptx_line = ptx_lines[first.line - 1].strip() if first.line and first.line <= len(ptx_lines) else ""
-        notes = [Note(f"ptxas: {d.message}", where(d.line)) for d in errors[1:6]]
+        notes += [Note(f"ptxas: {d.message}", where(d)[0]) for d in errors[1:6]]
         at = f" (PTX line {first.line}: {ptx_line})" if first.line else ""
         raise AsmError(f"ptxas: {first.message}{at}", span, notes=notes)
     warnings = [f"{d.message}" for d in diags if d.severity == "warning"]

@@ -85,8 +85,8 @@ def expression_parser() -> Lark:
 
 def parse_source(source: SourceFile) -> ast.Module:
     check_text_limits(source)
-    from .parse_fast import parse_plain     # plain-PTX lines without Lark; None: use the grammar
-    fast = parse_plain(source)
+    from .parse_fast import parse as parse_fast    # ordinary lines without Lark; None: use the grammar
+    fast = parse_fast(source)
     if fast is not None:
         return fast
     try:

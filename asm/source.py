@@ -55,13 +55,27 @@ def normalise_text(text: str) -> str:
     return text
 
 
-@dataclass(frozen=True)
 class Span:
-    """A half-open character range [start, end) in one source file."""
+    """A half-open character range [start, end) in one source file.
 
-    source: SourceFile
-    start: int
-    end: int
+    A plain class with slots, compared and hashed by value as a frozen dataclass would be: every
+    AST node and instruction carries one, and a 20 MB source makes millions; a dataclass's
+    dictionary and frozen __init__ made them a third of a large build's memory and time."""
+
+    __slots__ = ("source", "start", "end")
+
+    def __init__(self, source: SourceFile, start: int, end: int):
+        self.source = source
+        self.start = start
+        self.end = end
+
+    def __eq__(self, other) -> bool:
+        if type(other) is not Span:
+            return NotImplemented
+        return self.start == other.start and self.end == other.end and self.source == other.source
+
+    def __hash__(self) -> int:
+        return hash((self.source, self.start, self.end))
 
     @property
     def line(self) -> int:

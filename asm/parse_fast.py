@@ -81,6 +81,9 @@ _OPERAND = re.compile(
     # the two destinations of setp/shfl: %r1|%p1, _|p
     r"|(?P<pair>(?P<p1>%?" + _NAME + r")[ \t]*\|[ \t]*(?P<p2>%?" + _NAME + r"))"
     r")(?=[ \t]*(?:,|$))(?:[ \t]*(?:,[ \t]*(?=[^ \t])|$))")
+# The operands _operands tells apart by their text: as _OPERAND's first four kinds, the whole text.
+_SIMPLE = re.compile(r"(?P<reg>" + _REG + r"(?:\.[xyzwrgba](?![\w$]))?)|(?P<num>" + _NUMBER + r")"
+                     r"|(?P<neg>-(?:" + _NUMBER + r"))|(?P<name>" + _NAME + r")")
 _QUAL_AT = re.compile(r"(\.[A-Za-z_][\w$]*)(?:[ \t]+(\d+))?")
 _DECLARATOR_AT = re.compile(r"(%?" + _NAME + r")(?:[ \t]*<[ \t]*(\d+)[ \t]*>)?")
 _DIM_AT = re.compile(r"[ \t]*\[[ \t]*(\d+)?[ \t]*\]")
@@ -337,13 +340,38 @@ def _block_comments(text: str, lo: int, hi: int) -> list[tuple[int, int]]:
 
 
 def _prebuilt(kind: str, children: list, start: int, end: int):
-    from lark import Tree
-
-    t = Tree(kind, children)
-    meta = t.meta
-    meta.empty = False
-    meta.start_pos, meta.end_pos = start, end
+    t = _pre_class()(children)
+    if kind != "prebuilt":
+        t.data = kind
+    t.start_pos, t.end_pos = start, end
     return t
+
+
+def _pre_class():
+    global _PRE
+    if _PRE is None:
+        from lark import Tree
+
+        class Pre(Tree):
+            """A node the fast path built, among the skeleton tree's children: a Tree to the grammar
+            path's builder (which keeps only Trees of a block's children), positioned as one,
+            and cheap (there is one per recognised line)."""
+            __slots__ = ("start_pos", "end_pos")
+            data = "prebuilt"
+            empty = False
+
+            def __init__(self, children):
+                self.children = children
+
+            @property
+            def meta(self):
+                return self
+
+        _PRE = Pre
+    return _PRE
+
+
+_PRE = None
 
 
 def _put_in(tree, fast: list, blanks: list) -> set[int]:
@@ -407,7 +435,7 @@ def _put_children(tree, items: list, i: int, fast: list, orphans: set, end: int 
     while i < n and items[i][0] < end:
         out.append(_wrap(fast[items[i][1]]))
         i += 1
-    if any(type(c) is Tree and c.data == "prebuilt" and type(c.children[0]) is _Head for c in out):
+    if any(type(c) is _PRE and type(c.children[0]) is _Head for c in out):
         out = _join_heads(out, fast, orphans)
     tree.children = out
     return i
@@ -428,7 +456,7 @@ def _join_heads(out: list, fast: list, orphans: set) -> list:
     k = 0
     while k < len(out):
         c = out[k]
-        if type(c) is Tree and c.data == "prebuilt" and type(c.children[0]) is _Head:
+        if type(c) is _PRE and type(c.children[0]) is _Head:
             head = c.children[0]
             nxt = out[k + 1] if k + 1 < len(out) else None
             if type(nxt) is Tree and nxt.data == "scope" and not nxt.meta.empty and nxt.meta.start_pos == head.brace:
@@ -442,13 +470,26 @@ def _join_heads(out: list, fast: list, orphans: set) -> list:
 
 
 def _builder_class():
-    from .parse import _AstBuilder
+    from .parse import MAX_NESTING, _AstBuilder
 
     class Builder(_AstBuilder):
         """The grammar path's builder, taking the fast path's nodes as they are."""
 
         def s_prebuilt(self, t):
             return t.children[0]
+
+        def stmts(self, children) -> list:
+            # as the grammar path's, with the fast path's nodes taken as they are
+            if self.depth + 1 > MAX_NESTING:
+                return super().stmts(children)
+            self.depth += 1
+            out = []
+            pre = _PRE
+            for c in children:
+                if c is not None:
+                    out.append(c.children[0] if type(c) is pre and c.data == "prebuilt" else self.stmt(c))
+            self.depth -= 1
+            return out
 
         def s_fast_function(self, t):
             head, scope = t.children
@@ -504,18 +545,128 @@ def _instruction(m: re.Match, src: SourceFile) -> ast.Instr:
         while b > a and text[b - 1] in " \t":
             b -= 1
         if a < b:
-            operands = _operands(text, a, b, src)
+            # recognised now, built when first used (expansion mostly never needs them built)
+            if text.find("[", a, b) >= 0 or text.find("{", a, b) >= 0 or text.find("|", a, b) >= 0:
+                _operands_matched(text, a, b, src, build=False)
+            else:
+                kinds = _KINDS
+                for raw in text[a:b].split(","):
+                    if not (kinds.get(raw) or _known(raw))[0]:
+                        raise _Unrecognised
+            operands = LazyOperands(src, a, b)
     return ast.Instr(guard, ast.Name([_intern(m.group("op"))], Span(src, oa, ob)), operands, False,
                      Span(src, first, m.end("semi")))
 
 
+class LazyOperands(list):
+    """The operands of a recognised instruction, as the AST nodes they are, built on first use
+    (iteration, indexing, comparison) from the text they were recognised in. The nodes of a large
+    source's operands were most of its AST's memory, and expansion reads an operand by its text
+    (Expander._operands) when it has seen that text before, so most are never built; `forget`
+    drops the built nodes again."""
+
+    __slots__ = ("source", "start", "end", "built")
+
+    def __init__(self, source: SourceFile, start: int, end: int):
+        self.source, self.start, self.end, self.built = source, start, end, False
+
+    def fill(self) -> "LazyOperands":
+        if not self.built:
+            self.built = True
+            list.extend(self, _operands(self.source.text, self.start, self.end, self.source))
+        return self
+
+    def forget(self) -> None:
+        if self.built:
+            list.clear(self)
+            self.built = False
+
+    def __iter__(self):
+        return list.__iter__(self.fill())
+
+    def __len__(self) -> int:
+        return list.__len__(self.fill())
+
+    def __getitem__(self, i):
+        return list.__getitem__(self.fill(), i)
+
+    def __contains__(self, x) -> bool:
+        return list.__contains__(self.fill(), x)
+
+    def __reversed__(self):
+        return list.__reversed__(self.fill())
+
+    def __eq__(self, other):
+        if type(other) is LazyOperands:
+            other.fill()
+        return list.__eq__(self.fill(), other)
+
+    def __ne__(self, other):
+        same = self.__eq__(other)
+        return same if same is NotImplemented else not same
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return list.__repr__(self.fill())
+
+    def copy(self) -> list:
+        return list(self)
+
+
 def _operands(text: str, pos: int, end: int, src: SourceFile) -> list:
+    """The operands between pos and end. Most lists are registers, names and numbers between
+    commas: those are told apart by the operand's text alone, once per distinct text."""
+    if text.find("[", pos, end) >= 0 or text.find("{", pos, end) >= 0 or text.find("|", pos, end) >= 0:
+        return _operands_matched(text, pos, end, src)
+    out = []
+    kinds = _KINDS
+    at = pos
+    for raw in text[pos:end].split(","):
+        kind, piece, lead = kinds.get(raw) or _known(raw)
+        a = at + lead
+        b = a + len(piece)
+        at += len(raw) + 1
+        sp = Span(src, a, b)
+        if kind == "reg":
+            out.append(ast.RegRef(ast.Name([piece], sp), sp))
+        elif kind == "name":
+            out.append(ast.Name([piece], sp))
+        elif kind == "num":
+            out.append(ast.Num(piece, sp))
+        elif kind == "neg":
+            out.append(ast.UnOp("-", ast.Num(piece[1:], Span(src, a + 1, b)), sp))
+        else:
+            raise _Unrecognised
+    return out
+
+
+def _known(raw: str) -> tuple[str, str, int]:
+    piece = raw.strip(" \t")
+    m = _SIMPLE.fullmatch(piece)
+    # one string object per distinct name, not per use: a tenth of the memory
+    known = (m.lastgroup if m is not None else "", _intern(piece), len(raw) - len(raw.lstrip(" \t")))
+    if len(_KINDS) < _KINDS_KEPT:
+        _KINDS[raw] = known
+    return known
+
+
+# What _operands knows of an operand's text between commas: ('reg' | 'num' | 'neg' | 'name' | '' (none),
+# the text without blanks, interned; how many blanks lead).
+_KINDS: dict[str, tuple[str, str]] = {}
+_KINDS_KEPT = 200_000
+
+
+def _operands_matched(text: str, pos: int, end: int, src: SourceFile, build: bool = True) -> list:
     out = []
     match = _OPERAND.match
     while pos < end:
         m = match(text, pos, end)
         if m is None:
             raise _Unrecognised
+        if not build:
+            pos = m.end()
+            continue
         kind = m.lastgroup
         a, b = m.span(kind)
         if kind == "reg":

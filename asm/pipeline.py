@@ -201,12 +201,23 @@ def _feature_sample(module: ir.Module) -> ir.Module:
     file repeats a few hundred opcodes). tests/test_parse_fast.py checks the two agree."""
     seen: set = set()
     items = []
+    sregs_of: dict[int, frozenset] = {}        # per operand object (expansion shares them)
+    none = frozenset()
     for item in module.items:
         if isinstance(item, ir.Function) and item.body is not None:
             body = []
             for ins in item.instructions():
-                regs = {r.name.split(".", 1)[0] for r in ins.registers()}
-                key = (ins.opcode, frozenset(regs & _FEATURE_SREGS) if regs else frozenset())
+                found = none
+                for op in ins.operands:
+                    sregs = sregs_of.get(id(op))
+                    if sregs is None:
+                        sregs = sregs_of[id(op)] = frozenset(
+                            r.name.split(".", 1)[0] for r in ir.operand_regs(op)) & _FEATURE_SREGS
+                    if sregs:
+                        found = found | sregs
+                if ins.guard is not None and ins.guard.reg.name.split(".", 1)[0] in _FEATURE_SREGS:
+                    found = found | {ins.guard.reg.name.split(".", 1)[0]}
+                key = (ins.opcode, found)
                 if key not in seen:
                     seen.add(key)
                     body.append(ins)

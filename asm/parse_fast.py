@@ -356,12 +356,16 @@ def _pre_class():
             """A node the fast path built, among the skeleton tree's children: a Tree to the grammar
             path's builder (which keeps only Trees of a block's children), positioned as one,
             and cheap (there is one per recognised line)."""
-            __slots__ = ("start_pos", "end_pos")
+            __slots__ = ("items", "start_pos", "end_pos")
             data = "prebuilt"
             empty = False
 
-            def __init__(self, children):
-                self.children = children
+            def __init__(self, items):
+                self.items = items
+
+            @property
+            def children(self):
+                return self.items
 
             @property
             def meta(self):
@@ -379,12 +383,9 @@ def _put_in(tree, fast: list, blanks: list) -> set[int]:
     innermost rule whose text holds it (a body, scope, macro, `.for`, `.if` branch or the file),
     as `prebuilt` trees; a function header and the scope at its `{` become one `fast_function`.
     Returns the indices of headers without such a scope (the grammar saw something else there)."""
-    items = []
-    for i, f in enumerate(fast):
-        sp = f.fn.span if type(f) is _Head else f.span
-        items.append((sp.start, i))
     orphans: set[int] = set()
-    _put_children(tree, items, 0, fast, orphans, 1 << 62)     # the file: what follows its last token too
+    # (a blank starts where its node does, but for blanks before it: the same place among tokens)
+    _put_children(tree, blanks, 0, fast, orphans, 1 << 62)    # the file: what follows its last token too
     return orphans
 
 
@@ -406,11 +407,11 @@ def _next_start(children: list, j: int, end: int) -> int:
     return end
 
 
-def _put_children(tree, items: list, i: int, fast: list, orphans: set, end: int | None = None) -> int:
+def _put_children(tree, blanks: list, i: int, fast: list, orphans: set, end: int | None = None) -> int:
     from lark import Token, Tree
 
     out = []
-    n = len(items)
+    n = len(blanks)
     if end is None:
         end = tree.meta.end_pos if not tree.meta.empty else 1 << 62
     children = tree.children
@@ -426,14 +427,14 @@ def _put_children(tree, items: list, i: int, fast: list, orphans: set, end: int 
                 start, stop = meta.start_pos, meta.end_pos
                 if c.data in _OPEN_ENDED:
                     stop = _next_start(children, j + 1, end)
-            while i < n and items[i][0] < start:
-                out.append(_wrap(fast[items[i][1]]))
+            while i < n and blanks[i][0] < start:
+                out.append(_wrap(fast[i]))
                 i += 1
-            if type(c) is Tree and i < n and items[i][0] < stop:
-                i = _put_children(c, items, i, fast, orphans, stop)
+            if type(c) is Tree and i < n and blanks[i][0] < stop:
+                i = _put_children(c, blanks, i, fast, orphans, stop)
         out.append(c)
-    while i < n and items[i][0] < end:
-        out.append(_wrap(fast[items[i][1]]))
+    while i < n and blanks[i][0] < end:
+        out.append(_wrap(fast[i]))
         i += 1
     if any(type(c) is _PRE and type(c.children[0]) is _Head for c in out):
         out = _join_heads(out, fast, orphans)
@@ -444,9 +445,9 @@ def _put_children(tree, items: list, i: int, fast: list, orphans: set, end: int 
 def _wrap(f):
     if type(f) is _Head:
         if f.brace < 0:                    # a prototype: complete as it is
-            return _prebuilt("prebuilt", [f.fn], f.fn.span.start, f.fn.span.end)
-        return _prebuilt("prebuilt", [f], f.fn.span.start, f.brace)
-    return _prebuilt("prebuilt", [f], f.span.start, f.span.end)
+            return _prebuilt("prebuilt", (f.fn,), f.fn.span.start, f.fn.span.end)
+        return _prebuilt("prebuilt", (f,), f.fn.span.start, f.brace)
+    return _prebuilt("prebuilt", (f,), f.span.start, f.span.end)
 
 
 def _join_heads(out: list, fast: list, orphans: set) -> list:
@@ -460,7 +461,7 @@ def _join_heads(out: list, fast: list, orphans: set) -> list:
             head = c.children[0]
             nxt = out[k + 1] if k + 1 < len(out) else None
             if type(nxt) is Tree and nxt.data == "scope" and not nxt.meta.empty and nxt.meta.start_pos == head.brace:
-                joined.append(_prebuilt("fast_function", [head, nxt], head.fn.span.start, nxt.meta.end_pos))
+                joined.append(_prebuilt("fast_function", (head, nxt), head.fn.span.start, nxt.meta.end_pos))
                 k += 2
                 continue
             orphans.add(next(i for i, f in enumerate(fast) if f is head))
@@ -554,8 +555,17 @@ def _instruction(m: re.Match, src: SourceFile) -> ast.Instr:
                     if not (kinds.get(raw) or _known(raw))[0]:
                         raise _Unrecognised
             operands = LazyOperands(src, a, b)
-    return ast.Instr(guard, ast.Name([_intern(m.group("op"))], Span(src, oa, ob)), operands, False,
-                     Span(src, first, m.end("semi")))
+    op = m.group("op")
+    parts = _OPCODE_PARTS.get(op)
+    if parts is None:
+        # one parts list per opcode, shared by its instructions (nothing writes a Name's parts)
+        parts = [_intern(op)]
+        if len(_OPCODE_PARTS) < _KINDS_KEPT:
+            _OPCODE_PARTS[op] = parts
+    return ast.Instr(guard, ast.Name(parts, Span(src, oa, ob)), operands, False, Span(src, first, m.end("semi")))
+
+
+_OPCODE_PARTS: dict[str, list] = {}
 
 
 class LazyOperands(list):

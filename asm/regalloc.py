@@ -49,16 +49,34 @@ class PlannedReg:
         return asdict(self)
 
 
-@dataclass
 class BankConflict:
-    position: int
-    text: str
-    location: str
-    sources: list[dict]        # [{name, ptx_name, index, bank}]
-    banks: dict[int, list[str]]
+    """A three-source instruction whose sources the bank model says conflict. Its text and
+    location are worked out when asked for: a large kernel can have hundreds of thousands, which
+    a build never shows (`asmgemm regs` does)."""
+
+    __slots__ = ("position", "instruction", "sources", "banks")
+
+    def __init__(self, position: int, instruction: ir.Instruction, sources: list[dict],
+                 banks: dict[int, list[str]]):
+        self.position = position
+        self.instruction = instruction
+        self.sources = sources      # [{name, ptx_name, index, bank}]
+        self.banks = banks
+
+    @property
+    def text(self) -> str:
+        return self.instruction.render()
+
+    @property
+    def location(self) -> str:
+        return self.instruction.span.location() if self.instruction.span else ""
 
     def to_json(self) -> dict:
-        return asdict(self)
+        return {"position": self.position, "text": self.text, "location": self.location,
+                "sources": [dict(s) for s in self.sources], "banks": {b: list(n) for b, n in self.banks.items()}}
+
+    def __repr__(self) -> str:
+        return f"BankConflict({self.position}, {self.text!r}, {self.location!r})"
 
 
 @dataclass
@@ -403,6 +421,7 @@ def _bank_conflicts(program, index_of, named, rename, model: BankModel | None):
     three: dict[str, bool] = {}
     source: dict[int, tuple | None] = {}
     verdicts: dict[tuple, dict] = {}
+    descriptions: dict[tuple, tuple] = {}
     for item in program:
         if type(item) is not ir.Instruction:
             continue
@@ -429,9 +448,11 @@ def _bank_conflicts(program, index_of, named, rename, model: BankModel | None):
         if bad is None:
             bad = verdicts[key] = model.conflicts(list(key))
         if bad:
-            banks = {b: [n for n, i in srcs if i in regs] for b, regs in bad.items()}
-            conflicts.append(BankConflict(
-                pos, item.render(), item.span.location() if item.span else "",
-                [{"name": n, "ptx_name": rename[n], "index": i, "bank": model.bank_of(i)} for n, i in srcs],
-                banks))
+            # the same sources conflict the same way: one description shared by every such instruction
+            described = descriptions.get(tuple(srcs))
+            if described is None:
+                described = descriptions[tuple(srcs)] = (
+                    [{"name": n, "ptx_name": rename[n], "index": i, "bank": model.bank_of(i)} for n, i in srcs],
+                    {b: [n for n, i in srcs if i in regs] for b, regs in bad.items()})
+            conflicts.append(BankConflict(pos, item, *described))
     return conflicts, checked

@@ -664,7 +664,7 @@ def _known(raw: str) -> tuple[str, str, int]:
 # What _operands knows of an operand's text between commas: ('reg' | 'num' | 'neg' | 'name' | '' (none),
 # the text without blanks, interned; how many blanks lead).
 _KINDS: dict[str, tuple[str, str]] = {}
-_KINDS_KEPT = 200_000
+_KINDS_KEPT = 50_000
 
 
 def _operands_matched(text: str, pos: int, end: int, src: SourceFile, build: bool = True) -> list:

@@ -519,28 +519,30 @@ def _check_alias(mc: _Matrix, ma: _Matrix, mb: _Matrix, mbias: _Matrix | None) -
 def _launch_kept(arrays, plan: _LaunchPlan, a, b, c, alpha, beta, bias=None):
     """The launch through a kept plan, on the plan's device; None when gemm's own new C is not
     aligned as the plan assumed (allocators align far more, so this is a safeguard)."""
-    if c is None:
+    given = c is not None
+    if not given:
         c = arrays.empty(a, plan.c_shape, plan.c_dtype)
         if arrays.ptr(c) & 15 != plan.c_align:
             return None
-    else:
+    a_ptr, b_ptr, c_ptr = arrays.ptr(a), arrays.ptr(b), arrays.ptr(c)
+    bias_ptr = arrays.ptr(bias) if bias is not None else 0
+    if given:
         # the pointers are new on every call; the shapes and strides are the plan's (its key)
         lo_a, hi_a, lo_b, hi_b, lo_bias, hi_bias = plan.alias
-        c_ptr = arrays.ptr(c)
-        if (lo_a < c_ptr - arrays.ptr(a) < hi_a or lo_b < c_ptr - arrays.ptr(b) < hi_b
-                or bias is not None and lo_bias < c_ptr - arrays.ptr(bias) < hi_bias):
+        if (lo_a < c_ptr - a_ptr < hi_a or lo_b < c_ptr - b_ptr < hi_b
+                or bias_ptr and lo_bias < c_ptr - bias_ptr < hi_bias):
             _check_alias(arrays.matrix(c, "C"), arrays.matrix(a, "A"), arrays.matrix(b, "B"),
                          arrays.matrix(bias, "bias") if bias is not None else None)
     copy_a, copy_b = plan.copied
     if copy_a or copy_b:                # held until the launch is queued (then reused in stream order)
         a = _padded(arrays, a, copy_a) if copy_a else a
         b = _padded(arrays, b, copy_b) if copy_b else b
-    a_ptr, b_ptr = arrays.ptr(a), arrays.ptr(b)
+        a_ptr, b_ptr = arrays.ptr(a), arrays.ptr(b)
     if plan.swapped:                # column-major C: the kernel's A is the user's B
         a_ptr, b_ptr = b_ptr, a_ptr
     workspace = _workspace(arrays, a, plan)      # held until both split-K launches are queued
-    plan.launch(a_ptr, b_ptr, arrays.ptr(c), alpha, beta, arrays.stream(plan.device),
-                arrays.ptr(bias) if bias is not None else 0, arrays.ptr(workspace) if workspace is not None else 0)
+    plan.launch(a_ptr, b_ptr, c_ptr, alpha, beta, arrays.stream(plan.device),
+                bias_ptr, arrays.ptr(workspace) if workspace is not None else 0)
     return c
 
 

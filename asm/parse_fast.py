@@ -32,6 +32,7 @@ from __future__ import annotations
 import bisect
 import re
 import sys
+from array import array
 
 from . import ast
 from .source import SourceFile, Span
@@ -142,7 +143,7 @@ def parse(source: SourceFile) -> ast.Module | None:
     # `.section` bodies (debug information) are raw text to the grammar: labels in them are not
     # statements. Skipping them here only saves a second round below.
     sections = _sections(text) if ".section" in text else []
-    found: list[tuple[int, int, object]] = []      # (start, end, node) of recognised text
+    heads = []
     for m in _HEAD.finditer(text):
         if sections and _inside(sections, m.start()):
             continue
@@ -151,30 +152,45 @@ def parse(source: SourceFile) -> ast.Module | None:
         except _Unrecognised:
             continue
         # a body's `{` stays for the grammar, which parses the body as a scope
-        found.append((m.start(), m.start("open") if m.group("open") == "{" else m.end(), head))
-    heads = [(a, b) for a, b, _ in found]
+        heads.append((m.start(), m.start("open") if m.group("open") == "{" else m.end(), head))
+    head_spans = [(a, b) for a, b, _ in heads]
+    # The recognised text, in order: its nodes and where each blank starts and ends (arrays of
+    # machine integers: a 20 MB source has 600k of them, which as tuples of ints were 70 MB).
+    fast: list = []
+    bstart, bend = array("q"), array("q")
+    h = 0
     for m in _LINE.finditer(text):
-        if sections and _inside(sections, m.start()) or heads and _inside(heads, m.start()):
+        a = m.start()
+        if sections and _inside(sections, a) or head_spans and _inside(head_spans, a):
             continue
         try:
             node = _node(m, source)
         except _Unrecognised:
             continue
-        found.append((m.start(), m.end(), node))
-    found.sort(key=lambda f: f[0])
-    fast = [f[2] for f in found]
-    blanks = [(a, b) for a, b, _ in found]
-    del found, heads
+        while h < len(heads) and heads[h][0] < a:
+            bstart.append(heads[h][0])
+            bend.append(heads[h][1])
+            fast.append(heads[h][2])
+            h += 1
+        bstart.append(a)
+        bend.append(m.end())
+        fast.append(node)
+    for a, b, head in heads[h:]:
+        bstart.append(a)
+        bend.append(b)
+        fast.append(head)
+    del heads, head_spans
     for _ in range(_ROUNDS):
         if not fast:
             return None
-        result = _skeleton_module(source, _blank(text, blanks), blanks, fast)
+        result = _skeleton_module(source, _blank(text, bstart, bend), bstart, fast)
         if result is None or isinstance(result, ast.Module):
             return result
         # put the lines in `result` back and ask again
-        keep = [i for i in range(len(blanks)) if i not in result]
+        keep = [i for i in range(len(fast)) if i not in result]
         fast = [fast[i] for i in keep]
-        blanks = [blanks[i] for i in keep]
+        bstart = array("q", (bstart[i] for i in keep))
+        bend = array("q", (bend[i] for i in keep))
     return None
 
 
@@ -208,19 +224,29 @@ def _inside(spans: list[tuple[int, int]], pos: int) -> bool:
     return k >= 0 and spans[k][0] <= pos < spans[k][1]
 
 
-def _blank(text: str, blanks: list[tuple[int, int]]) -> str:
-    """`text` with the recognised lines replaced by spaces: every other position unchanged."""
-    pieces = []
+def _blank(text: str, bstart, bend) -> str:
+    """`text` with the recognised lines replaced by spaces: every other position unchanged. Joined
+    a few thousand lines at a time, so that the pieces in hand stay few."""
+    chunks = []
     at = 0
-    for a, b in blanks:
-        pieces.append(text[at:a])
-        pieces.append(" " * (b - a))
-        at = b
-    pieces.append(text[at:])
-    return "".join(pieces)
+    n = len(bstart)
+    spaces = _SPACES
+    for lo in range(0, n, 4096):
+        pieces = []
+        for k in range(lo, min(n, lo + 4096)):
+            a, b = bstart[k], bend[k]
+            pieces.append(text[at:a])
+            pieces.append(spaces[b - a] if b - a < 256 else " " * (b - a))
+            at = b
+        chunks.append("".join(pieces))
+    chunks.append(text[at:])
+    return "".join(chunks)
 
 
-def _skeleton_module(source: SourceFile, skeleton: str, blanks: list[tuple[int, int]], fast: list):
+_SPACES = [" " * n for n in range(256)]
+
+
+def _skeleton_module(source: SourceFile, skeleton: str, blanks, fast: list):
     """The module: the skeleton's parse tree with the recognised nodes put in, built; or the set
     of indices of blanked lines to put back; or None when the grammar path should take the whole
     source. A syntax error is raised as the grammar path raises it."""
@@ -252,7 +278,7 @@ def _skeleton_module(source: SourceFile, skeleton: str, blanks: list[tuple[int, 
             stop = len(skeleton)
         k = bisect.bisect_left(starts, stop)
         del starts[k:], ends[k:], types[k:]
-        before = bisect.bisect_left(blanks, (stop, -1))
+        before = bisect.bisect_left(blanks, stop)
         refused = _refused(skeleton, blanks[:before], starts, ends, types, stop)
         if refused:
             return refused
@@ -286,7 +312,7 @@ def _refused(skeleton: str, blanks, starts, ends, types, stop: int) -> set[int]:
     out = set()
     checked_gap = -2
     comments: list[tuple[int, int]] = []
-    for i, (a, _) in enumerate(blanks):
+    for i, a in enumerate(blanks):
         k = bisect.bisect_right(starts, a) - 1
         if k >= 0 and (ends[k] > a or types[k] not in _BOUNDARY and not _header_end(types, k)):
             out.add(i)
@@ -414,6 +440,9 @@ def _put_children(tree, blanks: list, i: int, fast: list, orphans: set, end: int
     n = len(blanks)
     if end is None:
         end = tree.meta.end_pos if not tree.meta.empty else 1 << 62
+    # the builder takes a plain statement list's nodes as they are (Builder.stmts); the other
+    # blocks' rules keep only Trees of their children, so there a node goes in wrapped
+    wrap = _wrap if tree.data not in _STATEMENT_LISTS else _wrap_head
     children = tree.children
     for j, c in enumerate(children):
         if c is not None:
@@ -427,19 +456,26 @@ def _put_children(tree, blanks: list, i: int, fast: list, orphans: set, end: int
                 start, stop = meta.start_pos, meta.end_pos
                 if c.data in _OPEN_ENDED:
                     stop = _next_start(children, j + 1, end)
-            while i < n and blanks[i][0] < start:
-                out.append(_wrap(fast[i]))
+            while i < n and blanks[i] < start:
+                out.append(wrap(fast[i]))
                 i += 1
-            if type(c) is Tree and i < n and blanks[i][0] < stop:
+            if type(c) is Tree and i < n and blanks[i] < stop:
                 i = _put_children(c, blanks, i, fast, orphans, stop)
         out.append(c)
-    while i < n and blanks[i][0] < end:
-        out.append(_wrap(fast[i]))
+    while i < n and blanks[i] < end:
+        out.append(wrap(fast[i]))
         i += 1
     if any(type(c) is _PRE and type(c.children[0]) is _Head for c in out):
         out = _join_heads(out, fast, orphans)
     tree.children = out
     return i
+
+
+_STATEMENT_LISTS = frozenset({"start", "body", "scope"})
+
+
+def _wrap_head(f):
+    return _wrap(f) if type(f) is _Head else f
 
 
 def _wrap(f):
@@ -480,15 +516,25 @@ def _builder_class():
             return t.children[0]
 
         def stmts(self, children) -> list:
-            # as the grammar path's, with the fast path's nodes taken as they are
+            # as the grammar path's, with the fast path's nodes taken as they are, bare or wrapped
+            from lark import Token, Tree
+
             if self.depth + 1 > MAX_NESTING:
-                return super().stmts(children)
+                return super().stmts([c if c is None or isinstance(c, (Tree, Token)) else
+                                      _prebuilt("prebuilt", (c,), c.span.start, c.span.end) for c in children])
             self.depth += 1
             out = []
             pre = _PRE
             for c in children:
-                if c is not None:
-                    out.append(c.children[0] if type(c) is pre and c.data == "prebuilt" else self.stmt(c))
+                if c is None:
+                    continue
+                t = type(c)
+                if t is pre:
+                    out.append(c.children[0] if c.data == "prebuilt" else self.stmt(c))
+                elif t is Tree or t is Token:
+                    out.append(self.stmt(c))
+                else:
+                    out.append(c)
             self.depth -= 1
             return out
 

@@ -45,7 +45,7 @@ class BuildOptions:
 class BuildResult:
     source: SourceFile
     options: BuildOptions
-    ast: ast.Module
+    ast: ast.Module                    # its top level: functions without their bodies (_top_level)
     expanded: ir.Module
     parameters: dict[str, object]
     tunables: dict[str, list]
@@ -135,15 +135,26 @@ def _build(source: SourceFile, options: BuildOptions | None) -> BuildResult:
         arch_for(options.target)           # an unknown target: AsmError listing the supported ones
     tree = parse_source(source)
     result: ExpandResult = expand(tree, options.defines, options.include_dirs)
+    layout = plain_ptx_layout(tree) if options.trace == "none" and not options.annotate else None
+    tree = _top_level(tree)
     module = _without_unit_clusters(result.module)
     target = choose_target(module, options.target)
     allocated, allocation = allocate(module, target)
     scheduled, report = _schedule(allocated, target, options)
-    layout = plain_ptx_layout(tree) if options.trace == "none" and not options.annotate else None
     emitted = emit_ptx(scheduled, target, trace=options.trace, source_name=source.path,
                        ptx_name=Path(source.path).with_suffix(".ptx").name, layout=layout)
     return BuildResult(source, options, tree, module, result.parameters, result.tunables, result.constants,
                        allocated, allocation, scheduled, report, target, emitted, result.includes)
+
+
+def _top_level(tree: ast.Module) -> ast.Module:
+    """The module with its functions' bodies left out: what the build keeps of the AST once
+    expansion has read it. A large source's function bodies were most of a build's memory, and
+    nothing after expansion reads them (ptxas errors are mapped through the emitted lines)."""
+    if not any(type(s) is ast.Function and s.body for s in tree.body):
+        return tree
+    return ast.Module([dataclasses.replace(s, body=[]) if type(s) is ast.Function and s.body else s
+                       for s in tree.body], tree.source)
 
 
 def plain_ptx_layout(tree: ast.Module) -> LineLayout | None:

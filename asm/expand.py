@@ -676,7 +676,7 @@ class Expander:
         nodes = s.operands
         lazy = type(nodes) is LazyOperands and not nodes.built
         if lazy:
-            ops = _known_operands(nodes, text, cached)
+            ops = _known_operands(nodes, cached)
         if ops is None:
             ops = []
             for o in nodes:
@@ -965,10 +965,10 @@ class Expander:
         return None, value
 
 
-def _known_operands(nodes: LazyOperands, text: str, cached: dict) -> list | None:
+def _known_operands(nodes: LazyOperands, cached: dict) -> list | None:
     """The operands of an instruction whose operand nodes were never built, when every one of
     them was resolved before (by its text: what the nodes' spans would cover); else None."""
-    seg = text[nodes.start:nodes.end]
+    seg = nodes.text()
     if "{" in seg or "|" in seg:             # commas inside an operand
         return None
     ops = []

@@ -579,28 +579,30 @@ def _instruction(m: re.Match, src: SourceFile) -> ast.Instr:
         skip = 2 if g[1] == "!" else 1
         inner = Span(src, ga + skip, gb)
         guard = ast.Guard(skip == 2, ast.RegRef(ast.Name([g[skip:]], inner), inner), Span(src, ga, gb))
-        first = ga
-    else:
-        first = m.start("op")
     oa, ob = m.span("op")
+    if g is None:
+        first = oa
+    else:
+        first = ga
+    end = m.end("semi")
     operands = []
     text = m.string
-    a, b = m.span("args")
+    a, b = ob, end - 1
+    while a < b and text[a] in " \t":
+        a += 1
+    while b > a and text[b - 1] in " \t":
+        b -= 1
     if a < b:
-        while a < b and text[a] in " \t":
-            a += 1
-        while b > a and text[b - 1] in " \t":
-            b -= 1
-        if a < b:
-            # recognised now, built when first used (expansion mostly never needs them built)
-            if text.find("[", a, b) >= 0 or text.find("{", a, b) >= 0 or text.find("|", a, b) >= 0:
-                _operands_matched(text, a, b, src, build=False)
-            else:
-                kinds = _KINDS
-                for raw in text[a:b].split(","):
-                    if not (kinds.get(raw) or _known(raw))[0]:
-                        raise _Unrecognised
-            operands = LazyOperands(src, a, b)
+        # recognised now, built when first used (expansion mostly never needs them built)
+        if text.find("[", a, b) >= 0 or text.find("{", a, b) >= 0 or text.find("|", a, b) >= 0:
+            _operands_matched(text, a, b, src, build=False)
+        else:
+            kinds = _KINDS
+            for raw in text[a:b].split(","):
+                if not (kinds.get(raw) or _known(raw))[0]:
+                    raise _Unrecognised
+        # (the positions are the spans' own int objects: a 20 MB source has millions)
+        operands = LazyOperands(src, ob, end)
     op = m.group("op")
     parts = _OPCODE_PARTS.get(op)
     if parts is None:
@@ -608,7 +610,7 @@ def _instruction(m: re.Match, src: SourceFile) -> ast.Instr:
         parts = [_intern(op)]
         if len(_OPCODE_PARTS) < _KINDS_KEPT:
             _OPCODE_PARTS[op] = parts
-    return ast.Instr(guard, ast.Name(parts, Span(src, oa, ob)), operands, False, Span(src, first, m.end("semi")))
+    return ast.Instr(guard, ast.Name(parts, Span(src, oa, ob)), operands, False, Span(src, first, end))
 
 
 _OPCODE_PARTS: dict[str, list] = {}
@@ -624,12 +626,23 @@ class LazyOperands(list):
     __slots__ = ("source", "start", "end", "built")
 
     def __init__(self, source: SourceFile, start: int, end: int):
+        # start: where the opcode ends; end: where the instruction's ';' ends
         self.source, self.start, self.end, self.built = source, start, end, False
+
+    def text(self) -> str:
+        """The operands' text (between the opcode and the ';')."""
+        return self.source.text[self.start:self.end - 1]
 
     def fill(self) -> "LazyOperands":
         if not self.built:
             self.built = True
-            list.extend(self, _operands(self.source.text, self.start, self.end, self.source))
+            text = self.source.text
+            a, b = self.start, self.end - 1
+            while a < b and text[a] in " \t":
+                a += 1
+            while b > a and text[b - 1] in " \t":
+                b -= 1
+            list.extend(self, _operands(text, a, b, self.source))
         return self
 
     def forget(self) -> None:

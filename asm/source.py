@@ -7,6 +7,8 @@ the .sasm text the user wrote.
 from __future__ import annotations
 
 import bisect
+from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,7 +17,7 @@ from pathlib import Path
 class SourceFile:
     path: str
     text: str
-    _line_starts: tuple[int, ...] = field(default=(), compare=False, repr=False)
+    _line_starts: Sequence[int] = field(default=(), compare=False, repr=False)
 
     @staticmethod
     def from_text(path: str, text: str) -> "SourceFile":
@@ -23,12 +25,13 @@ class SourceFile:
         LF, a leading byte-order mark is dropped), so every offset, line and column refers to the
         text as an editor shows it."""
         text = normalise_text(text)
-        starts = [0]
+        # machine integers: a tuple of int objects was as large as a 20 MB source itself
+        starts = array("q", [0])
         i = text.find("\n")
         while i >= 0:
             starts.append(i + 1)
             i = text.find("\n", i + 1)
-        return SourceFile(path, text, tuple(starts))
+        return SourceFile(path, text, starts)
 
     def line_col(self, offset: int) -> tuple[int, int]:
         """1-based line and column of a character offset."""

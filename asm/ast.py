@@ -13,13 +13,13 @@ from .source import Span
 
 
 # ---- expressions ---------------------------------------------------------------------------
-@dataclass
+@dataclass(slots=True)
 class Num:
     text: str          # as written, so plain PTX re-emits byte for byte (0f3F800000, 0xFFU, 1.5)
     span: Span
 
 
-@dataclass
+@dataclass(slots=True)
 class Name:
     """An identifier. `parts` alternates literal text and {expr} interpolations: c{i*8+j}."""
     parts: list["str | Expr"]
@@ -30,20 +30,20 @@ class Name:
         return self.parts[0] if len(self.parts) == 1 and isinstance(self.parts[0], str) else None
 
 
-@dataclass
+@dataclass(slots=True)
 class RegRef:
     """A %-register as written: %r12, %tid.x, %r{i}."""
     name: Name
     span: Span
 
 
-@dataclass
+@dataclass(slots=True)
 class Str:
     value: str         # with the quotes
     span: Span
 
 
-@dataclass
+@dataclass(slots=True)
 class BinOp:
     op: str
     left: "Expr"
@@ -51,21 +51,21 @@ class BinOp:
     span: Span
 
 
-@dataclass
+@dataclass(slots=True)
 class UnOp:
     op: str            # '-', '+', '~', 'not', '!'
     operand: "Expr"
     span: Span
 
 
-@dataclass
+@dataclass(slots=True)
 class Compare:
     first: "Expr"
     rest: list[tuple[str, "Expr"]]
     span: Span
 
 
-@dataclass
+@dataclass(slots=True)
 class Cond:
     cond: "Expr"
     then: "Expr"
@@ -73,14 +73,14 @@ class Cond:
     span: Span
 
 
-@dataclass
+@dataclass(slots=True)
 class Call:
     func: str
     args: list["Expr"]
     span: Span
 
 
-@dataclass
+@dataclass(slots=True)
 class NameRange:
     """NAME<lo-hi>: the registers NAMElo ... NAMEhi (both ends included)."""
     base: str
@@ -89,21 +89,21 @@ class NameRange:
     span: Span
 
 
-@dataclass
+@dataclass(slots=True)
 class Brace:
     """A { } group in an operand: a register vector {a, b}, or one interpolated value {4*k}."""
     items: list["Expr | NameRange"]
     span: Span
 
 
-@dataclass
+@dataclass(slots=True)
 class Paren:
     """( ) in an operand: call return/argument lists, or grouping."""
     items: list["Expr"]
     span: Span
 
 
-@dataclass
+@dataclass(slots=True)
 class Pair:
     """p|q: the two destinations of setp/shfl."""
     first: "Expr"
@@ -111,7 +111,7 @@ class Pair:
     span: Span
 
 
-@dataclass
+@dataclass(slots=True)
 class MemRef:
     """[address] or [tensor_map, {coords}]."""
     items: list["Expr"]
@@ -122,25 +122,25 @@ Expr = Union[Num, Name, RegRef, Str, BinOp, UnOp, Compare, Cond, Call, Brace, Pa
 
 
 # ---- statements ----------------------------------------------------------------------------
-@dataclass
+@dataclass(slots=True)
 class Version:
     text: str
     span: Span
 
 
-@dataclass
+@dataclass(slots=True)
 class Target:
     names: list[str]
     span: Span
 
 
-@dataclass
+@dataclass(slots=True)
 class AddressSize:
     bits: int
     span: Span
 
 
-@dataclass
+@dataclass(slots=True)
 class RawDirective:
     """.file / .loc / .section / .pragma: kept as written."""
     keyword: str
@@ -148,14 +148,14 @@ class RawDirective:
     span: Span
 
 
-@dataclass
+@dataclass(slots=True)
 class Qualifier:
     word: str                  # .align, .b32, .shared ...
     arg: Expr | None           # the 16 of `.align 16`
     span: Span
 
 
-@dataclass
+@dataclass(slots=True)
 class Declarator:
     name: Name | RegRef
     count: int | None          # %r<291>
@@ -164,14 +164,14 @@ class Declarator:
     span: Span
 
 
-@dataclass
+@dataclass(slots=True)
 class Decl:
     qualifiers: list[Qualifier]
     declarators: list[Declarator]
     span: Span
 
 
-@dataclass
+@dataclass(slots=True)
 class Param:
     qualifiers: list[Qualifier]
     name: Name
@@ -179,14 +179,14 @@ class Param:
     span: Span
 
 
-@dataclass
+@dataclass(slots=True)
 class PerfDirective:
     word: str
     values: list[Expr]
     span: Span
 
 
-@dataclass
+@dataclass(slots=True)
 class Function:
     qualifiers: list[Qualifier]
     kind: str                  # 'entry' or 'func'
@@ -198,20 +198,20 @@ class Function:
     span: Span
 
 
-@dataclass
+@dataclass(slots=True)
 class Label:
     name: Name
     span: Span
 
 
-@dataclass
+@dataclass(slots=True)
 class Guard:
     negated: bool
     reg: Name | RegRef
     span: Span
 
 
-@dataclass
+@dataclass(slots=True)
 class Instr:
     guard: Guard | None
     opcode: Name
@@ -220,13 +220,13 @@ class Instr:
     span: Span
 
 
-@dataclass
+@dataclass(slots=True)
 class Scope:
     body: list["Stmt"]
     span: Span
 
 
-@dataclass
+@dataclass(slots=True)
 class ConstDef:
     name: str
     overridable: bool          # `?=`: -D NAME=value may replace it
@@ -234,7 +234,7 @@ class ConstDef:
     span: Span
 
 
-@dataclass
+@dataclass(slots=True)
 class MacroDef:
     name: str
     params: list[str]
@@ -242,14 +242,14 @@ class MacroDef:
     span: Span
 
 
-@dataclass
+@dataclass(slots=True)
 class MacroCall:
     name: str
     args: list[Expr]
     span: Span
 
 
-@dataclass
+@dataclass(slots=True)
 class For:
     var: str
     args: list[Expr]           # the arguments of range(...)
@@ -257,33 +257,33 @@ class For:
     span: Span
 
 
-@dataclass
+@dataclass(slots=True)
 class If:
     branches: list[tuple[Expr, list["Stmt"]]]
     orelse: list["Stmt"] | None
     span: Span
 
 
-@dataclass
+@dataclass(slots=True)
 class Include:
     path: str
     span: Span
 
 
-@dataclass
+@dataclass(slots=True)
 class Schedule:
     body: list["Stmt"]
     span: Span
 
 
-@dataclass
+@dataclass(slots=True)
 class RegAttr:
     name: str                  # bank, banks, vec2, vec4, align
     args: list[Expr]
     span: Span
 
 
-@dataclass
+@dataclass(slots=True)
 class RegItem:
     base: str
     lo: Expr | None            # None: a single register named `base`
@@ -291,7 +291,7 @@ class RegItem:
     span: Span
 
 
-@dataclass
+@dataclass(slots=True)
 class RegsDecl:
     kind: str                  # 'regs' (one register each, for the whole function) or 'temp'
     types: list[str]           # ['.f32'] or ['.v4', '.f32']
@@ -300,14 +300,14 @@ class RegsDecl:
     span: Span
 
 
-@dataclass
+@dataclass(slots=True)
 class Tune:
     name: str
     choices: Expr              # a call: choices(a, b, ...) or range(...)
     span: Span
 
 
-@dataclass
+@dataclass(slots=True)
 class ErrorDirective:
     message: str
     span: Span
@@ -317,7 +317,7 @@ Stmt = Union[Tune, ErrorDirective, Version, Target, AddressSize, RawDirective, D
              ConstDef, MacroDef, MacroCall, For, If, Include, Schedule, RegsDecl]
 
 
-@dataclass
+@dataclass(slots=True)
 class Module:
     body: list[Stmt]
     source: "object"           # SourceFile

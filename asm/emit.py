@@ -203,11 +203,12 @@ def _function_placed(w: _Writer, fn: ir.Function):
     if fn.body is None:
         return
     depth = 1
+    rendered: dict[int, str] = {}
     for item in fn.body:
         for it in (item.items if isinstance(item, ir.ScheduleRegion) else (item,)):
             ind = "\t" * depth
             if isinstance(it, ir.Instruction):
-                text = ind + it.render()
+                text = ind + _render(it, rendered)
                 if it.note:
                     text = f"{text:<72} // {it.note}"
                 w.put(text, it.span, w.line_of(it.span))
@@ -247,7 +248,7 @@ def _body(w: _Writer, items, trace, state):
             w.add(f"{ind}// .endschedule", item.span)
         elif isinstance(item, ir.Instruction):
             _trace(w, item, trace, state, ind)
-            text = ind + item.render()
+            text = ind + _render(item, state.setdefault("rendered", {}))
             if item.note:
                 text = f"{text:<72} // {item.note}"
             w.add(text, item.span)
@@ -263,6 +264,22 @@ def _body(w: _Writer, items, trace, state):
             if trace in ("loc", "ptx-lines") and item.kind in ("loc", "file"):
                 continue
             w.add(ind + item.render(), item.span)
+
+
+def _render(item: ir.Instruction, rendered: dict[int, str]) -> str:
+    """item.render(), each operand object rendered once (`rendered`: by id; expansion and the
+    register plan share an operand object among all its uses)."""
+    head = (item.guard.render() + " " if item.guard else "") + item.opcode
+    ops = item.operands
+    if not ops:
+        return head + ";"
+    texts = []
+    for o in ops:
+        t = rendered.get(id(o))
+        if t is None:
+            t = rendered[id(o)] = o.render()
+        texts.append(t)
+    return head + " " + ", ".join(texts) + ";"
 
 
 def _trace(w: _Writer, item: ir.Instruction, trace: str, state, ind: str):

@@ -14,6 +14,7 @@ from pathlib import Path
 from . import ast, ir
 from .errors import AsmError, Note
 from .expr import NotANumber, evaluate, format_number, parse_number
+from .parse_fast import LazyOperands
 from .source import Span, read_source
 
 # a PTX identifier (PTX ISA 4.4): what a string computed in { } may name
@@ -25,6 +26,7 @@ MAX_EXPANDED_ITEMS = 2_000_000    # body items produced by one build; nested .fo
                                   # against it up front (_s_For), before their work is done
 MAX_MACRO_DEPTH = 64
 MAX_INCLUDE_DEPTH = 32
+_OPERANDS_KEPT = 100_000          # resolved operands kept per scope (Expander._operands)
 
 PTX_64BIT_TYPES = {".b64", ".u64", ".s64", ".f64"}
 REG_TYPES = {".b8", ".b16", ".b32", ".b64", ".u8", ".u16", ".u32", ".u64", ".s8", ".s16", ".s32", ".s64",
@@ -159,6 +161,13 @@ class Expander:
         # body gets a fresh frame, since its loops are lexically its own.
         self.loop_vars: list[dict[str, Span]] = [{}]
         self.current: Span | None = None   # the statement being expanded (for RecursionError)
+        # Operands already resolved in `_operands_scope`, by their source text: what an operand
+        # resolves to depends on that text, the scope's bindings and the function's registers
+        # only, and a large source repeats the same few hundred register names and addresses
+        # (most of a 20 MB build's expansion was resolving them again). Emptied whenever a
+        # binding or a register declaration changes (_forget_operands) or the scope is another.
+        self._operands: dict[str, ir.Operand] = {}
+        self._operands_scope: _Scope | None = None
 
     # ---- entry point ---------------------------------------------------------------------------
     def expand(self, module: ast.Module) -> ExpandResult:
@@ -242,6 +251,7 @@ class Expander:
         if s.overridable:
             self.parameters[s.name] = value
         scope.values[s.name] = value
+        self._forget_operands()
         scope.spans[s.name] = s.span
 
     def _s_MacroDef(self, s: ast.MacroDef, scope, out, toplevel):
@@ -420,6 +430,7 @@ class Expander:
         raise AsmError(s.message, s.span)
 
     def _s_RegsDecl(self, s: ast.RegsDecl, scope: _Scope, out, toplevel):
+        self._forget_operands()         # names it declares become registers
         if self.fn is None:
             raise AsmError(f"'.{s.kind}' declares registers of a function: put it inside the function body", s.span)
         ptx_type = s.types[-1] if s.types else None
@@ -524,6 +535,7 @@ class Expander:
         decls = ", ".join(self._declarator(d, scope) for d in s.declarators)
         kind = "reg" if s.qualifiers and s.qualifiers[0].word == ".reg" else "decl"
         if kind == "reg" and self.fn is not None:
+            self._forget_operands()     # names it declares become registers
             self._check_plain_regs(s, scope)
         self._count(1, s.span)
         out.append(ir.Directive(f"{quals} {decls};", s.span, kind=kind))
@@ -635,6 +647,9 @@ class Expander:
         self._stmts(s.body, _Scope(scope), out, toplevel)
         out.append(ir.ScopeClose(s.span))
 
+    def _forget_operands(self) -> None:
+        self._operands.clear()
+
     def _s_Instr(self, s: ast.Instr, scope, out, toplevel):
         if self.fn is None:
             raise AsmError("an instruction belongs inside a function body", s.span)
@@ -642,18 +657,51 @@ class Expander:
             raise AsmError("'.pin' outside a '.schedule' region: only the scheduler moves instructions, "
                            "so there is nothing to pin here", s.span,
                            hint="put it inside '.schedule' ... '.endschedule', or drop the '.pin'")
-        opcode = self._name_text(s.opcode, scope)
+        parts = s.opcode.parts
+        opcode = parts[0] if len(parts) == 1 and type(parts[0]) is str else self._name_text(s.opcode, scope)
         guard = None
         if s.guard is not None:
-            g = self._operand(s.guard.reg, scope)
+            g = self._cached_operand(s.guard.reg, scope)
             if isinstance(g, ir.Sym) and not g.offset:
                 g = ir.Reg(g.name)  # PTX lets `.reg .pred done;` declare a register without '%'
             if not isinstance(g, ir.Reg):
                 raise AsmError("a guard must be a predicate register", s.guard.span)
             guard = ir.Guard(g, s.guard.negated)
-        ops = [self._operand(o, scope) for o in s.operands]
+        cached = self._operands
+        if scope is not self._operands_scope or len(cached) > _OPERANDS_KEPT:
+            cached.clear()
+            self._operands_scope = scope
+        text = s.span.source.text
+        ops = None
+        nodes = s.operands
+        lazy = type(nodes) is LazyOperands and not nodes.built
+        if lazy:
+            ops = _known_operands(nodes, cached)
+        if ops is None:
+            ops = []
+            for o in nodes:
+                sp = o.span
+                key = text[sp.start:sp.end]
+                op = cached.get(key)
+                if op is None:
+                    op = cached[key] = self._operand(o, scope)
+                ops.append(op)
+            if lazy:
+                nodes.forget()
         self._count(1, s.span)
         out.append(ir.Instruction(opcode, ops, guard, s.span, s.pinned))
+
+    def _cached_operand(self, o, scope: _Scope) -> ir.Operand:
+        cached = self._operands
+        if scope is not self._operands_scope:
+            cached.clear()
+            self._operands_scope = scope
+        sp = o.span
+        key = sp.source.text[sp.start:sp.end]
+        op = cached.get(key)
+        if op is None:
+            op = cached[key] = self._operand(o, scope)
+        return op
 
     # ---- names and operands --------------------------------------------------------------------
     def _lookup(self, scope: _Scope):
@@ -915,6 +963,21 @@ class Expander:
         if not isinstance(value, int):
             raise AsmError("an address offset must be an integer", e.span)
         return None, value
+
+
+def _known_operands(nodes: LazyOperands, cached: dict) -> list | None:
+    """The operands of an instruction whose operand nodes were never built, when every one of
+    them was resolved before (by its text: what the nodes' spans would cover); else None."""
+    seg = nodes.text()
+    if "{" in seg or "|" in seg:             # commas inside an operand
+        return None
+    ops = []
+    for raw in seg.split(","):
+        op = cached.get(raw.strip(" \t"))
+        if op is None:
+            return None
+        ops.append(op)
+    return ops
 
 
 def _range_length(*args: int) -> int:

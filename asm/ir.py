@@ -14,7 +14,7 @@ from .source import Span
 
 
 # ---- operands ------------------------------------------------------------------------------
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Reg:
     name: str                  # '%r1', '%tid.x', 'q', or a named register 'acc3' (named=True)
     named: bool = False
@@ -30,7 +30,7 @@ class Reg:
         return ("!" if self.negated else "") + self.name + ("." + self.component if self.component else "")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Imm:
     text: str                  # exactly what PTX will see: '-1', '0f3F800000', '16'
     value: int | float | None = None
@@ -39,7 +39,7 @@ class Imm:
         return self.text
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Sym:
     """A label, function, parameter or variable name (not a register), with an optional offset."""
     name: str
@@ -54,7 +54,7 @@ class Sym:
         return f"{self.name}+{self.offset}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Str:
     text: str                  # with quotes
 
@@ -62,7 +62,7 @@ class Str:
         return self.text
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Vector:
     elems: tuple["Operand", ...]
 
@@ -70,7 +70,7 @@ class Vector:
         return "{" + ", ".join(e.render() for e in self.elems) + "}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Pair:
     first: "Operand"
     second: "Operand"
@@ -79,7 +79,7 @@ class Pair:
         return f"{self.first.render()}|{self.second.render()}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Paren:
     items: tuple["Operand", ...]
 
@@ -87,7 +87,7 @@ class Paren:
         return "(" + ", ".join(i.render() for i in self.items) + ")"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Mem:
     """[base], [base+offset], or [tensor_map, {coords}] (extra items after the address)."""
     base: "Operand | None"
@@ -147,7 +147,7 @@ def map_regs(op: Operand, fn) -> Operand:
 
 
 # ---- body items ----------------------------------------------------------------------------
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Guard:
     reg: Reg
     negated: bool = False
@@ -156,7 +156,7 @@ class Guard:
         return f"@{'!' if self.negated else ''}{self.reg.name}"
 
 
-@dataclass
+@dataclass(slots=True)
 class Instruction:
     opcode: str                          # 'fma.rn.f32', 'ld.shared.v4.f32'
     operands: list[Operand]
@@ -187,7 +187,7 @@ class Instruction:
             yield from operand_regs(op)
 
 
-@dataclass
+@dataclass(slots=True)
 class Label:
     name: str
     span: Span | None = None
@@ -196,7 +196,7 @@ class Label:
         return f"{self.name}:"
 
 
-@dataclass
+@dataclass(slots=True)
 class Directive:
     """Any declaration or directive inside or outside a function, already rendered as PTX text:
     `.reg .b32 %r<5>;`, `.shared .align 16 .b8 smem[4096];`, `.loc 1 2 3`, `.pragma "nounroll";`."""
@@ -208,17 +208,17 @@ class Directive:
         return self.text
 
 
-@dataclass
+@dataclass(slots=True)
 class ScopeOpen:
     span: Span | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class ScopeClose:
     span: Span | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class ScheduleRegion:
     """Instructions of one `.schedule ... .endschedule` block; the scheduler may reorder them."""
     items: list["BodyItem"]
@@ -229,7 +229,7 @@ class ScheduleRegion:
 BodyItem = Union[Instruction, Label, Directive, ScopeOpen, ScopeClose, ScheduleRegion]
 
 
-@dataclass
+@dataclass(slots=True)
 class NamedReg:
     """One register declared with `.regs` or `.temp`."""
     name: str                 # acc12
@@ -241,7 +241,7 @@ class NamedReg:
     span: Span | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ParamInfo:
     """One kernel/function parameter: what the runtime packs for it."""
 
@@ -250,7 +250,7 @@ class ParamInfo:
     count: int | None = None        # elements of an array parameter; None for a scalar
 
 
-@dataclass
+@dataclass(slots=True)
 class Function:
     kind: str                       # 'entry' or 'func'
     name: str
@@ -276,7 +276,7 @@ def iter_body(items) -> Iterator[BodyItem]:
             yield item
 
 
-@dataclass
+@dataclass(slots=True)
 class Module:
     version: str | None             # as the source said, or None
     target: list[str]               # ['sm_90'] or ['sm_90a', 'debug'] as the source said, or []

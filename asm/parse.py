@@ -15,6 +15,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 from . import ast
 from .errors import AsmError, Note
 from .expr import parse_number
+from .parser_cache import cached_lark
 from .source import SourceFile, Span
 
 # Limits on what one file may ask of the parser, so that hostile or generated input gets an error
@@ -72,21 +73,22 @@ def _grammar_text(name: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def statement_parser() -> Lark:
-    return Lark(_grammar_text("sasm.lark"), parser="lalr", lexer="contextual",
-                propagate_positions=True, maybe_placeholders=True)
+    # (the tables are kept between processes: analysing the grammar took half a second a start)
+    return cached_lark("sasm.lark", _grammar_text("sasm.lark"), parser="lalr", lexer="contextual",
+                       propagate_positions=True, maybe_placeholders=True)
 
 
 @functools.lru_cache(maxsize=None)
 def expression_parser() -> Lark:
-    return Lark(_grammar_text("expr.lark"), parser="lalr", lexer="contextual",
-                start=["expr", "brace_items", "regs_spec"], propagate_positions=True,
-                maybe_placeholders=True)
+    return cached_lark("expr.lark", _grammar_text("expr.lark"), parser="lalr", lexer="contextual",
+                       start=["expr", "brace_items", "regs_spec"], propagate_positions=True,
+                       maybe_placeholders=True)
 
 
 def parse_source(source: SourceFile) -> ast.Module:
     check_text_limits(source)
-    from .parse_fast import parse_plain     # plain-PTX lines without Lark; None: use the grammar
-    fast = parse_plain(source)
+    from .parse_fast import parse as parse_fast    # ordinary lines without Lark; None: use the grammar
+    fast = parse_fast(source)
     if fast is not None:
         return fast
     try:
@@ -127,17 +129,21 @@ _RAW_SCAN = re.compile(r'/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\\n])*"|[(\[\])\n]', re.
 _DATA_INIT = re.compile(r"[ \t]*(?:\.(?:visible|extern|weak|common)[ \t]+)*\.(?:global|const)[ \t]+\.[^=\n]*=[ \t]*\{")
 
 
+# The start of a line longer than MAX_LINE_CHARS: found by the regex engine (a loop over a 20 MB
+# file's line starts in Python took a second).
+_LONG_LINE = re.compile(r"^[^\n]{%d}" % (MAX_LINE_CHARS + 1), re.M)
+
+
 def check_text_limits(source: SourceFile) -> None:
     """MAX_LINE_CHARS and MAX_BRACKET_DEPTH, checked on the raw text before parsing, cheaply: a
     file shorter than the line limit has no long line, and brackets are counted only when there
     are more of them than the depth limit."""
     text = source.text
     if len(text) > MAX_LINE_CHARS:
-        starts = source._line_starts
-        for i, start in enumerate(starts):
-            end = starts[i + 1] - 1 if i + 1 < len(starts) else len(text)
-            if end - start <= MAX_LINE_CHARS:
-                continue
+        for long in _LONG_LINE.finditer(text):
+            start = long.start()
+            end = text.find("\n", start)
+            end = len(text) if end < 0 else end
             at = start + MAX_LINE_CHARS
             m = _DATA_INIT.match(text, start, end)
             if m is not None:

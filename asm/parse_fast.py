@@ -1,39 +1,41 @@
-"""The fast path of stage 1 for plain PTX: most lines of nvcc's or Triton's PTX are one simple
-instruction, label, declaration or `.loc`, and building those with Lark (a token object per token,
-a tree node per rule, positions propagated through every node) was most of a plain-PTX build's time.
+"""The fast path of stage 1: most lines of a source, plain PTX from nvcc or Triton and `.sasm`
+kernels alike, are one simple instruction, label, declaration or `.loc`, and building those with
+Lark (a token object per token, a tree node per rule, positions propagated through every node) was
+most of a build's time: minutes for a 20 MB file.
 
-`parse_plain` recognises such lines, and function headers, with regular expressions and builds
-their AST nodes itself: exactly the nodes the grammar path builds (tests/test_parse_fast.py
-compares the two over the whole corpus and over mutants of it). Everything else stays with the
-grammar: the recognised text is blanked out (replaced by spaces, so every position stays where it
-was) and the rest, the "skeleton" (braces, initialisers, calls, whatever the fast path does not
-fully recognise), is parsed by grammar/sasm.lark as usual. The grammar also decides whether each
-recognised line really was a statement of its own: the token before it, as the grammar's own
-lexer saw the skeleton, must end a statement (`;`, `{`, `}`, a label, a `.loc`/`.file` line, a
-`.version`/`.target`/`.address_size` line) and it must not lie in a block comment. A function
-header is blanked up to its body's `{`, so that the grammar parses the body as a `{ }` scope, which
-then becomes the function's body. Recognised nodes are merged into the skeleton by position.
+`parse` recognises such lines, and function headers, with regular expressions and builds their AST
+nodes itself: exactly the nodes the grammar path builds (tests/test_parse_fast.py compares the two
+over the corpus, the shipped kernels and mutants of both). Everything else stays with the grammar:
+the recognised text is blanked out (replaced by spaces, so every position stays where it was) and
+the rest, the "skeleton" (directives, the macro layer, braces, initialisers, calls, whatever the
+fast path does not fully recognise), is parsed by grammar/sasm.lark as usual. The grammar also
+decides whether each recognised line really was a statement of its own: the token before it, as
+the grammar's own lexer saw the skeleton, must end a statement or a block's header (`;`, `{`, `}`,
+a label, a `.loc` line, a directive's expression, `.endm`, `.else`, a macro call's `)`...) and it
+must not lie in a block comment. A function header is blanked up to its body's `{`, so that the
+grammar parses the body as a `{ }` scope, which then becomes the function's body. Recognised nodes
+are put into the skeleton's parse tree by position, in whichever block holds them (a function, a
+macro, a `.for`, an `.if` branch), and the tree is built into the AST as usual.
 
-Whenever anything is not so (a macro-layer statement anywhere, a skeleton that does not parse, a
-header whose `{` the grammar does not see as one), `parse_plain` returns None and the whole file
-goes through the grammar path, so errors are reported exactly as before; recognised lines the
-grammar refuses are put back and the skeleton parsed again. Conservative by design: a line with
-`{expr}` interpolation, a component of a name without '%' (`q.x`), `!`, parentheses, a string,
-an initialiser, an address other than `[base]`, `[base+n]`, `[base-n]` is not recognised.
+Recognised lines the grammar refuses are put back and the skeleton parsed again. A syntax error in
+the skeleton is reported from the skeleton, with no parse of the whole text: once every recognised
+line before the error is confirmed as a statement and those from the error on are put back, the
+grammar's parser is where it would be on the whole text (only statements were left out before
+the error, and from the error on the text is the original), so the error is the grammar path's own,
+found at the cost of parsing the skeleton. Only when the rounds of putting lines back do not settle
+(`_ROUNDS`) does the whole text go through the grammar path. Conservative by design: a line with
+`{expr}` interpolation, a component of a name without '%' (`q.x`), `!`, parentheses, a string, an
+initialiser, an address other than `[base]`, `[base+n]`, `[base-n]` is not recognised.
 """
 from __future__ import annotations
 
 import bisect
 import re
 import sys
+from array import array
 
 from . import ast
 from .source import SourceFile, Span
-
-# Macro-layer keywords: a source with any of them (even in a comment) is left to the grammar
-# whole; the skeleton check below is the exact test, this only saves the work.
-_MACRO_HINT = re.compile(r"\.(?:macro|endm|for|endfor|if|elif|else|endif|include|schedule|endschedule|regs|temp|pin"
-                         r"|tune|error)(?![\w$])|\.const[ \t]+[A-Za-z_$]")
 
 # The terminals of grammar/sasm.lark that recognised lines are made of, restricted: no {expr}
 # interpolation, no vector component after a register, guards only on %-registers.
@@ -41,6 +43,8 @@ _NUMBER = (r"0[fF][0-9A-Fa-f]{8}(?![\w$])|0[dD][0-9A-Fa-f]{16}(?![\w$])|0[xX][0-
            r"|\d+\.\d*(?:[eE][+-]?\d+)?|\d+[eE][+-]?\d+|\d+U?")
 _REG = r"%[A-Za-z_$][\w$]*"
 _NAME = r"[A-Za-z_$][\w$]*"
+# A register in a { } vector: grammar/expr.lark reads it, where if, else, or, and, not are keywords.
+_VEC_NAME = r"%?(?!(?:if|else|or|and|not)(?![\w$]))" + _NAME
 
 # Declaration qualifiers the fast path takes: state spaces, linkage, alignment, vector widths and
 # register types. Never one of the grammar's keywords (.const, .loc, .entry ...), which lex apart.
@@ -73,15 +77,19 @@ _OPERAND = re.compile(
     r"|(?P<name>" + _NAME + r")"
     r"|(?P<mem>\[[ \t]*(?P<base>%?" + _NAME + r")(?:[ \t]*(?P<sign>[-+])[ \t]*(?P<minus>-[ \t]*)?(?P<off>"
     + _NUMBER + r"))?[ \t]*\])"
-    r"|(?P<vec>\{[ \t]*" + _REG + r"(?:[ \t]*,[ \t]*" + _REG + r")*[ \t]*\})"
+    # a vector of registers, '%' or not; never a keyword of the expression grammar, which reads { }
+    r"|(?P<vec>\{[ \t]*" + _VEC_NAME + r"(?:[ \t]*,[ \t]*" + _VEC_NAME + r")*[ \t]*\})"
     # the two destinations of setp/shfl: %r1|%p1, _|p
     r"|(?P<pair>(?P<p1>%?" + _NAME + r")[ \t]*\|[ \t]*(?P<p2>%?" + _NAME + r"))"
     r")(?=[ \t]*(?:,|$))(?:[ \t]*(?:,[ \t]*(?=[^ \t])|$))")
+# The operands _operands tells apart by their text: as _OPERAND's first four kinds, the whole text.
+_SIMPLE = re.compile(r"(?P<reg>" + _REG + r"(?:\.[xyzwrgba](?![\w$]))?)|(?P<num>" + _NUMBER + r")"
+                     r"|(?P<neg>-(?:" + _NUMBER + r"))|(?P<name>" + _NAME + r")")
 _QUAL_AT = re.compile(r"(\.[A-Za-z_][\w$]*)(?:[ \t]+(\d+))?")
 _DECLARATOR_AT = re.compile(r"(%?" + _NAME + r")(?:[ \t]*<[ \t]*(\d+)[ \t]*>)?")
 _DIM_AT = re.compile(r"[ \t]*\[[ \t]*(\d+)?[ \t]*\]")
 _COMMA_AT = re.compile(r"[ \t]*,[ \t]*")
-_VEC_ITEM = re.compile(_REG)
+_VEC_ITEM = re.compile(_VEC_NAME)
 
 # A function header, up to the `{` of its body or the `;` of a prototype; comments inside it
 # leave it to the grammar. The keyword patterns are the grammar's own (FUNC_KIND, PERF_KW,
@@ -115,10 +123,6 @@ class _Head:
         self.brace = brace
 
 
-# Tokens after which the grammar is at the start of a statement (of a body, scope or the file).
-_BOUNDARY = frozenset({"SEMICOLON", "LBRACE", "RBRACE", "LABEL_DEF", "LINE_RAW"})
-_IGNORED = re.compile(r"[ \t\f\r\n]+|//[^\n]*|/\*(?:.|\n)*?\*/")
-
 # What plain PTX is made of (pipeline.plain_ptx_layout asks the same of a whole AST).
 PLAIN_PTX_NODES = (ast.Version, ast.Target, ast.AddressSize, ast.RawDirective, ast.Decl, ast.Function, ast.Label,
                    ast.Instr, ast.Scope)
@@ -131,16 +135,15 @@ class _Unrecognised(Exception):
     """A line the fast path leaves to the grammar."""
 
 
-def parse_plain(source: SourceFile) -> ast.Module | None:
-    """The AST of a plain-PTX source, the recognised lines built here and the rest by the
-    grammar; None when the whole source should go through the grammar path instead."""
+def parse(source: SourceFile) -> ast.Module | None:
+    """The AST of a source, the recognised lines built here and the rest by the grammar; an
+    AsmError for a syntax error, located as the grammar path locates it; None when the whole
+    source should go through the grammar path instead."""
     text = source.text
-    if _MACRO_HINT.search(text):
-        return None
     # `.section` bodies (debug information) are raw text to the grammar: labels in them are not
     # statements. Skipping them here only saves a second round below.
     sections = _sections(text) if ".section" in text else []
-    found: list[tuple[int, int, object]] = []      # (start, end, node) of recognised text
+    heads = []
     for m in _HEAD.finditer(text):
         if sections and _inside(sections, m.start()):
             continue
@@ -149,40 +152,52 @@ def parse_plain(source: SourceFile) -> ast.Module | None:
         except _Unrecognised:
             continue
         # a body's `{` stays for the grammar, which parses the body as a scope
-        found.append((m.start(), m.start("open") if m.group("open") == "{" else m.end(), head))
-    heads = [(a, b) for a, b, _ in found]
+        heads.append((m.start(), m.start("open") if m.group("open") == "{" else m.end(), head))
+    head_spans = [(a, b) for a, b, _ in heads]
+    # The recognised text, in order: its nodes and where each blank starts and ends (arrays of
+    # machine integers: a 20 MB source has 600k of them, which as tuples of ints were 70 MB).
+    fast: list = []
+    bstart, bend = array("q"), array("q")
+    h = 0
     for m in _LINE.finditer(text):
-        if sections and _inside(sections, m.start()) or heads and _inside(heads, m.start()):
+        a = m.start()
+        if sections and _inside(sections, a) or head_spans and _inside(head_spans, a):
             continue
         try:
             node = _node(m, source)
         except _Unrecognised:
             continue
-        found.append((m.start(), m.end(), node))
-    found.sort(key=lambda f: f[0])
-    fast = [f[2] for f in found]
-    blanks = [(a, b) for a, b, _ in found]
-    del found, heads
-    # The grammar refuses a recognised line that is not a statement of its own (in a multi-line
-    # initialiser, a block comment, after `.pin`...): put those lines back and ask again.
-    for _ in range(3):
+        while h < len(heads) and heads[h][0] < a:
+            bstart.append(heads[h][0])
+            bend.append(heads[h][1])
+            fast.append(heads[h][2])
+            h += 1
+        bstart.append(a)
+        bend.append(m.end())
+        fast.append(node)
+    for a, b, head in heads[h:]:
+        bstart.append(a)
+        bend.append(b)
+        fast.append(head)
+    del heads, head_spans
+    for _ in range(_ROUNDS):
         if not fast:
             return None
-        result = _skeleton_module(source, _blank(text, blanks), blanks)
-        if result is None:
-            return None
-        if isinstance(result, ast.Module):
-            if any(type(f) is _Head for f in fast):
-                fast = _attach_bodies(result.body, fast)
-                if fast is None:
-                    return None
-            _merge(result.body, fast, 0, len(text))
+        result = _skeleton_module(source, _blank(text, bstart, bend), bstart, fast)
+        if result is None or isinstance(result, ast.Module):
             return result
-        keep = [i for i in range(len(blanks)) if i not in result]
+        # put the lines in `result` back and ask again
+        keep = [i for i in range(len(fast)) if i not in result]
         fast = [fast[i] for i in keep]
-        blanks = [blanks[i] for i in keep]
+        bstart = array("q", (bstart[i] for i in keep))
+        bend = array("q", (bend[i] for i in keep))
     return None
 
+
+# Rounds of putting recognised lines back before the whole text goes to the grammar: a clean source
+# takes one, a syntax error two (the lines after it put back), odd mixtures of statements and
+# lines that only look like statements a few more.
+_ROUNDS = 6
 
 _SECTION = re.compile(r"\.section(?![\w$])[^{}\n]{0,200}(?:\n[^{}\n]{0,200})?\{")
 
@@ -209,31 +224,41 @@ def _inside(spans: list[tuple[int, int]], pos: int) -> bool:
     return k >= 0 and spans[k][0] <= pos < spans[k][1]
 
 
-def _blank(text: str, blanks: list[tuple[int, int]]) -> str:
-    """`text` with the recognised lines replaced by spaces: every other position unchanged."""
-    pieces = []
+def _blank(text: str, bstart, bend) -> str:
+    """`text` with the recognised lines replaced by spaces: every other position unchanged. Joined
+    a few thousand lines at a time, so that the pieces in hand stay few."""
+    chunks = []
     at = 0
-    for a, b in blanks:
-        pieces.append(text[at:a])
-        pieces.append(" " * (b - a))
-        at = b
-    pieces.append(text[at:])
-    return "".join(pieces)
+    n = len(bstart)
+    spaces = _SPACES
+    for lo in range(0, n, 4096):
+        pieces = []
+        for k in range(lo, min(n, lo + 4096)):
+            a, b = bstart[k], bend[k]
+            pieces.append(text[at:a])
+            pieces.append(spaces[b - a] if b - a < 256 else " " * (b - a))
+            at = b
+        chunks.append("".join(pieces))
+    chunks.append(text[at:])
+    return "".join(chunks)
 
 
-def _skeleton_module(source: SourceFile, skeleton: str, blanks: list[tuple[int, int]]):
-    """The skeleton's AST; or the set of indices of blanked lines the grammar refuses as
-    statements; or None when the grammar path should take the whole source."""
-    from lark.exceptions import LarkError
+_SPACES = [" " * n for n in range(256)]
 
-    from .errors import AsmError
-    from .parse import _AstBuilder, statement_parser
+
+def _skeleton_module(source: SourceFile, skeleton: str, blanks, fast: list):
+    """The module: the skeleton's parse tree with the recognised nodes put in, built; or the set
+    of indices of blanked lines to put back; or None when the grammar path should take the whole
+    source. A syntax error is raised as the grammar path raises it."""
+    from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
+
+    from .parse import _syntax_error, statement_parser
 
     starts: list[int] = []
     ends: list[int] = []
     types: list[str] = []
+    ip = statement_parser().parse_interactive(skeleton)
     try:
-        ip = statement_parser().parse_interactive(skeleton)
         last = None
         for tok in ip.iter_parse():
             starts.append(tok.start_pos)
@@ -241,29 +266,53 @@ def _skeleton_module(source: SourceFile, skeleton: str, blanks: list[tuple[int, 
             types.append(tok.type)
             last = tok
         tree = ip.feed_eof(last)
-    except LarkError:
-        return None
-    refused = _refused(skeleton, blanks, starts, ends, types)
+    except UnexpectedInput as exc:
+        if getattr(exc, "interactive_parser", None) is None:
+            # as Lark's parse() does: UnexpectedToken.accepts (what the message lists) asks it
+            exc.interactive_parser = ip
+        if isinstance(exc, UnexpectedToken) and exc.token.type != "$END":
+            stop = exc.token.start_pos
+        elif isinstance(exc, UnexpectedCharacters):
+            stop = exc.pos_in_stream
+        else:
+            stop = len(skeleton)
+        k = bisect.bisect_left(starts, stop)
+        del starts[k:], ends[k:], types[k:]
+        before = bisect.bisect_left(blanks, stop)
+        refused = _refused(skeleton, blanks[:before], starts, ends, types, stop)
+        if refused:
+            return refused
+        if before < len(blanks):
+            # the text from the error on as written: the grammar sees what the whole text holds there
+            return set(range(before, len(blanks)))
+        raise _syntax_error(exc, source, 0, source.text) from None
+    refused = _refused(skeleton, blanks, starts, ends, types, len(skeleton))
     if refused:
         return refused
     del starts, ends, types
-    builder = _AstBuilder(source)
+    orphans = _put_in(tree, fast, blanks)
+    if orphans:
+        return orphans
+    builder = _Builder(source)
     try:
-        body = builder.stmts(tree.children)
-    except (AsmError, RecursionError):
-        return None
-    if not _plain(body):
-        return None
-    return ast.Module(body, source)
+        return ast.Module(builder.stmts(tree.children), source)
+    except RecursionError:
+        raise builder.too_deep() from None
 
 
-def _refused(skeleton: str, blanks, starts, ends, types) -> set[int]:
+# Tokens after which the grammar is at the start of a statement (of a body, a block or the file).
+_BOUNDARY = frozenset({"SEMICOLON", "LBRACE", "RBRACE", "LABEL_DEF", "LINE_RAW", "LINE_EXPR", "ENDM_KW",
+                       "ENDFOR_KW", "ENDIF_KW", "ELSE_KW", "SCHEDULE_KW", "ENDSCHEDULE_KW"})
+_IGNORED = re.compile(r"[ \t\f\r\n]+|//[^\n]*|/\*(?:.|\n)*?\*/")
+
+
+def _refused(skeleton: str, blanks, starts, ends, types, stop: int) -> set[int]:
     """The blanked lines that do not sit where the grammar expects a statement: after a token
-    that ends one (or at the top), outside block comments."""
+    that ends one (or at the top), outside block comments. `stop`: where the tokens end."""
     out = set()
     checked_gap = -2
     comments: list[tuple[int, int]] = []
-    for i, (a, _) in enumerate(blanks):
+    for i, a in enumerate(blanks):
         k = bisect.bisect_right(starts, a) - 1
         if k >= 0 and (ends[k] > a or types[k] not in _BOUNDARY and not _header_end(types, k)):
             out.add(i)
@@ -271,7 +320,7 @@ def _refused(skeleton: str, blanks, starts, ends, types) -> set[int]:
         if k != checked_gap:               # the ignorable text between token k and token k+1
             checked_gap = k
             lo = ends[k] if k >= 0 else 0
-            hi = starts[k + 1] if k + 1 < len(starts) else len(skeleton)
+            hi = starts[k + 1] if k + 1 < len(starts) else stop
             comments = _block_comments(skeleton, lo, hi) if skeleton.find("/*", lo, hi) >= 0 else []
         if any(s <= a < e for s, e in comments):
             out.add(i)
@@ -279,10 +328,24 @@ def _refused(skeleton: str, blanks, starts, ends, types) -> set[int]:
 
 
 def _header_end(types: list[str], k: int) -> bool:
-    """Token k ends a `.version N`, `.address_size N` or `.target a, b` statement (which have no ';')."""
-    if types[k] == "NUMBER":
+    """Token k ends a `.version N`, `.address_size N`, `.target a, b`, `.include "f"`, `.error "m"`
+    statement, or a macro call or `.macro` head (their `)`): statements without a ';' of their own."""
+    t = types[k]
+    if t == "NUMBER":
         return k > 0 and types[k - 1] in ("VERSION_KW", "ADDRSIZE_KW")
-    if types[k] != "NAME":
+    if t == "STRING":
+        return k > 0 and types[k - 1] in ("INCLUDE_KW", "ERROR_KW")
+    if t == "RPAR":
+        depth = 0
+        for j in range(k, -1, -1):         # the '(' this one closes
+            if types[j] == "RPAR":
+                depth += 1
+            elif types[j] in ("LPAR", "MACRO_CALL"):
+                depth -= 1
+                if depth == 0:
+                    return types[j] == "MACRO_CALL" or j > 1 and types[j - 1] == "NAME" and types[j - 2] == "MACRO_KW"
+        return False
+    if t != "NAME":
         return False
     while k > 1 and types[k - 1] == "COMMA" and types[k - 2] == "NAME":
         k -= 2
@@ -302,56 +365,197 @@ def _block_comments(text: str, lo: int, hi: int) -> list[tuple[int, int]]:
     return out
 
 
-def _plain(body) -> bool:
-    todo = [body]
-    while todo:
-        for s in todo.pop():
-            t = type(s)
-            if t not in PLAIN_PTX_NODES or t is ast.Instr and s.pinned:
-                return False
-            if t is ast.Function:
-                if s.body is not None:
-                    todo.append(s.body)
-            elif t is ast.Scope:
-                todo.append(s.body)
-    return True
+def _prebuilt(kind: str, children: list, start: int, end: int):
+    t = _pre_class()(children)
+    if kind != "prebuilt":
+        t.data = kind
+    t.start_pos, t.end_pos = start, end
+    return t
 
 
-def _attach_bodies(top: list, fast: list) -> list | None:
-    """Each recognised function header takes the scope the grammar found at its `{` as its body
-    (in `top`, the skeleton's top-level statements); returns the other recognised statements, or
-    None when a header has no such scope (the grammar saw something else there)."""
-    heads = {f.brace: f for f in fast if type(f) is _Head and f.brace >= 0}
-    for k, s in enumerate(top):
-        if type(s) is ast.Scope and s.span.start in heads:
-            fn = heads.pop(s.span.start).fn
-            fn.body = s.body
-            fn.span = Span(fn.span.source, fn.span.start, s.span.end)
-            top[k] = fn
-    if heads:
-        return None
-    return [f.fn if type(f) is _Head else f for f in fast if type(f) is not _Head or f.brace < 0]
+def _pre_class():
+    global _PRE
+    if _PRE is None:
+        from lark import Tree
+
+        class Pre(Tree):
+            """A node the fast path built, among the skeleton tree's children: a Tree to the grammar
+            path's builder (which keeps only Trees of a block's children), positioned as one,
+            and cheap (there is one per recognised line)."""
+            __slots__ = ("items", "start_pos", "end_pos")
+            data = "prebuilt"
+            empty = False
+
+            def __init__(self, items):
+                self.items = items
+
+            @property
+            def children(self):
+                return self.items
+
+            @property
+            def meta(self):
+                return self
+
+        _PRE = Pre
+    return _PRE
 
 
-def _merge(stmts: list, fast: list, i: int, end: int) -> int:
-    """Insert fast[i:] (sorted by position) into `stmts` and the bodies inside it, up to offset
-    `end`; returns the index of the first fast statement past `end`."""
+_PRE = None
+
+
+def _put_in(tree, fast: list, blanks: list) -> set[int]:
+    """Put the recognised nodes into the skeleton's parse tree, each among the children of the
+    innermost rule whose text holds it (a body, scope, macro, `.for`, `.if` branch or the file),
+    as `prebuilt` trees; a function header and the scope at its `{` become one `fast_function`.
+    Returns the indices of headers without such a scope (the grammar saw something else there)."""
+    orphans: set[int] = set()
+    # (a blank starts where its node does, but for blanks before it: the same place among tokens)
+    _put_children(tree, blanks, 0, fast, orphans, 1 << 62)    # the file: what follows its last token too
+    return orphans
+
+
+# Rules whose text ends with their last statement, not a closer of their own: a statement after
+# what the skeleton still holds of them (all the rest blanked) is theirs up to the next sibling.
+_OPEN_ENDED = frozenset({"elif_clause", "else_clause"})
+
+
+def _next_start(children: list, j: int, end: int) -> int:
+    from lark import Token
+
+    for c in children[j:]:
+        if c is None:
+            continue
+        if type(c) is Token:
+            return c.start_pos
+        if not c.meta.empty:
+            return c.meta.start_pos
+    return end
+
+
+def _put_children(tree, blanks: list, i: int, fast: list, orphans: set, end: int | None = None) -> int:
+    from lark import Token, Tree
+
     out = []
-    n = len(fast)
-    for s in stmts:
-        start = s.span.start
-        while i < n and fast[i].span.start < start:
-            out.append(fast[i])
-            i += 1
-        body = s.body if type(s) in (ast.Function, ast.Scope) else None
-        if body is not None:
-            i = _merge(body, fast, i, s.span.end)
-        out.append(s)
-    while i < n and fast[i].span.start < end:
-        out.append(fast[i])
+    n = len(blanks)
+    if end is None:
+        end = tree.meta.end_pos if not tree.meta.empty else 1 << 62
+    # the builder takes a plain statement list's nodes as they are (Builder.stmts); the other
+    # blocks' rules keep only Trees of their children, so there a node goes in wrapped
+    wrap = _wrap if tree.data not in _STATEMENT_LISTS else _wrap_head
+    children = tree.children
+    for j, c in enumerate(children):
+        if c is not None:
+            if type(c) is Token:
+                start, stop = c.start_pos, c.end_pos
+            else:
+                meta = c.meta
+                if meta.empty:
+                    out.append(c)
+                    continue
+                start, stop = meta.start_pos, meta.end_pos
+                if c.data in _OPEN_ENDED:
+                    stop = _next_start(children, j + 1, end)
+            while i < n and blanks[i] < start:
+                out.append(wrap(fast[i]))
+                i += 1
+            if type(c) is Tree and i < n and blanks[i] < stop:
+                i = _put_children(c, blanks, i, fast, orphans, stop)
+        out.append(c)
+    while i < n and blanks[i] < end:
+        out.append(wrap(fast[i]))
         i += 1
-    stmts[:] = out
+    if any(type(c) is _PRE and type(c.children[0]) is _Head for c in out):
+        out = _join_heads(out, fast, orphans)
+    tree.children = out
     return i
+
+
+_STATEMENT_LISTS = frozenset({"start", "body", "scope"})
+
+
+def _wrap_head(f):
+    return _wrap(f) if type(f) is _Head else f
+
+
+def _wrap(f):
+    if type(f) is _Head:
+        if f.brace < 0:                    # a prototype: complete as it is
+            return _prebuilt("prebuilt", (f.fn,), f.fn.span.start, f.fn.span.end)
+        return _prebuilt("prebuilt", (f,), f.fn.span.start, f.brace)
+    return _prebuilt("prebuilt", (f,), f.span.start, f.span.end)
+
+
+def _join_heads(out: list, fast: list, orphans: set) -> list:
+    from lark import Tree
+
+    joined = []
+    k = 0
+    while k < len(out):
+        c = out[k]
+        if type(c) is _PRE and type(c.children[0]) is _Head:
+            head = c.children[0]
+            nxt = out[k + 1] if k + 1 < len(out) else None
+            if type(nxt) is Tree and nxt.data == "scope" and not nxt.meta.empty and nxt.meta.start_pos == head.brace:
+                joined.append(_prebuilt("fast_function", (head, nxt), head.fn.span.start, nxt.meta.end_pos))
+                k += 2
+                continue
+            orphans.add(next(i for i, f in enumerate(fast) if f is head))
+        joined.append(c)
+        k += 1
+    return joined
+
+
+def _builder_class():
+    from .parse import MAX_NESTING, _AstBuilder
+
+    class Builder(_AstBuilder):
+        """The grammar path's builder, taking the fast path's nodes as they are."""
+
+        def s_prebuilt(self, t):
+            return t.children[0]
+
+        def stmts(self, children) -> list:
+            # as the grammar path's, with the fast path's nodes taken as they are, bare or wrapped
+            from lark import Token, Tree
+
+            if self.depth + 1 > MAX_NESTING:
+                return super().stmts([c if c is None or isinstance(c, (Tree, Token)) else
+                                      _prebuilt("prebuilt", (c,), c.span.start, c.span.end) for c in children])
+            self.depth += 1
+            out = []
+            pre = _PRE
+            for c in children:
+                if c is None:
+                    continue
+                t = type(c)
+                if t is pre:
+                    out.append(c.children[0] if c.data == "prebuilt" else self.stmt(c))
+                elif t is Tree or t is Token:
+                    out.append(self.stmt(c))
+                else:
+                    out.append(c)
+            self.depth -= 1
+            return out
+
+        def s_fast_function(self, t):
+            head, scope = t.children
+            fn = head.fn
+            fn.body = self.stmts(scope.children)
+            fn.span = Span(fn.span.source, fn.span.start, scope.meta.end_pos)
+            return fn
+
+    return Builder
+
+
+def _Builder(source: SourceFile):
+    global _BUILDER
+    if _BUILDER is None:
+        _BUILDER = _builder_class()
+    return _BUILDER(source)
+
+
+_BUILDER = None
 
 
 # ---- building nodes --------------------------------------------------------------------------
@@ -375,31 +579,163 @@ def _instruction(m: re.Match, src: SourceFile) -> ast.Instr:
         skip = 2 if g[1] == "!" else 1
         inner = Span(src, ga + skip, gb)
         guard = ast.Guard(skip == 2, ast.RegRef(ast.Name([g[skip:]], inner), inner), Span(src, ga, gb))
-        first = ga
-    else:
-        first = m.start("op")
     oa, ob = m.span("op")
+    if g is None:
+        first = oa
+    else:
+        first = ga
+    end = m.end("semi")
     operands = []
     text = m.string
-    a, b = m.span("args")
+    a, b = ob, end - 1
+    while a < b and text[a] in " \t":
+        a += 1
+    while b > a and text[b - 1] in " \t":
+        b -= 1
     if a < b:
-        while a < b and text[a] in " \t":
-            a += 1
-        while b > a and text[b - 1] in " \t":
-            b -= 1
-        if a < b:
-            operands = _operands(text, a, b, src)
-    return ast.Instr(guard, ast.Name([_intern(m.group("op"))], Span(src, oa, ob)), operands, False,
-                     Span(src, first, m.end("semi")))
+        # recognised now, built when first used (expansion mostly never needs them built)
+        if text.find("[", a, b) >= 0 or text.find("{", a, b) >= 0 or text.find("|", a, b) >= 0:
+            _operands_matched(text, a, b, src, build=False)
+        else:
+            kinds = _KINDS
+            for raw in text[a:b].split(","):
+                if not (kinds.get(raw) or _known(raw))[0]:
+                    raise _Unrecognised
+        # (the positions are the spans' own int objects: a 20 MB source has millions)
+        operands = LazyOperands(src, ob, end)
+    op = m.group("op")
+    parts = _OPCODE_PARTS.get(op)
+    if parts is None:
+        # one parts list per opcode, shared by its instructions (nothing writes a Name's parts)
+        parts = [_intern(op)]
+        if len(_OPCODE_PARTS) < _KINDS_KEPT:
+            _OPCODE_PARTS[op] = parts
+    return ast.Instr(guard, ast.Name(parts, Span(src, oa, ob)), operands, False, Span(src, first, end))
+
+
+_OPCODE_PARTS: dict[str, list] = {}
+
+
+class LazyOperands(list):
+    """The operands of a recognised instruction, as the AST nodes they are, built on first use
+    (iteration, indexing, comparison) from the text they were recognised in. The nodes of a large
+    source's operands were most of its AST's memory, and expansion reads an operand by its text
+    (Expander._operands) when it has seen that text before, so most are never built; `forget`
+    drops the built nodes again."""
+
+    __slots__ = ("source", "start", "end", "built")
+
+    def __init__(self, source: SourceFile, start: int, end: int):
+        # start: where the opcode ends; end: where the instruction's ';' ends
+        self.source, self.start, self.end, self.built = source, start, end, False
+
+    def text(self) -> str:
+        """The operands' text (between the opcode and the ';')."""
+        return self.source.text[self.start:self.end - 1]
+
+    def fill(self) -> "LazyOperands":
+        if not self.built:
+            self.built = True
+            text = self.source.text
+            a, b = self.start, self.end - 1
+            while a < b and text[a] in " \t":
+                a += 1
+            while b > a and text[b - 1] in " \t":
+                b -= 1
+            list.extend(self, _operands(text, a, b, self.source))
+        return self
+
+    def forget(self) -> None:
+        if self.built:
+            list.clear(self)
+            self.built = False
+
+    def __iter__(self):
+        return list.__iter__(self.fill())
+
+    def __len__(self) -> int:
+        return list.__len__(self.fill())
+
+    def __getitem__(self, i):
+        return list.__getitem__(self.fill(), i)
+
+    def __contains__(self, x) -> bool:
+        return list.__contains__(self.fill(), x)
+
+    def __reversed__(self):
+        return list.__reversed__(self.fill())
+
+    def __eq__(self, other):
+        if type(other) is LazyOperands:
+            other.fill()
+        return list.__eq__(self.fill(), other)
+
+    def __ne__(self, other):
+        same = self.__eq__(other)
+        return same if same is NotImplemented else not same
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return list.__repr__(self.fill())
+
+    def copy(self) -> list:
+        return list(self)
 
 
 def _operands(text: str, pos: int, end: int, src: SourceFile) -> list:
+    """The operands between pos and end. Most lists are registers, names and numbers between
+    commas: those are told apart by the operand's text alone, once per distinct text."""
+    if text.find("[", pos, end) >= 0 or text.find("{", pos, end) >= 0 or text.find("|", pos, end) >= 0:
+        return _operands_matched(text, pos, end, src)
+    out = []
+    kinds = _KINDS
+    at = pos
+    for raw in text[pos:end].split(","):
+        kind, piece, lead = kinds.get(raw) or _known(raw)
+        a = at + lead
+        b = a + len(piece)
+        at += len(raw) + 1
+        sp = Span(src, a, b)
+        if kind == "reg":
+            out.append(ast.RegRef(ast.Name([piece], sp), sp))
+        elif kind == "name":
+            out.append(ast.Name([piece], sp))
+        elif kind == "num":
+            out.append(ast.Num(piece, sp))
+        elif kind == "neg":
+            out.append(ast.UnOp("-", ast.Num(piece[1:], Span(src, a + 1, b)), sp))
+        else:
+            raise _Unrecognised
+    return out
+
+
+def _known(raw: str) -> tuple[str, str, int]:
+    piece = raw.strip(" \t")
+    m = _SIMPLE.fullmatch(piece)
+    # one string object per distinct name, not per use: a tenth of the memory
+    known = (m.lastgroup if m is not None else "", _intern(piece), len(raw) - len(raw.lstrip(" \t")))
+    if len(_KINDS) < _KINDS_KEPT:
+        _KINDS[raw] = known
+    return known
+
+
+# What _operands knows of an operand's text between commas: ('reg' | 'num' | 'neg' | 'name' | '' (none),
+# the text without blanks, interned; how many blanks lead).
+_KINDS: dict[str, tuple[str, str]] = {}
+_KINDS_KEPT = 50_000
+
+
+def _operands_matched(text: str, pos: int, end: int, src: SourceFile, build: bool = True) -> list:
     out = []
     match = _OPERAND.match
     while pos < end:
         m = match(text, pos, end)
         if m is None:
             raise _Unrecognised
+        if not build:
+            pos = m.end()
+            continue
         kind = m.lastgroup
         a, b = m.span(kind)
         if kind == "reg":
@@ -421,7 +757,8 @@ def _operands(text: str, pos: int, end: int, src: SourceFile) -> list:
             items = []
             for v in _VEC_ITEM.finditer(text, a + 1, b - 1):
                 sp = Span(src, v.start(), v.end())
-                items.append(ast.RegRef(ast.Name([_intern(v.group())], sp), sp))
+                item = ast.Name([_intern(v.group())], sp)
+                items.append(ast.RegRef(item, sp) if text[v.start()] == "%" else item)
             out.append(ast.Brace(items, Span(src, a, b)))
         pos = m.end()
     return out

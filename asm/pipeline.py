@@ -23,6 +23,7 @@ from .isa.arch import (DEFAULT_TARGET, FEATURE_USES, SUPPORTED_TARGETS, arch_for
                        instruction_features, required_features)
 from .parse import parse_source
 from .parse_fast import PLAIN_PTX_NODES
+from .ptxas_names import locate as locate_named
 from .regalloc import Allocation, allocate
 from .scheduler import schedule_module
 from .source import SourceFile, read_source
@@ -44,7 +45,7 @@ class BuildOptions:
 class BuildResult:
     source: SourceFile
     options: BuildOptions
-    ast: ast.Module
+    ast: ast.Module                    # its top level: functions without their bodies (_top_level)
     expanded: ir.Module
     parameters: dict[str, object]
     tunables: dict[str, list]
@@ -134,15 +135,26 @@ def _build(source: SourceFile, options: BuildOptions | None) -> BuildResult:
         arch_for(options.target)           # an unknown target: AsmError listing the supported ones
     tree = parse_source(source)
     result: ExpandResult = expand(tree, options.defines, options.include_dirs)
+    layout = plain_ptx_layout(tree) if options.trace == "none" and not options.annotate else None
+    tree = _top_level(tree)
     module = _without_unit_clusters(result.module)
     target = choose_target(module, options.target)
     allocated, allocation = allocate(module, target)
     scheduled, report = _schedule(allocated, target, options)
-    layout = plain_ptx_layout(tree) if options.trace == "none" and not options.annotate else None
     emitted = emit_ptx(scheduled, target, trace=options.trace, source_name=source.path,
                        ptx_name=Path(source.path).with_suffix(".ptx").name, layout=layout)
     return BuildResult(source, options, tree, module, result.parameters, result.tunables, result.constants,
                        allocated, allocation, scheduled, report, target, emitted, result.includes)
+
+
+def _top_level(tree: ast.Module) -> ast.Module:
+    """The module with its functions' bodies left out: what the build keeps of the AST once
+    expansion has read it. A large source's function bodies were most of a build's memory, and
+    nothing after expansion reads them (ptxas errors are mapped through the emitted lines)."""
+    if not any(type(s) is ast.Function and s.body for s in tree.body):
+        return tree
+    return ast.Module([dataclasses.replace(s, body=[]) if type(s) is ast.Function and s.body else s
+                       for s in tree.body], tree.source)
 
 
 def plain_ptx_layout(tree: ast.Module) -> LineLayout | None:
@@ -200,12 +212,23 @@ def _feature_sample(module: ir.Module) -> ir.Module:
     file repeats a few hundred opcodes). tests/test_parse_fast.py checks the two agree."""
     seen: set = set()
     items = []
+    sregs_of: dict[int, frozenset] = {}        # per operand object (expansion shares them)
+    none = frozenset()
     for item in module.items:
         if isinstance(item, ir.Function) and item.body is not None:
             body = []
             for ins in item.instructions():
-                regs = {r.name.split(".", 1)[0] for r in ins.registers()}
-                key = (ins.opcode, frozenset(regs & _FEATURE_SREGS) if regs else frozenset())
+                found = none
+                for op in ins.operands:
+                    sregs = sregs_of.get(id(op))
+                    if sregs is None:
+                        sregs = sregs_of[id(op)] = frozenset(
+                            r.name.split(".", 1)[0] for r in ir.operand_regs(op)) & _FEATURE_SREGS
+                    if sregs:
+                        found = found | sregs
+                if ins.guard is not None and ins.guard.reg.name.split(".", 1)[0] in _FEATURE_SREGS:
+                    found = found | {ins.guard.reg.name.split(".", 1)[0]}
+                key = (ins.opcode, found)
                 if key not in seen:
                     seen.add(key)
                     body.append(ins)
@@ -269,15 +292,16 @@ def assemble(result: BuildResult, extra_args: list[str] | None = None) -> Assemb
             raise AsmError(f"ptxas failed (exit {code})" + (f": {tail}" if tail else " and printed nothing"))
         ptx_lines = result.ptx.splitlines()
 
-        def where(line: int | None):
-            if not line:
-                return None
-            return result.emitted.span_for_line(line) or _header_span(result, ptx_lines, line)
+        def where(d) -> tuple:
+            if not d.line:
+                # a message about a function or variable: its declaration
+                return locate_named(d.message, result.scheduled)
+            return result.emitted.span_for_line(d.line) or _header_span(result, ptx_lines, d.line), []
 
         first = errors[0]
-        span = where(first.line)
+        span, notes = where(first)
         ptx_line = ptx_lines[first.line - 1].strip() if first.line and first.line <= len(ptx_lines) else ""
-        notes = [Note(f"ptxas: {d.message}", where(d.line)) for d in errors[1:6]]
+        notes += [Note(f"ptxas: {d.message}", where(d)[0]) for d in errors[1:6]]
         at = f" (PTX line {first.line}: {ptx_line})" if first.line else ""
         raise AsmError(f"ptxas: {first.message}{at}", span, notes=notes)
     warnings = [f"{d.message}" for d in diags if d.severity == "warning"]

@@ -49,16 +49,34 @@ class PlannedReg:
         return asdict(self)
 
 
-@dataclass
 class BankConflict:
-    position: int
-    text: str
-    location: str
-    sources: list[dict]        # [{name, ptx_name, index, bank}]
-    banks: dict[int, list[str]]
+    """A three-source instruction whose sources the bank model says conflict. Its text and
+    location are worked out when asked for: a large kernel can have hundreds of thousands, which
+    a build never shows (`asmgemm regs` does)."""
+
+    __slots__ = ("position", "instruction", "sources", "banks")
+
+    def __init__(self, position: int, instruction: ir.Instruction, sources: list[dict],
+                 banks: dict[int, list[str]]):
+        self.position = position
+        self.instruction = instruction
+        self.sources = sources      # [{name, ptx_name, index, bank}]
+        self.banks = banks
+
+    @property
+    def text(self) -> str:
+        return self.instruction.render()
+
+    @property
+    def location(self) -> str:
+        return self.instruction.span.location() if self.instruction.span else ""
 
     def to_json(self) -> dict:
-        return asdict(self)
+        return {"position": self.position, "text": self.text, "location": self.location,
+                "sources": [dict(s) for s in self.sources], "banks": {b: list(n) for b, n in self.banks.items()}}
+
+    def __repr__(self) -> str:
+        return f"BankConflict({self.position}, {self.text!r}, {self.location!r})"
 
 
 @dataclass
@@ -223,9 +241,14 @@ def _allocate_function(fn: ir.Function, model: BankModel | None, max_registers: 
 
     rename = {name: ptx_name_for(named[name], idx) for name, idx in index_of.items()}
 
+    renamed: dict[ir.Reg, ir.Reg] = {}
+
     def rn(r: ir.Reg) -> ir.Reg:
         if r.named:
-            return replace(r, name=rename[r.name], named=False)
+            out = renamed.get(r)
+            if out is None:
+                out = renamed[r] = replace(r, name=rename[r.name], named=False)
+            return out
         return r
 
     new_body = _rewrite(fn.body, rn)
@@ -249,15 +272,25 @@ def _use_positions(program, named):
     first: dict[str, int] = {}
     last: dict[str, int] = {}
     count: dict[str, int] = {}
+    # the named registers of each operand object, once per object: expansion shares the operands
+    # of a name among all its uses
+    regs_of: dict[int, tuple[str, ...]] = {}
     pos = 0
     for item in program:
-        if not isinstance(item, ir.Instruction):
+        if type(item) is not ir.Instruction:
             continue
-        for r in item.registers():
-            if r.named and r.name in named:
-                first.setdefault(r.name, pos)
-                last[r.name] = pos
-                count[r.name] = count.get(r.name, 0) + 1
+        ops = item.operands
+        if item.guard is not None:
+            ops = [item.guard.reg, *ops]
+        for op in ops:
+            names = regs_of.get(id(op))
+            if names is None:
+                names = regs_of[id(op)] = tuple(r.name for r in ir.operand_regs(op) if r.named and r.name in named)
+            for name in names:
+                if name not in first:
+                    first[name] = pos
+                last[name] = pos
+                count[name] = count.get(name, 0) + 1
         pos += 1
     return first, last, count
 
@@ -343,15 +376,22 @@ def _interference(program, tracked: set[str]) -> dict[str, set[str]]:
     return graph
 
 
-def _rewrite(items, rn):
+def _rewrite(items, rn, done: dict | None = None):
+    # `done`: each operand object rewritten once (id -> rewritten), shared as expansion shares it
+    done = {} if done is None else done
     out = []
     for item in items:
-        if isinstance(item, ir.Instruction):
+        if type(item) is ir.Instruction:
             guard = ir.Guard(rn(item.guard.reg), item.guard.negated) if item.guard else None
-            out.append(ir.Instruction(item.opcode, [ir.map_regs(o, rn) for o in item.operands], guard,
-                                      item.span, item.pinned, item.expanded_from, item.note))
+            ops = []
+            for o in item.operands:
+                new = done.get(id(o))
+                if new is None:
+                    new = done[id(o)] = ir.map_regs(o, rn)
+                ops.append(new)
+            out.append(ir.Instruction(item.opcode, ops, guard, item.span, item.pinned, item.expanded_from, item.note))
         elif isinstance(item, ir.ScheduleRegion):
-            out.append(ir.ScheduleRegion(_rewrite(item.items, rn), item.span, item.index))
+            out.append(ir.ScheduleRegion(_rewrite(item.items, rn, done), item.span, item.index))
         else:
             out.append(item)
     return out
@@ -376,24 +416,43 @@ def _bank_conflicts(program, index_of, named, rename, model: BankModel | None):
     if model is None:                   # no banks, no conflicts to name
         return conflicts, checked
     pos = -1
+    # what a large program repeats, worked out once: per opcode whether it reads three sources,
+    # per operand object its (name, index) as a banked source, per index tuple the model's verdict
+    three: dict[str, bool] = {}
+    source: dict[int, tuple | None] = {}
+    verdicts: dict[tuple, dict] = {}
+    descriptions: dict[tuple, tuple] = {}
     for item in program:
-        if not isinstance(item, ir.Instruction):
+        if type(item) is not ir.Instruction:
             continue
         pos += 1
-        if not is_three_source(item) or len(item.operands) < 4:
+        ops = item.operands
+        is_three = three.get(item.opcode)
+        if is_three is None:
+            is_three = three[item.opcode] = is_three_source(item)
+        if not is_three or len(ops) < 4:
             continue
         checked += 1
         srcs = []
-        for op in item.operands[1:4]:
-            if isinstance(op, ir.Reg) and op.named and op.name in index_of and named[op.name].ptx_type != ".pred":
-                srcs.append((op.name, index_of[op.name]))
+        for op in ops[1:4]:
+            src = source.get(id(op), False)
+            if src is False:
+                src = source[id(op)] = ((op.name, index_of[op.name]) if type(op) is ir.Reg and op.named
+                                        and op.name in index_of and named[op.name].ptx_type != ".pred" else None)
+            if src is not None:
+                srcs.append(src)
         if len(srcs) < 2:
             continue
-        bad = model.conflicts([i for _, i in srcs])
+        key = tuple(i for _, i in srcs)
+        bad = verdicts.get(key)
+        if bad is None:
+            bad = verdicts[key] = model.conflicts(list(key))
         if bad:
-            banks = {b: [n for n, i in srcs if i in regs] for b, regs in bad.items()}
-            conflicts.append(BankConflict(
-                pos, item.render(), item.span.location() if item.span else "",
-                [{"name": n, "ptx_name": rename[n], "index": i, "bank": model.bank_of(i)} for n, i in srcs],
-                banks))
+            # the same sources conflict the same way: one description shared by every such instruction
+            described = descriptions.get(tuple(srcs))
+            if described is None:
+                described = descriptions[tuple(srcs)] = (
+                    [{"name": n, "ptx_name": rename[n], "index": i, "bank": model.bank_of(i)} for n, i in srcs],
+                    {b: [n for n, i in srcs if i in regs] for b, regs in bad.items()})
+            conflicts.append(BankConflict(pos, item, *described))
     return conflicts, checked

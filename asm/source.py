@@ -7,6 +7,8 @@ the .sasm text the user wrote.
 from __future__ import annotations
 
 import bisect
+from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,7 +17,7 @@ from pathlib import Path
 class SourceFile:
     path: str
     text: str
-    _line_starts: tuple[int, ...] = field(default=(), compare=False, repr=False)
+    _line_starts: Sequence[int] = field(default=(), compare=False, repr=False)
 
     @staticmethod
     def from_text(path: str, text: str) -> "SourceFile":
@@ -23,12 +25,13 @@ class SourceFile:
         LF, a leading byte-order mark is dropped), so every offset, line and column refers to the
         text as an editor shows it."""
         text = normalise_text(text)
-        starts = [0]
+        # machine integers: a tuple of int objects was as large as a 20 MB source itself
+        starts = array("q", [0])
         i = text.find("\n")
         while i >= 0:
             starts.append(i + 1)
             i = text.find("\n", i + 1)
-        return SourceFile(path, text, tuple(starts))
+        return SourceFile(path, text, starts)
 
     def line_col(self, offset: int) -> tuple[int, int]:
         """1-based line and column of a character offset."""
@@ -55,13 +58,27 @@ def normalise_text(text: str) -> str:
     return text
 
 
-@dataclass(frozen=True)
 class Span:
-    """A half-open character range [start, end) in one source file."""
+    """A half-open character range [start, end) in one source file.
 
-    source: SourceFile
-    start: int
-    end: int
+    A plain class with slots, compared and hashed by value as a frozen dataclass would be: every
+    AST node and instruction carries one, and a 20 MB source makes millions; a dataclass's
+    dictionary and frozen __init__ made them a third of a large build's memory and time."""
+
+    __slots__ = ("source", "start", "end")
+
+    def __init__(self, source: SourceFile, start: int, end: int):
+        self.source = source
+        self.start = start
+        self.end = end
+
+    def __eq__(self, other) -> bool:
+        if type(other) is not Span:
+            return NotImplemented
+        return self.start == other.start and self.end == other.end and self.source == other.source
+
+    def __hash__(self) -> int:
+        return hash((self.source, self.start, self.end))
 
     @property
     def line(self) -> int:

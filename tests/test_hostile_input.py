@@ -201,7 +201,7 @@ def test_recursion_error_is_a_located_error_as_a_safety_net(monkeypatch):
         raise RecursionError("maximum recursion depth exceeded")
     with monkeypatch.context() as m:
         m.setattr(parse_mod._AstBuilder, "s_instruction", boom)
-        m.setattr("asmgemm.parse_fast.parse_plain", lambda source: None)   # the grammar path builds it
+        m.setattr("asmgemm.parse_fast.parse", lambda source: None)   # the grammar path builds it
         e = error_of(src)
     assert "nested too deeply" in e.message and e.span.line == 7
     assert f"blocks {parse_mod.MAX_NESTING} deep" in e.message

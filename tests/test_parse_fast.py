@@ -1,10 +1,11 @@
-"""The plain-PTX fast path (asmgemm/parse_fast.py) builds exactly what the grammar path builds.
+"""The fast path (asmgemm/parse_fast.py) builds exactly what the grammar path builds.
 
-Over every corpus file, the golden plain PTX and generated throughput input, the fast path must be
-taken (for most lines) and its AST must equal the grammar path's, spans included. Over mutants of
-the corpus (lines dropped, duplicated, swapped; block-comment, brace, initialiser, `.pin` and
-semicolon debris inserted), either both paths give the same AST or both give the same located
-error. Plus the places where a line looks like a statement and is not one.
+Over every corpus file, the golden plain PTX, the shipped `.sasm` kernels and generated throughput
+input, the fast path must be taken (for most lines) and its AST must equal the grammar path's,
+spans included. Over mutants of the corpus and of the kernels (lines dropped, duplicated, swapped;
+block-comment, brace, initialiser, `.pin`, macro-layer and semicolon debris inserted), both paths
+give the same AST or the same located error, the fast path's found without the grammar path. Plus
+the places where a line looks like a statement and is not one.
 """
 from __future__ import annotations
 
@@ -26,16 +27,17 @@ from asmgemm.source import SourceFile, read_source
 HERE = Path(__file__).parent
 CORPUS = sorted((HERE / "corpus" / "ptx").glob("*.ptx"))
 PLAIN = CORPUS + [HERE / "golden" / "ptx" / "plain_ptx.ptx"]
+KERNELS = sorted(shipped_kernels().values()) + sorted(next(iter(shipped_kernels().values())).parent.glob("*.inc"))
 
 
 def grammar_path(source: SourceFile) -> ast.Module:
     """parse_source with the fast path switched off."""
-    saved = parse_fast.parse_plain
-    parse_fast.parse_plain = lambda s: None
+    saved = parse_fast.parse
+    parse_fast.parse = lambda s: None
     try:
         return parse_source(source)
     finally:
-        parse_fast.parse_plain = saved
+        parse_fast.parse = saved
 
 
 def outcome(fn, source: SourceFile):
@@ -71,10 +73,15 @@ def _generated() -> SourceFile:
     return SourceFile.from_text("generated.ptx", ptx_throughput.generate(150_000))
 
 
-@pytest.mark.parametrize("path", PLAIN, ids=[p.name for p in PLAIN])
+def fast_path(source: SourceFile):
+    """parse_fast.parse, and whether it located an error itself: (AST or error tuple, or None)."""
+    return outcome(parse_fast.parse, source)
+
+
+@pytest.mark.parametrize("path", PLAIN + KERNELS, ids=[p.name for p in PLAIN + KERNELS])
 def test_fast_path_builds_the_grammars_ast(path: Path):
     src = read_source(path)
-    fast = parse_fast.parse_plain(src)
+    fast = parse_fast.parse(src)
     assert fast is not None, f"{path.name}: the fast path fell back to the grammar for the whole file"
     assert_same(fast, grammar_path(src), path.name)
     # and it really did the work: most statements come from the fast path, not the skeleton
@@ -96,14 +103,9 @@ def _recognised(src: SourceFile) -> int:
 
 def test_generated_throughput_input():
     src = _generated()
-    fast = parse_fast.parse_plain(src)
+    fast = parse_fast.parse(src)
     assert fast is not None
     assert_same(fast, grammar_path(src), "generated")
-
-
-def test_sources_with_a_macro_layer_go_to_the_grammar():
-    for path in shipped_kernels().values():
-        assert parse_fast.parse_plain(read_source(path)) is None, path.name
 
 
 # ---- mutants -----------------------------------------------------------------------------------
@@ -134,21 +136,47 @@ def mutants(text: str, seed: int, count: int):
         yield "\n".join(ls)
 
 
+def _agree(src: SourceFile, label: str) -> bool:
+    """Both paths give the same AST or the same located error; True when the fast path gave it."""
+    expected = outcome(grammar_path, src)
+    fast = fast_path(src)
+    if fast is not None:
+        if isinstance(fast, tuple) or isinstance(expected, tuple):
+            assert fast == expected, f"{label}: fast path {fast!r}\ngrammar {expected!r}"
+        else:
+            assert_same(fast, expected, label)
+    assert outcome(parse_source, src) == expected, label
+    return fast is not None
+
+
 @pytest.mark.parametrize("name", MUTANT_FILES)
 def test_mutants_agree(name: str):
     text = (HERE / "corpus" / "ptx" / name).read_text()
-    fast_taken = 0
-    for k, mutant in enumerate(mutants(text, seed=sum(map(ord, name)), count=30)):
-        src = SourceFile.from_text(name, mutant)
-        expected = outcome(grammar_path, src)
-        fast = parse_fast.parse_plain(src)
-        if fast is not None:
-            fast_taken += 1
-            assert not isinstance(expected, tuple), \
-                f"mutant {k}: the fast path built an AST where the grammar says {expected[1]}"
-            assert_same(fast, expected, f"{name} mutant {k}")
-        assert outcome(parse_source, src) == expected, f"mutant {k}"
-    assert fast_taken, "no mutant went through the fast path: the test no longer tests it"
+    taken = sum(_agree(SourceFile.from_text(name, mutant), f"{name} mutant {k}")
+                for k, mutant in enumerate(mutants(text, seed=sum(map(ord, name)), count=30)))
+    assert taken, "no mutant went through the fast path: the test no longer tests it"
+
+
+SASM_DEBRIS = [".endm", ".endfor", ".endif", ".else", ".for i in range(2)", ".if 1", ".macro M(x)", "M(1)",
+               ".regs .f32 q", ".schedule", ".endschedule", ".const Z = 1", "{i}", ".include \"x.inc\"",
+               ".error \"e\"", "{a, b}", "{or}"]
+
+
+@pytest.mark.parametrize("path", KERNELS, ids=[p.name for p in KERNELS])
+def test_kernel_mutants_agree(path: Path):
+    """The macro layer: recognised lines inside macros, loops, branches and schedule regions, and
+    errors in and around them."""
+    text = path.read_text()
+    global DEBRIS
+    saved = DEBRIS
+    DEBRIS = saved + SASM_DEBRIS
+    try:
+        found = list(mutants(text, seed=sum(map(ord, path.name)), count=12))
+    finally:
+        DEBRIS = saved
+    taken = sum(_agree(SourceFile.from_text(path.name, mutant), f"{path.name} mutant {k}")
+                for k, mutant in enumerate(found))
+    assert taken, "no mutant went through the fast path: the test no longer tests it"
 
 
 # ---- lines that look like statements and are not ---------------------------------------------
@@ -181,20 +209,13 @@ TRICKY = {
 
 @pytest.mark.parametrize("case", TRICKY)
 def test_tricky_lines(case: str):
-    src = SourceFile.from_text("t.ptx", TRICKY[case])
-    expected = outcome(grammar_path, src)
-    fast = parse_fast.parse_plain(src)
-    if isinstance(expected, tuple):
-        assert fast is None, f"{case}: the fast path built an AST where the grammar says {expected[1]}"
-        assert outcome(parse_source, src) == expected
-    elif fast is not None:
-        assert_same(fast, expected, case)
+    _agree(SourceFile.from_text("t.ptx", TRICKY[case]), case)
 
 
 def test_a_refused_line_does_not_send_the_whole_file_to_the_grammar():
     """A label in a `.section` body is left to the grammar; the file's instructions are not."""
     src = read_source(HERE / "corpus" / "ptx" / "misc_ops_lineinfo.ptx")
-    assert parse_fast.parse_plain(src) is not None
+    assert parse_fast.parse(src) is not None
 
 
 # ---- the target choice samples instructions ----------------------------------------------------
@@ -208,12 +229,12 @@ def test_build_of_plain_ptx_equals_grammar_build(tmp_path):
     """End to end: the PTX built with the fast path is the PTX built without it."""
     for path in CORPUS:
         fast = build_file(str(path)).ptx
-        saved = parse_fast.parse_plain
-        parse_fast.parse_plain = lambda s: None
+        saved = parse_fast.parse
+        parse_fast.parse = lambda s: None
         try:
             slow = build_file(str(path)).ptx
         finally:
-            parse_fast.parse_plain = saved
+            parse_fast.parse = saved
         assert fast == slow, path.name
 
 

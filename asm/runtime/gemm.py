@@ -40,7 +40,7 @@ from ..errors import AsmError
 from ..files import warn_cache
 from ..isa.arch import arch_for
 from ..kernel_spec import KernelSpec, activation_code, get_spec, spec_for_dtype, specs_version
-from . import build_cache, path_model, split_k
+from . import build_cache, overlap, path_model, split_k
 from .build_cache import BuiltKernel, build_kernel
 from .cluster_capacity import max_active_clusters
 from .gpu import device_facts, function_handle, require_gpu
@@ -305,7 +305,7 @@ class _LaunchPlan:
 
     __slots__ = ("built", "fn", "fn_key", "grid", "block", "smem", "packer", "swapped", "c_shape", "c_align",
                  "device", "c_dtype", "split", "spec_name", "c_trans", "cluster_splits", "copied", "a_ldg", "raw",
-                 "current_stream")
+                 "current_stream", "alias")
 
     def __init__(self, built: BuiltKernel, fn, fn_key, grid_, packer: ArgPacker, swapped: bool, c_shape, c_align: int,
                  device: int, c_dtype: str | None = None, split: split_k.SplitLaunch | None = None,
@@ -325,6 +325,9 @@ class _LaunchPlan:
         self.a_ldg = False              # the kernel reads its A by its own loads (call value a_ldg, A_LDG)
         # cuLaunchKernel over a kept parameter block (_raw_launcher), or None: CuPy's call of fn
         self.raw, self.current_stream = None, None
+        # overlap.kept_bounds of a caller's C against A, B and the bias: where `c_ptr - x_ptr`
+        # means the output shares memory with an input (all (0, 0) for a C gemm allocates)
+        self.alias = (0, 0, 0, 0, 0, 0)
 
     def current(self) -> bool:
         """Still what planning afresh would give: the build cache still holds this very build and
@@ -513,23 +516,43 @@ def _gemm(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, params, kernel, 
     return _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, params, kernel, key, bias, act)
 
 
+def _check_alias(mc: _Matrix, ma: _Matrix, mb: _Matrix, mbias: _Matrix | None) -> tuple[int, ...]:
+    """AsmError when the caller's C shares memory with A, B or the bias (runtime/overlap.py);
+    else the bounds a kept plan tests a repeated call's pointers against."""
+    def named(name, x):
+        return None if x is None else (name, x.ptr, x.shape, x.strides, x.dtype.itemsize)
+    overlap.check_output(named("C", mc), [named("A", ma), named("B", mb), named("bias", mbias)])
+    return overlap.kept_bounds((mc.shape, mc.strides, mc.dtype.itemsize),
+                               [None if x is None else (x.shape, x.strides, x.dtype.itemsize) for x in (ma, mb, mbias)])
+
+
 def _launch_kept(arrays, plan: _LaunchPlan, a, b, c, alpha, beta, bias=None):
     """The launch through a kept plan, on the plan's device; None when gemm's own new C is not
     aligned as the plan assumed (allocators align far more, so this is a safeguard)."""
-    if c is None:
+    given = c is not None
+    if not given:
         c = arrays.empty(a, plan.c_shape, plan.c_dtype)
         if arrays.ptr(c) & 15 != plan.c_align:
             return None
+    a_ptr, b_ptr, c_ptr = arrays.ptr(a), arrays.ptr(b), arrays.ptr(c)
+    bias_ptr = arrays.ptr(bias) if bias is not None else 0
+    if given:
+        # the pointers are new on every call; the shapes and strides are the plan's (its key)
+        lo_a, hi_a, lo_b, hi_b, lo_bias, hi_bias = plan.alias
+        if (lo_a < c_ptr - a_ptr < hi_a or lo_b < c_ptr - b_ptr < hi_b
+                or bias_ptr and lo_bias < c_ptr - bias_ptr < hi_bias):
+            _check_alias(arrays.matrix(c, "C"), arrays.matrix(a, "A"), arrays.matrix(b, "B"),
+                         arrays.matrix(bias, "bias") if bias is not None else None)
     copy_a, copy_b = plan.copied
     if copy_a or copy_b:                # held until the launch is queued (then reused in stream order)
         a = _padded(arrays, a, copy_a) if copy_a else a
         b = _padded(arrays, b, copy_b) if copy_b else b
-    a_ptr, b_ptr = arrays.ptr(a), arrays.ptr(b)
+        a_ptr, b_ptr = arrays.ptr(a), arrays.ptr(b)
     if plan.swapped:                # column-major C: the kernel's A is the user's B
         a_ptr, b_ptr = b_ptr, a_ptr
     workspace = _workspace(arrays, a, plan)      # held until both split-K launches are queued
-    plan.launch(a_ptr, b_ptr, arrays.ptr(c), alpha, beta, arrays.stream(plan.device),
-                arrays.ptr(bias) if bias is not None else 0, arrays.ptr(workspace) if workspace is not None else 0)
+    plan.launch(a_ptr, b_ptr, c_ptr, alpha, beta, arrays.stream(plan.device),
+                bias_ptr, arrays.ptr(workspace) if workspace is not None else 0)
     return c
 
 
@@ -610,6 +633,7 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
     mc = arrays.matrix(c, "C") if c is not None else None
     mbias = arrays.matrix(bias, "bias") if bias is not None else None
     mats = (ma, mb) + ((mc,) if mc is not None else ()) + ((mbias,) if mbias is not None else ())
+    alias = _check_alias(mc, ma, mb, mbias) if mc is not None else None
     if ma.dtype.name != mb.dtype.name:
         raise AsmError(f"A and B must share one dtype, got {ma.dtype.name} and {mb.dtype.name}")
     dtype = ma.dtype.name
@@ -696,6 +720,8 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
             kept = _split_plan(cupy, spec, built, fn, plan, split, target, static_smem, facts.sm_count, c_shape,
                                mc.ptr & 15, ma.device, new_c_dtype)
         kept.copied = copied
+        if alias is not None:
+            kept.alias = alias
         kept.a_ldg = _loads_a_itself(spec, plan)
         _use_raw_launch(cupy, kept)
         workspace = _workspace(arrays, a, kept)

@@ -201,8 +201,13 @@ class Expander:
             raise AsmError(f"expansion produced more than {MAX_EXPANDED_ITEMS} items; is a loop or macro runaway?", span)
 
     def _stmts(self, stmts, scope: _Scope, out: list, toplevel: bool = False):
+        instr, handle = ast.Instr, self._s_Instr
         for s in stmts:
-            self._stmt(s, scope, out, toplevel)
+            if type(s) is instr:           # most statements of a large source: no lookup by name
+                self.current = s.span
+                handle(s, scope, out, toplevel)
+            else:
+                self._stmt(s, scope, out, toplevel)
 
     def _stmt(self, s, scope: _Scope, out: list, toplevel: bool):
         self.current = s.span

@@ -238,7 +238,8 @@ def _check_bias_activation(kernel, c_dtype, shape, activation, seed, params=None
     a = rng.standard_normal((m, k), dtype=cp.float32).astype(cp.float16)
     b = rng.standard_normal((k, n), dtype=cp.float32).astype(cp.float16)
     bias = rng.standard_normal(n, dtype=cp.float32).astype(c_dtype)
-    c = asmgemm.gemm(a, b, cp.empty((m, n), dtype=c_dtype), bias=bias, activation=activation, params=params)
+    c = asmgemm.gemm(a, b, cp.empty((m, n), dtype=c_dtype), bias=bias, activation=activation, params=params,
+                     kernel=kernel)
     from epilogue_reference import epilogue
     acc = (a.astype(cp.float64) @ b.astype(cp.float64)).get()
     ref = epilogue(acc, 1.0, 0.0, None, bias_cols=bias.get(), activation=activation)
@@ -299,7 +300,7 @@ def test_size_rule_1h_runs_128x96_tiles_in_pairs_for_an_fp32_c(dtype, layout):
         assert err < limit, (beta, err)
     if dtype == "float16" and layout == "nn":
         bias = rng.standard_normal(n, dtype=cp.float32)
-        c = asmgemm.gemm(a, b, cp.full((m, n), cp.nan, dtype=cp.float32), bias=bias)
+        c = asmgemm.gemm(a, b, cp.full((m, n), cp.nan, dtype=cp.float32), bias=bias, kernel=kernel)
         assert last_launch()["tile"] == (128, 96)
         ref = prod + bias[None, :]
         assert float(cp.linalg.norm(c - ref) / cp.linalg.norm(ref)) < limit

@@ -247,3 +247,64 @@ def test_the_shipped_hopper_kernels_share_one_table():
         s = get_spec(name)
         assert (s.source, s.entry, s.abi, s.call_params, s.launch, s.size_rules) == \
             (h.source, h.entry, h.abi, h.call_params, h.launch, h.size_rules)
+
+
+def test_the_shipped_hopper_kernels_name_their_in_place_kernels():
+    """Each Hopper table names the portable kernel of its own dtypes `in_place` (the like-tables
+    override hgemm's); the named kernels exist, share the dtypes and name none themselves."""
+    want = {"hgemm": "hgemm_mma", "bgemm": "bgemm_mma", "hgemm_f32c": "hgemm_mma_f32c",
+            "bgemm_f32c": "bgemm_mma_f32c"}
+    for name, other in want.items():
+        s = get_spec(name)
+        assert s.in_place == other and s.to_json()["in_place"] == other
+        o = get_spec(other)
+        assert o.dtypes == s.dtypes and o.in_place is None
+        assert o.source.name == "mma_gemm.sasm" and o.entry == "mma_gemm"
+    assert get_spec("sgemm").in_place is None
+
+
+def test_the_mma_kernels_share_one_table():
+    """bgemm_mma, hgemm_mma_f32c and bgemm_mma_f32c are hgemm_mma with other dtypes and defines."""
+    h = get_spec("hgemm_mma")
+    assert h.targets == ("sm_80", "sm_86", "sm_89", "sm_90", "sm_120")
+    assert dict(h.call_params)["ALIGN_A"] == "align_a" and dict(h.call_params)["ALIGN_B"] == "align_b"
+    for name, defines in (("bgemm_mma", {"BF16": 1}), ("hgemm_mma_f32c", {"C_F32": 1}),
+                          ("bgemm_mma_f32c", {"BF16": 1, "C_F32": 1})):
+        s = get_spec(name)
+        assert (s.source, s.entry, s.abi, s.call_params, s.launch, s.size_rules, s.targets) == \
+            (h.source, h.entry, h.abi, h.call_params, h.launch, h.size_rules, h.targets)
+        assert dict(s.defines) == defines
+
+
+def test_in_place_is_read_and_inherited_by_like_unless_overridden(tmp_path):
+    p = write_spec(tmp_path, GOOD + """in_place = "portable"
+
+[k2]
+like = "k"
+
+[k3]
+like = "k"
+in_place = "other"
+
+[portable]
+like = "k"
+in_place = "k"
+""")
+    k, k2, k3, portable = load_spec_file(p)
+    assert (k.in_place, k2.in_place, k3.in_place, portable.in_place) == ("portable", "portable", "other", "k")
+    (plain,) = load_spec_file(write_spec(tmp_path, GOOD, name="plain.toml"))
+    assert plain.in_place is None and plain.to_json()["in_place"] is None
+
+
+@pytest.mark.parametrize("value, message", [
+    ('"k"', "in_place: 'k' is not another kernel's name"),
+    ('"two words"', "in_place: 'two words' is not another kernel's name"),
+    ('""', "in_place: a non-empty string"),
+    ("3", "in_place"),
+    ('["hgemm_mma"]', "in_place"),
+])
+def test_a_bad_in_place_is_an_error(tmp_path, value, message):
+    p = write_spec(tmp_path, GOOD + f"in_place = {value}\n")
+    with pytest.raises(AsmError, match=message) as err:
+        load_spec_file(p)
+    assert str(p) in err.value.message and "[k]" in err.value.message

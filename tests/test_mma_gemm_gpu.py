@@ -173,6 +173,15 @@ def test_fused_epilogue(dtype, bias, activation):
     _check(256, 256, 128, "nn", dtype, c_f32=True, bias=bias, activation=activation)
 
 
+@pytest.mark.parametrize("layout", ["nn", "tn"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_fused_epilogue_on_the_default_tiling(dtype, layout):
+    """128 x 128 tiles (144 of them), a per-column bias and gelu into 16-byte pieces of a 16-bit C:
+    the build that once ran out of room in the register plan (tests/test_mma_gemm_build.py)."""
+    run = _check(1536, 1536, 200, layout, dtype, bias="column", activation="gelu", beta=0.0)
+    assert run["tile"] == (128, 128) and run["params"]["WIDE_C"] == "1", run
+
+
 @pytest.mark.parametrize("params", [
     {"BM": 128, "BN": 128, "WM": 64, "WN": 64, "STAGES": 4, "BK": 32},
     {"BM": 128, "BN": 128, "WM": 64, "WN": 64, "STAGES": 3, "BK": 64},

@@ -1,5 +1,6 @@
 """Runtime launch planning without a GPU: storage orders, leading dimensions, the operand swap for
-column-major C, the 128-bit-load decision, parameter precedence, and the build cache key."""
+column-major C, the 128-bit-load decision, the copy widths of the in-place kernels (copy_alignment),
+parameter precedence, and the build cache key."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +9,7 @@ import pytest
 from asmgemm.errors import AsmError
 from asmgemm.kernel_spec import get_spec
 from asmgemm.runtime.launch import choose_params, default_params
-from asmgemm.runtime.plan import plan_launch, storage_of
+from asmgemm.runtime.plan import Operand, call_values_for, copy_alignment, plan_launch, storage_of
 
 SGEMM = get_spec("sgemm")
 
@@ -211,3 +212,71 @@ def test_untuned_size_rule_is_the_runtimes_choice():
     chosen = choose_params(SGEMM, plan, None, None, 132)
     assert {k: chosen[k] for k in untuned_size_rule(SGEMM, 4096, 4096, 4096, "nn", 132)} == \
         untuned_size_rule(SGEMM, 4096, 4096, 4096, "nn", 132)
+
+
+# ---- copy_alignment: the copy widths of the in-place kernels (call values align_a, align_b) ---------
+def _op(ptr, rows, cols, ld, trans=False):
+    return Operand(ptr, rows, cols, ld, trans)
+
+
+@pytest.mark.parametrize("offset, want", [(0, 16), (16, 16), (8, 8), (24, 8), (4, 4), (12, 4), (2, 2), (6, 2)])
+def test_copy_alignment_follows_the_base_address(offset, want):
+    """A base address 256 + offset bytes with 16-byte rows: the widest of 16, 8, 4, 2 dividing it."""
+    assert copy_alignment(_op(256 + offset, 64, 64, 64), 2) == want
+
+
+@pytest.mark.parametrize("ld, want", [(4096, 16), (4088, 16), (4092, 8), (4094, 4), (4095, 2), (1001, 2), (1002, 4)])
+def test_copy_alignment_follows_the_row_pitch(ld, want):
+    """fp16 rows ld * 2 bytes apart: every row starts as aligned as the pitch allows."""
+    assert copy_alignment(_op(256, 100, 64, ld), 2) == want
+    assert copy_alignment(_op(256 + 8, 100, 64, ld), 2) == min(want, 8)     # and never more than the base
+
+
+def test_copy_alignment_of_one_row_ignores_the_pitch():
+    """A single row is never stepped over: its leading dimension does not matter."""
+    assert copy_alignment(_op(256, 1, 4095, 4095), 2) == 16
+    assert copy_alignment(_op(256 + 4, 1, 4095, 4097), 2) == 4
+    assert copy_alignment(_op(256, 2, 4095, 4095), 2) == 2
+
+
+@pytest.mark.parametrize("ptr, ld, want", [(256, 1024, 16), (256, 1002, 8), (256, 1001, 4), (260, 1024, 4),
+                                           (264, 1024, 8), (256, 1, 4)])
+def test_copy_alignment_of_fp32_operands_is_at_least_an_element(ptr, ld, want):
+    """4-byte elements: 16, 8 or 4, never 2 (a copy is at least one element)."""
+    assert copy_alignment(_op(ptr, 8, 1, ld), 4) == want
+
+
+def test_plan_launch_reports_the_copy_alignments():
+    """call_values align_a / align_b of the kernel's operands: views that start off a 16-byte
+    boundary or have odd leading dimensions, transposed storage, and after the operand swap."""
+    big = np.zeros((64, 72), np.float16)
+    assert big.ctypes.data % 16 == 0
+    b = np.zeros((16, 24), np.float16)
+    c = np.zeros((8, 24), np.float16)
+    v = _plan(big[:8, :16], b, c).call_values
+    assert (v["align_a"], v["align_b"]) == (16, 16)                    # ld 72: 144-byte rows
+    assert _plan(big[:8, 1:17], b, c).call_values["align_a"] == 2     # starts 2 bytes in
+    assert _plan(big[:8, 4:20], b, c).call_values["align_a"] == 8
+    odd = np.zeros((8, 17), np.float16)[:, :16]                        # 34-byte rows
+    assert _plan(odd, b, c).call_values["align_a"] == 2
+    assert _plan(big[:8, :16], np.zeros((16, 26), np.float16)[:, :24], c).call_values["align_b"] == 4
+    # A stored transposed (column-major): its rows are the columns of the user's matrix
+    at = np.asfortranarray(np.zeros((8, 16), np.float16))
+    p = _plan(at, b, c)
+    assert p.a.trans and p.a.ld == 8 and p.call_values["align_a"] == 16
+    # column-major C swaps the operands: align_a is then the user's B's
+    p = _plan(big[:8, :16], np.zeros((16, 25), np.float16)[:, :24], np.zeros((8, 24), np.float16, order="F"))
+    assert p.swapped and (p.call_values["align_a"], p.call_values["align_b"]) == (2, 16)
+
+
+def test_fresh_operands_copy_by_16_bytes_unless_their_rows_say_otherwise():
+    """call_values_for (what `tune` builds): contiguous operands from 256-byte aligned allocations."""
+    v = call_values_for(4096, 4096, 4096, "nn", 2)
+    assert (v["align_a"], v["align_b"]) == (16, 16)
+    v = call_values_for(1000, 1000, 1001, "nn", 2)                     # A's rows 2002 bytes
+    assert (v["align_a"], v["align_b"]) == (2, 16)
+    v = call_values_for(1000, 1001, 1000, "tn", 2)                     # B's rows 2002 bytes, A's 2000
+    assert (v["align_a"], v["align_b"]) == (16, 2)
+    v = call_values_for(1, 1001, 1001, "nn", 2)                        # A: one row
+    assert (v["align_a"], v["align_b"]) == (16, 2)
+    assert call_values_for(4096, 4096, 4095, "nn", 4)["align_a"] == 4

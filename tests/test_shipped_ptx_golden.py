@@ -7,7 +7,11 @@ point of its `.tune` space (nn layout, 128-bit loads; points the kernel refuses 
 recorded as "error" and must keep failing), and a few mixed ones that reach the remaining macro
 branches (cp.async and 64 threads with transposed and scalar operands, coherent loads, BK=4),
 split-K's partial pass (SPLIT_K=1 on the 64-thread BK=16 cp.async kernel the split rule runs) in
-all 16 layouts, and `splitk_reduce` for each C type, with and without vectors.
+all 16 layouts, and `splitk_reduce` for each C type, with and without vectors. For `mma_gemm`
+(built for sm_80, its first target; the other targets differ in the `.target` line): the default
+and each tiling its untuned size rules pick, in all 4 layouts with 16- and 2-byte copies, fp16 and
+bf16; mixed and 8- and 4-byte copies; fp32 C, WIDE_C, bias per column and per row, each
+activation; and 13 points of its `.tune` space (every 17th: the whole space is 216 points).
 
 A digest that differs is either a regression or a deliberate change of the kernel or emitter. To
 accept a deliberate change, regenerate and review the diff (and the PTX) before committing:
@@ -69,7 +73,34 @@ def configs() -> list[tuple[str, dict]]:
     sweep += [("hgemm", dict(TRANS_A=ta, TRANS_B=tb, VEC_C=1, WIDE_C=1, BF16=bf)) for ta in (0, 1) for tb in (0, 1)
               for bf in (0, 1)]
     sweep += [("hgemm", point) for point in tune_space("hgemm")]
+    sweep += mma_gemm_configs()
     return list({config_id(n, d): (n, d) for n, d in sweep}.values())
+
+
+# mma_gemm's untuned tilings (kernels.toml [[hgemm_mma.size_rule]]): few 128 x 128 tiles, and WN = 32
+# where an operand is copied 2 bytes at a time
+MMA_SMALL = dict(BM=64, BN=64, WM=32, WN=32)
+MMA_NARROW = dict(WN=32)
+MMA_EPILOGUES = [
+    dict(C_F32=1), dict(WIDE_C=1), dict(C_F32=1, WIDE_C=1, BIAS=1, ACT=2), dict(BIAS=2, ACT=4),
+    dict(TRANS_B=1, BIAS=1, ACT=3), dict(BF16=1, WIDE_C=1, ACT=1), dict(BF16=1, C_F32=1, BIAS=2, ACT=2),
+    dict(**MMA_SMALL, BIAS=1, ACT=2, WIDE_C=1), dict(**MMA_NARROW, ALIGN_A=2, C_F32=1, BIAS=1, ACT=4),
+]
+
+
+def mma_gemm_configs() -> list[tuple[str, dict]]:
+    out = [("mma_gemm", {}), ("mma_gemm", MMA_SMALL), ("mma_gemm", MMA_NARROW)]
+    for (ta, tb), align, bf16 in itertools.product(((0, 0), (0, 1), (1, 0), (1, 1)), (16, 2), (0, 1)):
+        # the tiling the size rules pick for a large problem (16 bytes: the defaults; 2: WN = 32),
+        # and for a small one
+        for tiling in ({} if align == 16 else MMA_NARROW, MMA_SMALL):
+            out.append(("mma_gemm", dict(**tiling, TRANS_A=ta, TRANS_B=tb, ALIGN_A=align, ALIGN_B=align, BF16=bf16)))
+    out += [("mma_gemm", dict(ALIGN_A=8, ALIGN_B=4)), ("mma_gemm", dict(ALIGN_A=4, ALIGN_B=8, TRANS_A=1)),
+            ("mma_gemm", dict(**MMA_NARROW, ALIGN_A=2, ALIGN_B=16, TRANS_B=1)),
+            ("mma_gemm", dict(**MMA_NARROW, ALIGN_A=16, ALIGN_B=2, TRANS_A=1))]
+    out += [("mma_gemm", epilogue) for epilogue in MMA_EPILOGUES]
+    out += [("mma_gemm", point) for point in tune_space("mma_gemm")[::17]]
+    return out
 
 
 def config_id(name: str, defines: dict) -> str:
@@ -87,7 +118,7 @@ def ptx_digest(name: str, defines: dict) -> str:
     """sha256 of the PTX, or "error" when the kernel refuses the parameters with `.error`."""
     try:
         result = build_file(name, BuildOptions(defines={k: str(v) for k, v in defines.items()},
-                                               target="sm_90a" if name == "hgemm" else "sm_90"))
+                                               target=TARGETS.get(name, "sm_90")))
     except AsmError:
         return "error"
     return hashlib.sha256(normalized(result.ptx, result.source.path, name).encode()).hexdigest()
@@ -102,7 +133,8 @@ def normalized(ptx: str, path: str, name: str) -> str:
     return REGION_MARKER.sub(r"\1", ptx)
 
 
-DEFAULTS = {name: defaults(name) for name in ("sgemm_naive", "sgemm", "hgemm", "splitk_reduce")}
+TARGETS = {"hgemm": "sm_90a", "mma_gemm": "sm_80"}
+DEFAULTS = {name: defaults(name) for name in ("sgemm_naive", "sgemm", "hgemm", "splitk_reduce", "mma_gemm")}
 CONFIGS = configs()
 IDS = [config_id(n, d) for n, d in CONFIGS]
 REGEN = bool(os.environ.get("ASMGEMM_REGEN_GOLDEN"))

@@ -614,7 +614,10 @@ def _in_place_or(spec: KernelSpec, plan: LaunchPlan, itemsize: int, facts, bias,
     if _missing_epilogue(other, bias, act) or other.build_target(facts.target) is None:
         return spec
     model = path_model.coefficients(facts.name, facts.sm_count)
-    return other if path_model.in_place_wins(plan.m, plan.n, plan.k, copied, model) else spec
+    # the in-place kernel's untuned tile for this call (its size rule over the source's 128 x 128)
+    chosen = other.size_rule(plan.m, plan.n, plan.k, facts.sm_count, call_defines(other, plan.call_values))
+    tile = (int(chosen.get("BM", 128)), int(chosen.get("BN", 128)))
+    return other if path_model.in_place_wins(plan.m, plan.n, plan.k, copied, model, tile) else spec
 
 
 def _takes_c_trans(spec: KernelSpec, plan: LaunchPlan, params: dict | None, sm_count: int) -> bool:

@@ -7,9 +7,14 @@ Each path's time is modelled from the problem and a few per-GPU coefficients, ne
 threshold:
 
     copy path     = copy_launch_s + copied_bytes * 2 / copy_bytes_per_s + flops / tma_flops
-    in-place path = flops / in_place_flops
+    in-place path = padded flops / (in_place_flops * fill)
 
-(copied_bytes * 2: the copy reads and writes every byte). The copy wins where the GEMM is long
+(copied_bytes * 2: the copy reads and writes every byte). Given the in-place kernel's tile (its
+untuned choice for the call), its flops are those of whole tiles and its rate scales with the
+share of the GPU's block slots its tiles fill (fill <= 1): a 5 x 4096 x 4096 call fills 64 of
+528 slots with tiles 92% padding, so the copy and the TMA kernel (which has tilings of its own
+for such shapes) win there. The TMA kernel is modelled at its full rate: a model, to be replaced
+by fitted costs per configuration (the kernel-selection issue). The copy wins where the GEMM is long
 enough for the faster TMA kernel to earn its copy back: at 4095^3 (fp16, both operands copied: 134
 MB moved, ~51 us) against ~340 us of GEMM; at 1000^3 the copy alone costs more than the GEMM.
 
@@ -26,6 +31,7 @@ class PathCoefficients:
     copy_launch_s: float         # what one copy adds besides moving bytes: its launch and host work
     tma_flops: float             # the TMA kernel's sustained rate on large problems
     in_place_flops: float        # the in-place kernel's sustained rate on large problems
+    sms: int = 132               # multiprocessors (the fill of a launch's tiles)
 
 
 # NVIDIA H100 80GB HBM3 (nvidia-h100-x1): the copy bandwidth is the workplace's reading of a large
@@ -47,7 +53,8 @@ def coefficients(device_name: str, sm_count: int) -> PathCoefficients:
     if hit is not None:
         return hit
     f = max(1, sm_count) / _H100_SMS
-    return PathCoefficients(H100.copy_bytes_per_s * f, H100.copy_launch_s, H100.tma_flops * f, H100.in_place_flops * f)
+    return PathCoefficients(H100.copy_bytes_per_s * f, H100.copy_launch_s, H100.tma_flops * f, H100.in_place_flops * f,
+                            max(1, sm_count))
 
 
 def copy_path_s(m: int, n: int, k: int, copied_bytes: int, c: PathCoefficients) -> float:
@@ -55,11 +62,25 @@ def copy_path_s(m: int, n: int, k: int, copied_bytes: int, c: PathCoefficients) 
     return c.copy_launch_s + 2 * copied_bytes / c.copy_bytes_per_s + 2 * m * n * k / c.tma_flops
 
 
-def in_place_path_s(m: int, n: int, k: int, c: PathCoefficients) -> float:
-    """Modelled seconds of the in-place kernel."""
-    return 2 * m * n * k / c.in_place_flops
+def blocks_per_sm(tile_m: int, tile_n: int) -> int:
+    """The in-place kernel's blocks a multiprocessor runs at once: 2 of its 128 x 128 tiles (230-240
+    registers for 128 threads, `asmgemm check mma_gemm`), 4 of smaller ones (64 x 64: 92 registers,
+    32 KB of shared memory; 5 would fit)."""
+    return 2 if tile_m * tile_n >= 128 * 128 else 4
 
 
-def in_place_wins(m: int, n: int, k: int, copied_bytes: int, c: PathCoefficients) -> bool:
+def in_place_path_s(m: int, n: int, k: int, c: PathCoefficients, tile: tuple[int, int] | None = None) -> float:
+    """Modelled seconds of the in-place kernel; tile (rows, columns): its tiling for this call
+    (None: no padding, the whole GPU busy)."""
+    if tile is None:
+        return 2 * m * n * k / c.in_place_flops
+    tm, tn = tile
+    tiles = -(-m // tm) * -(-n // tn)
+    fill = min(1.0, tiles / (c.sms * blocks_per_sm(tm, tn)))
+    return 2 * tiles * tm * tn * k / (c.in_place_flops * fill)
+
+
+def in_place_wins(m: int, n: int, k: int, copied_bytes: int, c: PathCoefficients,
+                  tile: tuple[int, int] | None = None) -> bool:
     """Whether the in-place kernel is expected to finish no later than the copy and the TMA kernel."""
-    return in_place_path_s(m, n, k, c) <= copy_path_s(m, n, k, copied_bytes, c)
+    return in_place_path_s(m, n, k, c, tile) <= copy_path_s(m, n, k, copied_bytes, c)

@@ -1,0 +1,354 @@
+"""The portable tensor-core GEMM (kernels_ptx/mma_gemm.sasm: hgemm_mma, bgemm_mma, hgemm_mma_f32c,
+bgemm_mma_f32c) on the CPU, for every target of its spec (sm_80, sm_86, sm_89, sm_90, sm_120: the
+GPUs other than the H100 are only ever built here; issue 31, "Targets we cannot run here").
+
+Every tiling the untuned dispatch picks (the spec's size rules, each made to fire on a probe) is
+built for every target, and a covering set of calls spreads the four layouts, the copy widths
+ALIGN_A/ALIGN_B (16, 8, 4 bytes by cp.async, 2 through registers), bf16, an fp32 C and the fused
+epilogue over the targets. Each build: ptxas -v without warnings, spills, stack or local memory,
+a block's registers and shared memory within the target's limits. Their SASS (nvdisasm): every
+loop of the main loop runs HMMA.16816 (.BF16 for bf16, MT x NT x BK / 16 of them) and LDSM.x4
+(.MT88 exactly for the MN-major tiles), the loop that copies runs LDGSTS of the operands' copy
+width where ALIGN >= 4 and, for ALIGN = 2, LDG.U16 + STS.U16 and no LDGSTS for that operand;
+the sm_90 build is the portable code (no HGMMA, no WARPGROUP). The `.error` guards refuse bad
+tilings with the kernel's message at its line.
+
+The builds run once each, two at a time (ptxas and nvdisasm are separate processes), and the
+results are shared by the tests (`_built`)."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+import re
+import threading
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from asmgemm.errors import AsmError
+from asmgemm.expand import expand
+from asmgemm.isa.arch import arch_for
+from asmgemm.kernel_spec import get_spec
+from asmgemm.parse import parse_source
+from asmgemm.pipeline import BuildOptions, assemble, build_file, resolve_input
+from asmgemm.runtime.launch import untuned_size_rule
+from asmgemm.source import read_source
+from asmgemm.toolchain import disassemble
+from test_sgemm_sass import _opcode, _sass_instructions, needs_tools
+
+SPEC = get_spec("hgemm_mma")
+TARGETS = SPEC.targets
+SMS = 132
+LAYOUTS = ("nn", "nt", "tn", "tt")
+ALIGNS = (16, 8, 4, 2)
+LARGE, SMALL = (4096, 4096, 4096), (512, 512, 512)
+KERNELS = {(0, 0): "hgemm_mma", (1, 0): "bgemm_mma", (0, 1): "hgemm_mma_f32c", (1, 1): "bgemm_mma_f32c"}
+# sm_120 has no SM table in asm/isa/arch.py; compute capability 12.0 has sm_86's 99 KB a block
+# (CUDA C++ Programming Guide, "Technical Specifications per Compute Capability")
+SMEM_FALLBACK = arch_for("sm_86").sm_limits.shared_per_block_optin
+
+
+def untuned(shape: tuple[int, int, int], layout: str = "nn", align_a: int = 16, align_b: int = 16) -> dict:
+    """The size rule's tiling for a call of this shape and layout whose operands allow copies of
+    align_a / align_b bytes (what choose_params lays over the defaults)."""
+    calls = {"TRANS_A": int(layout[0] == "t"), "TRANS_B": int(layout[1] == "t"), "ALIGN_A": align_a,
+             "ALIGN_B": align_b}
+    return SPEC.size_rule(*shape, SMS, calls)
+
+
+@dataclass(frozen=True)
+class Config:
+    target: str
+    shape: tuple[int, int, int]
+    layout: str = "nn"
+    align_a: int = 16
+    align_b: int = 16
+    bf16: int = 0
+    c_f32: int = 0
+    epilogue: tuple = ()          # (("WIDE_C", 1), ("BIAS", 1), ("ACT", 2)): the fused epilogue's -D values
+
+    @property
+    def kernel(self) -> str:
+        return KERNELS[(self.bf16, self.c_f32)]
+
+    @property
+    def defines(self) -> dict[str, int]:
+        """What the runtime builds for this call: the size rule's tiling, the call parameters, the
+        kernel's own defines (BF16, C_F32)."""
+        return {**untuned(self.shape, self.layout, self.align_a, self.align_b),
+                "TRANS_A": int(self.layout[0] == "t"), "TRANS_B": int(self.layout[1] == "t"),
+                "ALIGN_A": self.align_a, "ALIGN_B": self.align_b, **dict(self.epilogue),
+                **dict(get_spec(self.kernel).defines)}
+
+    def __str__(self) -> str:
+        tiling = untuned(self.shape, self.layout, self.align_a, self.align_b)
+        parts = [self.target, self.kernel, self.layout, f"align{self.align_a}/{self.align_b}"]
+        parts += [f"{k}={v}" for k, v in {**tiling, **dict(self.epilogue)}.items()]
+        return " ".join(parts)
+
+
+# (layout, ALIGN_A, ALIGN_B): each orientation of each operand (K- or MN-major) with each copy width,
+# every layout twice, equal and mixed widths, both operands through registers once
+LAYOUT_ALIGNS = [("nn", 16, 4), ("nn", 8, 2), ("nt", 4, 16), ("nt", 2, 8),
+                 ("tn", 16, 16), ("tn", 8, 8), ("tt", 4, 4), ("tt", 2, 2)]
+# (kernel's (BF16, C_F32), problem, layout, ALIGN_A, epilogue -D values)
+KERNEL_EPILOGUES = [((0, 0), LARGE, "tn", 16, (("WIDE_C", 1), ("BIAS", 1), ("ACT", 2))),
+                    ((0, 0), SMALL, "tn", 2, (("BIAS", 2), ("ACT", 4))),
+                    ((1, 0), LARGE, "tt", 8, (("ACT", 3),)),
+                    ((1, 0), SMALL, "nn", 16, (("WIDE_C", 1), ("BIAS", 1), ("ACT", 2))),
+                    ((0, 1), LARGE, "nn", 4, (("WIDE_C", 1), ("BIAS", 1), ("ACT", 2))),
+                    ((1, 1), SMALL, "tt", 16, (("BIAS", 2), ("ACT", 1)))]
+
+
+def configs() -> list[Config]:
+    """The builds: LAYOUT_ALIGNS on the large problem (the default tiling, or WN = 32 where a copy
+    is 2 bytes wide) and KERNEL_EPILOGUES (bf16, fp32 C, bias per column and per row, each
+    activation, WIDE_C), spread over the targets; then, for each target, each untuned tiling it
+    has not been built with yet (the large problem aligned and with a 2-byte A, the small one)."""
+    out = [Config(TARGETS[n % len(TARGETS)], LARGE, layout, a, b) for n, (layout, a, b) in enumerate(LAYOUT_ALIGNS)]
+    out += [Config(TARGETS[(n + 3) % len(TARGETS)], shape, layout, a, 16, bf16, c_f32, epi)
+            for n, ((bf16, c_f32), shape, layout, a, epi) in enumerate(KERNEL_EPILOGUES)]
+    have = {(c.target, _tiling_key(c)) for c in out}
+    for ti, target in enumerate(TARGETS):
+        for n, cfg in enumerate([Config(target, LARGE), Config(target, SMALL), Config(target, LARGE, align_a=2)]):
+            cfg = dataclasses.replace(cfg, layout=LAYOUTS[(ti + n) % 4])
+            if (target, _tiling_key(cfg)) not in have:
+                out.append(cfg)
+                have.add((target, _tiling_key(cfg)))
+    return list(dict.fromkeys(out))
+
+
+def _tiling_key(c: Config) -> tuple:
+    return tuple(sorted(untuned(c.shape, c.layout, c.align_a, c.align_b).items()))
+
+
+CONFIGS = configs()
+PARAMS = CONFIGS
+
+
+@dataclass
+class Built:
+    constants: dict
+    kernel: object                # toolchain.KernelResources
+    warnings: list
+    sass: str
+
+
+_lock = threading.Lock()
+
+
+def _build_one(cfg: Config) -> Built | AsmError:
+    """The build, its ptxas figures and SASS, or the AsmError that stopped it (kept, so that one
+    failing configuration fails its own tests only)."""
+    try:
+        with _lock:               # the Python stages one at a time; ptxas and nvdisasm overlap
+            result = build_file("mma_gemm", BuildOptions(defines={k: str(v) for k, v in cfg.defines.items()},
+                                                         target=cfg.target))
+        asm = assemble(result)
+        (kernel,) = asm.kernels
+        return Built(result.constants, kernel, asm.warnings, disassemble(asm.cubin))
+    except AsmError as exc:
+        return exc
+
+
+@functools.lru_cache(maxsize=None)
+def _all_built() -> dict[Config, Built | AsmError]:
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(zip(CONFIGS, pool.map(_build_one, CONFIGS)))
+
+
+def _built(cfg: Config) -> Built:
+    built = _all_built()[cfg]
+    if isinstance(built, AsmError):
+        pytest.fail(f"{cfg}: the build failed: {built}", pytrace=False)
+    return built
+
+
+def _loops(sass: str) -> list[list[str]]:
+    """The bodies (instruction text, ptxas's `@!PT` padding left out) of every backward branch."""
+    labels, pending = {}, []
+    for line in sass.splitlines():
+        m = re.match(r"^\.(L_x_\d+):", line)
+        if m:
+            pending.append(m.group(1))
+            continue
+        m = re.match(r"\s*/\*([0-9a-f]{4,})\*/", line)
+        if m and pending:
+            labels.update({p: int(m.group(1), 16) for p in pending})
+            pending = []
+    ins = _sass_instructions(sass)
+    out = []
+    for addr, text in ins:
+        m = re.search(r"BRA\S*\s.*\(\.(L_x_\d+)\)", text)
+        if m and labels.get(m.group(1), addr + 1) <= addr:
+            out.append([t for a, t in ins if labels[m.group(1)] <= a <= addr and not t.startswith("@!PT ")])
+    return out
+
+
+def _counts(body: list[str]) -> Counter:
+    return Counter(_opcode(t) for t in body)
+
+
+def _total(counts: Counter, prefix: str) -> int:
+    return sum(n for op, n in counts.items() if op == prefix or op.startswith(prefix + "."))
+
+
+# ---- the untuned tilings -------------------------------------------------------------------------
+def test_the_probes_make_every_size_rule_fire():
+    """The tilings built below are all the untuned dispatch picks: the defaults and each size
+    rule's, and the probes reach each one; the runtime's own untuned choice for fresh (16-byte
+    aligned) operands agrees with the rules as called here."""
+    picked = {tuple(sorted(untuned(shape, layout, a, b).items()))
+              for shape, layout, a, b in itertools.product((LARGE, SMALL), LAYOUTS, ALIGNS, ALIGNS)}
+    wanted = {()} | {tuple(sorted(dict(rule.set).items())) for rule in SPEC.size_rules}
+    assert picked == wanted
+    built = {tuple(sorted(untuned(c.shape, c.layout, c.align_a, c.align_b).items())) for c in CONFIGS}
+    for target in TARGETS:
+        assert {tuple(sorted(untuned(c.shape, c.layout, c.align_a, c.align_b).items()))
+                for c in CONFIGS if c.target == target} == wanted, f"{target} misses a tiling"
+    assert built == wanted
+    for shape, layout in itertools.product((LARGE, SMALL), LAYOUTS):
+        assert untuned_size_rule(SPEC, *shape, layout, SMS) == untuned(shape, layout)
+
+
+def test_the_configs_cover_layouts_aligns_kernels_and_epilogues():
+    """The covering set: each operand in each orientation with each copy width, every layout, the
+    four kernels, bias per column and per row, each activation, WIDE_C; 2-byte copies on every
+    target."""
+    assert {(c.layout[0], c.align_a) for c in CONFIGS} == set(itertools.product("nt", ALIGNS))
+    assert {(c.layout[1], c.align_b) for c in CONFIGS} == set(itertools.product("nt", ALIGNS))
+    assert {c.layout for c in CONFIGS} == set(LAYOUTS)
+    assert {c.kernel for c in CONFIGS} == set(KERNELS.values())
+    epi = {kv for c in CONFIGS for kv in c.epilogue}
+    assert {("BIAS", 1), ("BIAS", 2), ("WIDE_C", 1)} | {("ACT", a) for a in range(1, 5)} <= epi
+    assert set(TARGETS) == {c.target for c in CONFIGS if c.align_a == 2 or c.align_b == 2}
+
+
+# ---- ptxas ---------------------------------------------------------------------------------------
+@pytest.mark.toolchain
+@needs_tools
+@pytest.mark.parametrize("cfg", PARAMS, ids=str)
+def test_builds_without_spills_or_local_memory(cfg):
+    """ptxas -v: no warning, no spill, no stack frame or local memory; one block's registers and
+    shared memory fit the target."""
+    b = _built(cfg)
+    k, c = b.kernel, b.constants
+    assert not b.warnings, b.warnings
+    assert k.spill_stores == k.spill_loads == 0, f"{cfg}: spills {k}"
+    assert k.stack_frame == k.local_bytes == 0, f"{cfg}: local memory {k}"
+    limits = arch_for(cfg.target).sm_limits
+    assert 0 < k.registers <= 255 and k.registers * c["THREADS"] <= 65536, f"{cfg}: {k.registers} registers"
+    smem = limits.shared_per_block_optin if limits else SMEM_FALLBACK
+    assert c["SMEM_BYTES"] + k.shared_bytes <= smem, f"{cfg}: {c['SMEM_BYTES']} bytes of shared memory"
+
+
+# ---- SASS ----------------------------------------------------------------------------------------
+@pytest.mark.toolchain
+@needs_tools
+@pytest.mark.parametrize("cfg", PARAMS, ids=str)
+def test_main_loop_runs_hmma_ldsm_and_the_copies_of_its_alignment(cfg):
+    """nvdisasm: the loops of the main loop (steady state, last tile, tiles past K; unrolled or
+    not) run the tensor-core instructions the tiling asks for, the copying one the copies of each
+    operand's width; no local memory, no Hopper-only instruction."""
+    b = _built(cfg)
+    c = b.constants
+    ops = [_opcode(t) for _, t in _sass_instructions(b.sass)]
+    assert not any(op.startswith(("LDL", "STL")) for op in ops), f"{cfg}: local memory in the SASS"
+    assert not any(op.startswith(("HGMMA", "WARPGROUP", "UTMALDG")) for op in ops), f"{cfg}: Hopper-only code"
+    loops = [_counts(body) for body in _loops(b.sass)]
+    loops = [n for n in loops if _total(n, "HMMA")]
+    assert loops, f"{cfg}: no loop runs HMMA"
+    mt, nt, ksteps = c["WM"] // 16, c["WN"] // 8, c["BK"] // 16
+    hmma = "HMMA.16816.F32.BF16" if cfg.bf16 else "HMMA.16816.F32"
+    trans = ksteps * (mt * (1 - c["KC_A"]) + nt // 2 * (1 - c["KC_B"]))
+    for n in loops:
+        # per K tile (ptxas may unroll a loop: one barrier a tile): KSTEPS k16 steps of MT x NT
+        # mma.sync m16n8k16 and MT + NT / 2 ldmatrix.x4 each, .trans for MN-major tiles
+        tiles = _total(n, "BAR")
+        assert tiles >= 1 and n[hmma] == _total(n, "HMMA") == tiles * mt * nt * ksteps, f"{cfg}: {n}"
+        assert _total(n, "LDSM") == tiles * ksteps * (mt + nt // 2), f"{cfg}: {n}"
+        assert n["LDSM.16.MT88.4"] == tiles * trans and n["LDSM.16.M88.4"] == _total(n, "LDSM") - tiles * trans, \
+            f"{cfg}: {n}"
+    # the steady-state loop: the one that copies most (the last ones copy nothing: tiles past K)
+    main = max(loops, key=lambda n: (_total(n, "LDGSTS") + _total(n, "LDG")) / _total(n, "BAR"))
+    tiles = _total(main, "BAR")
+    cp_chunks = sum(c[f"NCH_{x}"] for x in "AB" if c[f"ALIGN_{x}"] >= 4)
+    staged = sum(c[f"NCH_{x}"] for x in "AB" if c[f"ALIGN_{x}"] == 2)
+    assert _total(main, "LDGSTS") == tiles * cp_chunks, f"{cfg}: {main}"
+    # cp.async of 16 bytes bypasses L1 (.cg: LDGSTS.E.BYPASS...128), 8 and 4 bytes do not (.ca)
+    kinds = {16: "LDGSTS.E.BYPASS.LTC128B.128", 8: "LDGSTS.E.LTC128B.64", 4: "LDGSTS.E.LTC128B"}
+    chunks = Counter()
+    for x in "AB":
+        if c[f"ALIGN_{x}"] >= 4:
+            chunks[kinds[c[f"ALIGN_{x}"]]] += c[f"NCH_{x}"]
+    for kind, n in chunks.items():
+        assert main[kind] + main[kind + ".ZFILL"] == tiles * n, f"{cfg}: {tiles} x {n} {kind} expected: {main}"
+    assert main["LDG.E.U16.CONSTANT"] == main["STS.U16"] == tiles * staged, f"{cfg}: {main}"
+    if not cp_chunks:
+        assert not any(op.startswith("LDGSTS") for op in ops), f"{cfg}: cp.async with 2-byte copies only"
+
+
+@pytest.mark.parametrize("layout, epilogue", [
+    pytest.param("nn", dict(WIDE_C=1, BIAS=1), id="nn WIDE_C=1 BIAS=1"),
+    pytest.param("tt", dict(BIAS=1, ACT=2), id="tt BIAS=1 ACT=2"),
+    pytest.param("tn", dict(BIAS=1), id="tn BIAS=1"),
+    pytest.param("nt", dict(WIDE_C=1, BIAS=1, ACT=2), id="nt WIDE_C=1 BIAS=1 ACT=2"),
+])
+def test_default_tiling_with_a_column_bias_fits_the_register_plan(layout, epilogue):
+    """gemm(a, b, bias=per_column[, activation="gelu"]) on fp16 or bf16 with a 16-bit C large
+    enough for the default tiling (e.g. 4096^3, C rows 16-byte aligned: WIDE_C=1) builds. It did
+    not while the main loop's fragments and addresses were .regs, a register each for the whole
+    kernel ("cannot place register 'w3': no free index in R0..R254"): now .temps."""
+    defines = {"TRANS_A": int(layout[0] == "t"), "TRANS_B": int(layout[1] == "t"), **epilogue}
+    assert untuned(LARGE, layout) == {}
+    build_file("mma_gemm", BuildOptions(defines={k: str(v) for k, v in defines.items()}, target="sm_80"))
+
+
+# ---- the .error guards ---------------------------------------------------------------------------
+@functools.lru_cache(maxsize=None)
+def _parsed():
+    return parse_source(read_source(resolve_input("mma_gemm")))
+
+
+@pytest.mark.parametrize("defines, message", [
+    (dict(BK=48), "BK is 32 or 64"),
+    (dict(STAGES=2), "STAGES is 3 to 6"),
+    (dict(STAGES=7), "STAGES is 3 to 6"),
+    (dict(WM=48), "multiples of the warp tile"),
+    (dict(ALIGN_A=3), "ALIGN_A and ALIGN_B are 16, 8, 4 or 2"),
+    (dict(ALIGN_B=1), "ALIGN_A and ALIGN_B are 16, 8, 4 or 2"),
+    (dict(ALIGN_B=2), "too many registers in its main loop"),       # the default 64 x 64 warp tile
+    (dict(ALIGN_A=2, TRANS_A=1), "too many registers in its main loop"),
+    (dict(BIAS=3), "BIAS is 0"),
+    (dict(ACT=5), "ACT is 0"),
+    (dict(L2_PREFETCH=64), "L2_PREFETCH is 0, 128 or 256"),
+    (dict(BM=256, BN=256, WM=32, WN=32), "more than 1024 threads"),
+])
+def test_bad_parameters_stop_at_the_kernels_error(defines, message):
+    """Refused while expanding (as a build does; the first one through build_file itself), with
+    the kernel's message and a span on its `.error` line in mma_gemm.sasm."""
+    with pytest.raises(AsmError) as err:
+        if defines == dict(BK=48):
+            build_file("mma_gemm", BuildOptions(defines={k: str(v) for k, v in defines.items()}, target="sm_80"))
+        else:
+            expand(_parsed(), {k: str(v) for k, v in defines.items()})
+    e = err.value
+    assert message in e.message
+    assert e.span is not None and Path(e.span.source.path).name == "mma_gemm.sasm"
+    line = e.span.source.line_text(e.span.line)
+    assert line.lstrip().startswith(".error") and message.split(" ")[0] in line, line
+
+
+def test_the_warp_tile_rule_makes_room_for_2_byte_copies():
+    """ALIGN = 2 on the default 64 x 64 warp tiles is refused (above); the size rule's WN = 32
+    tiling takes it for either operand, or both, in every layout."""
+    for layout, (a, b) in itertools.product(LAYOUTS, [(2, 16), (16, 2), (2, 2)]):
+        tiling = untuned(LARGE, layout, a, b)
+        assert tiling == {"WN": 32}
+        expand(_parsed(), {k: str(v) for k, v in {**tiling, "TRANS_A": int(layout[0] == "t"),
+                                                   "TRANS_B": int(layout[1] == "t"), "ALIGN_A": a,
+                                                   "ALIGN_B": b}.items()})

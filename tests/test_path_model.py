@@ -1,0 +1,110 @@
+"""The padded-copy-or-in-place model (asm/runtime/path_model.py) on the CPU: where an operand's rows
+are not 16-byte aligned, a padded copy plus the TMA kernel against the spec's in-place kernel
+(hgemm -> hgemm_mma). The decision comes from the modelled times, never a size threshold: in place
+for small problems (the copy's launch and traffic cost more than the slower kernel loses), the copy
+once the GEMM is long enough for the faster kernel to earn it back."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from asmgemm.runtime import path_model
+from asmgemm.runtime.path_model import H100, coefficients, copy_path_s, in_place_path_s, in_place_wins
+
+
+def both_copied(m: int, n: int, k: int, itemsize: int = 2) -> int:
+    """Bytes of A (m x k) and B (k x n) copied into padded storage."""
+    return (m * k + k * n) * itemsize
+
+
+def test_4095_cubed_with_both_operands_copied_takes_the_copy():
+    """The module's own example: 134 MB moved (~45 us of copy and ~9 us launch) against ~340 us of
+    in-place GEMM and ~196 us of TMA kernel."""
+    m = n = k = 4095
+    copied = both_copied(m, n, k)
+    assert copy_path_s(m, n, k, copied, H100) == pytest.approx(9e-6 + 2 * copied / 3.0e12 + 2 * m * n * k / 700e12)
+    assert in_place_path_s(m, n, k, H100) == pytest.approx(2 * m * n * k / 400e12)
+    assert 300e-6 < in_place_path_s(m, n, k, H100) and copy_path_s(m, n, k, copied, H100) < 260e-6
+    assert not in_place_wins(m, n, k, copied, H100)
+
+
+def test_1000_cubed_runs_in_place():
+    """At 1000^3 the copy's launch alone costs more than the in-place kernel's whole run."""
+    assert in_place_path_s(1000, 1000, 1000, H100) < H100.copy_launch_s
+    assert in_place_wins(1000, 1000, 1000, both_copied(1000, 1000, 1000), H100)
+    assert in_place_wins(1000, 1000, 1000, 1000 * 1000 * 2, H100)           # one operand copied
+
+
+@pytest.mark.parametrize("operands", [1, 2])
+def test_the_decision_flips_once_from_in_place_to_copy_as_the_problem_grows(operands):
+    """Cubes of growing size: in place up to a size, the copy from there on (no flip back)."""
+    wins = []
+    for n in range(64, 8193, 64):
+        copied = both_copied(n, n, n) if operands == 2 else n * n * 2
+        wins.append(in_place_wins(n, n, n, copied, H100))
+    flips = [i for i in range(1, len(wins)) if wins[i] != wins[i - 1]]
+    assert wins[0] and not wins[-1] and len(flips) == 1, flips
+    # the flip lies between the two examples of the module docstring
+    assert 1000 < 64 * (flips[0] + 1) < 4095
+
+
+def test_deep_k_favours_the_copy_and_short_k_in_place():
+    """The copy is paid once per operand byte, the kernel's advantage per flop: a long K (more
+    flops per copied byte of a K x N B) tips the same M x N towards the copy."""
+    m = n = 2048
+    assert in_place_wins(m, n, 64, both_copied(m, n, 64), H100)
+    assert not in_place_wins(m, n, 16384, both_copied(m, n, 16384), H100)
+
+
+def test_no_copied_bytes_still_pays_the_launch():
+    """With nothing to copy the copy path is the TMA kernel plus the launch term (the runtime never
+    asks then: gemm._in_place_or returns the TMA kernel first)."""
+    assert copy_path_s(1, 1, 1, 0, H100) == pytest.approx(H100.copy_launch_s + 2 / H100.tma_flops)
+
+
+def test_the_h100_has_measured_coefficients():
+    assert coefficients("NVIDIA H100 80GB HBM3", 132) is H100
+    assert coefficients("NVIDIA H100 80GB HBM3", 66) is H100          # a reading, whatever the count
+
+
+@pytest.mark.parametrize("sms", [66, 132, 264, 46])
+def test_an_unknown_device_scales_the_h100s_rates_by_its_sm_count(sms):
+    """Rates and bandwidth per SM as the H100's; the launch cost does not scale."""
+    c = coefficients("NVIDIA A100-SXM4-80GB", sms)
+    f = sms / 132
+    assert c.copy_bytes_per_s == pytest.approx(H100.copy_bytes_per_s * f)
+    assert c.tma_flops == pytest.approx(H100.tma_flops * f)
+    assert c.in_place_flops == pytest.approx(H100.in_place_flops * f)
+    assert c.copy_launch_s == H100.copy_launch_s
+    # halving every rate doubles every term but the launch: a smaller GPU copies sooner
+    if sms < 132:
+        n = next(n for n in range(64, 8193, 64) if not in_place_wins(n, n, n, both_copied(n, n, n), H100))
+        assert not in_place_wins(n, n, n, both_copied(n, n, n), c)
+
+
+def test_a_zero_sm_count_does_not_divide_by_zero():
+    c = coefficients("Some GPU", 0)
+    assert c.tma_flops == pytest.approx(H100.tma_flops / 132) and c.tma_flops > 0
+
+
+def test_coefficients_are_frozen_data():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        H100.tma_flops = 1.0
+    assert path_model.PathCoefficients(1, 2, 3, 4) == path_model.PathCoefficients(1, 2, 3, 4)
+
+
+def test_padding_and_an_idle_gpu_send_a_few_rows_to_the_copy():
+    """With the in-place kernel's tile, a 5 x 4096 x 4096 call (64 tiles of 64 x 64, 92% padding,
+    an eighth of the H100's block slots) runs slower in place than the copy of its 40 KB A and the
+    TMA kernel; 652 x 415 x 148 (77 tiles) and 1000 x 1000 x 999 stay in place."""
+    from asmgemm.runtime.path_model import blocks_per_sm
+    assert blocks_per_sm(128, 128) == 2 and blocks_per_sm(64, 64) == 4
+    assert not in_place_wins(5, 4096, 4096, 5 * 4096 * 2, H100, (64, 64))
+    assert in_place_wins(5, 4096, 4096, 5 * 4096 * 2, H100)          # without the tile: no padding seen
+    assert in_place_wins(652, 415, 148, 652 * 148 * 2, H100, (64, 64))
+    assert in_place_wins(1000, 1000, 999, 1000 * 999 * 2, H100, (64, 64))
+    assert not in_place_wins(4095, 4095, 4095, both_copied(4095, 4095, 4095), H100, (128, 128))
+    # the padded flops of whole tiles, at the rate of the slots they fill
+    assert in_place_path_s(64, 64, 64, H100, (64, 64)) == pytest.approx(
+        2 * 64 * 64 * 64 / (H100.in_place_flops * 1 / (H100.sms * 4)))

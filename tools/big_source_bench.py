@@ -24,13 +24,14 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ptx_throughput import _measure as ptx_throughput_measure  # noqa: E402  (tools/ is a folder of scripts)
 
 ERROR_LINE = "    add.u32 r1, r2 r3;\n"          # the error: r3 where a ',' belongs
 ERROR_COL = ERROR_LINE.index("r3") + 1
@@ -63,14 +64,10 @@ def generate(size_bytes: int, sasm: bool, error: bool = False) -> str:
 
 
 def _measure(cmd: list[str]) -> tuple[float, float, int, int, str]:
-    """(wall seconds, CPU seconds, peak RSS in KiB, exit status, stderr) of one child process."""
-    t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    err = p.stderr.read()
-    _, status, usage = os.wait4(p.pid, 0)
-    wall = time.perf_counter() - t0
-    return (wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss, os.waitstatus_to_exitcode(status),
-            err.decode(errors="replace"))
+    """(wall seconds, CPU seconds, peak RSS in KiB, exit status, stderr tail) of one child process:
+    tools/ptx_throughput.py's measurement, in this script's order."""
+    wall, rss, code, err, cpu = ptx_throughput_measure(cmd)
+    return wall, cpu, rss, code, err
 
 
 def _build(src: Path, out: Path) -> list[str]:

@@ -390,8 +390,11 @@ def test_bgemm_is_the_same_source_with_bf16():
     assert h.source == b.source and b.entry == "hgemm" and dict(b.defines) == {"BF16": 1}
     assert spec_for_dtype("float16", "sm_90") is h and spec_for_dtype("bfloat16", "sm_90") is b
     assert h.build_target("sm_90") == "sm_90a" and h.build_target("sm_80") is None
-    with pytest.raises(AsmError, match="no float16 GEMM kernel supports sm_80"):
-        spec_for_dtype("float16", "sm_80")
+    # without wgmma the portable mma.sync kernel takes 16-bit calls (kernels_ptx/mma_gemm.sasm)
+    assert spec_for_dtype("float16", "sm_80") is get_spec("hgemm_mma")
+    assert spec_for_dtype("bfloat16", "sm_86") is get_spec("bgemm_mma")
+    with pytest.raises(AsmError, match="no float16 GEMM kernel supports sm_75"):
+        spec_for_dtype("float16", "sm_75")
 
 
 # ---- hopper.inc, macro by macro -----------------------------------------------------------------

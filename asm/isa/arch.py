@@ -286,7 +286,7 @@ FEATURE_USES: tuple[FeatureUse, ...] = (
 
 
 # ---- the architectures -----------------------------------------------------------------------
-def _split(target: str) -> tuple[int, str]:
+def target_number(target: str) -> tuple[int, str]:
     """'sm_90a' -> (90, 'a'), 'sm_100f' -> (100, 'f'); ValueError for anything that is not
     sm_<digits> with an optional `a` (architecture-specific) or `f` (family-specific) suffix."""
     rest = target[3:] if target.startswith("sm_") else ""
@@ -296,13 +296,8 @@ def _split(target: str) -> tuple[int, str]:
     return int(digits), rest[len(digits):]
 
 
-def target_number(target: str) -> tuple[int, str]:
-    """'sm_90a' -> (90, 'a'): the compute capability number and the suffix of a target name."""
-    return _split(target)
-
-
 def _has(feature: Feature, number: int, name: str) -> bool:
-    fnum, fsuffix = _split(feature.min_target)
+    fnum, fsuffix = target_number(feature.min_target)
     if fsuffix:                       # architecture-specific: that target only
         return name == feature.min_target
     return number >= fnum
@@ -403,7 +398,7 @@ _UNMODELLED_FAMILIES = {100: "Blackwell", 101: "Blackwell", 103: "Blackwell", 11
 
 
 def _make(name: str) -> Arch:
-    number, suffix = _split(name)
+    number, suffix = target_number(name)
     family = [f for lo, f in _FAMILIES if number >= lo][-1]
     return Arch(name=name, number=number, suffix=suffix, family=family,
                 banks=MAXWELL if number < 70 else VOLTA_PLUS,
@@ -416,7 +411,7 @@ def _make_unmodelled(name: str) -> Arch:
     """A target only ptxas knows: the features of the onion model (every plain feature whose
     minimum it reaches), none of sm_90a's architecture-specific ones (check_features leaves those
     to ptxas for such a target), and no banks, limits or latencies."""
-    number, suffix = _split(name)
+    number, suffix = target_number(name)
     return Arch(name=name, number=number, suffix=suffix, family=_UNMODELLED_FAMILIES.get(number, "unknown"),
                 banks=None, sm_limits=None, sass_decodable=False,
                 features=frozenset(f.name for f in FEATURES.values()
@@ -436,7 +431,7 @@ PTXAS_FALLBACK_TARGETS: tuple[str, ...] = (
 
 
 def _target_order(name: str) -> tuple[int, int]:
-    number, suffix = _split(name)
+    number, suffix = target_number(name)
     return number, " af".index(suffix or " ")
 
 
@@ -450,7 +445,7 @@ def supported_targets() -> tuple[str, ...]:
     names = set(MODELLED_TARGETS)
     for t in PTXAS_FALLBACK_TARGETS if listed is None else listed:
         try:
-            _split(t)
+            target_number(t)
         except ValueError:
             continue
         names.add(t)

@@ -472,9 +472,8 @@ def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 0.0, trans_a: bool =
         tensor = torch.Tensor
         if type(a) is tensor and type(b) is tensor and (c is None or type(c) is tensor) and (
                 bias is None or type(bias) is tensor):
-            if state[3] is None or state[3].torch is not torch:
-                state[3] = _TorchArrays(cupy, torch)
-            return _gemm(cupy, state[3], a, b, c, alpha, beta, trans_a, trans_b, params, kernel, bias, act)
+            return _gemm(cupy, _torch_arrays(state, cupy, torch), a, b, c, alpha, beta, trans_a, trans_b, params,
+                         kernel, bias, act)
     names = ("A", "B", "C", "bias")
     arrays = (a, b, c, bias)
     is_torch = [torch is not None and isinstance(x, torch.Tensor) for x in arrays]
@@ -485,12 +484,18 @@ def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 0.0, trans_a: bool =
             raise AsmError("torch tensors cannot be mixed with other arrays in one call (" + ", ".join(kinds) + ")",
                            hint="pass all of them as torch tensors (torch.from_dlpack(x)) or all as CuPy arrays "
                                 "(cupy.from_dlpack(t))")
-        if state[3] is None or state[3].torch is not torch:
-            state[3] = _TorchArrays(cupy, torch)
-        return _gemm(cupy, state[3], a, b, c, alpha, beta, trans_a, trans_b, params, kernel, bias, act)
+        return _gemm(cupy, _torch_arrays(state, cupy, torch), a, b, c, alpha, beta, trans_a, trans_b, params, kernel,
+                     bias, act)
     a, b, c_view, bias = [_as_cupy(cupy, x, name) if x is not None else None for name, x in zip(names, arrays)]
     out = _gemm(cupy, state[2], a, b, c_view, alpha, beta, trans_a, trans_b, params, kernel, bias, act)
     return c if c is not None else out
+
+
+def _torch_arrays(state: list, cupy, torch) -> "_TorchArrays":
+    """The plan cache's _TorchArrays for this torch module (made on first use)."""
+    if state[3] is None or state[3].torch is not torch:
+        state[3] = _TorchArrays(cupy, torch)
+    return state[3]
 
 
 def _gemm(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, params, kernel, bias=None, act=0):
@@ -588,12 +593,18 @@ def _routed(spec: KernelSpec, plan: LaunchPlan, sm_count: int, device_target: st
     name = spec.route_for(plan.m, plan.n, plan.k, sm_count, call_defines(spec, plan.call_values))
     if name is None:
         return spec
+    return _other_kernel(spec, name, "routes to", bias, act, device_target) or spec
+
+
+def _other_kernel(spec: KernelSpec, name: str, relation: str, bias, act: int, device_target: str) -> KernelSpec | None:
+    """The kernel `spec` names (a route's, `in_place`) where it can take this call, else None: one
+    lacking the call's fused epilogue or the device is not taken; one of other dtypes is a spec error."""
     other = get_spec(name)
     if other.dtypes != spec.dtypes:
-        raise AsmError(f"kernel '{spec.name}' routes to '{other.name}', whose dtypes differ "
+        raise AsmError(f"kernel '{spec.name}' {relation} '{other.name}', whose dtypes differ "
                        f"({vars(other.dtypes)} against {vars(spec.dtypes)})", hint=f"see {spec.spec_file}")
     if _missing_epilogue(other, bias, act) or other.build_target(device_target) is None:
-        return spec
+        return None
     return other
 
 
@@ -602,16 +613,11 @@ def _in_place_or(spec: KernelSpec, plan: LaunchPlan, itemsize: int, facts, bias,
     for `spec` (TMA cannot read its rows) and the path model expects the in-place kernel to finish
     no later than the copy and `spec`; else `spec` (also where the in-place kernel lacks this
     call's fused epilogue or the device)."""
-    loads_a = _loads_a_itself(spec, plan)
-    copied = sum(op.rows * op.cols * itemsize for op in (plan.a, plan.b)
-                 if not (op is plan.a and loads_a) and not addressable(op.ptr, op.rows, op.ld, itemsize))
+    copied = sum(op.rows * op.cols * itemsize for op in _unreadable(spec, plan, itemsize))
     if not copied:
         return spec
-    other = get_spec(spec.in_place)
-    if other.dtypes != spec.dtypes:
-        raise AsmError(f"kernel '{spec.name}' names '{other.name}' in_place, whose dtypes differ "
-                       f"({vars(other.dtypes)} against {vars(spec.dtypes)})", hint=f"see {spec.spec_file}")
-    if _missing_epilogue(other, bias, act) or other.build_target(facts.target) is None:
+    other = _other_kernel(spec, spec.in_place, "names in_place", bias, act, facts.target)
+    if other is None:
         return spec
     model = path_model.coefficients(facts.name, facts.sm_count)
     # the in-place kernel's untuned tile for this call (its size rule over the source's 128 x 128)
@@ -891,6 +897,14 @@ def _loads_a_itself(spec: KernelSpec, plan: LaunchPlan) -> bool:
     return bool(plan.call_values.get("a_ldg")) and spec.call_value_param("a_ldg") is not None
 
 
+def _unreadable(spec: KernelSpec, plan: LaunchPlan, itemsize: int) -> list:
+    """The kernel operands of this launch (plan.a, plan.b) that TMA cannot read in place (rows not
+    16-byte addressable) and the kernel does not load itself (A_LDG): each needs a padded copy."""
+    loads_a = _loads_a_itself(spec, plan)
+    return [op for op in (plan.a, plan.b)
+            if not (op is plan.a and loads_a) and not addressable(op.ptr, op.rows, op.ld, itemsize)]
+
+
 def _padded(arrays, x, itemsize: int):
     """x copied into row-major storage whose rows start at multiples of 16 bytes (TMA's rule; its
     pitch: tensor_map.padded_pitch)."""
@@ -906,16 +920,13 @@ def _tma_ready(arrays, spec: KernelSpec, a, b, ma: _Matrix, mb: _Matrix, mc: _Ma
     (the caller's A, B): the element size of one copied, 0 for one read in place, for the kept plan
     to copy again. A kernel that maps the call value a_ldg reads such an A itself where the plan
     says so (K-major, K <= LDG_A_MAX_K): no copy of it then."""
-    loads_a = _loads_a_itself(spec, plan)
-
-    def legal(op) -> bool:
-        return (op is plan.a and loads_a) or addressable(op.ptr, op.rows, op.ld, ma.dtype.itemsize)
-    if legal(plan.a) and legal(plan.b):
+    unreadable = _unreadable(spec, plan, ma.dtype.itemsize)
+    if not unreadable:
         return plan, (), (0, 0)
     user_a_is_kernel_a = not plan.swapped
     copies = []
-    copy_a = not legal(plan.a if user_a_is_kernel_a else plan.b)
-    copy_b = not legal(plan.b if user_a_is_kernel_a else plan.a)
+    copy_a = any(op is (plan.a if user_a_is_kernel_a else plan.b) for op in unreadable)
+    copy_b = any(op is (plan.b if user_a_is_kernel_a else plan.a) for op in unreadable)
     if copy_a:
         a = _padded(arrays, a, ma.dtype.itemsize)
         ma = arrays.matrix(a, "A")

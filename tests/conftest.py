@@ -60,3 +60,12 @@ def fake_fp32_gemm(monkeypatch, private_cache):
     gemm.clear_plan_cache()
     yield cp, launches
     gemm.clear_plan_cache()
+
+
+class InterfaceOnly:
+    """A GPU array seen only through __cuda_array_interface__ (as numba's device arrays are): what
+    asmgemm.gemm views as a CuPy array without a copy (tests/test_cuda_arrays.py, test_overlap.py)."""
+
+    def __init__(self, x):
+        self.x = x
+        self.__cuda_array_interface__ = x.__cuda_array_interface__

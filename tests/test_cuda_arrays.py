@@ -225,10 +225,7 @@ def test_a_cuda_array_interface_object_on_the_gpu(cuda_gpu):
     import asmgemm
     cp = cuda_gpu
 
-    class Foreign:                                         # only the interface, as numba's device arrays
-        def __init__(self, x):
-            self.x = x
-            self.__cuda_array_interface__ = x.__cuda_array_interface__
+    from conftest import InterfaceOnly as Foreign    # only the interface, as numba's device arrays
     rs = cp.random.RandomState(3)
     a, b = rs.standard_normal((64, 32), dtype=cp.float32), rs.standard_normal((32, 48), dtype=cp.float32)
     c = cp.full((64, 48), cp.nan, dtype=cp.float32)

@@ -225,10 +225,7 @@ def test_on_the_gpu_a_cuda_array_interface_alias_is_refused(cuda_gpu):
     import asmgemm
     cp = cuda_gpu
 
-    class Foreign:                                           # only the interface, as numba's device arrays
-        def __init__(self, x):
-            self.x = x
-            self.__cuda_array_interface__ = x.__cuda_array_interface__
+    from conftest import InterfaceOnly as Foreign    # only the interface, as numba's device arrays
     a, b = _gpu_cases(cp)
     fa, fb = Foreign(a), Foreign(b)
     with pytest.raises(AsmError, match="C overlaps A in memory"):

@@ -1,6 +1,7 @@
 """Fixtures shared by the test modules: the GPU gate, the in-process CLI runner, a private build
 cache and asmgemm.gemm through a stand-in CuPy that computes what a kernel's packed arguments ask."""
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -69,3 +70,14 @@ class InterfaceOnly:
     def __init__(self, x):
         self.x = x
         self.__cuda_array_interface__ = x.__cuda_array_interface__
+
+
+def load_tool(name: str):
+    """tools/NAME.py loaded as a module (the scripts there are no package), for CPU tests of their
+    pure parts."""
+    import importlib.util
+    path = Path(__file__).parent.parent / "tools" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

@@ -1,6 +1,5 @@
 """`asmgemm bench` on the command line: help, argument errors, and the no-GPU path; and the same for
 tools/mma_bench.py (issue 31's benchmark), with its pure helpers."""
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -53,11 +52,8 @@ def test_no_gpu_is_a_clear_error_without_traceback(tmp_path):
 
 # ---- tools/mma_bench.py without a GPU ------------------------------------------------------------
 def _mma_bench():
-    path = Path(__file__).parent.parent / "tools" / "mma_bench.py"
-    spec = importlib.util.spec_from_file_location("mma_bench", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from conftest import load_tool
+    return load_tool("mma_bench")
 
 
 def test_mma_bench_explains_itself_and_stops_cleanly_without_a_gpu(monkeypatch, capsys):

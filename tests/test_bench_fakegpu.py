@@ -389,12 +389,8 @@ def test_triton_mma_reference_refuses_a_kernel_that_is_not_mma_sync(fake_triton)
 
 
 def _mma_bench_tool():
-    import importlib.util
-    path = Path(__file__).parent.parent / "tools" / "mma_bench.py"
-    spec = importlib.util.spec_from_file_location("mma_bench", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from conftest import load_tool
+    return load_tool("mma_bench")
 
 
 @pytest.fixture

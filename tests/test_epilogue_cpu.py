@@ -255,12 +255,8 @@ def test_invalid_epilogue_parameters_stop_the_build(run_cli, define, words):
 
 # ---- tools/epilogue_bench.py without a GPU ---------------------------------------------------------
 def _bench_tool():
-    import importlib.util
-    path = Path(__file__).parent.parent / "tools" / "epilogue_bench.py"
-    spec = importlib.util.spec_from_file_location("epilogue_bench", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from conftest import load_tool
+    return load_tool("epilogue_bench")
 
 
 def test_the_bench_tool_explains_itself_and_stops_cleanly_without_a_gpu(monkeypatch, capsys):

@@ -2,7 +2,6 @@
 tools/mma_bench.py (issue 31's benchmark), with its pure helpers."""
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 

@@ -19,7 +19,8 @@ COMMANDS = {
     "sched": ("sched", "Show how .schedule regions are reordered, with estimated cycles."),
     "run": ("run", "Run a GEMM kernel on the GPU: error vs cuBLAS, TFLOP/s, ratio."),
     "bench": ("bench", "Benchmark kernels against cuBLAS on the GPU."),
-    "tune": ("tune", "Search a kernel's parameter space; keep the fastest per shape."),
+    "tune": ("tune", "Search a kernel's parameter space; keep the fastest per shape; sweep a catalog."),
+    "explain": ("explain", "Show which configuration a GEMM call runs: candidates, modelled times, why."),
 }
 
 

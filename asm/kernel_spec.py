@@ -76,6 +76,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -167,7 +168,8 @@ PITCH_NAMES = ("PITCH_A", "PITCH_B")
 C_BYTES_NAME = "C_BYTES"
 
 _TOP_KEYS = {"source", "entry", "summary", "dtypes", "targets", "abi", "call_params", "defines", "rel_err_limit",
-             "launch", "terms", "size_rule", "like", "split_k", "route", "swap_rule", "in_place"}
+             "launch", "terms", "size_rule", "like", "split_k", "route", "swap_rule", "in_place", "config"}
+_CONFIG_KEYS = {"name", "kernel", "set", "tile", "splits", "max_m", "note"}
 _SPLIT_K_KEYS = {"switch", "reduce", "rule", "k_multiple", "cluster_switch", "cluster_when"}
 # what a kernel with a split_k table must take: the partial pass's k extent and slice distance
 SPLIT_K_ABI = ("k_chunk", "split_stride")
@@ -331,6 +333,25 @@ class SplitK:
 
 
 @dataclass(frozen=True)
+class ConfigEntry:
+    """One `[[NAME.config]]`: a named configuration of a kernel family's catalog, which the cost
+    model (asm/runtime/cost_model.py) ranks for each call. `kernel`: the spec it builds (this
+    family's own, or another of its dtypes, e.g. sgemm_skinny); `set`: its -D parameters; `tile`:
+    (rows, columns, k) of C and K one block covers per K step (the model's unit of work; a test
+    builds every entry and checks it against the kernel's own launch constants); `splits`: the
+    split-K counts the model may pair it with (1: unsplit); `max_m`: the largest kernel M the
+    configuration is meant for (its domain: a GEMV kernel is legal at M = 4096, but nobody should
+    run it there, and the model was never fitted there)."""
+    name: str
+    kernel: str
+    set: tuple[tuple[str, int], ...]
+    tile: tuple[int, int, int]
+    splits: tuple[int, ...] = (1,)
+    max_m: int | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
 class KernelSpec:
     name: str
     source: Path
@@ -350,6 +371,7 @@ class KernelSpec:
     swap_rules: tuple[SwapRule, ...] = ()        # C^T with a transposed store ([[NAME.swap_rule]])
     terms: tuple[Term, ...] = ()                 # named subexpressions of the size rules ([NAME.terms])
     in_place: str | None = None                  # a kernel reading any operand in place (`in_place`)
+    configs: tuple[ConfigEntry, ...] = ()        # the family's catalog ([[NAME.config]]): the cost model picks
 
     def route_for(self, m: int, n: int, k: int, sms: int, call_defines: dict) -> str | None:
         """The kernel the first route that holds names for this launch, or None (run this one)."""
@@ -417,6 +439,8 @@ class KernelSpec:
                     "rules": [_split_rule_json(r) for r in self.split_k.rules]},
                 "routes": [{"when": r.when, "kernel": r.kernel} for r in self.routes],
                 "in_place": self.in_place,
+                "configs": [{"name": c.name, "kernel": c.kernel, "set": dict(c.set), "tile": list(c.tile),
+                             "splits": list(c.splits), "max_m": c.max_m, "note": c.note} for c in self.configs],
                 "swap_rules": [{"when": r.when} for r in self.swap_rules]}
 
 
@@ -562,9 +586,55 @@ def _spec(path: Path, source: SourceFile, name: str, t) -> KernelSpec:
         in_place = _str(in_place, f"{where} in_place")
         if not in_place.isidentifier() or in_place == name:
             fail(f"in_place: '{in_place}' is not another kernel's name")
+    configs = t.get("config", [])
+    if not isinstance(configs, list):
+        fail("config: an array of tables ([[NAME.config]])")
+    configs = tuple(_config(where, name, i, c) for i, c in enumerate(configs))
+    if len({c.name for c in configs}) != len(configs):
+        fail("config: two entries share a name")
+    if configs and (size_rules or routes or (split_k is not None and split_k.rules)):
+        fail("config: a kernel with a catalog is dispatched by the cost model; its size_rule, route and "
+             "split_k.rule tables would never be read (remove them)")
     return KernelSpec(name, src, _str(t.get("entry", name), f"{where} entry"), str(t.get("summary", "")),
                       Dtypes(**d), tuple(targets), tuple(abi), tuple(calls.items()), float(limit), launch,
-                      size_rules, path, tuple(defines.items()), split_k, routes, swaps, terms, in_place)
+                      size_rules, path, tuple(defines.items()), split_k, routes, swaps, terms, in_place, configs)
+
+
+_CONFIG_NAME = re.compile(r"[A-Za-z0-9_]+")
+
+
+def _config(where: str, family: str, i: int, c) -> ConfigEntry:
+    """[[NAME.config]] entry i, checked for shape (that its kernel exists, builds and has the tile it
+    says is checked where the specs are all known: tests/test_dispatch_catalog.py)."""
+    at = f"{where} config[{i}]"
+    if not isinstance(c, dict):
+        raise AsmError(f"{at}: a table with 'name', 'set' and 'tile'")
+    unknown = sorted(set(c) - _CONFIG_KEYS)
+    missing = sorted({"name", "set", "tile"} - set(c))
+    if unknown or missing:
+        raise AsmError(f"{at}: unknown key '{unknown[0]}' (known: {', '.join(sorted(_CONFIG_KEYS))})" if unknown
+                       else f"{at}: needs '{missing[0]}'")
+    name = _str(c["name"], f"{at}.name")
+    if not _CONFIG_NAME.fullmatch(name):
+        raise AsmError(f"{at}.name: '{name}' may hold only letters, digits and '_' (it names the configuration "
+                       "in explain, last_launch() and the sweep database)")
+    kernel = _str(c.get("kernel", family), f"{at}.kernel")
+    sets = c["set"]
+    if not isinstance(sets, dict) or not all(isinstance(v, int) and not isinstance(v, bool) for v in sets.values()):
+        raise AsmError(f"{at}.set: a table of PARAM = integer")
+    tile = c["tile"]
+    if (not isinstance(tile, list) or len(tile) != 3
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in tile)):
+        raise AsmError(f"{at}.tile: [rows, columns, k] of one block's tile, positive integers")
+    splits = c.get("splits", [1])
+    if (not isinstance(splits, list) or not splits or 1 not in splits
+            or not all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 64 for v in splits)):
+        raise AsmError(f"{at}.splits: a list of split-K counts from 1 to 64 that includes 1 (unsplit)")
+    max_m = c.get("max_m")
+    if max_m is not None and (not isinstance(max_m, int) or isinstance(max_m, bool) or max_m < 1):
+        raise AsmError(f"{at}.max_m: a positive integer")
+    return ConfigEntry(name, kernel, tuple(sets.items()), tuple(tile), tuple(sorted(set(splits))), max_m,
+                       str(c.get("note", "")))
 
 
 def _route(source: SourceFile, where: str, name: str, i: int, r, calls: dict) -> Route:

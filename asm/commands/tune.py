@@ -10,7 +10,8 @@ from .common import emit_json, make_console, parse_defines, source_options
 
 @click.command("tune")
 @click.argument("kernel")
-@click.option("--shape", "shape_text", required=True, metavar="M,N,K", help="The problem to tune for (e.g. 4096,4096,4096).")
+@click.option("--shape", "shape_text", default=None, metavar="M,N,K",
+              help="The problem to tune for (e.g. 4096,4096,4096). Not with --sweep/--fit.")
 @click.option("--layout", default="nn", show_default=True, type=click.Choice(["nn", "nt", "tn", "tt"]),
               help="Storage of A and B: first letter A, second B; n = as is, t = stored transposed.")
 @click.option("--dry-run", is_flag=True,
@@ -27,9 +28,22 @@ from .common import emit_json, make_console, parse_defines, source_options
 @click.option("--no-save", is_flag=True, help="Time and report, but leave the tuning cache alone.")
 @click.option("--top", type=click.IntRange(1, 10000), default=10, show_default=True, help="Rows in the timing table.")
 @click.option("--json", "as_json", is_flag=True, help="Print every candidate, verdict and timing as JSON.")
+@click.option("--sweep", "sweep_shapes", default=None, metavar="SHAPES",
+              help="Instead of one shape: time KERNEL's whole catalog (a family with [[KERNEL.config]] tables, "
+                   "e.g. sgemm) over SHAPES (as bench --shapes: presets, random:SEED:COUNT[:ALIGN], MxNxK, a file; "
+                   "each shape in --layout unless it carries its own), fit the cost model to the timings and "
+                   "write this GPU's dispatch database (--out). Needs a GPU.")
+@click.option("--fit", "fit_files", multiple=True, type=click.Path(dir_okay=False), metavar="SAMPLES.json",
+              help="Fit the cost model to saved sweep samples (repeatable; `--sweep --samples` writes them) and "
+                   "write the dispatch database (--out); no GPU needed.")
+@click.option("--samples", "samples_out", default=None, type=click.Path(dir_okay=False),
+              help="With --sweep: also keep the raw timings here (fit them again later with --fit).")
+@click.option("--out", "db_out", default=None, type=click.Path(dir_okay=False),
+              help="Where --sweep/--fit write the database. Default: <slug>.json in $ASMGEMM_DISPATCH_DIR "
+                   "(~/.cache/asmgemm/dispatch), where asmgemm.gemm looks first.")
 @source_options
 def command(kernel, shape_text, layout, dry_run, jobs, reps, warmup, no_flush, no_pre_roll, max_candidates, no_save,
-            top, as_json, defines, target, include_dirs):
+            top, as_json, sweep_shapes, fit_files, samples_out, db_out, defines, target, include_dirs):
     """Tune KERNEL (a shipped kernel name or a .sasm file) for one shape.
 
     \b
@@ -53,9 +67,20 @@ def command(kernel, shape_text, layout, dry_run, jobs, reps, warmup, no_flush, n
       asmgemm tune sgemm --shape 4096,4096,4096 --dry-run
       asmgemm tune sgemm --shape 3000,5000,700 --layout nt -j 16
       asmgemm tune my.sasm --shape 1024,1024,1024 --dry-run -D BK=16
+      asmgemm tune sgemm --sweep random:1:60 --samples sweep.json     # this GPU's dispatch database
+      asmgemm tune sgemm --fit sweep.json --fit more.json --out h100.json
     """
     from ..bench.shapes import parse_shape
     from ..tuning.workflow import TuneConfig, tune
+
+    if sweep_shapes is not None or fit_files:
+        from .tune_sweep import run_sweep_or_fit
+        if shape_text is not None or dry_run:
+            raise click.UsageError("--sweep/--fit take no --shape or --dry-run")
+        run_sweep_or_fit(kernel, sweep_shapes, fit_files, layout, jobs, reps, warmup, samples_out, db_out, as_json)
+        return
+    if shape_text is None:
+        raise click.UsageError("give --shape M,N,K (or --sweep SHAPES to sweep a family's catalog)")
 
     config = TuneConfig(kernel, parse_shape(shape_text, "--shape: "), layout, dry_run, jobs, reps, warmup,
                         not no_flush, not no_pre_roll, max_candidates, not no_save,

@@ -40,9 +40,9 @@ from ..errors import AsmError
 from ..files import warn_cache
 from ..isa.arch import arch_for
 from ..kernel_spec import KernelSpec, activation_code, get_spec, spec_for_dtype, specs_version
-from . import build_cache, overlap, path_model, split_k
+from . import build_cache, dispatch, overlap, path_model, split_k
 from .build_cache import BuiltKernel, build_kernel
-from .cluster_capacity import max_active_clusters
+from .cluster_capacity import blocks_per_sm, max_active_clusters
 from .gpu import device_facts, function_handle, require_gpu
 from .launch import ArgPacker, ParamBlock, call_defines, choose_params, grid, launch_block, takes_c_trans
 from .plan import LaunchPlan, plan_launch
@@ -305,7 +305,7 @@ class _LaunchPlan:
 
     __slots__ = ("built", "fn", "fn_key", "grid", "block", "smem", "packer", "swapped", "c_shape", "c_align",
                  "device", "c_dtype", "split", "spec_name", "c_trans", "cluster_splits", "copied", "a_ldg", "raw",
-                 "current_stream", "alias")
+                 "current_stream", "alias", "config", "chosen_by")
 
     def __init__(self, built: BuiltKernel, fn, fn_key, grid_, packer: ArgPacker, swapped: bool, c_shape, c_align: int,
                  device: int, c_dtype: str | None = None, split: split_k.SplitLaunch | None = None,
@@ -328,6 +328,8 @@ class _LaunchPlan:
         # overlap.kept_bounds of a caller's C against A, B and the bias: where `c_ptr - x_ptr`
         # means the output shares memory with an input (all (0, 0) for a C gemm allocates)
         self.alias = (0, 0, 0, 0, 0, 0)
+        self.config = None              # the catalog configuration that ran (dispatch.py), or None
+        self.chosen_by = None           # "database", "model", "params", "tuning cache" or "size rules"
 
     def current(self) -> bool:
         """Still what planning afresh would give: the build cache still holds this very build and
@@ -376,7 +378,10 @@ def last_launch() -> dict | None:
     tile counted in C^T's rows and columns), "copies" (the caller's operands, "A" and/or "B", copied
     to padded rows first because TMA could not read them in place) and "a_ldg" (the kernel read
     its A by its own loads instead: call value a_ldg), "target" (what the kernel was built for) and
-    "params" (the -D parameters of the build: the configuration that ran). For reports such as `asmgemm bench`'s;
+    "params" (the -D parameters of the build: the configuration that ran), "config" (its name in the
+    family's catalog, e.g. 't128x128_k16/s4'; None where no catalog decided) and "chosen_by" (what
+    decided: "database", "model", "params", "tuning cache" or "size rules"), "blocks_per_sm" and
+    "clusters_at_once" (the driver's occupancy of the build; None where it cannot say). For reports such as `asmgemm bench`'s;
     calls from several threads at once each overwrite it."""
     kept = _last_launch[0]
     if kept is None:
@@ -387,7 +392,10 @@ def last_launch() -> dict | None:
             "cluster": kept.cluster_splits or kept.built.cluster, "splits": splits,
             "reduce": "kernel" if kept.split is not None else ("cluster" if kept.cluster_splits else None),
             "c_trans": kept.c_trans, "copies": tuple(name for name, size in zip("AB", kept.copied) if size),
-            "a_ldg": kept.a_ldg, "target": kept.built.target, "params": build_cache.defines_of(kept.built)}
+            "a_ldg": kept.a_ldg, "target": kept.built.target, "params": build_cache.defines_of(kept.built),
+            "config": kept.config, "chosen_by": kept.chosen_by,
+            "blocks_per_sm": blocks_per_sm(kept.fn, kept.built, kept.device),
+            "clusters_at_once": max_active_clusters(kept.fn, kept.built, kept.device, kept.cluster_splits)}
 _plans: dict[tuple, _LaunchPlan] = {}
 _state: list = [None, None, None, None]      # [specs_version token, cupy module, _CupyArrays, _TorchArrays]
 
@@ -620,9 +628,16 @@ def _in_place_or(spec: KernelSpec, plan: LaunchPlan, itemsize: int, facts, bias,
     if other is None:
         return spec
     model = path_model.coefficients(facts.name, facts.sm_count)
-    # the in-place kernel's untuned tile for this call (its size rule over the source's 128 x 128)
-    chosen = other.size_rule(plan.m, plan.n, plan.k, facts.sm_count, call_defines(other, plan.call_values))
-    tile = (int(chosen.get("BM", 128)), int(chosen.get("BN", 128)))
+    # the in-place kernel's tile for this call: its catalog's pick (or its size rule over the
+    # source's 128 x 128, for a kernel without a catalog)
+    if other.configs:
+        pick = dispatch.choose(other, plan.layout, plan.m, plan.n, plan.k, gpu=facts.name, target=facts.target,
+                               sms=facts.sm_count, plain=False, clock_hz=facts.clock_hz,
+                               dram_bytes_per_s=facts.dram_bytes_per_s).pick
+        tile = pick.tile[:2] if pick is not None else (128, 128)
+    else:
+        chosen = other.size_rule(plan.m, plan.n, plan.k, facts.sm_count, call_defines(other, plan.call_values))
+        tile = (int(chosen.get("BM", 128)), int(chosen.get("BN", 128)))
     return other if path_model.in_place_wins(plan.m, plan.n, plan.k, copied, model, tile) else spec
 
 
@@ -689,6 +704,15 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
         # the tuning cache's entry for the launch as called (an entry was timed unswapped: it keeps
         # the call off the swap rule's transposed store)
         tuned = None if params is not None or lookups_disabled() else _lookup_tuned(facts.name, spec, plan)
+        # a family with a catalog: the dispatch database's exact hit or the cost model's ranking
+        # (runtime/dispatch.py) decides, unless params= or the user's own tuning entry do
+        choice = None
+        if params is None and not tuned and spec.configs:
+            plain = mbias is None and act == 0 and kernel_batch == 1
+            choice = dispatch.choose(spec, plan.layout, plan.m, plan.n, plan.k, gpu=facts.name, target=facts.target,
+                                     sms=facts.sm_count, plain=plain, clock_hz=facts.clock_hz,
+                                     dram_bytes_per_s=facts.dram_bytes_per_s,
+                                     usable=lambda name: not _missing_epilogue(get_spec(name), mbias, act))
         if not tuned and _takes_c_trans(spec, plan, params, facts.sm_count):
             plan = plan_launch(ma, mb, mc, trans_a=trans_a, trans_b=trans_b, ptr_of=_ptr_of, bias=mbias,
                                activation=act, c_trans=True)
@@ -707,10 +731,16 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
             return c
         # split-K only on plain 2-D calls: no fused epilogue (the partial pass stores raw sums), no batch
         plain = mbias is None and act == 0 and kernel_batch == 1
-        split = split_k.choose_split(spec, plan, params, tuned, facts.sm_count, plain=plain)
-        in_cluster = split_k.cluster_splits(spec, split, target, params if params is not None else tuned, plan,
-                                            facts.sm_count)
-        built = _build_for(spec, plan, params, tuned, facts, target, split_k.switch_define(spec, split, in_cluster))
+        if choice is not None:
+            spec, picked, split, in_cluster, built = _build_choice(choice, plan, facts, plain)
+            target = built.target
+        else:
+            picked = None
+            split = split_k.choose_split(spec, plan, params, tuned, facts.sm_count, plain=plain)
+            in_cluster = split_k.cluster_splits(spec, split, target, params if params is not None else tuned, plan,
+                                                facts.sm_count)
+            built = _build_for(spec, plan, params, tuned, facts, target,
+                               split_k.switch_define(spec, split, in_cluster))
         static_smem = _static_smem_limit(target)
         fn = _load(cupy, built, static_smem)
         if split is None or in_cluster:
@@ -729,6 +759,9 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
             kept = _split_plan(cupy, spec, built, fn, plan, split, target, static_smem, facts.sm_count, c_shape,
                                mc.ptr & 15, ma.device, new_c_dtype)
         kept.copied = copied
+        kept.config = picked.label if picked is not None else None
+        kept.chosen_by = (choice.chosen_by if choice is not None else
+                          "params" if params is not None else "tuning cache" if tuned else "size rules")
         if alias is not None:
             kept.alias = alias
         kept.a_ldg = _loads_a_itself(spec, plan)
@@ -741,6 +774,28 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
             del _plans[next(iter(_plans))]
         _plans[key] = kept
     return c
+
+
+def _build_choice(choice: dispatch.Choice, plan: LaunchPlan, facts, plain: bool):
+    """(spec, candidate, split, cluster S, build) of the first candidate of `choice` whose build the
+    kernel's guards accept; a refusal is remembered per build, so it costs one expansion per process.
+    Every candidate refused: the first refusal is the error."""
+    first = None
+    for cand in choice.order:
+        cb = dispatch.candidate_build(cand, plan, facts.sm_count, facts.target, plain)
+        why = dispatch.refusal(cb.key)
+        if why is None:
+            try:
+                return cb.spec, cand, cb.split, cb.in_cluster, build_kernel(cb.spec, cb.defines, cb.target)
+            except AsmError as exc:
+                why = exc.message.splitlines()[0] if exc.message else "error"
+                dispatch.refuse(cb.key, why)
+                first = first or exc
+        choice.refused[cand.label] = why
+    if first is not None:
+        raise first
+    raise AsmError(f"kernel family '{choice.family}': no configuration of its catalog can run this call "
+                   f"({len(choice.order)} candidates, every one refused: {'; '.join(choice.refused.values())})")
 
 
 STATIC_SMEM_DEFAULT = 48 * 1024     # CUDA's static shared-memory limit per block, on every architecture so far

@@ -51,6 +51,8 @@ class DeviceFacts:
     name: str            # 'NVIDIA H100 80GB HBM3': what the tuning cache and baselines key on
     target: str          # 'sm_90': what the kernels are built for
     sm_count: int
+    clock_hz: float = 0.0           # the SMs' clock (0: unknown; a stand-in CuPy)
+    dram_bytes_per_s: float = 0.0   # 2 x memory clock x bus width (DDR), the cost model's DRAM rate
 
 
 TARGET_ENV = "ASMGEMM_TARGET"
@@ -89,7 +91,10 @@ def _device_facts(cupy, device_id: int) -> DeviceFacts:
     name = name.decode() if isinstance(name, bytes) else str(name)
     from ..isa.arch import arch_for_compute_capability
     target = arch_for_compute_capability(dev.compute_capability).name
-    return DeviceFacts(dev.id, name, target, int(dev.attributes["MultiProcessorCount"]))
+    attrs = dev.attributes
+    clock = float(attrs.get("ClockRate", 0)) * 1e3                  # kHz
+    dram = 2.0 * float(attrs.get("MemoryClockRate", 0)) * 1e3 * float(attrs.get("GlobalMemoryBusWidth", 0)) / 8
+    return DeviceFacts(dev.id, name, target, int(attrs["MultiProcessorCount"]), clock, dram)
 
 
 def gpu_name(device_id: int | None = None) -> str:

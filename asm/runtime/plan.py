@@ -231,15 +231,22 @@ def call_values_for(m: int, n: int, k: int, layout: str, itemsize: int, c_trans:
     """The call values the runtime computes for freshly allocated, contiguous operands of this
     shape and layout (CuPy allocations are 256-byte aligned), so that `tune` builds exactly the
     variant that then runs (c_trans: those of the swapped launch, whose M and N are n and m)."""
+    return fresh_plan(m, n, k, layout, itemsize, c_trans=c_trans).call_values
+
+
+def fresh_plan(m: int, n: int, k: int, layout: str, itemsize: int, c_itemsize: int | None = None,
+               c_trans: bool = False) -> LaunchPlan:
+    """The launch plan of a call on freshly allocated, contiguous operands of this shape and layout
+    (256-byte aligned, as CuPy allocates), with no GPU: what `tune`, the sweep and `explain` plan with."""
     from types import SimpleNamespace
 
     trans_a, trans_b = layout[0] == "t", layout[1] == "t"
 
-    def matrix(rows, cols):
-        return SimpleNamespace(shape=(rows, cols), ndim=2, strides=(cols * itemsize, itemsize),
-                               dtype=SimpleNamespace(itemsize=itemsize))
+    def matrix(rows, cols, size=itemsize):
+        return SimpleNamespace(shape=(rows, cols), ndim=2, strides=(cols * size, size),
+                               dtype=SimpleNamespace(itemsize=size, name=""))
 
     a = matrix(k, m) if trans_a else matrix(m, k)
     b = matrix(n, k) if trans_b else matrix(k, n)
-    return plan_launch(a, b, matrix(m, n), trans_a=trans_a, trans_b=trans_b, ptr_of=lambda x: 256,
-                       c_trans=c_trans).call_values
+    return plan_launch(a, b, matrix(m, n, c_itemsize or itemsize), trans_a=trans_a, trans_b=trans_b,
+                       ptr_of=lambda x: 256, c_trans=c_trans)

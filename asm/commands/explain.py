@@ -1,0 +1,166 @@
+"""`asmgemm explain M N K`: which configuration asmgemm.gemm runs for a call, and why."""
+from __future__ import annotations
+
+import click
+
+from ..errors import AsmError
+from .common import emit_json, make_console
+
+DTYPES = ("float32", "float16", "bfloat16")
+
+
+@click.command("explain")
+@click.argument("m", type=click.IntRange(1, 1 << 20))
+@click.argument("n", type=click.IntRange(1, 1 << 20))
+@click.argument("k", type=click.IntRange(1, 1 << 20))
+@click.option("--dtype", type=click.Choice(DTYPES), default="float32", show_default=True, help="A and B's dtype.")
+@click.option("--layout", type=click.Choice(["nn", "nt", "tn", "tt"]), default="nn", show_default=True,
+              help="Storage of A and B: first letter A, second B; n = as is, t = stored transposed.")
+@click.option("--fused", is_flag=True, help="The call has a fused bias or activation (no split-K then).")
+@click.option("--gpu", "gpu", default=None, metavar="NAME",
+              help="Explain for this GPU's dispatch database (a name such as 'NVIDIA H100 80GB HBM3' or its "
+                   "file's slug). Default: the GPU here, else the shipped database's GPU.")
+@click.option("--top", type=click.IntRange(1, 1000), default=12, show_default=True, help="Candidates listed.")
+@click.option("--no-build", is_flag=True,
+              help="Do not build the candidates to check them against the kernels' .error guards (faster; the "
+                   "pick shown is then the model's first, which a guard might still refuse).")
+@click.option("--json", "as_json", is_flag=True, help="Every candidate and term as JSON.")
+def command(m, n, k, dtype, layout, fused, gpu, top, no_build, as_json):
+    """Show the candidates of an M x N x K call, the cost model's estimate for each, the pick, and
+    why the others lost.
+
+    \b
+    The call is planned as asmgemm.gemm plans one on fresh contiguous operands of this layout. The
+    kernel family comes from the dtype; its catalog ([[FAMILY.config]] in kernels.toml) crossed
+    with split-K choices gives the candidates; the GPU's dispatch database gives the model's
+    coefficients and exact hits (a call measured by `asmgemm tune --sweep`). Terms (microseconds):
+      tiles/slots   blocks of the grid, and how many the GPU holds at once (SMs x blocks per SM)
+      waves         tiles / slots; a last wave that fills few slots wastes the rest
+      block         one block's modelled time (fixed part + K steps)
+      split         the reduce kernel, or the clusters' extra
+      call          modelled GPU time + host time of the call (what a caller waits for)
+
+    \b
+    Examples:
+      asmgemm explain 4096 4096 4096
+      asmgemm explain 1 4096 14336 --layout nt
+      asmgemm explain 305 923 6 --dtype float16 --json
+    """
+    from ..kernel_spec import DTYPE_ITEMSIZE, spec_for_dtype
+    from ..runtime import dispatch
+    from ..runtime.plan import fresh_plan
+
+    facts = _facts(gpu)
+    family = spec_for_dtype(dtype, facts["target"])
+    if not family.configs and family.in_place:
+        from ..kernel_spec import get_spec
+        inner = get_spec(family.in_place)
+        note = (f"{family.name} (TMA) has no catalog yet: it runs by its size rules; calls whose operands TMA cannot "
+                f"read may run {inner.name}, explained here")
+        family = inner
+    elif not family.configs:
+        raise AsmError(f"kernel '{family.name}' ({dtype} on {facts['target']}) has no catalog: it runs by its "
+                       "size rules (kernels.toml), which explain does not cover")
+    else:
+        note = None
+    size = DTYPE_ITEMSIZE[family.dtypes.a]
+    plan = fresh_plan(m, n, k, layout, size, DTYPE_ITEMSIZE[family.dtypes.c])
+    choice = dispatch.choose(family, plan.layout, plan.m, plan.n, plan.k, gpu=facts["gpu"], target=facts["target"],
+                             sms=facts["sms"], plain=not fused, clock_hz=facts["clock_hz"],
+                             dram_bytes_per_s=facts["dram"])
+    ran = None if no_build else _first_that_builds(choice, plan, facts, not fused)
+    pick = ran or choice.pick
+    by_label = {e.candidate.label: e for e in choice.ranked}
+    best = by_label[pick.label] if pick is not None else None
+    rows = []
+    for e in choice.ranked[:top] if pick is None or pick.label in [x.candidate.label for x in choice.ranked[:top]] \
+            else [best] + choice.ranked[:top - 1]:
+        label = e.candidate.label
+        if label in choice.refused:
+            why = f"refused by the kernel: {choice.refused[label]}"
+        elif e is best:
+            why = "the pick (" + ("exact database hit" if choice.chosen_by == "database" and
+                                  choice.order[0].label == label else "least modelled call time") + ")"
+        else:
+            from ..runtime.cost_model import why_slower
+            why = why_slower(e, best)
+        rows.append({**e.to_json(), "why": why})
+    report = {"call": {"m": m, "n": n, "k": k, "dtype": dtype, "layout": layout, "fused": fused},
+              "kernel_call": {"m": plan.m, "n": plan.n, "k": plan.k, "layout": plan.layout, "swapped": plan.swapped},
+              "gpu": facts["gpu"], "sms": facts["sms"], "family": family.name, "note": note,
+              "model": choice.model_source, "chosen_by": choice.chosen_by,
+              "pick": pick.label if pick is not None else None,
+              "pick_params": pick.params() if pick is not None else None,
+              "candidates": len(choice.ranked), "refused": dict(choice.refused), "rows": rows}
+    if as_json:
+        emit_json(report)
+        return
+    _print(report)
+
+
+def _first_that_builds(choice, plan, facts, plain):
+    """The candidate gemm() would run: the first in order whose build the kernel accepts (builds
+    are cached, so this costs ptxas once per variant)."""
+    from ..runtime import dispatch
+    from ..runtime.build_cache import build_kernel
+
+    for cand in choice.order:
+        cb = dispatch.candidate_build(cand, plan, facts["sms"], facts["target"], plain)
+        why = dispatch.refusal(cb.key)
+        if why is None:
+            try:
+                build_kernel(cb.spec, cb.defines, cb.target)
+                return cand
+            except AsmError as exc:
+                why = exc.message.splitlines()[0] if exc.message else "error"
+                dispatch.refuse(cb.key, why)
+        choice.refused[cand.label] = why
+    return None
+
+
+def _facts(gpu_name: str | None) -> dict:
+    """The GPU to explain for: named (its database), else the one here, else the shipped database's."""
+    from ..runtime import dispatch_db
+    from ..runtime.gpu import device_facts, gpu_available
+
+    if gpu_name is None and gpu_available():
+        f = device_facts()
+        return {"gpu": f.name, "target": f.target, "sms": f.sm_count, "clock_hz": f.clock_hz,
+                "dram": f.dram_bytes_per_s}
+    files = dispatch_db._files()
+    if not files:
+        raise AsmError("no GPU here and no dispatch database to explain for", hint="run on a GPU, or pass --gpu")
+    want = dispatch_db.slug(gpu_name) if gpu_name else None
+    for path in files:
+        data = dispatch_db.read(path)
+        if want is None or path.stem == want or dispatch_db.slug(data["gpu"]) == want:
+            return {"gpu": data["gpu"], "target": data["target"], "sms": int(data["sms"]),
+                    "clock_hz": float(data["clock_hz"]), "dram": float(data["dram_bytes_per_s"])}
+    names = ", ".join(sorted({dispatch_db.read(p)["gpu"] for p in files}))
+    raise AsmError(f"--gpu {gpu_name}: no dispatch database of that GPU (there are: {names})")
+
+
+def _print(r: dict) -> None:
+    from rich.table import Table
+
+    console = make_console()
+    c, kc = r["call"], r["kernel_call"]
+    console.print(f"[bold]{c['m']} x {c['n']} x {c['k']}[/] {c['dtype']} {c['layout']}"
+                  f"{' fused' if c['fused'] else ''} on {r['gpu']} ({r['sms']} SMs): family [bold]{r['family']}[/], "
+                  f"{r['candidates']} candidates")
+    if kc["swapped"]:
+        console.print(f"  runs as C^T: kernel call {kc['m']} x {kc['n']} x {kc['k']} {kc['layout']}")
+    if r["note"]:
+        console.print(f"  note: {r['note']}")
+    console.print(f"  coefficients: {r['model']}")
+    console.print(f"  pick: [bold]{r['pick']}[/] ({'exact hit in the database' if r['chosen_by'] == 'database' else 'the model'})"
+                  f"  params={r['pick_params']}")
+    t = Table(show_edge=False, pad_edge=False)
+    for col in ("config", "kernel", "tile", "tiles/slots", "waves", "k steps", "block us", "split us", "call us",
+                "why"):
+        t.add_column(col, justify="left" if col in ("config", "kernel", "why") else "right")
+    for row in r["rows"]:
+        t.add_row(row["config"], row["kernel"], "x".join(map(str, row["tile"])), f"{row['tiles']}/{row['slots']}",
+                  f"{row['waves']:.2f}", str(row["k_steps"]), f"{row['block_us']:.1f}", f"{row['split_us']:.1f}",
+                  f"{row['call_us']:.1f}", row["why"])
+    console.print(t)

@@ -1,0 +1,67 @@
+"""`asmgemm tune --sweep / --fit`: time a family's catalog over many shapes, fit the cost model,
+write the GPU's dispatch database (asm/tuning/sweep.py, asm/tuning/fit.py)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from ..errors import AsmError
+from .common import emit_json, make_console
+
+
+def _read_samples(path: str) -> dict:
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise AsmError(f"cannot read sweep samples {path}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise AsmError(f"{path}:{exc.lineno}:{exc.colno}: error: not valid JSON: {exc.msg}") from None
+    if not isinstance(doc, dict) or doc.get("format") != 1 or not isinstance(doc.get("samples"), list):
+        raise AsmError(f"{path}: not sweep samples (write them with `asmgemm tune FAMILY --sweep SHAPES --samples FILE`)")
+    return doc
+
+
+def run_sweep_or_fit(family, sweep_shapes, fit_files, layout, jobs, reps, warmup, samples_out, db_out, as_json):
+    from ..bench.shapes import parse_shapes
+    from ..runtime import dispatch, dispatch_db
+    from ..tuning.fit import make_database
+
+    docs = [_read_samples(p) for p in fit_files]
+    if sweep_shapes is not None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        from ..tuning.sweep import sweep
+        shapes = [(s, getattr(s, "layout", None) or layout) for s in parse_shapes(sweep_shapes)]
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=make_console(stderr=True), transient=True) as bars:
+            tasks = {}
+
+            def progress(stage, done, total):
+                if stage not in tasks:
+                    text = "building the catalog's variants" if stage == "build" else "timing the candidates"
+                    tasks[stage] = bars.add_task(text, total=total)
+                bars.update(tasks[stage], completed=done)
+            doc = sweep(family, shapes, reps=reps, warmup=warmup, jobs=jobs, progress=progress)
+        if samples_out:
+            dispatch_db.write(Path(samples_out), doc)
+        docs.append(doc)
+    db, report = make_database(docs)
+    out = Path(db_out) if db_out else dispatch_db.user_dir() / f"{dispatch_db.slug(db['gpu'])}.json"
+    dispatch_db.write(out, db)
+    dispatch.forget()
+    report["database"] = str(out)
+    if as_json:
+        emit_json(report)
+        return
+    click.echo(f"{report['samples']} samples ({report['errors']} could not run) of {', '.join(report['families'])} "
+               f"on {report['gpu']}; database written to {out}")
+    for fam, ev in report["held_out"].items():
+        if ev["calls"]:
+            click.echo(f"  {fam}: held-out calls {ev['calls']}: the model's pick within 5% of the best measured on "
+                       f"{ev['within_5pct']} ({ev['share_within_5pct']:.0%}); pick/best geomean "
+                       f"{ev['geomean_pick_over_best']}")
+            for miss in ev["worst"][:5]:
+                click.echo(f"    {miss['call']}: picked {miss['pick']}, best {miss['best']} "
+                           f"({miss['slower']:+.1%})")

@@ -1,0 +1,90 @@
+"""The candidates of one GEMM call: a kernel family's catalog ([[NAME.config]] in kernels.toml)
+crossed with its split-K choices, less what cannot run this call.
+
+A candidate is one configuration (its -D set) on one kernel, with S splits of K summed by the
+reduce kernel or inside clusters of S blocks. Pure data, no GPU: the cost model
+(cost_model.py) ranks the list, gemm() builds the best one, and a build that one of the kernel's
+own `.error` guards refuses is skipped for the next (legality comes from the kernel source itself,
+found when it is built and remembered: dispatch.py)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..isa.arch import arch_for
+from ..kernel_spec import ConfigEntry, KernelSpec, get_spec
+from .split_k import MAX_CLUSTER_SPLITS, split_for
+
+# The cluster sizes a split may run in: each is a build of its own (CLUSTER_K is a -D parameter),
+# so the catalog offers powers of two only; other S run through the reduce kernel.
+CLUSTER_SIZES = (2, 4, 8)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    family: str                      # the spec whose catalog this is (sgemm)
+    config: str                      # the catalog entry's name (t128x128_k16)
+    kernel: str                      # the spec it builds (sgemm, sgemm_skinny)
+    set: tuple[tuple[str, int], ...]
+    tile: tuple[int, int, int]       # rows, columns, k step of one block
+    splits: int = 1                  # S: K split S ways (1: unsplit)
+    reduce: str | None = None        # S > 1: "kernel" (workspace + splitk_reduce) or "cluster"
+
+    @property
+    def label(self) -> str:
+        """The configuration's name as explain, last_launch() and the sweep database write it:
+        t128x128_k16, t128x128_k16/s4 (reduce kernel), t128x128_k16/s4c (clusters of 4)."""
+        if self.splits == 1:
+            return self.config
+        return f"{self.config}/s{self.splits}{'c' if self.reduce == 'cluster' else ''}"
+
+    def params(self) -> dict:
+        """The params= of gemm() that run exactly this candidate (the split-K switch carries S and
+        the cluster switch 1 for the reduce kernel, S for clusters, as runtime/split_k.py reads them)."""
+        out = dict(self.set)
+        sk = get_spec(self.kernel).split_k
+        if sk is not None:
+            out[sk.switch] = self.splits
+            if sk.cluster_switch is not None:
+                out[sk.cluster_switch] = self.splits if self.reduce == "cluster" else 1
+        return out
+
+
+def entry_candidates(entry: ConfigEntry, family: str, k: int, *, plain: bool, clusters: bool) -> list[Candidate]:
+    """One catalog entry's candidates for a K-deep call: unsplit, and each listed S that still
+    splits K (split_for: whole chunks of the kernel's k multiple; S is the splits that result, so
+    two asks that land on the same split are one candidate)."""
+    base = Candidate(family, entry.name, entry.kernel, entry.set, entry.tile)
+    out = [base]
+    sk = get_spec(entry.kernel).split_k
+    if not plain or sk is None:
+        return out
+    seen = {1}
+    for asked in entry.splits:
+        split = split_for(k, asked, sk.k_multiple)
+        if split is None or split.splits in seen:
+            continue
+        seen.add(split.splits)
+        s = split.splits
+        out.append(Candidate(family, entry.name, entry.kernel, entry.set, entry.tile, s, "kernel"))
+        if clusters and sk.cluster_switch is not None and s in CLUSTER_SIZES and s <= MAX_CLUSTER_SPLITS:
+            out.append(Candidate(family, entry.name, entry.kernel, entry.set, entry.tile, s, "cluster"))
+    return out
+
+
+def candidates(family: KernelSpec, m: int, k: int, target: str, *, plain: bool,
+               usable=lambda kernel: True) -> list[Candidate]:
+    """Every candidate of `family`'s catalog for a kernel-level M x (any N) x K call on `target`:
+    entries whose kernel builds for the target and can take the call (`usable(kernel name)`: the
+    caller's check of the fused epilogue), within their `max_m`; split only for plain calls (no
+    fused epilogue, no batch, no transposed store: the partial pass stores raw sums), in
+    clusters only where the target has them."""
+    clusters = "clusters" in arch_for(target).features
+    out: list[Candidate] = []
+    for entry in family.configs:
+        if entry.max_m is not None and m > entry.max_m:
+            continue
+        spec = get_spec(entry.kernel)
+        if spec.build_target(target) is None or not usable(entry.kernel):
+            continue
+        out.extend(entry_candidates(entry, family.name, k, plain=plain, clusters=clusters))
+    return out

@@ -1,0 +1,184 @@
+"""The cost model that ranks a call's candidates (catalog.py): modelled seconds per candidate, with
+every term kept so `asmgemm explain` can say why one lost.
+
+For a candidate with blocks of BM x BN x BK, S splits, r blocks resident per SM and P = SMs x r
+slots (cluster candidates: the slots the driver says their clusters fill):
+
+    tiles      T = ceil(M / BM) ceil(N / BN) S
+    steps      s = ceil(ceil(K / S) / BK)                 K steps of one block
+    block      t = a + b s                                one block's time while r share its SM
+    waves      W = T // P full waves, then a last one of T mod P blocks, whose busiest SM holds
+               j = ceil((T mod P) / SMs) blocks and takes t (f + (1 - f) j / r): alone a block
+               runs faster than with r - 1 neighbours, but not r times (f of a full wave's time)
+    compute    W t + last wave
+    memory     (A + B + C bytes) / DRAM bandwidth         a floor: no kernel beats the stream
+    gpu        max(compute, memory) + the split's reduce (a launch plus S M N fp32 words read and
+               M N written) or the clusters' extra per block (their distributed-shared-memory sums)
+    call       gpu + host time of the call (+ one launch per extra kernel)
+
+a, b, f and r are per configuration and per GPU; the sweep (`asmgemm tune --sweep`) fits them
+(fit.py) into the GPU's database (dispatch_db.py). Where there is none, a prior from the GPU's
+peak rates stands in and `explain` says so. The model's job is ranking, so its errors matter only
+where they reorder candidates; the sweep's held-out check measures exactly that."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .catalog import Candidate
+
+# Prior rates for a GPU without a fitted database: per SM and clock, the FMA pipes' flops (fp32:
+# 128 FMA a cycle on sm_80/sm_90, H100 whitepaper) and the dense fp16 tensor flops of mma.sync
+# (sm_80: 1024 FMA a cycle; wgmma's 2048 on sm_90 is not reachable from mma.sync), at the share a
+# tuned kernel reaches; and the part of a wave a lone block takes.
+PRIOR_FLOPS_PER_CYCLE = {"float32": 2 * 128 * 0.75, "float16": 2 * 1024 * 0.6, "bfloat16": 2 * 1024 * 0.6}
+PRIOR_ALONE = 0.6
+PRIOR_BLOCK_FIXED_S = 3e-6          # a block's prologue and epilogue
+PRIOR_HOST_S = 12e-6                # one call's host work (Python, argument packing, the launch)
+PRIOR_LAUNCH_S = 4e-6               # each further kernel of a call (the reduce)
+PRIOR_REDUCE_FIXED_S = 3e-6
+
+
+@dataclass(frozen=True)
+class ConfigFit:
+    """One configuration's coefficients on one GPU (seconds)."""
+    block_s: float                   # a: per block, whatever its K
+    step_s: float                    # b: per K step of a block, with r blocks sharing the SM
+    alone: float                     # f: a lone block's share of a full wave's time
+    blocks_per_sm: int               # r
+    samples: int = 0                 # sweep timings fitted (0: the prior)
+
+
+@dataclass
+class DeviceModel:
+    """The model of one GPU: its size and rates, and a ConfigFit per (kernel, configuration)."""
+    gpu: str
+    sms: int
+    clock_hz: float
+    dram_bytes_per_s: float
+    host_s: float = PRIOR_HOST_S
+    launch_s: float = PRIOR_LAUNCH_S
+    reduce_fixed_s: float = PRIOR_REDUCE_FIXED_S
+    reduce_bytes_per_s: float = 0.0          # 0: the DRAM bandwidth
+    cluster_block_s: float = 0.0             # the clusters' extra per block
+    configs: dict[str, ConfigFit] = field(default_factory=dict)    # "kernel:config" -> fit
+    cluster_slots: dict[str, int] = field(default_factory=dict)    # "kernel:config:S" -> blocks at once
+    source: str = "prior"                    # where the coefficients come from, for explain
+
+    def fit_of(self, cand: Candidate, dtype: str, threads_hint: int | None = None) -> ConfigFit:
+        """The fitted coefficients of the candidate's configuration, or the prior's."""
+        found = self.configs.get(f"{cand.kernel}:{cand.config}")
+        return found if found is not None else self.prior(cand, dtype)
+
+    def prior(self, cand: Candidate, dtype: str) -> ConfigFit:
+        """Peak-rate coefficients: a K step of BM x BN x BK FMAs at the prior share of the SM's
+        rate, one block a SM."""
+        bm, bn, bk = cand.tile
+        rate = PRIOR_FLOPS_PER_CYCLE.get(dtype, PRIOR_FLOPS_PER_CYCLE["float32"]) * self.clock_hz
+        step = 2.0 * bm * bn * bk / rate
+        # a block that streams B (a few rows of C) waits on memory, not on FMAs: its step reads
+        # BN x BK elements at the SM's share of the DRAM bandwidth
+        stream = bn * bk * 4 / (self.dram_bytes_per_s / self.sms)
+        return ConfigFit(PRIOR_BLOCK_FIXED_S, max(step, stream), PRIOR_ALONE, 1)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    candidate: Candidate
+    tiles: int
+    slots: int
+    full_waves: int
+    last_wave_blocks: int
+    steps: int
+    block_s: float
+    compute_s: float
+    memory_s: float
+    split_s: float
+    host_s: float
+    fitted: bool
+
+    @property
+    def gpu_s(self) -> float:
+        return max(self.compute_s, self.memory_s) + self.split_s
+
+    @property
+    def call_s(self) -> float:
+        return self.gpu_s + self.host_s
+
+    @property
+    def waves(self) -> float:
+        return self.tiles / self.slots
+
+    def to_json(self) -> dict:
+        c = self.candidate
+        return {"config": c.label, "kernel": c.kernel, "params": c.params(), "tile": list(c.tile),
+                "splits": c.splits, "reduce": c.reduce, "tiles": self.tiles, "slots": self.slots,
+                "waves": round(self.waves, 3), "last_wave_blocks": self.last_wave_blocks, "k_steps": self.steps,
+                "block_us": round(self.block_s * 1e6, 3), "compute_us": round(self.compute_s * 1e6, 3),
+                "memory_us": round(self.memory_s * 1e6, 3), "split_us": round(self.split_s * 1e6, 3),
+                "host_us": round(self.host_s * 1e6, 3), "gpu_us": round(self.gpu_s * 1e6, 3),
+                "call_us": round(self.call_s * 1e6, 3), "fitted": self.fitted}
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def estimate(cand: Candidate, m: int, n: int, k: int, dm: DeviceModel, dtype: str, c_bytes: int,
+             ab_bytes: int) -> Estimate:
+    """The modelled time of one candidate for a kernel-level M x N x K call (the module docstring)."""
+    fit = dm.fit_of(cand, dtype)
+    bm, bn, bk = cand.tile
+    s = cand.splits
+    tiles = ceil_div(m, bm) * ceil_div(n, bn) * s
+    r = max(1, fit.blocks_per_sm)
+    slots = dm.sms * r
+    if cand.reduce == "cluster":
+        slots = max(1, min(slots, dm.cluster_slots.get(f"{cand.kernel}:{cand.config}:{s}", slots)))
+    steps = max(1, ceil_div(ceil_div(k, s), bk))
+    block = fit.block_s + fit.step_s * steps
+    full, rest = divmod(tiles, slots)
+    compute = full * block
+    if rest:
+        # the busiest SM of the last wave: its blocks, at most r
+        j = min(r, ceil_div(rest, min(dm.sms, slots)))
+        compute += block * (fit.alone + (1.0 - fit.alone) * j / r)
+    memory = ((m * k + k * n) * ab_bytes + m * n * c_bytes) / dm.dram_bytes_per_s
+    split = 0.0
+    host = dm.host_s
+    if cand.reduce == "kernel":
+        bw = dm.reduce_bytes_per_s or dm.dram_bytes_per_s
+        split = dm.reduce_fixed_s + (s * m * n * 4 * 2 + m * n * c_bytes) / bw
+        host += dm.launch_s
+    elif cand.reduce == "cluster":
+        split = dm.cluster_block_s * math.ceil(tiles / slots)
+    return Estimate(cand, tiles, slots, full, rest, steps, block, compute, memory, split, host,
+                    fit.samples > 0)
+
+
+def rank(cands: list[Candidate], m: int, n: int, k: int, dm: DeviceModel, dtype: str, c_bytes: int,
+         ab_bytes: int) -> list[Estimate]:
+    """The candidates' estimates, fastest call first (a tie keeps catalog order)."""
+    ests = [estimate(c, m, n, k, dm, dtype, c_bytes, ab_bytes) for c in cands]
+    return sorted(ests, key=lambda e: e.call_s)
+
+
+def why_slower(e: Estimate, best: Estimate) -> str:
+    """The main reason `e` lost to `best`, in the model's own terms."""
+    if e is best:
+        return "the pick"
+    reasons = []
+    if e.split_s - best.split_s > 0.25 * (e.call_s - best.call_s):
+        reasons.append(f"its split costs {e.split_s * 1e6:.1f} us" if e.candidate.splits > 1
+                       else "no split")
+    if e.waves > 1 and e.last_wave_blocks and e.last_wave_blocks < 0.5 * e.slots:
+        reasons.append(f"{e.waves:.2f} waves: the last holds {e.last_wave_blocks} of {e.slots} slots")
+    elif e.tiles < 0.5 * e.slots:
+        reasons.append(f"{e.tiles} blocks fill {e.tiles / e.slots:.0%} of {e.slots} slots")
+    if e.block_s > 1.5 * best.block_s and e.tiles <= best.tiles:
+        reasons.append(f"{e.steps} K steps of {e.block_s * 1e6 / max(1, e.steps):.2f} us a block")
+    if e.memory_s > e.compute_s:
+        reasons.append("bound by DRAM")
+    if not reasons:
+        reasons.append(f"{e.compute_s * 1e6:.1f} us of blocks against {best.compute_s * 1e6:.1f}")
+    return "; ".join(reasons)

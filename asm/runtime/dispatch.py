@@ -1,0 +1,111 @@
+"""Which configuration of a kernel family runs a call: an exact hit in the GPU's dispatch database
+wins, else the cost model's ranking of the catalog (catalog.py, cost_model.py, dispatch_db.py).
+
+gemm() asks `choose` for the order to try and builds down it: a candidate whose build one of the
+kernel's own `.error` guards refuses (a register budget, a mode the kernel lacks) is remembered as
+refused for that build and the next one is tried, so legality is the kernel source's word, found
+once per build. `explain` (commands/explain.py) prints the same Choice."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..kernel_spec import DTYPE_ITEMSIZE, KernelSpec, get_spec
+from . import split_k
+from .catalog import Candidate, candidates
+from .cost_model import DeviceModel, Estimate, rank
+from .dispatch_db import device_model, exact_key
+from .launch import choose_params
+
+
+@dataclass
+class Choice:
+    family: str
+    key: str                             # the exact-hit key of this call
+    ranked: list[Estimate]               # every candidate, fastest modelled call first
+    order: list[Candidate]               # what to try, in order (an exact hit first)
+    chosen_by: str                       # "database" (an exact hit) or "model"
+    model_source: str                    # where the model's coefficients came from
+    refused: dict[str, str] = field(default_factory=dict)   # label -> why a build refused it
+
+    @property
+    def pick(self) -> Candidate | None:
+        return self.order[0] if self.order else None
+
+
+_models: dict[tuple, tuple[DeviceModel, dict]] = {}
+
+
+def model_for(gpu: str, target: str, sms: int, clock_hz: float = 0.0, dram_bytes_per_s: float = 0.0):
+    """(DeviceModel, exact hits) of a GPU, read once per process (forget() drops them)."""
+    key = (gpu, target, sms, clock_hz, dram_bytes_per_s)
+    if key not in _models:
+        _models[key] = device_model(gpu, target, sms, clock_hz, dram_bytes_per_s)
+    return _models[key]
+
+
+def forget() -> None:
+    """Drop the models read (after a sweep wrote a database) and the refusals remembered."""
+    _models.clear()
+    _refused.clear()
+
+
+# builds a kernel's guards refused: (kernel, target, defines) -> the first line of the error
+_refused: dict[tuple, str] = {}
+
+
+def refusal(key: tuple) -> str | None:
+    return _refused.get(key)
+
+
+def refuse(key: tuple, why: str) -> None:
+    _refused[key] = why
+
+
+def choose(family: KernelSpec, layout: str, m: int, n: int, k: int, *, gpu: str, target: str, sms: int,
+           plain: bool, usable=lambda kernel: True, clock_hz: float = 0.0, dram_bytes_per_s: float = 0.0,
+           exact: bool = True) -> Choice:
+    """The candidates of a kernel-level M x N x K call of `family` in the order to try them.
+    exact=False leaves the database's exact hits out (the model alone: the held-out check)."""
+    dm, best = model_for(gpu, target, sms, clock_hz, dram_bytes_per_s)
+    cands = candidates(family, m, k, target, plain=plain, usable=usable)
+    ranked = rank(cands, m, n, k, dm, family.dtypes.a, DTYPE_ITEMSIZE[family.dtypes.c],
+                  DTYPE_ITEMSIZE[family.dtypes.a])
+    key = exact_key(family.name, layout, m, n, k, plain)
+    order = [e.candidate for e in ranked]
+    chosen_by = "model"
+    hit = best.get(key) if exact else None
+    if hit is not None:
+        found = [c for c in order if c.label == hit]
+        if found:           # (a hit naming a configuration the catalog no longer has is ignored)
+            order.remove(found[0])
+            order.insert(0, found[0])
+            chosen_by = "database"
+    return Choice(family.name, key, ranked, order, chosen_by, dm.source)
+
+
+@dataclass(frozen=True)
+class CandidateBuild:
+    """What running a candidate for one launch plan builds: the spec, target and -D defines, and
+    the split it makes (split_k.Split or None) with its cluster size (0: the reduce kernel)."""
+    spec: KernelSpec
+    target: str
+    split: object
+    in_cluster: int
+    defines: dict
+
+    @property
+    def key(self) -> tuple:
+        return (self.spec.name, self.target, tuple(sorted((k, str(v)) for k, v in self.defines.items())))
+
+
+def candidate_build(cand: Candidate, plan, sms: int, device_target: str, plain: bool) -> CandidateBuild:
+    """The build a candidate makes for `plan` (runtime/plan.LaunchPlan) on a device of
+    `device_target`: exactly what gemm() builds when it runs the candidate (the sweep prebuilds
+    these in parallel)."""
+    spec = get_spec(cand.kernel)
+    target = spec.build_target(device_target)
+    tuned = cand.params()
+    split = split_k.choose_split(spec, plan, None, tuned, sms, plain=plain)
+    in_cluster = split_k.cluster_splits(spec, split, target, tuned, plan, sms)
+    defines = choose_params(spec, plan, None, tuned, sms, split_k.switch_define(spec, split, in_cluster))
+    return CandidateBuild(spec, target, split, in_cluster, defines)

@@ -1,0 +1,159 @@
+"""The per-GPU dispatch database: the cost model's fitted coefficients and the sweep's best
+configuration per measured call (exact hits), one JSON file per GPU model.
+
+Where a GPU's file is looked for, first hit wins:
+  1. $ASMGEMM_DISPATCH_DIR/<slug>.json     (what `asmgemm tune --sweep --fit` writes by default:
+     ~/.cache/asmgemm/dispatch when the variable is unset)
+  2. the package's kernels_ptx/dispatch/<slug>.json    (shipped: the H100's)
+<slug> is the GPU's name in lower case with runs of other characters as '_'
+('NVIDIA H100 80GB HBM3' -> nvidia_h100_80gb_hbm3).
+
+A GPU with no file of its own gets the model alone: the coefficients of a file for the same target
+(the H100's for an H200: the same SMs), scaled by the clock ratio, with none of its exact hits
+(those were timed on the other GPU) and with this GPU's SM count and DRAM rate; and with no such
+file either, the prior of cost_model.py. `explain` names which of the three decided."""
+from __future__ import annotations
+
+import json
+import os
+import re
+from importlib import resources
+from pathlib import Path
+
+from ..errors import AsmError
+from .cost_model import ConfigFit, DeviceModel
+
+FORMAT = 1
+DIR_ENV = "ASMGEMM_DISPATCH_DIR"
+
+
+def slug(gpu: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", gpu.lower()).strip("_")
+
+
+def user_dir() -> Path:
+    env = os.environ.get(DIR_ENV)
+    return Path(env) if env else Path.home() / ".cache" / "asmgemm" / "dispatch"
+
+
+def shipped_dir() -> Path:
+    return Path(str(resources.files("asmgemm.kernels_ptx") / "dispatch"))
+
+
+def exact_key(family: str, layout: str, m: int, n: int, k: int, plain: bool) -> str:
+    """The key of one measured call: the family, the kernel-level layout and sizes (after the
+    operand swap), and whether it was a plain 2-D call (splits allowed)."""
+    return f"{family}|{layout}|{m}x{n}x{k}|{'plain' if plain else 'fused'}"
+
+
+def _files() -> list[Path]:
+    out = []
+    for d in (user_dir(), shipped_dir()):
+        if d.is_dir():
+            out.extend(sorted(d.glob("*.json")))
+    return out
+
+
+_memo: dict[tuple, dict] = {}
+
+
+def read(path: Path) -> dict:
+    """One database file, checked for its format (a damaged file is an error naming it)."""
+    key = (str(path),)
+    try:
+        stat = path.stat()
+        key = (str(path), stat.st_mtime_ns, stat.st_size)
+    except OSError:
+        pass
+    if key in _memo:
+        return _memo[key]
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise AsmError(f"cannot read the dispatch database {path}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise AsmError(f"{path}:{exc.lineno}:{exc.colno}: error: the dispatch database is not valid JSON: {exc.msg}",
+                       hint="delete it, or run `asmgemm tune --sweep` again") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("gpu"), str):
+        raise AsmError(f"{path}: not a dispatch database of format {FORMAT} (keys 'format', 'gpu', 'model', 'best')")
+    _memo[key] = data
+    return data
+
+
+def database_for(gpu: str) -> tuple[dict | None, Path | None]:
+    """This GPU's own database and its path, or (None, None)."""
+    want = slug(gpu)
+    for path in _files():
+        if path.stem == want:
+            return read(path), path
+    return None, None
+
+
+def _same_target(target: str) -> tuple[dict | None, Path | None]:
+    base = target.rstrip("af")
+    for path in _files():
+        data = read(path)
+        if str(data.get("target", "")).rstrip("af") == base:
+            return data, path
+    return None, None
+
+
+def model_from(data: dict, source: str) -> DeviceModel:
+    m = data["model"]
+    try:
+        return DeviceModel(
+            gpu=data["gpu"], sms=int(data["sms"]), clock_hz=float(data["clock_hz"]),
+            dram_bytes_per_s=float(data["dram_bytes_per_s"]), host_s=float(m["host_s"]),
+            launch_s=float(m["launch_s"]), reduce_fixed_s=float(m["reduce_fixed_s"]),
+            reduce_bytes_per_s=float(m["reduce_bytes_per_s"]), cluster_block_s=float(m["cluster_block_s"]),
+            configs={k: ConfigFit(float(v["block_s"]), float(v["step_s"]), float(v["alone"]),
+                                  int(v["blocks_per_sm"]), int(v.get("samples", 0)))
+                     for k, v in m["configs"].items()},
+            cluster_slots={k: int(v) for k, v in m.get("cluster_slots", {}).items()}, source=source)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AsmError(f"dispatch database of {data.get('gpu')}: a model entry is malformed ({exc})") from None
+
+
+def model_to_json(dm: DeviceModel) -> dict:
+    return {"host_s": dm.host_s, "launch_s": dm.launch_s, "reduce_fixed_s": dm.reduce_fixed_s,
+            "reduce_bytes_per_s": dm.reduce_bytes_per_s, "cluster_block_s": dm.cluster_block_s,
+            "configs": {k: {"block_s": f.block_s, "step_s": f.step_s, "alone": f.alone,
+                            "blocks_per_sm": f.blocks_per_sm, "samples": f.samples}
+                        for k, f in sorted(dm.configs.items())},
+            "cluster_slots": dict(sorted(dm.cluster_slots.items()))}
+
+
+def device_model(gpu: str, target: str, sms: int, clock_hz: float, dram_bytes_per_s: float) -> tuple[DeviceModel, dict]:
+    """(the model for this GPU, its exact hits): its own database's, else another GPU's of the same
+    target rescaled (no exact hits), else the prior (module docstring)."""
+    data, path = database_for(gpu)
+    if data is not None:
+        dm = model_from(data, f"fitted on this GPU ({path})")
+        if sms:
+            dm.sms = sms
+        return dm, dict(data.get("best", {}))
+    other, path = _same_target(target)
+    if other is not None:
+        dm = model_from(other, f"the model alone: coefficients of {other['gpu']} ({path.name}), scaled to this "
+                               "GPU's clock; no exact hits")
+        scale = (dm.clock_hz / clock_hz) if clock_hz and dm.clock_hz else 1.0
+        dm.configs = {k: ConfigFit(f.block_s * scale, f.step_s * scale, f.alone, f.blocks_per_sm, f.samples)
+                      for k, f in dm.configs.items()}
+        dm.gpu, dm.sms = gpu, sms or dm.sms
+        dm.clock_hz = clock_hz or dm.clock_hz
+        dm.dram_bytes_per_s = dram_bytes_per_s or dm.dram_bytes_per_s
+        return dm, {}
+    return DeviceModel(gpu, sms or 1, clock_hz or 1.5e9, dram_bytes_per_s or 1e12,
+                       source="the prior: no sweep of this GPU or its target (asmgemm tune --sweep fits one)"), {}
+
+
+def write(path: Path, data: dict) -> None:
+    """Write a database whole or not at all (a temporary file renamed over the old one)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + f".tmp{os.getpid()}")
+    try:
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()

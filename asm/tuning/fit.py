@@ -1,0 +1,207 @@
+"""Fit the cost model (runtime/cost_model.py) to sweep samples (sweep.py), check it on calls held
+out of the fit, and make the GPU's dispatch database (runtime/dispatch_db.py).
+
+Per configuration, a (per block), b (per K step) and f (a lone block's share of a wave) minimise
+the squared relative error of the modelled GPU time over its unsplit samples: f on a grid of
+0.05, a and b by least squares for each f (both kept >= 0), r from the driver's occupancy. Then,
+with those fixed, the reduce kernel's fixed cost and bandwidth from the residuals of the split
+samples, the clusters' extra per block-wave from the clustered ones, and the host costs from the
+measured host time of a call. Pure Python: no GPU, no numpy."""
+from __future__ import annotations
+
+import math
+import statistics
+import zlib
+from collections import defaultdict
+
+from ..errors import AsmError
+from ..runtime.catalog import Candidate
+from ..runtime.cost_model import ConfigFit, DeviceModel, estimate
+from ..runtime.dispatch_db import FORMAT, exact_key, model_to_json
+
+ALONE_GRID = [i / 20 for i in range(21)]
+HELD_OUT_SHARE = 4          # one call in 4 is held out of the fit (by a hash of its key: stable)
+WITHIN = 0.05               # the model's pick "within 5%" of the best measured
+
+
+def _candidate(s: dict) -> Candidate:
+    from ..kernel_spec import get_spec
+    fam = get_spec(s["family"])
+    entry = next((e for e in fam.configs if e.name == s["config"]), None)
+    if entry is None:
+        raise AsmError(f"sweep sample names configuration '{s['config']}', which {s['family']}'s catalog no "
+                       "longer has: sweep again")
+    return Candidate(s["family"], entry.name, entry.kernel, entry.set, entry.tile, int(s["splits"]), s["reduce"])
+
+
+def _call_key(s: dict) -> str:
+    return exact_key(s["family"], s["layout"], s["m"], s["n"], s["k"], True)
+
+
+def _held_out(key: str) -> bool:
+    return zlib.crc32(key.encode()) % HELD_OUT_SHARE == 0
+
+
+def _solve2(rows: list[tuple[float, float, float]]) -> tuple[float, float]:
+    """Least squares of y = a x1 + b x2 over (x1, x2, y) rows, a, b >= 0."""
+    s11 = sum(x1 * x1 for x1, _, _ in rows)
+    s22 = sum(x2 * x2 for _, x2, _ in rows)
+    s12 = sum(x1 * x2 for x1, x2, _ in rows)
+    s1y = sum(x1 * y for x1, _, y in rows)
+    s2y = sum(x2 * y for _, x2, y in rows)
+    det = s11 * s22 - s12 * s12
+    if det > 1e-30 * max(1.0, s11 * s22):
+        a, b = (s1y * s22 - s2y * s12) / det, (s2y * s11 - s1y * s12) / det
+        if a >= 0 and b >= 0:
+            return a, b
+    # one of them at zero: the better of the two one-term fits
+    a_only = (s1y / s11, 0.0) if s11 > 0 else (0.0, 0.0)
+    b_only = (0.0, s2y / s22) if s22 > 0 else (0.0, 0.0)
+
+    def err(ab):
+        return sum((ab[0] * x1 + ab[1] * x2 - y) ** 2 for x1, x2, y in rows)
+    return min((max(0.0, a_only[0]), 0.0), (0.0, max(0.0, b_only[1])), key=err)
+
+
+def _features(cand: Candidate, s: dict, dm: DeviceModel, fit: ConfigFit) -> tuple[float, float]:
+    """(x1, x2) of the modelled compute time a x1 + b x2 of one sample under `fit`'s f and r."""
+    unit = ConfigFit(1.0, 0.0, fit.alone, fit.blocks_per_sm)
+    probe = DeviceModel(dm.gpu, dm.sms, dm.clock_hz, dm.dram_bytes_per_s, configs={f"{cand.kernel}:{cand.config}": unit},
+                        cluster_slots=dm.cluster_slots)
+    e = estimate(cand, s["m"], s["n"], s["k"], probe, "float32", 4, 4)
+    # compute = (waves term) x (a + b steps): x1 = compute with a = 1, b = 0; x2 = x1 x steps
+    return e.compute_s, e.compute_s * e.steps
+
+
+def fit_model(doc: dict, samples: list[dict] | None = None) -> DeviceModel:
+    """The DeviceModel of the sweep document's GPU fitted to `samples` (default: all of them)."""
+    samples = [s for s in (doc["samples"] if samples is None else samples) if "error" not in s]
+    dm = DeviceModel(doc["gpu"], int(doc["sms"]), float(doc["clock_hz"]) or 1.5e9,
+                     float(doc["dram_bytes_per_s"]) or 1e12, source=f"fitted to a sweep of {doc['gpu']}")
+    for s in samples:
+        if s.get("reduce") == "cluster" and s.get("clusters_at_once"):
+            key = f"{s['kernel']}:{s['config']}:{s['splits']}"
+            dm.cluster_slots[key] = max(dm.cluster_slots.get(key, 0), int(s["clusters_at_once"]) * int(s["splits"]))
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for s in samples:
+        if s["splits"] == 1:
+            groups[f"{s['kernel']}:{s['config']}"].append(s)
+    for key, rows in groups.items():
+        r = statistics.mode([int(s["blocks_per_sm"]) for s in rows if s.get("blocks_per_sm")] or [1])
+        best = None
+        for f in ALONE_GRID:
+            trial = ConfigFit(1.0, 0.0, f, r)
+            feats = []
+            for s in rows:
+                x1, x2 = _features(_candidate(s), s, dm, trial)
+                y = s["gpu_ms"] * 1e-3
+                feats.append((x1 / y, x2 / y, 1.0))       # relative: each row divided by its time
+            a, b = _solve2(feats)
+            err = sum((a * x1 + b * x2 - 1.0) ** 2 for x1, x2, _ in feats)
+            if best is None or err < best[0]:
+                best = (err, a, b, f)
+        _, a, b, f = best
+        dm.configs[key] = ConfigFit(a, b, f, r, len(rows))
+    # the reduce kernel: residual = fixed + bytes / bandwidth
+    resid = []
+    for s in samples:
+        if s.get("reduce") != "kernel" or f"{s['kernel']}:{s['config']}" not in dm.configs:
+            continue
+        e = estimate(_candidate(s), s["m"], s["n"], s["k"], _no_split_costs(dm), "float32", 4, 4)
+        y = s["gpu_ms"] * 1e-3
+        moved = s["splits"] * s["m"] * s["n"] * 8 + s["m"] * s["n"] * 4
+        resid.append((1.0 / y, moved / y, (y - max(e.compute_s, e.memory_s)) / y))
+    if resid:
+        fixed, per_byte = _solve2(resid)
+        dm.reduce_fixed_s = fixed
+        dm.reduce_bytes_per_s = 1.0 / per_byte if per_byte > 0 else 0.0
+    extra = []
+    for s in samples:
+        if s.get("reduce") != "cluster" or f"{s['kernel']}:{s['config']}" not in dm.configs:
+            continue
+        e = estimate(_candidate(s), s["m"], s["n"], s["k"], _no_split_costs(dm), "float32", 4, 4)
+        extra.append((s["gpu_ms"] * 1e-3 - max(e.compute_s, e.memory_s)) / max(1, math.ceil(e.tiles / e.slots)))
+    if extra:
+        dm.cluster_block_s = max(0.0, statistics.median(extra))
+    unsplit = [s["host_us"] for s in samples if s["splits"] == 1 and s.get("host_us")]
+    split = [s["host_us"] for s in samples if s.get("reduce") == "kernel" and s.get("host_us")]
+    if unsplit:
+        dm.host_s = statistics.median(unsplit) * 1e-6
+    if split and unsplit:
+        dm.launch_s = max(0.0, statistics.median(split) - statistics.median(unsplit)) * 1e-6
+    return dm
+
+
+def _no_split_costs(dm: DeviceModel) -> DeviceModel:
+    out = DeviceModel(dm.gpu, dm.sms, dm.clock_hz, dm.dram_bytes_per_s, configs=dm.configs,
+                      cluster_slots=dm.cluster_slots)
+    out.reduce_fixed_s = out.cluster_block_s = 0.0
+    out.reduce_bytes_per_s = float("inf")
+    return out
+
+
+def _by_call(samples: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = defaultdict(list)
+    for s in samples:
+        if "error" not in s:
+            out[_call_key(s)].append(s)
+    return out
+
+
+def _call_ms(s: dict) -> float:
+    """What a caller waits for, as the sweep saw it: the GPU time and the host time of the call."""
+    return s["gpu_ms"] + (s.get("host_us") or 0.0) * 1e-3
+
+
+def evaluate(dm: DeviceModel, samples: list[dict], dtype: str = "float32", c_bytes: int = 4,
+             ab_bytes: int = 4) -> dict:
+    """How the model's pick among each call's timed candidates compares with the best measured."""
+    calls = _by_call(samples)
+    ratios, misses = [], []
+    for key, rows in calls.items():
+        best = min(rows, key=_call_ms)
+        ests = [(estimate(_candidate(s), s["m"], s["n"], s["k"], dm, dtype, c_bytes, ab_bytes).call_s, s) for s in rows]
+        pick = min(ests, key=lambda t: t[0])[1]
+        ratio = _call_ms(pick) / _call_ms(best)
+        ratios.append(ratio)
+        if ratio > 1 + WITHIN:
+            misses.append({"call": key, "pick": pick["label"], "best": best["label"], "slower": round(ratio - 1, 4)})
+    n = len(ratios)
+    return {"calls": n, "within_5pct": sum(r <= 1 + WITHIN for r in ratios),
+            "share_within_5pct": round(sum(r <= 1 + WITHIN for r in ratios) / n, 4) if n else None,
+            "geomean_pick_over_best": round(math.exp(sum(math.log(r) for r in ratios) / n), 4) if n else None,
+            "worst": sorted(misses, key=lambda m: -m["slower"])[:10]}
+
+
+def make_database(docs: list[dict]) -> tuple[dict, dict]:
+    """(the dispatch database, the fit report) from one GPU's sweep documents: the held-out check
+    (fit on 3 of 4 calls, judged on the 4th), then the model refitted on every call, and the best
+    measured configuration of each call as its exact hit."""
+    gpus = {d["gpu"] for d in docs}
+    if len(gpus) != 1:
+        raise AsmError(f"the sweeps are of {len(gpus)} GPUs ({', '.join(sorted(gpus))}): fit one GPU at a time")
+    doc = dict(docs[0])
+    families = sorted({d["family"] for d in docs})
+    samples = [s for d in docs for s in d["samples"]]
+    dtypes = {}
+    from ..kernel_spec import DTYPE_ITEMSIZE, get_spec
+    for fam in families:
+        spec = get_spec(fam)
+        dtypes[fam] = (spec.dtypes.a, DTYPE_ITEMSIZE[spec.dtypes.c], DTYPE_ITEMSIZE[spec.dtypes.a])
+    train = [s for s in samples if not _held_out(_call_key(s))]
+    test = [s for s in samples if _held_out(_call_key(s))]
+    report = {"gpu": doc["gpu"], "families": families, "samples": len(samples),
+              "errors": sum("error" in s for s in samples), "held_out": {}}
+    for fam in families:
+        fam_test = [s for s in test if s["family"] == fam]
+        held = fit_model(doc, train)
+        report["held_out"][fam] = evaluate(held, fam_test, *dtypes[fam])
+    dm = fit_model(doc, samples)
+    report["in_sample"] = {fam: evaluate(dm, [s for s in samples if s["family"] == fam], *dtypes[fam])
+                           for fam in families}
+    best = {key: min(rows, key=_call_ms)["label"] for key, rows in _by_call(samples).items()}
+    db = {"format": FORMAT, "gpu": doc["gpu"], "target": doc["target"], "sms": doc["sms"],
+          "clock_hz": doc["clock_hz"], "dram_bytes_per_s": doc["dram_bytes_per_s"], "families": families,
+          "model": model_to_json(dm), "best": dict(sorted(best.items())),
+          "fit": {"held_out": report["held_out"], "samples": len(samples)}}
+    return db, report

@@ -36,6 +36,9 @@ from .common import emit_json, make_console, parse_defines, source_options
 @click.option("--fit", "fit_files", multiple=True, type=click.Path(dir_okay=False), metavar="SAMPLES.json",
               help="Fit the cost model to saved sweep samples (repeatable; `--sweep --samples` writes them) and "
                    "write the dispatch database (--out); no GPU needed.")
+@click.option("--exhaustive", is_flag=True,
+              help="With --sweep: time every candidate of every shape, not only each configuration unsplit and "
+                   "its best splits by the current model (for the shapes whose exact hits matter, e.g. presets).")
 @click.option("--samples", "samples_out", default=None, type=click.Path(dir_okay=False),
               help="With --sweep: also keep the raw timings here (fit them again later with --fit).")
 @click.option("--out", "db_out", default=None, type=click.Path(dir_okay=False),
@@ -43,7 +46,7 @@ from .common import emit_json, make_console, parse_defines, source_options
                    "(~/.cache/asmgemm/dispatch), where asmgemm.gemm looks first.")
 @source_options
 def command(kernel, shape_text, layout, dry_run, jobs, reps, warmup, no_flush, no_pre_roll, max_candidates, no_save,
-            top, as_json, sweep_shapes, fit_files, samples_out, db_out, defines, target, include_dirs):
+            top, as_json, sweep_shapes, fit_files, exhaustive, samples_out, db_out, defines, target, include_dirs):
     """Tune KERNEL (a shipped kernel name or a .sasm file) for one shape.
 
     \b
@@ -77,7 +80,8 @@ def command(kernel, shape_text, layout, dry_run, jobs, reps, warmup, no_flush, n
         from .tune_sweep import run_sweep_or_fit
         if shape_text is not None or dry_run:
             raise click.UsageError("--sweep/--fit take no --shape or --dry-run")
-        run_sweep_or_fit(kernel, sweep_shapes, fit_files, layout, jobs, reps, warmup, samples_out, db_out, as_json)
+        run_sweep_or_fit(kernel, sweep_shapes, fit_files, layout, jobs, reps, warmup, samples_out, db_out, as_json,
+                         exhaustive)
         return
     if shape_text is None:
         raise click.UsageError("give --shape M,N,K (or --sweep SHAPES to sweep a family's catalog)")

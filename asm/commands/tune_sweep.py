@@ -23,7 +23,8 @@ def _read_samples(path: str) -> dict:
     return doc
 
 
-def run_sweep_or_fit(family, sweep_shapes, fit_files, layout, jobs, reps, warmup, samples_out, db_out, as_json):
+def run_sweep_or_fit(family, sweep_shapes, fit_files, layout, jobs, reps, warmup, samples_out, db_out, as_json,
+                     exhaustive=False):
     from ..bench.shapes import parse_shapes
     from ..runtime import dispatch, dispatch_db
     from ..tuning.fit import make_database
@@ -43,7 +44,7 @@ def run_sweep_or_fit(family, sweep_shapes, fit_files, layout, jobs, reps, warmup
                     text = "building the catalog's variants" if stage == "build" else "timing the candidates"
                     tasks[stage] = bars.add_task(text, total=total)
                 bars.update(tasks[stage], completed=done)
-            doc = sweep(family, shapes, reps=reps, warmup=warmup, jobs=jobs, progress=progress)
+            doc = sweep(family, shapes, reps=reps, warmup=warmup, jobs=jobs, exhaustive=exhaustive, progress=progress)
         if samples_out:
             dispatch_db.write(Path(samples_out), doc)
         docs.append(doc)

@@ -4,10 +4,14 @@ spec'd kernels (bias and act: the fused epilogue of kernels whose spec maps the 
 
 The dtype picks the kernel: the first spec in kernels_ptx/kernels.toml (then $ASMGEMM_KERNEL_SPECS,
 then `asmgemm.kernel_spec.register`) whose A, B and C dtype it is and that supports the device;
-`kernel=` names one. Then an untuned 2-D call (no params=) may be routed to another kernel of
-the same dtypes by the spec's [[NAME.route]] tables (sgemm: M <= 16 runs sgemm_skinny), on the
-kernel's sizes after the operand swap and its call parameters. runtime/launch.py chooses the -D parameters (params=, the tuning cache, the
-spec's size rule), packs the arguments and sizes the grid; build_cache.py builds once.
+`kernel=` names one. A kernel family with a catalog ([[NAME.config]]: sgemm, the mma.sync
+kernels) runs, for a call without params= and without the user's own tuning-cache entry, the
+configuration dispatch.py chooses: the GPU's dispatch database's exact hit, else the cost model's
+ranking (cost_model.py), the first whose build the kernel's guards accept; with
+$ASMGEMM_AUTOTUNE=1 the model's best few are timed once per call key and the fastest runs. Other
+families still follow their spec's rules ([[NAME.route]], size rules, split rules), on the
+kernel's sizes after the operand swap and its call parameters. runtime/launch.py turns the choice
+into -D parameters, packs the arguments and sizes the grid; build_cache.py builds once.
 
 A call goes: arrays -> (spec lookup -> plan -> build -> launch plan) -> launch. Everything in the
 parentheses depends only on a key of the call (shapes, strides, dtype, 16-byte alignment of each
@@ -39,7 +43,7 @@ from typing import NamedTuple
 from ..errors import AsmError
 from ..files import warn_cache
 from ..isa.arch import arch_for
-from ..kernel_spec import KernelSpec, activation_code, get_spec, spec_for_dtype, specs_version
+from ..kernel_spec import ACTIVATIONS, KernelSpec, activation_code, get_spec, spec_for_dtype, specs_version
 from . import build_cache, dispatch, overlap, path_model, split_k
 from .build_cache import BuiltKernel, build_kernel
 from .cluster_capacity import blocks_per_sm, max_active_clusters
@@ -713,6 +717,8 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
                                      sms=facts.sm_count, plain=plain, clock_hz=facts.clock_hz,
                                      dram_bytes_per_s=facts.dram_bytes_per_s,
                                      usable=lambda name: not _missing_epilogue(get_spec(name), mbias, act))
+            if choice.chosen_by == "model" and not plan.swapped and os.environ.get(AUTOTUNE_ENV) == "1":
+                _autotune(cupy, arrays, choice, a, b, c, trans_a, trans_b, bias, act, c_shape, new_c_dtype)
         if not tuned and _takes_c_trans(spec, plan, params, facts.sm_count):
             plan = plan_launch(ma, mb, mc, trans_a=trans_a, trans_b=trans_b, ptr_of=_ptr_of, bias=mbias,
                                activation=act, c_trans=True)
@@ -774,6 +780,51 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
             del _plans[next(iter(_plans))]
         _plans[key] = kept
     return c
+
+
+_ACTIVATION_NAMES = {i + 1: name for i, name in enumerate(ACTIVATIONS)}
+AUTOTUNE_ENV = "ASMGEMM_AUTOTUNE"
+AUTOTUNE_TOP = 4                 # the model's best few, timed once per call key
+AUTOTUNE_REPS = 3
+_autotuned: dict[str, str] = {}  # exact-hit key -> the label timed fastest in this process
+
+
+def _autotune(cupy, arrays, choice: dispatch.Choice, a, b, c, trans_a, trans_b, bias, act, c_shape, c_dtype) -> None:
+    """$ASMGEMM_AUTOTUNE=1: time the model's AUTOTUNE_TOP best candidates once for this call (into a
+    scratch C, so the caller's C is untouched) and put the fastest first in `choice`; remembered
+    per process under the call's key. A candidate that cannot run is skipped. (Triton's
+    prune_configs_by: the model prunes, the clock decides.)"""
+    label = _autotuned.get(choice.key)
+    if label is None:
+        scratch = arrays.empty(a, c_shape, c_dtype)
+        times = {}
+        for cand in choice.order[:AUTOTUNE_TOP]:
+            run = (lambda cand=cand: gemm(a, b, scratch, trans_a=trans_a, trans_b=trans_b, bias=bias,
+                                          activation=_ACTIVATION_NAMES.get(act), params=cand.params(),
+                                          kernel=cand.kernel))
+            try:
+                run()
+                stream = arrays.stream(arrays.matrix(a, "A").device)
+                start, end = cupy.cuda.Event(), cupy.cuda.Event()
+                best = float("inf")
+                for _ in range(AUTOTUNE_REPS):
+                    start.record(stream)
+                    run()
+                    end.record(stream)
+                    end.synchronize()
+                    best = min(best, cupy.cuda.get_elapsed_time(start, end))
+                times[cand.label] = best
+            except (AsmError, RuntimeError):
+                continue
+        if not times:
+            return
+        label = min(times, key=times.get)
+        _autotuned[choice.key] = label
+    found = [x for x in choice.order if x.label == label]
+    if found:
+        choice.order.remove(found[0])
+        choice.order.insert(0, found[0])
+        choice.chosen_by = "autotune"
 
 
 def _build_choice(choice: dispatch.Choice, plan: LaunchPlan, facts, plain: bool):

@@ -34,10 +34,10 @@ class SweepCall:
     timed: tuple[Candidate, ...]
 
 
-def plan_calls(family: KernelSpec, shapes: list[tuple[Shape, str]], facts) -> list[SweepCall]:
+def plan_calls(family: KernelSpec, shapes: list[tuple[Shape, str]], facts, exhaustive: bool = False) -> list[SweepCall]:
     """The candidates to time per call: every entry unsplit plus each entry's SPLITS_PER_ENTRY best
     reduce-kernel splits and best cluster split by the current model (so the fit sees splits where
-    they might win, and every configuration everywhere)."""
+    they might win, and every configuration everywhere); exhaustive: every candidate."""
     a_size = DTYPE_ITEMSIZE[family.dtypes.a]
     c_size = DTYPE_ITEMSIZE[family.dtypes.c]
     out = []
@@ -50,7 +50,7 @@ def plan_calls(family: KernelSpec, shapes: list[tuple[Shape, str]], facts) -> li
         per_entry: dict[tuple[str, str | None], int] = {}
         for est in choice.ranked:            # fastest first
             c = est.candidate
-            if c.splits == 1:
+            if c.splits == 1 or exhaustive:
                 timed.append(c)
                 continue
             room = SPLITS_PER_ENTRY if c.reduce == "kernel" else 1
@@ -163,7 +163,7 @@ def time_calls(cp, family: KernelSpec, calls: list[SweepCall], facts, *, reps: i
 
 
 def sweep(family_name: str, shapes: list[tuple[Shape, str]], *, reps: int = 5, warmup: int = 1, jobs: int = 0,
-          progress: Callable[[str, int, int], None] | None = None) -> dict:
+          exhaustive: bool = False, progress: Callable[[str, int, int], None] | None = None) -> dict:
     """The whole sweep on the current GPU: plan, prebuild, time. Returns the samples document
     (fit.py's input): the GPU's facts and one record per timed candidate."""
     from ..runtime.gpu import device_facts, require_gpu
@@ -175,7 +175,7 @@ def sweep(family_name: str, shapes: list[tuple[Shape, str]], *, reps: int = 5, w
         raise AsmError(f"kernel '{family_name}' has no catalog ([[{family_name}.config]] in {family.spec_file}); "
                        "families with one: " + ", ".join(sorted(n for n, s in _all_specs().items() if s.configs)))
     started = time.time()
-    calls = plan_calls(family, shapes, facts)
+    calls = plan_calls(family, shapes, facts, exhaustive)
     refused = prebuild(calls, facts, jobs, (lambda d, t: progress("build", d, t)) if progress else None)
     samples = time_calls(cp, family, calls, facts, reps=reps, warmup=warmup,
                          on_call=(lambda d, t: progress("time", d, t)) if progress else None)

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The sweeps the shipped dispatch database was fitted on (run on the GPU machine from the repository
+# root, e.g. through the device tool: `bash tools/dispatch_sweep.sh FAMILY`; samples land in
+# $OUT). Three sets, each its own samples file, so one that runs out of time loses only itself:
+#   presets   bench's square, odd and transformer presets, nn, every candidate timed (their exact
+#             hits keep the tuned shapes where the measured best is);
+#   linear    nn.Linear layers of a Llama block (QKV 4096->6144, O 4096->4096, gate+up 4096->28672,
+#             down 14336->4096) at T = 1, 8, 64, 256, 1024, 4096 tokens, B transposed (nt), every
+#             candidate timed;
+#   train     training shapes: per layout, TRAIN_COUNT shapes with M, N, K log-uniform in [1, 16384]
+#             and 2^18 <= M N K <= 2^36, the first half unrounded, the second rounded up to 16
+#             (seed TRAIN_SEED; never the seeds the random benchmark is judged on), each
+#             configuration unsplit plus its best splits by the prior model.
+# Fit afterwards, on any machine: asmgemm tune FAMILY --fit $OUT/sweep_*.json --out DB.json
+set -u
+family=${1:-sgemm}
+: "${OUT:?set OUT}" "${TRAIN_SEED:=9001}" "${TRAIN_COUNT:=10}" "${SETS:=presets linear train}"
+source tools/device_setup.sh >/dev/null || exit 1
+sweep() {   # name, seconds, args...
+    local name=$1 secs=$2; shift 2
+    timeout "$secs" python3 -m asmgemm.cli tune "$family" --sweep "$@" -j 16 --reps 5 --samples "$OUT/sweep_${family}_$name.json" \
+        --out "$OUT/db_${family}_$name.json" --json > "$OUT/fit_${family}_$name.json" 2> "$OUT/err_${family}_$name.txt"
+    echo "$name: exit $? ($(date +%T))"
+}
+for set_name in $SETS; do
+    case $set_name in
+    presets) sweep presets 240 square,odd,transformer --layout nn --exhaustive ;;
+    linear)
+        shapes=$(python3 -c "print(','.join(f'{t}x{o}x{i}' for t in (1,8,64,256,1024,4096) for o,i in ((6144,4096),(4096,4096),(28672,4096),(4096,14336))))")
+        sweep linear 150 "$shapes" --layout nt --exhaustive ;;
+    train)
+        for layout in nn nt tn tt; do
+            python3 - "$TRAIN_SEED" "$TRAIN_COUNT" "$layout" > "/tmp/train_$layout.txt" <<'PY'
+import math, random, sys
+seed, count, layout = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+rng = random.Random(f"{seed}:{layout}")
+n = 0
+while n < count:
+    align = 1 if n < count // 2 else 16
+    dims = [min(16384, -(-int(math.exp(rng.uniform(0, math.log(16384)))) // align) * align) for _ in range(3)]
+    if 2**18 <= dims[0] * dims[1] * dims[2] <= 2**36:
+        print(*dims, f"train {layout} {n}")
+        n += 1
+PY
+            sweep "train_$layout" 100 "/tmp/train_$layout.txt" --layout "$layout"
+        done ;;
+    esac
+done

@@ -14,8 +14,11 @@ def test_help_explains_options(run_cli):
     code, out, _ = run_cli("bench", "--help")
     assert code == 0
     for opt in ("--shapes", "--layouts", "--json", "--save-baseline", "--reps", "cuBLAS", "median", "--triton-mma",
-                "DISABLE_MMA_V3=1"):
+                "DISABLE_MMA_V3=1", "--loop-calls", "random:SEED:COUNT[:ALIGN]", "linear"):
         assert opt in out
+    # the three timings, each explained in the help
+    for column in ("call  the headline", "gpu   device time", "loop  throughput", "--no-pre-roll turns it off"):
+        assert column in out, column
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -38,6 +41,8 @@ def test_argument_errors_before_any_gpu_work(run_cli, args, needle):
 def test_reps_must_be_positive(run_cli):
     code, _, err = run_cli("bench", "--reps", "0")
     assert code == 2 and "--reps" in err
+    code, _, err = run_cli("bench", "--loop-calls", "-1")
+    assert code == 2 and "--loop-calls" in err
 
 
 @pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU path")

@@ -106,7 +106,8 @@ def test_bench_table_json_and_baselines(fake_gpu, run_cli, tmp_path):
     assert all(r["correct"] and r["rel_err"]["asmgemm"] < 1e-6 for r in rep["rows"])
     assert all(r["ratio_to_cublas"]["asmgemm"] == 0.5 for r in rep["rows"])     # 2 ms vs 1 ms
     assert rep["summary"]["shapes"] == 4 and rep["summary"]["geomean_to_best_cublas"] == 0.5
-    assert rep["summary"]["shapes_under"] == 4 and "4 shapes: geomean 0.500x" in stdout
+    assert rep["summary"]["shapes_under"] == 4 and "4 shapes: asmgemm over the faster" in stdout
+    assert "call           geomean 0.500x over 4 shapes, 4 under 0.9x, 4 under 0.7x" in stdout
     base = json.loads((tmp_path / "bl" / "Fake_GPU_80GB.json").read_text())
     assert set(base["entries"]) == {"sgemm/nn/128x128x128", "sgemm/nn/129x65x33", "sgemm/tn/128x128x128",
                                     "sgemm/tn/129x65x33"}
@@ -117,6 +118,49 @@ def test_bench_table_json_and_baselines(fake_gpu, run_cli, tmp_path):
     code, stdout, _ = run_cli("bench", "sgemm", "--shapes", "128x128x128", "--reps", "2", "--check-baseline",
                               "--baseline-dir", str(tmp_path / "bl"))
     assert code == 3 and "regressed" in stdout and "100.000 (baseline)" in stdout
+
+
+def test_bench_json_has_the_three_timings(fake_gpu, run_cli, monkeypatch):
+    """call, gpu and loop per implementation in every row, their ratios, and the summary per mode.
+    The fake clock makes all three 2 ms vs 1 ms here; timing.py's own tests tell them apart."""
+    code, stdout, err = run_cli("bench", "sgemm", "--shapes", "small", "--reps", "2", "--loop-calls", "7", "--json")
+    assert code == 0, err
+    rep = json.loads(stdout)
+    assert rep["loop_calls"] == 7 and rep["modes"] == ["call", "gpu", "loop"] and rep["headline"] == "call"
+    for row in rep["rows"]:
+        for mode in ("call", "gpu", "loop"):
+            assert row[f"{mode}_ms"] == {"asmgemm": 2.0, "cublas": 1.0}, (mode, row)
+            assert row["ratio_to_best_cublas_by_mode"][mode] == 0.5
+            assert set(row["tflops_by_mode"][mode]) == {"asmgemm", "cublas"}
+        assert row["timing_ms_by_mode"]["loop"]["asmgemm"]["reps"] == 2       # min(reps, 3) loops
+        assert row["timing_ms"] == row["timing_ms_by_mode"]["gpu"]              # the old key: gpu time
+        assert row["a_dtype"] == "float32"
+    modes = rep["summary"]["modes"]
+    assert set(modes) == {"call", "gpu", "loop"} and "by_dtype" not in rep["summary"]
+    assert modes["call"] == {"shapes": 2, "geomean_to_best_cublas": 0.5, "under": {"0.9": 2, "0.7": 2},
+                             "slowest": {"kernel": "sgemm", "layout": "nn", "shape": "128x128x128",
+                                         "ratio_to_best_cublas": 0.5}}
+    # --loop-calls 0: no loop column; --no-pre-roll still runs (the gpu column without pre-roll)
+    code, stdout, err = run_cli("bench", "sgemm", "--shapes", "small", "--reps", "2", "--loop-calls", "0",
+                                "--no-pre-roll", "--json")
+    assert code == 0, err
+    rep = json.loads(stdout)
+    assert rep["pre_roll"] is False and all(r["loop_ms"] == {} and r["call_ms"] for r in rep["rows"])
+    assert rep["summary"]["modes"]["loop"] is None and rep["summary"]["modes"]["gpu"]["shapes"] == 2
+    code, stdout, err = run_cli("bench", "sgemm", "--shapes", "small", "--reps", "2", "--loop-calls", "0")
+    assert code == 0 and "asm/cuBLAS" in stdout and "│ loop" not in stdout and "loop           -" in stdout
+
+
+def test_bench_runs_random_shapes_in_their_own_layouts(fake_gpu, run_cli):
+    """random:117:2 draws two small shapes (pinned by test_bench_shapes), 167x244x30 nn and
+    69x506x56 nt: each runs once, in its layout, whatever --layouts says."""
+    code, stdout, err = run_cli("bench", "sgemm", "--shapes", "random:117:2", "--layouts", "tt", "--reps", "2",
+                                "--loop-calls", "2", "--json")
+    assert code == 0, err
+    rows = json.loads(stdout)["rows"]
+    assert [(r["layout"], r["m"], r["n"], r["k"], r["label"]) for r in rows] == [
+        ("nn", 167, 244, 30, "random 1/2"), ("nt", 69, 506, 56, "random 2/2")]
+    assert all(r["correct"] for r in rows)
 
 
 def test_bench_wrong_kernel_exits_2(fake_gpu, run_cli):
@@ -288,6 +332,11 @@ def test_bench_triton_mma_column(fake_gpu, run_cli, monkeypatch, tmp_path):
     assert "triton-mma" not in s["tflops"] and s["ratio_to_triton_mma"] is None
     assert any("16-bit operands only" in n for n in s["notes"])
     assert "autotuned to: nn 64x64x64: 128x128x32 GM8 w4 s4" in stdout and "16-bit operands only" in stdout
+    # with torch: the headline is the call-time ratio to the faster of cupy.matmul and torch.matmul
+    assert "asm/best" in stdout and "asm/cuBLAS" in stdout
+    summary = json.loads(out.read_text())["summary"]
+    assert set(summary["by_dtype"]) == {"float16", "float32"}       # sgemm and hgemm: two populations
+    assert summary["by_dtype"]["float16"]["call"]["shapes"] == 1 and "float16 call" in stdout
 
 
 def test_bench_triton_mma_column_that_fails_is_a_note(fake_gpu, run_cli, monkeypatch):

@@ -96,11 +96,14 @@ def test_bench_one_kernel_error_is_reported(monkeypatch):
 
 
 def test_flush_runs_before_every_timed_call(monkeypatch):
+    """Before each call and gpu measurement (2 implementations x 4 reps x 2 modes); never inside a loop."""
     monkeypatch.setattr(runner_mod, "make_runner", runner_from(correct))
     calls = []
-    runner_mod.bench_one(fake_cp, SGEMM, Shape(8, 8, 8), "nn", reps=4, warmup=1, params=None,
-                         params_source="defaults", flush=lambda: calls.append(1), timer=WallTimer())
-    assert len(calls) == 4 * 2
+    row = runner_mod.bench_one(fake_cp, SGEMM, Shape(8, 8, 8), "nn", reps=4, warmup=1, params=None,
+                               params_source="defaults", flush=lambda: calls.append(1), timer=WallTimer(), loop_calls=5)
+    assert len(calls) == 4 * 2 * 2
+    assert set(row.call_stats) == set(row.stats) == set(row.loop_stats) == {"asmgemm", "cublas"}
+    assert row.loop_stats["asmgemm"].reps == 3          # LOOP_REPS loops of 5 calls
 
 
 def test_trials_are_the_survivors_plus_untuned_gemm():
@@ -169,3 +172,50 @@ def test_a_failing_reference_is_a_note_not_a_kernel_failure(monkeypatch):
     assert row.error is None and row.correct
     assert row.notes and "cublas did not run" in row.notes[0]
     assert "cublas" not in row.stats and row.ratio() is None
+
+
+def test_summary_per_timing_mode_and_dtype():
+    """Hand-made rows whose call, gpu and loop ratios differ: the geomean, the counts under 0.9
+    and 0.7 and the slowest of each mode, over the faster of cupy.matmul and torch.matmul, and per
+    operand dtype (hgemm_f32c's fp16 operands group with hgemm, not with its fp32 C)."""
+    import math
+    from asmgemm.bench.runner import BenchRow, summarize as summarize_rows, summarize_mode
+
+    def row(kernel, dtype, m, layout, ms, a_dtype=None, err=1e-7):
+        """ms: {mode: (asmgemm, cublas, torch)} in ms; torch None = not timed."""
+        r = BenchRow(kernel, dtype, layout, Shape(m, m, m), 1e-3, rel_err={"asmgemm": err}, a_dtype=a_dtype)
+        for mode, times in ms.items():
+            for impl, t in zip(("asmgemm", "cublas", "torch"), times):
+                if t is not None:
+                    r.timings(mode)[impl] = summarize([t])
+        return r
+    rows = [
+        # call ratio = best ref ms / asmgemm ms
+        row("sgemm", "float32", 64, "nn", {"call": (2.0, 1.0, None), "gpu": (1.0, 1.0, None), "loop": (1.0, 1.2, None)}),
+        row("sgemm", "float32", 128, "nt", {"call": (1.0, 0.8, 0.75), "gpu": (1.0, 1.0, 0.5), "loop": (1.0, 1.0, None)}),
+        row("hgemm", "float16", 256, "tn", {"call": (1.0, 1.1, 2.0), "gpu": (1.0, 0.95, 3.0), "loop": (1.0, 0.6, None)}),
+        row("hgemm_f32c", "float32", 512, "tt", {"call": (1.0, 0.65, None), "gpu": (1.0, 0.85, None)}, a_dtype="float16"),
+        row("sgemm", "float32", 1024, "nn", {"call": (9.0, 1.0, None), "gpu": (9.0, 1.0, None)}, err=1.0),   # wrong
+    ]
+    call = summarize_mode(rows, "call")
+    # ratios: 0.5, 0.75, 1.1, 0.65 (the wrong row left out)
+    assert call["shapes"] == 4
+    assert call["geomean_to_best_cublas"] == pytest.approx((0.5 * 0.75 * 1.1 * 0.65) ** 0.25, abs=1e-4)
+    assert call["under"] == {"0.9": 3, "0.7": 2}
+    assert call["slowest"] == {"kernel": "sgemm", "layout": "nn", "shape": "64x64x64", "ratio_to_best_cublas": 0.5}
+    gpu = summarize_mode(rows, "gpu")           # 1.0, 0.5 (torch faster there), 0.95, 0.85
+    assert gpu["under"] == {"0.9": 2, "0.7": 1} and gpu["slowest"]["shape"] == "128x128x128"
+    assert gpu["geomean_to_best_cublas"] == pytest.approx(math.exp((math.log(0.5) + math.log(0.95) + math.log(0.85)) / 4),
+                                                          abs=1e-4)
+    loop = summarize_mode(rows, "loop")         # 1.2, 1.0, 0.6: rows without a loop are left out
+    assert loop["shapes"] == 3 and loop["under"] == {"0.9": 1, "0.7": 1}
+    assert loop["slowest"] == {"kernel": "hgemm", "layout": "tn", "shape": "256x256x256", "ratio_to_best_cublas": 0.6}
+    s = summarize_rows(rows)
+    assert s["modes"]["call"] == call and s["modes"]["gpu"] == gpu and s["modes"]["loop"] == loop
+    assert set(s["by_dtype"]) == {"float32", "float16"}
+    assert s["by_dtype"]["float16"]["call"]["shapes"] == 2 and s["by_dtype"]["float16"]["call"]["under"] == {"0.9": 1, "0.7": 1}
+    assert s["by_dtype"]["float32"]["call"]["geomean_to_best_cublas"] == pytest.approx((0.5 * 0.75) ** 0.5, abs=1e-4)
+    assert s["by_dtype"]["float16"]["loop"]["shapes"] == 1
+    # one dtype: no grouping; no loop timed: the mode is None
+    only = summarize_rows(rows[:2])
+    assert "by_dtype" not in only and summarize_mode([rows[3]], "loop") is None

@@ -107,3 +107,86 @@ def test_a_long_list_of_shapes_is_not_taken_for_a_file_name():
     spec = ",".join(f"{m}x{n}x4096" for m in (1, 16) for n in range(4096, 4096 + 13 * 1024, 1024))
     assert len(spec) > 255
     assert len(parse_shapes(spec)) == 26
+
+
+# ---- random:SEED:COUNT[:ALIGN] and the linear preset (issue 32) ---------------------------------
+def _keys(shapes):
+    return [(s.m, s.n, s.k, s.layout) for s in shapes]
+
+
+def test_random_preset_is_determined_by_its_seed():
+    from asmgemm.bench.shapes import random_shapes
+    assert _keys(parse_shapes("random:11:60")) == _keys(parse_shapes("random:11:60")) == _keys(random_shapes(11, 60))
+    assert _keys(parse_shapes("random:11:60")) != _keys(parse_shapes("random:12:60"))
+    # a longer list starts with the shorter one (each shape is drawn after the ones before)
+    assert _keys(random_shapes(11, 60))[:10] == _keys(random_shapes(11, 10))
+    # the algorithm of the shapes.py docstring, pinned: a change to it changes every stored result's meaning
+    assert _keys(random_shapes(11, 3)) == [(81, 229, 7853, "tt"), (81, 4014, 7, "tt"), (452, 2198, 3, "tn")]
+    assert _keys(random_shapes(11, 3, 16)) == [(96, 240, 7856, "tt"), (96, 4016, 16, "tt"), (464, 2208, 16, "tn")]
+    assert [s.label for s in random_shapes(11, 3)] == ["random 1/3", "random 2/3", "random 3/3"]
+
+
+@pytest.mark.parametrize("align", [1, 3, 16, 128, 1000])
+def test_random_shapes_stay_in_bounds(align):
+    shapes = parse_shapes(f"random:{align}:300:{align}" if align != 1 else "random:5:300")
+    assert len(shapes) == len(set(_keys(shapes))) == 300
+    for s in shapes:
+        assert all(1 <= d <= 16384 and d % align == 0 for d in (s.m, s.n, s.k)), s
+        assert 2 ** 18 <= s.m * s.n * s.k <= 2 ** 36, s
+        assert s.layout in LAYOUTS
+    if align == 1:   # log-uniform reaches both ends of [1, 16384]
+        dims = [d for s in shapes for d in (s.m, s.n, s.k)]
+        assert min(dims) < 8 and max(dims) > 8192
+
+
+def test_random_layouts_cover_all_four():
+    from collections import Counter
+    counts = Counter(s.layout for s in parse_shapes("random:7:200"))
+    assert set(counts) == set(LAYOUTS) and min(counts.values()) >= 30      # 50 each expected
+
+
+@pytest.mark.parametrize("spec, needle", [
+    ("random", "write random:SEED:COUNT[:ALIGN]"),
+    ("random:x", "write random:SEED:COUNT[:ALIGN]"),
+    ("random:1", "write random:SEED:COUNT[:ALIGN]"),
+    ("random:x:5", "SEED must be a non-negative integer, got 'x'"),
+    ("random:1:five", "COUNT must be a non-negative integer"),
+    ("random:-1:5", "SEED must be a non-negative integer"),
+    ("random:1:0", "COUNT=0 is out of range (1..10000)"),
+    ("random:1:10001", "COUNT=10001 is out of range"),
+    ("random:1:5:0", "ALIGN=0 is out of range (1..4096"),
+    ("random:1:5:4097", "ALIGN=4097 is out of range"),
+    ("random:1:5:16:2", "write random:SEED:COUNT[:ALIGN]"),
+    ("random:1:5:4096", "found only 4 distinct shapes"),
+])
+def test_malformed_random_specs(spec, needle, run_cli):
+    with pytest.raises(AsmError) as e:
+        parse_shapes(spec)
+    assert needle in e.value.message
+    code, _, err = run_cli("bench", "--shapes", spec)       # stops before any GPU work
+    assert code == 1 and needle in err and "Traceback" not in err, err
+
+
+def test_linear_preset_is_x_times_w_transposed():
+    shapes = PRESETS["linear"]
+    assert len(shapes) == 6 * 4 and {s.layout for s in shapes} == {"nt"}
+    assert {s.m for s in shapes} == {1, 8, 64, 256, 1024, 4096}
+    for t in (1, 8, 64, 256, 1024, 4096):
+        # M = tokens, N = out features, K = in features
+        assert {(s.n, s.k) for s in shapes if s.m == t} == {(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)}
+    assert shapes[0].label == "linear qkv T=1"
+
+
+def test_own_layouts_survive_parsing_and_dedupe():
+    """The same M, N, K with an own layout and without is two problems; equal ones are one."""
+    shapes = parse_shapes("1x4096x4096,linear,linear")
+    assert _keys(shapes)[:2] == [(1, 4096, 4096, None), (1, 6144, 4096, "nt")]
+    assert len(shapes) == 1 + 24
+    assert Shape(1, 4096, 4096) != Shape(1, 4096, 4096, layout="nt")
+
+
+def test_bench_runs_a_shape_with_its_own_layout_under_that_layout_only():
+    from asmgemm.commands.bench import _items
+    plain, own_nt, own_tt = Shape(8, 8, 8), Shape(16, 16, 16, layout="nt"), Shape(32, 32, 32, layout="tt")
+    items = [(lay, s.key) for _, lay, s in _items(["k"], [plain, own_nt, own_tt], ["nn", "nt"])]
+    assert items == [("nn", "8x8x8"), ("nt", "8x8x8"), ("nt", "16x16x16"), ("tt", "32x32x32")]

@@ -104,3 +104,76 @@ def test_pre_roll_length_is_bounded():
     assert pre_roll_us([]) == 20.0
     assert pre_roll_us([5.0, 30.0]) == 60.0
     assert pre_roll_us([1e6]) == 5000.0
+
+
+# ---- call / gpu / loop (issue 32) ---------------------------------------------------------------
+class SimGpu:
+    """A host and a GPU on one virtual clock (ms): a call spends `host` ms on the host, then queues
+    `gpu` ms of work; work starts when both the GPU is free and the host has launched it; an event
+    completes when the GPU reaches it; synchronize waits for the GPU. `log` records the order."""
+
+    def __init__(self):
+        self.host = self.free = 0.0
+        self.log = []
+
+    def launch(self, ms, what):
+        self.free = max(self.free, self.host) + ms
+        self.log.append(what)
+
+    def call(self, name, host_ms, gpu_ms):
+        def fn():
+            self.host += host_ms
+            self.launch(gpu_ms, name)
+        return fn
+
+    def mark(self):
+        self.free = max(self.free, self.host)
+        self.log.append("event")
+        return self.free
+
+    def elapsed_ms(self, a, b):
+        return b - a
+
+    def synchronize(self):
+        self.host = max(self.host, self.free)
+        self.log.append("sync")
+
+
+def test_three_modes_count_what_each_promises():
+    """call = host + device time of one call; gpu = device time (the pre-roll, at least 20 us,
+    covers the 15 us of host work); loop = the slower of host and GPU per call, in steady state."""
+    from asmgemm.bench.timing import time_modes
+    sim = SimGpu()
+    fns = {"gpu-bound": sim.call("gpu-bound", 0.015, 0.05), "host-bound": sim.call("host-bound", 0.015, 0.005)}
+    out = time_modes(fns, reps=4, warmup=1, timer=sim, flush=lambda: sim.launch(1.0, "flush"),
+                     pre_roll=lambda us: sim.launch(us / 1000, "spin"), loop_calls=10, loop_reps=2)
+    assert set(out) == {"call", "gpu", "loop"}
+    call, gpu, loop = (out[m] for m in ("call", "gpu", "loop"))
+    assert call["gpu-bound"].median_ms == pytest.approx(0.065) and call["host-bound"].median_ms == pytest.approx(0.02)
+    assert gpu["gpu-bound"].median_ms == pytest.approx(0.05) and gpu["host-bound"].median_ms == pytest.approx(0.005)
+    assert loop["gpu-bound"].median_ms == pytest.approx((0.015 + 10 * 0.05) / 10)
+    assert loop["host-bound"].median_ms == pytest.approx((10 * 0.015 + 0.005) / 10)
+    assert (call["gpu-bound"].reps, gpu["gpu-bound"].reps, loop["gpu-bound"].reps) == (4, 4, 2)
+
+
+def test_call_mode_starts_on_an_idle_gpu_after_the_flush():
+    from asmgemm.bench.timing import time_modes
+    sim = SimGpu()
+    time_modes({"k": sim.call("k", 0.01, 0.05)}, reps=2, warmup=0, timer=sim, modes=("call",),
+               flush=lambda: sim.launch(1.0, "flush"), pre_roll=lambda us: sim.launch(us / 1000, "spin"))
+    assert sim.log[:8] == ["sync"] + ["sync", "k"] * 3 + ["sync"]     # the host-time probe
+    timed = sim.log[8:]
+    # no pre-roll; the GPU drained, then the flush finished (synchronize) before the start event
+    assert timed == ["sync", "flush", "sync", "event", "k", "event"] * 2 + ["sync"]
+
+
+def test_gpu_mode_alone_and_loop_off():
+    from asmgemm.bench.timing import time_modes
+    sim = SimGpu()
+    out = time_modes({"k": sim.call("k", 0.01, 0.05)}, reps=2, warmup=0, timer=sim, loop_calls=0)
+    assert set(out) == {"call", "gpu"}          # loop_calls = 0: no loop measurement
+    # without a pre-roll (--no-pre-roll) a gpu measurement on an idle GPU shows the host time as well
+    out = time_modes({"k": sim.call("k", 0.01, 0.05)}, reps=1, warmup=0, timer=sim, modes=("gpu",))
+    assert set(out) == {"gpu"} and out["gpu"]["k"].median_ms == pytest.approx(0.06)
+    with pytest.raises(ValueError):
+        time_modes({"k": sim.call("k", 0.01, 0.05)}, reps=1, timer=sim, modes=("wall",))

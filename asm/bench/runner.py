@@ -1,5 +1,10 @@
 """`asmgemm bench` without the command line: for each kernel, layout and shape, check correctness,
-then time asmgemm, cuBLAS (cupy.matmul) and torch.matmul (when importable) interleaved."""
+then time asmgemm, cuBLAS (cupy.matmul) and torch.matmul (when importable) interleaved, three ways
+(timing.py: `call`, what a caller waits for; `gpu`, device time; `loop`, back-to-back throughput).
+
+A row keeps the three as `call_stats`, `stats` (gpu: the name older code and the baselines read)
+and `loop_stats`. Baselines (`--save-baseline`, tests/perf) stay on the gpu ratio: it depends on
+the GPU model alone, while the call ratio also depends on the host's CPU."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -8,7 +13,7 @@ from typing import Callable
 from ..errors import AsmError
 from ..kernel_spec import KernelSpec
 from .shapes import Shape
-from .timing import TimingStats, tflops
+from .timing import LOOP_CALLS, MODES, TimingStats, tflops
 from .triton_ref import TRITON_MMA
 
 
@@ -32,30 +37,44 @@ class BenchRow:
     params: dict | None = None
     params_source: str = "defaults"
     rel_err: dict[str, float] = field(default_factory=dict)     # impl -> ‖out − ref‖/‖ref‖
-    stats: dict[str, TimingStats] = field(default_factory=dict)
+    stats: dict[str, TimingStats] = field(default_factory=dict)  # the gpu measurement (device time)
     error: str | None = None                                    # why the kernel did not run / failed
     notes: list[str] = field(default_factory=list)              # a reference that failed (not the kernel's fault)
     ran: str | None = None          # the kernel a route of `kernel`'s spec sent the call to ([[NAME.route]])
     ref_configs: dict[str, str] = field(default_factory=dict)   # reference -> the configuration it chose (autotuned)
+    call_stats: dict[str, TimingStats] = field(default_factory=dict)  # one call from an idle GPU
+    loop_stats: dict[str, TimingStats] = field(default_factory=dict)  # per call of back-to-back calls
+    a_dtype: str | None = None      # the operands' dtype where it is not C's (hgemm_f32c: float16)
 
     @property
     def correct(self) -> bool:
         e = self.rel_err.get("asmgemm")
         return self.error is None and e is not None and e <= self.rel_err_limit
 
-    def tflops(self, impl: str) -> float | None:
-        s = self.stats.get(impl)
+    @property
+    def operand_dtype(self) -> str:
+        """What groups rows in the summary and colours them in the plot: the operands' dtype (it
+        sets the GPU's peak: hgemm_f32c runs on the fp16 tensor cores like hgemm)."""
+        return self.a_dtype or self.dtype
+
+    def timings(self, mode: str = "gpu") -> dict[str, TimingStats]:
+        if mode not in MODES:
+            raise ValueError(f"unknown timing mode {mode!r}")
+        return {"call": self.call_stats, "gpu": self.stats, "loop": self.loop_stats}[mode]
+
+    def tflops(self, impl: str, mode: str = "gpu") -> float | None:
+        s = self.timings(mode).get(impl)
         return tflops(self.shape.flops, s.median_ms) if s else None
 
-    def ratio(self, impl: str = "asmgemm", to: str = "cublas") -> float | None:
-        mine, ref = self.tflops(impl), self.tflops(to)
+    def ratio(self, impl: str = "asmgemm", to: str = "cublas", mode: str = "gpu") -> float | None:
+        mine, ref = self.tflops(impl, mode), self.tflops(to, mode)
         return mine / ref if mine and ref else None
 
-    def ratio_to_best(self, impl: str = "asmgemm") -> float | None:
+    def ratio_to_best(self, impl: str = "asmgemm", mode: str = "gpu") -> float | None:
         """impl's throughput over the faster cuBLAS path timed here: cupy.matmul or torch.matmul
         (both call cuBLAS, with different heuristics; torch's fp16 is up to 15% ahead)."""
-        mine = self.tflops(impl)
-        refs = [t for t in (self.tflops("cublas"), self.tflops("torch")) if t]
+        mine = self.tflops(impl, mode)
+        refs = [t for t in (self.tflops("cublas", mode), self.tflops("torch", mode)) if t]
         return mine / max(refs) if mine and refs else None
 
     @property
@@ -64,8 +83,14 @@ class BenchRow:
         return entry_key(self.kernel, self.layout, self.shape.m, self.shape.n, self.shape.k)
 
     def to_json(self) -> dict:
+        """The row as JSON. The keys of before the three modes (tflops, ratio_to_cublas,
+        ratio_to_best_cublas, ratio_to_triton_mma, timing_ms) keep their meaning: the gpu mode.
+        call_ms / gpu_ms / loop_ms: {impl: median ms per call}; *_by_mode: {mode: ...}."""
+        def rnd(x, digits=4):
+            return round(x, digits) if x is not None else None
         return {
-            "kernel": self.kernel, "ran": self.ran or self.kernel, "dtype": self.dtype, "layout": self.layout,
+            "kernel": self.kernel, "ran": self.ran or self.kernel, "dtype": self.dtype,
+            "a_dtype": self.operand_dtype, "layout": self.layout,
             "m": self.shape.m, "n": self.shape.n, "k": self.shape.k, "label": self.shape.label,
             "params": self.params, "params_source": self.params_source,
             "correct": self.correct, "error": self.error, "notes": self.notes, "rel_err": self.rel_err,
@@ -75,6 +100,11 @@ class BenchRow:
             "ratio_to_triton_mma": (round(self.ratio(to=TRITON_MMA), 4) if self.ratio(to=TRITON_MMA) else None),
             "ref_configs": self.ref_configs,
             "timing_ms": {i: s.to_json() for i, s in self.stats.items()},
+            **{f"{mode}_ms": {i: round(s.median_ms, 6) for i, s in self.timings(mode).items()} for mode in MODES},
+            "tflops_by_mode": {mode: {i: round(self.tflops(i, mode), 3) for i in self.timings(mode)} for mode in MODES},
+            "ratio_to_best_cublas_by_mode": {mode: rnd(self.ratio_to_best(mode=mode)) for mode in MODES},
+            "ratio_to_cublas_by_mode": {mode: rnd(self.ratio(mode=mode)) for mode in MODES},
+            "timing_ms_by_mode": {mode: {i: s.to_json() for i, s in self.timings(mode).items()} for mode in MODES},
         }
 
 
@@ -95,12 +125,16 @@ def torch_module():
 def bench_one(cp, kernel: KernelSpec, shape: Shape, layout: str, *, reps: int, warmup: int,
               params: dict | None, params_source: str, flush, torch=None, seed: int = 0,
               shown_params: dict | None = None, on_rep: Callable[[int], None] | None = None,
-              timer=None, pre_roll=None, triton: bool = False, triton_mma: bool = False) -> BenchRow:
+              timer=None, pre_roll=None, triton: bool = False, triton_mma: bool = False,
+              loop_calls: int = LOOP_CALLS) -> BenchRow:
+    """One row: correctness, then the three timings (timing.time_modes; the gpu one with
+    `pre_roll` when given, the loop one skipped with loop_calls=0)."""
     from .problem import GemmProblem
-    from .timing import time_interleaved
+    from .timing import time_modes
 
     row = BenchRow(kernel.name, kernel.dtypes.c, layout, shape, kernel.rel_err_limit,
-                   shown_params if shown_params is not None else params, params_source)
+                   shown_params if shown_params is not None else params, params_source,
+                   a_dtype=kernel.dtypes.a if kernel.dtypes.a != kernel.dtypes.c else None)
     prob = GemmProblem(cp, shape, layout, kernel.dtypes.a, seed=seed, c_dtype=kernel.dtypes.c)
     run = make_runner(kernel)
     outs = {"asmgemm": prob.output(), "cublas": prob.output()}
@@ -158,8 +192,9 @@ def bench_one(cp, kernel: KernelSpec, shape: Shape, layout: str, *, reps: int, w
         row.error = f"wrong result: relative error {row.rel_err['asmgemm']:.2e} > {limit:.0e}"
         fns.pop("asmgemm")
     if fns:
-        row.stats = time_interleaved(fns, reps=reps, warmup=warmup, flush=flush, on_rep=on_rep, timer=timer,
-                                     pre_roll=pre_roll)
+        timed = time_modes(fns, reps=reps, warmup=warmup, flush=flush, on_rep=on_rep, timer=timer,
+                           pre_roll=pre_roll, loop_calls=loop_calls)
+        row.call_stats, row.stats, row.loop_stats = timed["call"], timed["gpu"], timed.get("loop", {})
     return row
 
 
@@ -231,20 +266,49 @@ def _untuned_split_shown(kernel: KernelSpec, shape: Shape, layout: str) -> dict 
     return {kernel.split_k.switch: split.splits} if split is not None else None
 
 
+SLOW_LIMITS = (0.9, 0.7)   # issue 12's goal: no shape under 0.9x the faster cuBLAS path; 0.7: far off
+
+
+def _geomean(xs: list[float]) -> float:
+    import math
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def summarize_mode(rows: list[BenchRow], mode: str) -> dict | None:
+    """asmgemm's ratio to the faster cuBLAS path in one timing mode, over the correct rows that
+    have it: {shapes, geomean_to_best_cublas, under: {"0.9": count, "0.7": count}, slowest:
+    {kernel, layout, shape, ratio_to_best_cublas}}; None without such rows."""
+    kept = [(r, r.ratio_to_best(mode=mode)) for r in rows if r.correct]
+    kept = [(r, x) for r, x in kept if x]
+    if not kept:
+        return None
+    slowest, low = min(kept, key=lambda rx: rx[1])
+    ratios = [x for _, x in kept]
+    return {"shapes": len(kept), "geomean_to_best_cublas": round(_geomean(ratios), 4),
+            "under": {str(limit): sum(x < limit for x in ratios) for limit in SLOW_LIMITS},
+            "slowest": {"kernel": slowest.kernel, "layout": slowest.layout, "shape": slowest.shape.key,
+                        "ratio_to_best_cublas": round(low, 4)}}
+
+
 def summarize(rows: list[BenchRow], slow: float = 0.9) -> dict | None:
     """Over the rows that ran correctly: how many, the geometric means of asmgemm's ratio to
     cupy.matmul and to the faster cuBLAS path, the shapes under `slow` of the faster one (issue
-    12's goal: none under 0.9, geomean >= 1.0) and the slowest. None without such rows."""
-    import math
+    12's goal: none under 0.9, geomean >= 1.0) and the slowest -- these keys in the gpu mode, as
+    before the three modes; "modes": the same for each of call, gpu and loop (`summarize_mode`;
+    None for a mode not measured); "by_dtype": {operand dtype: {mode: ...}} when the rows have
+    several (sgemm's fp32 and hgemm's fp16 are not one population). None without such rows."""
     kept = [r for r in rows if r.correct and r.ratio() and r.ratio_to_best()]
     if not kept:
         return None
-
-    def geomean(xs):
-        return math.exp(sum(math.log(x) for x in xs) / len(xs))
     slowest = min(kept, key=lambda r: r.ratio_to_best())
-    return {"shapes": len(kept), "geomean_to_cublas": round(geomean([r.ratio() for r in kept]), 4),
-            "geomean_to_best_cublas": round(geomean([r.ratio_to_best() for r in kept]), 4),
-            "under": slow, "shapes_under": sum(r.ratio_to_best() < slow for r in kept),
-            "slowest": {"kernel": slowest.kernel, "layout": slowest.layout, "shape": slowest.shape.key,
-                        "ratio_to_best_cublas": round(slowest.ratio_to_best(), 4)}}
+    out = {"shapes": len(kept), "geomean_to_cublas": round(_geomean([r.ratio() for r in kept]), 4),
+           "geomean_to_best_cublas": round(_geomean([r.ratio_to_best() for r in kept]), 4),
+           "under": slow, "shapes_under": sum(r.ratio_to_best() < slow for r in kept),
+           "slowest": {"kernel": slowest.kernel, "layout": slowest.layout, "shape": slowest.shape.key,
+                       "ratio_to_best_cublas": round(slowest.ratio_to_best(), 4)},
+           "modes": {mode: summarize_mode(rows, mode) for mode in MODES}}
+    dtypes = list(dict.fromkeys(r.operand_dtype for r in rows if r.correct))
+    if len(dtypes) > 1:
+        out["by_dtype"] = {d: {mode: summarize_mode([r for r in rows if r.operand_dtype == d], mode)
+                               for mode in MODES} for d in dtypes}
+    return out

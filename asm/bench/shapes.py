@@ -12,7 +12,28 @@ Presets:
                FFN down) for token counts 1 and 16 (decoding), 128 (a small batch), 512 and
                4096 (prefill), in the form C[tokens × out] = X[tokens × in] · W[in × out], i.e.
                M = tokens, N = out features, K = in features.
+  linear       the nn.Linear layers of a Llama-style block (Llama-3-8B sizes): QKV 4096->6144,
+               attention output 4096->4096, gate+up fused 4096->28672, down 14336->4096, at
+               T = 1, 8, 64, 256, 1024, 4096 tokens, as PyTorch computes them: Y[T x out] =
+               X[T x in] · W^T with W stored (out, in), i.e. M = T, N = out, K = in, layout "nt"
+               (B stored transposed). Each shape carries that layout (bench ignores --layouts for it).
   small        tiny shapes for smoke tests (a few ms in total).
+
+Random shapes, `random:SEED:COUNT[:ALIGN]` (`random_shapes`): COUNT distinct shapes, each with its
+own layout, the same for the same SEED, COUNT and ALIGN on every machine and Python 3 version.
+The algorithm, exactly (rng = random.Random(SEED), ALIGN default 1, CAP = the largest multiple of
+ALIGN <= 16384):
+  for each of the COUNT shapes (label "random i/COUNT", i from 1):
+    repeat:
+      for M, then N, then K:  x = exp(rng.uniform(0, ln 16384))      (log-uniform in [1, 16384])
+                              v = min(ceil(x), 16384)
+                              v = min(ceil(v / ALIGN) * ALIGN, CAP)   (up to a multiple of ALIGN)
+    until 2^18 <= M·N·K <= 2^36 and (M, N, K) has not been drawn before with the layout drawn next
+    (the layout is drawn after each accepted M, N, K: LAYOUTS[rng.randrange(4)], LAYOUTS = nn, nt,
+    tn, tt; a repeat draws M, N, K and the layout again).
+Only random.Random's uniform() and randrange() are used: their streams for a given seed are part
+of Python's documented reproducibility guarantee. ALIGN is at most 4096: every dimension is at
+least ALIGN, so a larger one would make every M·N·K exceed 2^36.
 
 Transformer sizes, from each model's published config (hidden_size, intermediate_size,
 num_attention_heads, num_key_value_heads; head_dim = hidden / heads: 128, except 64 for BERT/GPT-2):
@@ -28,6 +49,8 @@ The QKV projection's output width is hidden + 2 · kv_heads · head_dim (grouped
 from __future__ import annotations
 
 import json
+import math
+import random
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +71,7 @@ class Shape:
     n: int
     k: int
     label: str = ""
+    layout: str | None = None   # a preset's own layout (random, linear): bench runs only it; None: --layouts
 
     @property
     def flops(self) -> int:
@@ -94,12 +118,13 @@ TRANSFORMER_TOKEN_COUNTS = (1, 16, 128, 512, 4096)
 
 
 def dedupe(shapes: list[Shape]) -> list[Shape]:
-    """Keep the first of shapes with equal (M, N, K); order is kept."""
-    seen: set[tuple[int, int, int]] = set()
+    """Keep the first of shapes with equal (M, N, K) and own layout; order is kept. (The same M, N, K
+    with another own layout is another problem: bench runs both.)"""
+    seen: set[tuple[int, int, int, str | None]] = set()
     out = []
     for s in shapes:
-        if (s.m, s.n, s.k) not in seen:
-            seen.add((s.m, s.n, s.k))
+        if (s.m, s.n, s.k, s.layout) not in seen:
+            seen.add((s.m, s.n, s.k, s.layout))
             out.append(s)
     return out
 
@@ -116,6 +141,19 @@ def _transformer() -> list[Shape]:
     return dedupe(out)   # models sharing a hidden size share the attention-output GEMM
 
 
+# (name, in features, out features) of the nn.Linear layers of a Llama-3-8B block: QKV with
+# grouped-query attention (4096 + 2 · 8 · 128 = 6144), the attention output, gate and up fused into
+# one GEMM (2 · 14336), down.
+LINEAR_LAYERS = (("qkv", 4096, 6144), ("o", 4096, 4096), ("gate+up", 4096, 28672), ("down", 14336, 4096))
+LINEAR_TOKEN_COUNTS = (1, 8, 64, 256, 1024, 4096)
+
+
+def _linear() -> list[Shape]:
+    # Y = X · W^T with W stored (out, in) as nn.Linear keeps it: B = W^T is the transposed storage, "nt"
+    return [Shape(t, out, inp, f"linear {name} T={t}", "nt")
+            for t in LINEAR_TOKEN_COUNTS for name, inp, out in LINEAR_LAYERS]
+
+
 PRESETS: dict[str, list[Shape]] = {
     "square": _square(1024, 2048, 4096, 8192),
     "odd": [Shape(1000, 1000, 1000, "odd 1000"), Shape(3000, 5000, 700, "odd 3000x5000x700"),
@@ -124,8 +162,71 @@ PRESETS: dict[str, list[Shape]] = {
             Shape(1009, 1013, 1019, "primes"), Shape(4099, 4093, 509, "primes large"),
             *[Shape(2048, 2048, k, f"shallow k={k}") for k in (1, 7, 16, 31)]],
     "transformer": _transformer(),
+    "linear": _linear(),
     "small": [Shape(128, 128, 128, "small 128"), Shape(129, 65, 33, "small odd")],
 }
+
+# The random preset (module docstring): dimensions in [1, RANDOM_MAX_DIM], M·N·K within these
+# bounds (2^18: below it a GEMM is a few launches' worth of work; 2^36: about 4096³, seconds of
+# timing per shape at most), COUNT and ALIGN bounded so that a typo cannot start an endless run.
+RANDOM_MAX_DIM = 16384
+RANDOM_MIN_VOLUME, RANDOM_MAX_VOLUME = 1 << 18, 1 << 36
+RANDOM_MAX_COUNT = 10000
+RANDOM_MAX_ALIGN = 4096
+# Draws per shape before giving up: the acceptance rate is about 0.6 for ALIGN 1; only an ALIGN
+# that leaves fewer than COUNT distinct shapes (4096: 4 of them) runs out.
+_RANDOM_TRIES = 10000
+_RANDOM_SPEC = "random:SEED:COUNT[:ALIGN]"
+
+
+def random_shapes(seed: int, count: int, align: int = 1) -> list[Shape]:
+    """COUNT distinct random shapes with their own layouts, by the algorithm in the module docstring."""
+    if not 1 <= count <= RANDOM_MAX_COUNT:
+        raise AsmError(f"--shapes {_RANDOM_SPEC}: COUNT={count} is out of range (1..{RANDOM_MAX_COUNT})")
+    if not 1 <= align <= RANDOM_MAX_ALIGN:
+        raise AsmError(f"--shapes {_RANDOM_SPEC}: ALIGN={align} is out of range (1..{RANDOM_MAX_ALIGN}; "
+                       f"every dimension is at least ALIGN, and M·N·K must stay <= 2^36)")
+    rng = random.Random(seed)
+    cap = RANDOM_MAX_DIM // align * align
+    log_max = math.log(RANDOM_MAX_DIM)
+
+    def dim() -> int:
+        v = min(math.ceil(math.exp(rng.uniform(0.0, log_max))), RANDOM_MAX_DIM)   # exp(ln 16384) may round up
+        return min(-(-v // align) * align, cap)
+
+    seen: set[tuple[int, int, int, str]] = set()
+    out: list[Shape] = []
+    for i in range(1, count + 1):
+        for _ in range(_RANDOM_TRIES):
+            m, n, k = dim(), dim(), dim()
+            if not RANDOM_MIN_VOLUME <= m * n * k <= RANDOM_MAX_VOLUME:
+                continue
+            layout = LAYOUTS[rng.randrange(len(LAYOUTS))]
+            if (m, n, k, layout) not in seen:
+                break
+        else:
+            raise AsmError(f"--shapes random:{seed}:{count}:{align}: found only {len(out)} distinct shapes "
+                           f"with ALIGN={align} and 2^18 <= M·N·K <= 2^36; ask for fewer or a smaller ALIGN")
+        seen.add((m, n, k, layout))
+        out.append(Shape(m, n, k, f"random {i}/{count}", layout))
+    return out
+
+
+def parse_random_spec(text: str) -> list[Shape]:
+    """'random:SEED:COUNT[:ALIGN]' -> random_shapes(SEED, COUNT, ALIGN)."""
+    fields = text.split(":")
+    if fields[0].strip().lower() != "random" or len(fields) not in (3, 4):
+        raise AsmError(f"--shapes '{text}': write {_RANDOM_SPEC} (e.g. random:11:60, or random:11:60:16 for "
+                       "dimensions that are multiples of 16)")
+    values = []
+    for name, field in zip(("SEED", "COUNT", "ALIGN"), fields[1:]):
+        field = field.strip()
+        if not re.fullmatch(r"\d{1,19}", field):
+            raise AsmError(f"--shapes '{text}': {name} must be a non-negative integer, got '{field}' "
+                           f"(write {_RANDOM_SPEC})")
+        values.append(int(field))
+    return random_shapes(*values)
+
 
 _SHAPE_RE = re.compile(r"^\s*(\d+)\s*[x×X*,]\s*(\d+)\s*[x×X*,]\s*(\d+)\s*$")
 
@@ -150,10 +251,12 @@ def parse_shape(text: str, where: str = "") -> Shape:
 
 def parse_shapes(spec: str) -> list[Shape]:
     """SPEC: preset names and/or MxNxK shapes separated by commas ('square,3000x5000x700'), or the
-    path of a shape file (see `load_shape_file`). Duplicates are dropped, order is kept."""
+    path of a shape file (see `load_shape_file`); `random:SEED:COUNT[:ALIGN]` among them draws random
+    shapes (`random_shapes`). Duplicates are dropped, order is kept."""
     spec = spec.strip()
     if not spec:
-        raise AsmError("--shapes is empty: give a preset (" + ", ".join(PRESETS) + "), MxNxK shapes, or a file")
+        raise AsmError("--shapes is empty: give a preset (" + ", ".join(PRESETS) + f"), {_RANDOM_SPEC}, MxNxK "
+                       "shapes, or a file")
     if spec not in PRESETS and _is_file(spec):
         return load_shape_file(Path(spec))
     out: list[Shape] = []
@@ -162,11 +265,13 @@ def parse_shapes(spec: str) -> list[Shape]:
             continue
         if part in PRESETS:
             out.extend(PRESETS[part])
+        elif part.lower().startswith("random"):
+            out.extend(parse_random_spec(part))
         elif re.fullmatch(r"[\dxX×*]+", part):
             out.append(parse_shape(part))
         else:
-            raise AsmError(f"--shapes: '{part}' is neither a preset ({', '.join(PRESETS)}), an MxNxK shape, "
-                           "nor an existing file")
+            raise AsmError(f"--shapes: '{part}' is neither a preset ({', '.join(PRESETS)}), {_RANDOM_SPEC}, "
+                           "an MxNxK shape, nor an existing file")
     return dedupe(out)
 
 

@@ -1,10 +1,21 @@
-"""The one GPU timer of asmgemm (`bench`, `run`, `tune`): device events around each repetition,
-warm-up first, the median of many with min/max kept, several implementations interleaved in one
-process (so that clock and temperature drift hit all of them alike), L2 flushed between
-repetitions, and a GPU pre-roll that hides each call's host time.
+"""The one GPU timer of asmgemm (`bench`, `run`, `tune`): device events, warm-up first, the median
+of many repetitions with min/max kept, several implementations interleaved in one process (so that
+clock and temperature drift hit all of them alike), L2 flushed between repetitions.
+
+Three measurements (`time_modes`; `bench` takes all three, `run` and `tune` the second):
+  call  what a caller waits for: events around ONE call started on an idle GPU (synchronized, L2
+        flushed and synchronized again before the start event), so the host time of the call
+        (Python, argument checks, the launch) that the GPU waits for counts, as it does for a
+        torch user calling one GEMM.
+  gpu   the device time: a GPU pre-roll (a spin kernel lasting twice the call's host time) runs
+        before each start event, so the host work is spent while the GPU is still busy and the
+        events bracket the kernel(s) alone.
+  loop  throughput: LOOP_CALLS back-to-back calls between one pair of events (no flush inside),
+        divided by their number: the host and the GPU overlap as in a model's forward pass, and
+        whichever is slower sets the rate.
 
 The statistics and the interleaving order are plain Python (tested on the CPU with a fake
-timer); only `CudaEventTimer` and `L2Flusher` touch CuPy, and they import it when built.
+timer); only `CudaEventTimer`, `GpuPreRoll` and `L2Flusher` touch CuPy, and they import it when built.
 """
 from __future__ import annotations
 
@@ -167,18 +178,44 @@ def measure_host_us(fns: dict[str, Callable[[], object]], timer: Timer, tries: i
     return out
 
 
+MODES = ("call", "gpu", "loop")
+LOOP_CALLS = 200        # calls between the events of one `loop` measurement
+LOOP_REPS = 3           # `loop` measurements per implementation (each is LOOP_CALLS calls: a few suffice)
+
+
 def time_interleaved(fns: dict[str, Callable[[], object]], reps: int, warmup: int = 3,
                      flush: Callable[[], None] | None = None, timer: Timer | None = None,
                      on_rep: Callable[[int], None] | None = None,
                      pre_roll: Callable[[float], None] | None = None) -> dict[str, TimingStats]:
-    """Time each callable `reps` times, interleaved, with `warmup` untimed calls of each first.
+    """The `gpu` measurement alone (see `time_modes`): {name: stats}."""
+    return time_modes(fns, reps, warmup, flush, timer, on_rep, pre_roll, modes=("gpu",))["gpu"]
 
-    Each timed region holds exactly one call. Before its start event come the L2 flush (when
-    given) and the pre-roll (when given: GPU busy-work lasting twice the slowest call's host
-    time), so neither is inside a measurement and the host cost of the call is hidden behind
-    them. All events are read after one final synchronize."""
+
+def time_modes(fns: dict[str, Callable[[], object]], reps: int, warmup: int = 3,
+               flush: Callable[[], None] | None = None, timer: Timer | None = None,
+               on_rep: Callable[[int], None] | None = None,
+               pre_roll: Callable[[float], None] | None = None, *, modes: tuple[str, ...] = MODES,
+               loop_calls: int = LOOP_CALLS, loop_reps: int = LOOP_REPS) -> dict[str, dict[str, TimingStats]]:
+    """{mode: {name: stats}} for the measurements `modes` (module docstring), `warmup` untimed calls
+    of each callable first. Each repetition takes, in this order, every implementation's `call`,
+    then `gpu` measurement (then, in the first `loop_reps` repetitions, `loop`), the order of the
+    implementations rotated each repetition, so that drift hits every implementation and mode alike.
+
+    call: synchronize; flush (when given) and synchronize again; start event; one call; end event.
+    gpu:  flush (when given); pre-roll (when given: GPU busy-work lasting twice the slowest call's
+          host time); start event; one call; end event. Neither the flush nor the pre-roll is
+          inside a measurement, and the host cost of the call is hidden behind them.
+    loop: synchronize; start event; `loop_calls` calls; end event; the time over loop_calls
+          (no loop with loop_calls = 0: the mode is then left out of the result).
+    All events are read after one final synchronize. Stats' host_us is the call's host time."""
     if reps < 1:
         raise ValueError("reps must be >= 1")
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        raise ValueError(f"unknown timing mode(s) {unknown}: choose from {MODES}")
+    if loop_calls < 0 or loop_reps < 1:
+        raise ValueError("loop_calls must be >= 0 and loop_reps >= 1")
+    modes = tuple(m for m in MODES if m in modes and not (m == "loop" and loop_calls == 0))
     timer = timer or CudaEventTimer()
     names = list(fns)
     for _ in range(warmup):
@@ -187,23 +224,44 @@ def time_interleaved(fns: dict[str, Callable[[], object]], reps: int, warmup: in
     timer.synchronize()
     host = measure_host_us(fns, timer)
     spin = pre_roll_us(list(host.values())) if pre_roll is not None else 0.0
-    marks: dict[str, list[tuple[object, object]]] = {n: [] for n in names}
+    marks: dict[str, dict[str, list[tuple[object, object]]]] = {m: {n: [] for n in names} for m in modes}
     for rep in range(reps):
-        for name in interleaved_order(names, rep):
-            if flush is not None:
-                flush()
-            if pre_roll is not None:
-                pre_roll(spin)
-            start = timer.mark()
-            fns[name]()
-            end = timer.mark()
-            marks[name].append((start, end))
+        order = interleaved_order(names, rep)
+        if "call" in modes:
+            for name in order:
+                timer.synchronize()             # the GPU idle: nothing hides the call's host time
+                if flush is not None:
+                    flush()
+                    timer.synchronize()         # the flush done before the start event, not inside
+                start = timer.mark()
+                fns[name]()
+                marks["call"][name].append((start, timer.mark()))
+        if "gpu" in modes:
+            for name in order:
+                if flush is not None:
+                    flush()
+                if pre_roll is not None:
+                    pre_roll(spin)
+                start = timer.mark()
+                fns[name]()
+                marks["gpu"][name].append((start, timer.mark()))
+        if "loop" in modes and rep < loop_reps:
+            for name in order:
+                fn = fns[name]
+                timer.synchronize()
+                start = timer.mark()
+                for _ in range(loop_calls):
+                    fn()
+                marks["loop"][name].append((start, timer.mark()))
         if on_rep is not None:
             on_rep(rep)
     timer.synchronize()
-    out = {}
-    for n in names:
-        stats = summarize([timer.elapsed_ms(a, b) for a, b in marks[n]])
-        stats.host_us = host[n]
-        out[n] = stats
+    out: dict[str, dict[str, TimingStats]] = {}
+    for mode in modes:
+        per_call = loop_calls if mode == "loop" else 1
+        out[mode] = {}
+        for n in names:
+            stats = summarize([timer.elapsed_ms(a, b) / per_call for a, b in marks[mode][n]])
+            stats.host_us = host[n]
+            out[mode][n] = stats
     return out

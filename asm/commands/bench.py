@@ -1,4 +1,5 @@
-"""`asmgemm bench`: correctness, then TFLOP/s against cuBLAS (and torch), per kernel/layout/shape."""
+"""`asmgemm bench`: correctness, then TFLOP/s against cuBLAS (and torch), per kernel/layout/shape,
+timed three ways (call, gpu, loop: asm/bench/timing.py)."""
 from __future__ import annotations
 
 import sys
@@ -17,8 +18,11 @@ EXIT_REGRESSED = 3
 @click.command("bench")
 @click.argument("kernels", nargs=-1, metavar="[KERNEL]...")
 @click.option("--shapes", "shapes_spec", default=None, metavar="PRESET|SHAPES|FILE",
-              help="Presets (square, odd, transformer, small), MxNxK shapes, comma-separated "
+              help="Presets (square, odd, transformer, linear, small), random:SEED:COUNT[:ALIGN] (COUNT random "
+                   "shapes, M, N, K log-uniform in 1..16384 rounded up to multiples of ALIGN, 2^18 <= M·N·K <= 2^36, "
+                   "each with a random layout; the same for the same SEED), MxNxK shapes, comma-separated "
                    "('square,3000x5000x700'); or a file with one 'M N K [label]' per line or a JSON list. "
+                   "Shapes of 'linear' (nt) and 'random' carry their own layout: --layouts does not apply to them. "
                    "Default: square (with --host-overhead: 128x128x128).")
 @click.option("--layouts", "layouts_spec", default="nn", show_default=True, metavar="nn,nt,tn,tt|all",
               help="Storage of A and B: first letter A, second B; n = as is, t = stored transposed.")
@@ -29,8 +33,11 @@ EXIT_REGRESSED = 3
 @click.option("--no-flush", is_flag=True,
               help="Do not flush L2 between repetitions (then small shapes are timed from cache).")
 @click.option("--no-pre-roll", is_flag=True,
-              help="Do not keep the GPU busy before each start event (then the host time of each call, "
-                   "Python and launch, counts in small shapes' timings).")
+              help="gpu column: do not keep the GPU busy before each start event (then the host time of each "
+                   "call, Python and launch, counts in small shapes' gpu timings too). The call column never has "
+                   "a pre-roll, the loop column needs none.")
+@click.option("--loop-calls", type=click.IntRange(0, 100000), default=200, show_default=True,
+              help="Back-to-back calls between the two events of one loop measurement (0: no loop column).")
 @click.option("--no-torch", is_flag=True, help="Leave torch.matmul (and Triton) out even when importable.")
 @click.option("--no-triton", is_flag=True,
               help="Leave out the Triton reference (a plain IEEE-fp32 Triton matmul, one fixed config, "
@@ -61,8 +68,9 @@ EXIT_REGRESSED = 3
               help="Allowed relative drop of the ratio for --check-baseline (default: the baseline file's, 0.05).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random operands.")
 @click.option("--plot", "plot_out", default=None, metavar="FILE.png|svg|pdf",
-              help="Also draw TFLOP/s per shape (asmgemm, cuBLAS, torch, Triton; the GPU's peak for the dtype as "
-                   "a line) into FILE. Needs matplotlib: pip install 'asmgemm[plot]'.")
+              help="Also draw the run into FILE, two panels over the problem's FLOPs: asmgemm's call-time ratio "
+                   "to the faster cuBLAS path per shape (the 5 slowest labelled), and TFLOP/s with the GPU's peak "
+                   "per dtype. Needs matplotlib: pip install 'asmgemm[plot]'.")
 @click.option("--from", "from_json", default=None, type=click.Path(dir_okay=False), metavar="RESULT.json",
               help="With --plot: draw a stored result (written by --json OUT) instead of running; no GPU needed.")
 @click.option("--host-overhead", is_flag=True,
@@ -70,8 +78,8 @@ EXIT_REGRESSED = 3
                    "cupy.matmul (and torch) on the first shape (default 128x128x128), in us/call.")
 @click.option("--calls", type=click.IntRange(1, 10_000_000), default=10000, show_default=True,
               help="Calls per implementation for --host-overhead.")
-def command(kernels, shapes_spec, layouts_spec, reps, warmup, no_flush, no_pre_roll, no_torch, no_triton, triton_mma,
-            defines, use_defaults,
+def command(kernels, shapes_spec, layouts_spec, reps, warmup, no_flush, no_pre_roll, loop_calls, no_torch, no_triton,
+            triton_mma, defines, use_defaults,
             json_out, save_baseline, check_baseline, baseline_dir, tolerance, seed, plot_out, from_json, host_overhead,
             calls):
     """Benchmark KERNELs (kernel spec names, `asmgemm kernels`; default: every kernel that ships in
@@ -81,13 +89,24 @@ def command(kernels, shapes_spec, layouts_spec, reps, warmup, no_flush, no_pre_r
     (‖C − ref‖/‖ref‖, NaN-poisoned output first); then asmgemm, cuBLAS (cupy.matmul; for an fp32
     C of 16-bit A and B, cublasGemmEx with those types) and torch.matmul (if installed; TF32 off;
     not for such mixed types) are timed interleaved in this process: CUDA events,
-    warm-up, L2 flushed before every repetition, the median of --reps with min and max. Before
-    each start event a one-thread kernel keeps the GPU busy for twice the call's host time, so
-    the events measure device time, not Python. The table gives TFLOP/s (2·M·N·K / median time)
-    and the ratio to cuBLAS; with torch, asm/best is the ratio to the faster of cupy.matmul and
-    torch.matmul (both cuBLAS, with different heuristics), and a last line sums the run up: the
-    geometric means of both ratios, the shapes under 0.9x of the faster, the slowest (the JSON's
-    "summary").
+    warm-up, L2 flushed before every repetition, the median of --reps with min and max, three ways:
+
+    \b
+      call  the headline: what a caller waits for. Events around ONE call started on an idle GPU
+            (synchronized; L2 flushed and synchronized again), so the call's host time (Python,
+            argument checks, the launch) counts, as it does for torch.
+      gpu   device time: before each start event a one-thread kernel keeps the GPU busy for twice
+            the call's host time (the pre-roll; --no-pre-roll turns it off), so the events measure
+            the kernel, not Python.
+      loop  throughput: --loop-calls back-to-back calls between one pair of events, per call (the
+            host and the GPU overlap; the slower one sets the rate); up to 3 loops, no flush inside.
+
+    The table gives TFLOP/s (2·M·N·K / median call time), asm/best: the call-time ratio of asmgemm
+    to the faster of cupy.matmul and torch.matmul (both cuBLAS, with different heuristics; without
+    torch, to cupy.matmul) and the same ratio for gpu and loop beside it. Last lines sum the run up
+    per mode: the geometric mean of that ratio, the shapes under 0.9x and 0.7x, the slowest; per
+    operand dtype too when the run has several (the JSON's "summary"). Baselines store the gpu
+    ratio to cupy.matmul.
 
     Exit status: 0 all correct; 1 usage error or no GPU; 2 a kernel gave a wrong result;
     3 --check-baseline found a regression.
@@ -97,6 +116,8 @@ def command(kernels, shapes_spec, layouts_spec, reps, warmup, no_flush, no_pre_r
       asmgemm bench                                   # sgemm, square 1024..8192, nn
       asmgemm bench sgemm --shapes odd --layouts all --reps 50
       asmgemm bench --shapes transformer --json out.json
+      asmgemm bench sgemm hgemm --shapes random:11:60 --json out.json   # 60 random shapes and layouts
+      asmgemm bench hgemm --shapes linear             # Llama nn.Linear layers, X·W^T (nt), T = 1..4096
       asmgemm bench --shapes square,3000x5000x700 --save-baseline
       asmgemm bench --json out.json --plot out.png    # the table, the JSON and a picture
       asmgemm bench --plot out.svg --from out.json    # redraw a stored result (no GPU)
@@ -146,7 +167,7 @@ def command(kernels, shapes_spec, layouts_spec, reps, warmup, no_flush, no_pre_r
     with lookups_off() if use_defaults else contextlib.nullcontext():   # untuned: gemm() ignores the cache
         _bench(bench_kernels, shapes, layouts, reps, warmup, no_flush, no_pre_roll, no_torch, no_triton, overrides,
                use_defaults, json_out, save_baseline, check_baseline, baseline_dir, tolerance, seed, default_set,
-               plot_out=plot_out, triton_mma=triton_mma)
+               plot_out=plot_out, triton_mma=triton_mma, loop_calls=loop_calls)
 
 
 def _redraw(from_json: str, plot_out: str) -> None:
@@ -213,7 +234,7 @@ def _runnable_here(cp, spec, target: str) -> bool:
 
 def _bench(bench_kernels, shapes, layouts, reps, warmup, no_flush, no_pre_roll, no_torch, no_triton, overrides,
            use_defaults, json_out, save_baseline, check_baseline, baseline_dir, tolerance, seed, default_set=False,
-           plot_out=None, triton_mma=False):
+           plot_out=None, triton_mma=False, loop_calls=200):
     from ..bench import baseline as bl
     from ..runtime.gpu import device_facts, gpu_name, require_gpu
     cp = require_gpu("asmgemm bench")
@@ -223,13 +244,14 @@ def _bench(bench_kernels, shapes, layouts, reps, warmup, no_flush, no_pre_roll, 
         bench_kernels = [s for s in bench_kernels if _runnable_here(cp, s, target)]
     folder = Path(baseline_dir) if baseline_dir else bl.default_baseline_dir()
     old_baseline = bl.load_baseline(folder / bl.baseline_file_name(gpu)) if check_baseline else None
-    from ..bench.timing import make_pre_roll
+    from ..bench.timing import MODES, make_pre_roll
     pre_roll = make_pre_roll(not no_pre_roll)
     rows = _run(cp, bench_kernels, shapes, layouts, reps, warmup, no_flush, pre_roll, no_torch, no_triton,
-                overrides, use_defaults, seed, triton_mma)
+                overrides, use_defaults, seed, triton_mma, loop_calls)
 
     from ..bench.plot import peak_tflops
     report = {"gpu": gpu, "reps": reps, "warmup": warmup, "l2_flush": not no_flush, "pre_roll": pre_roll is not None,
+              "loop_calls": loop_calls, "modes": list(MODES), "headline": "call",
               "peak_tflops": peak_tflops(gpu), "rows": [r.to_json() for r in rows]}
     from ..bench.runner import summarize
     report["summary"] = summarize(rows)
@@ -243,7 +265,7 @@ def _bench(bench_kernels, shapes, layouts, reps, warmup, no_flush, no_pre_roll, 
         if json_out == "-":
             emit_json(report)
         else:
-            _print_table(gpu, rows, reps, no_flush)
+            _print_table(gpu, rows, reps, no_flush, loop_calls)
             _print_summary(report["summary"])
             _print_comparisons(comparisons)
 
@@ -281,8 +303,18 @@ def _bench(bench_kernels, shapes, layouts, reps, warmup, no_flush, no_pre_roll, 
         sys.exit(EXIT_REGRESSED)
 
 
+def _items(bench_kernels, shapes, layouts):
+    """(kernel, layout, shape) to run: per kernel, layout by layout (--layouts first, then the
+    layouts only shapes of their own carry), the shapes in their order; a shape with its own layout
+    (random, linear presets) under that layout alone."""
+    from ..bench.shapes import LAYOUTS
+    order = list(layouts) + [lay for lay in LAYOUTS if lay not in layouts and any(s.layout == lay for s in shapes)]
+    return [(k, lay, s) for k in bench_kernels for lay in order for s in shapes
+            if s.layout == lay or (s.layout is None and lay in layouts)]
+
+
 def _run(cp, bench_kernels, shapes, layouts, reps, warmup, no_flush, pre_roll, no_torch, no_triton, overrides,
-         use_defaults, seed, triton_mma=False):
+         use_defaults, seed, triton_mma=False, loop_calls=200):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..runtime.gpu import gpu_name
@@ -295,7 +327,7 @@ def _run(cp, bench_kernels, shapes, layouts, reps, warmup, no_flush, pre_roll, n
     use_triton = torch is not None and not no_triton and triton_available()
     use_triton_mma = triton_mma and _triton_mma_available(torch)
     flush = None if no_flush else L2Flusher()
-    items = [(k, lay, s) for k in bench_kernels for lay in layouts for s in shapes]
+    items = _items(bench_kernels, shapes, layouts)
     rows = []
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=make_console(stderr=True), transient=True) as progress:
@@ -307,11 +339,12 @@ def _run(cp, bench_kernels, shapes, layouts, reps, warmup, no_flush, pre_roll, n
                 row = bench_one(cp, kernel, shape, layout, reps=reps, warmup=warmup, params=params,
                                 params_source=source, shown_params=shown, flush=flush, torch=torch, seed=seed + i,
                                 on_rep=lambda r: progress.advance(task), pre_roll=pre_roll, triton=use_triton,
-                                triton_mma=use_triton_mma)
+                                triton_mma=use_triton_mma, loop_calls=loop_calls)
             except cp.cuda.memory.OutOfMemoryError as exc:
                 from ..bench.runner import BenchRow
                 row = BenchRow(kernel.name, kernel.dtypes.c, layout, shape, kernel.rel_err_limit, shown, source,
-                               error=f"out of memory: {exc}")
+                               error=f"out of memory: {exc}",
+                               a_dtype=kernel.dtypes.a if kernel.dtypes.a != kernel.dtypes.c else None)
             rows.append(row)
     return rows
 
@@ -326,13 +359,14 @@ def _triton_mma_available(torch) -> bool:
     return False
 
 
-def _fmt_tflops(row, impl):
-    s = row.stats.get(impl)
+def _fmt_tflops(row, impl, mode="call"):
+    s = row.timings(mode).get(impl)
     if s is None:
         return "-"
     from ..bench.timing import tflops
     f = row.shape.flops
-    return f"{_num(tflops(f, s.median_ms))} [dim]({_num(tflops(f, s.max_ms))}–{_num(tflops(f, s.min_ms))})[/]"
+    # min–max on a line of its own: the table has up to five such columns beside the ratios
+    return f"{_num(tflops(f, s.median_ms))}\n[dim]({_num(tflops(f, s.max_ms))}–{_num(tflops(f, s.min_ms))})[/]"
 
 
 def _num(x: float) -> str:
@@ -346,29 +380,35 @@ def _fmt_ratio(r):
     return f"[{color}]{r:.2f}×[/]"
 
 
-def _print_table(gpu, rows, reps, no_flush):
+def _print_table(gpu, rows, reps, no_flush, loop_calls=200):
     from rich.table import Table
 
     refs = [i for i in ("torch", "triton", TRITON_MMA) if any(i in r.stats for r in rows)]
-    t = Table(title=f"asmgemm bench on {gpu}: TFLOP/s, median of {reps} (min–max); "
-                    f"L2 {'not ' if no_flush else ''}flushed between repetitions", title_justify="left")
-    best = "torch" in refs          # the faster cuBLAS path: cupy.matmul or torch.matmul
-    for col in ("kernel", "layout", "M×N×K", "params", "rel err", "asmgemm", "cuBLAS", *refs, "asm/cuBLAS",
-                *(f"{i}/cuBLAS" for i in refs), *(["asm/best"] if best else []),
-                *([f"asm/{TRITON_MMA}"] if TRITON_MMA in refs else [])):
-        t.add_column(col, justify="left" if col in ("kernel", "layout", "M×N×K", "params") else "right")
+    best = "asm/best" if "torch" in refs else "asm/cuBLAS"     # the faster cuBLAS path: cupy.matmul or torch.matmul
+    loop = any(r.loop_stats for r in rows)
+    t = Table(title=f"asmgemm bench on {gpu}: TFLOP/s of one call from an idle GPU (host time counts), median of "
+                    f"{reps} (min–max); L2 {'not ' if no_flush else ''}flushed between repetitions. {best}: call-time "
+                    f"ratio; gpu: device time (pre-roll hides the host){'; loop: ' + str(loop_calls) + ' back-to-back calls' if loop else ''}",
+              title_justify="left")
+    # (the references' own ratios to cuBLAS are in the JSON, ratio_to_cublas: the table keeps to asmgemm's)
+    cols = ["kernel", "layout", "M×N×K", "params", "rel err", "asmgemm", "cuBLAS", *refs,
+            *(["asm/cuBLAS"] if best == "asm/best" else []),
+            best, "gpu", *(["loop"] if loop else []), *([f"asm/{TRITON_MMA}"] if TRITON_MMA in refs else [])]
+    for col in cols:
+        # a header squeezed by a narrow terminal folds onto a second line instead of losing its end
+        t.add_column(col, justify="left" if col in ("kernel", "layout", "M×N×K", "params") else "right",
+                     overflow="fold")
     for r in rows:
         err = r.rel_err.get("asmgemm")
         shown = r.params_source + (": " + " ".join(f"{k}={v}" for k, v in r.params.items()) if r.params else "")
         cells = [r.kernel + (f" → {r.ran}" if r.ran else ""), r.layout, r.shape.key, shown, f"{err:.1e}" if err is not None else "-",
                  _fmt_tflops(r, "asmgemm"), _fmt_tflops(r, "cublas")]
         cells += [_fmt_tflops(r, i) for i in refs]
-        cells.append(_fmt_ratio(r.ratio()))
-        cells += [_fmt_ratio(r.ratio(i)) for i in refs]
-        if best:
-            cells.append(_fmt_ratio(r.ratio_to_best()))
+        if best == "asm/best":
+            cells.append(_fmt_ratio(r.ratio(mode="call")))
+        cells += [_fmt_ratio(r.ratio_to_best(mode=m)) for m in ("call", "gpu", *(["loop"] if loop else []))]
         if TRITON_MMA in refs:
-            cells.append(_fmt_ratio(r.ratio(to=TRITON_MMA)))
+            cells.append(_fmt_ratio(r.ratio(to=TRITON_MMA, mode="call")))
         t.add_row(*cells)
     con = make_console()
     con.print(t)
@@ -390,16 +430,26 @@ def _print_table(gpu, rows, reps, no_flush):
                 con.print(f"[yellow]{r.kernel} ({len(carriers)} rows):[/] {note}")
 
 
+def _mode_line(name: str, s: dict | None) -> str:
+    if s is None:
+        return f"  {name:<14} -"
+    slow = s["slowest"]
+    under = ", ".join(f"{n} under {limit}x" for limit, n in s["under"].items())
+    return (f"  {name:<14} geomean {s['geomean_to_best_cublas']:.3f}x over {s['shapes']} shapes, {under}; slowest "
+            f"{slow['kernel']} {slow['layout']} {slow['shape']} at {slow['ratio_to_best_cublas']:.2f}x")
+
+
 def _print_summary(summary):
     if not summary or summary["shapes"] < 2:
         return
-    slow = summary["slowest"]
-    make_console().print(
-        f"{summary['shapes']} shapes: geomean {summary['geomean_to_cublas']:.3f}x cuBLAS through CuPy (cupy.matmul; "
-        f"cublasGemmEx for an fp32 C of 16-bit A and B), {summary['geomean_to_best_cublas']:.3f}x the faster of that "
-        f"and torch.matmul; "
-        f"{summary['shapes_under']} under {summary['under']}x of it; slowest {slow['kernel']} {slow['layout']} "
-        f"{slow['shape']} at {slow['ratio_to_best_cublas']:.2f}x")
+    lines = [f"{summary['shapes']} shapes: asmgemm over the faster of cupy.matmul (cublasGemmEx for an fp32 C of "
+             f"16-bit A and B) and torch.matmul, per timing (call: one call from an idle GPU, the headline; gpu: "
+             f"device time; loop: back-to-back calls):"]
+    lines += [_mode_line(mode, s) for mode, s in summary["modes"].items()]
+    for dtype, modes in summary.get("by_dtype", {}).items():
+        lines += [_mode_line(f"{dtype} {mode}", s) for mode, s in modes.items()]
+    lines.append(f"  (gpu, to cupy.matmul alone: geomean {summary['geomean_to_cublas']:.3f}x)")
+    make_console().print("\n".join(lines), highlight=False)
 
 
 def _print_comparisons(comparisons):

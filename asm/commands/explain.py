@@ -70,6 +70,11 @@ def command(m, n, k, dtype, layout, fused, gpu, top, no_build, as_json):
                              dram_bytes_per_s=facts["dram"])
     ran = None if no_build else _first_that_builds(choice, plan, facts, not fused)
     pick = ran or choice.pick
+    if not no_build and pick is not None:
+        # the candidates modelled faster than the pick need a reason: a refusal is one
+        pick_s = next(e.call_s for e in choice.ranked if e.candidate.label == pick.label)
+        _check_builds([e.candidate for e in choice.ranked[:top] if e.call_s < pick_s], choice, plan, facts,
+                      not fused)
     by_label = {e.candidate.label: e for e in choice.ranked}
     best = by_label[pick.label] if pick is not None else None
     rows = []
@@ -78,6 +83,9 @@ def command(m, n, k, dtype, layout, fused, gpu, top, no_build, as_json):
         label = e.candidate.label
         if label in choice.refused:
             why = f"refused by the kernel: {choice.refused[label]}"
+        elif e is not best and e.call_s <= best.call_s:
+            # modelled no slower than the pick: the pick is the database's measured best for this call
+            why = "modelled faster, but the sweep measured the pick faster on this call"
         elif e is best:
             why = "the pick (" + ("exact database hit" if choice.chosen_by == "database" and
                                   choice.order[0].label == label else "least modelled call time") + ")"
@@ -96,6 +104,24 @@ def command(m, n, k, dtype, layout, fused, gpu, top, no_build, as_json):
         emit_json(report)
         return
     _print(report)
+
+
+def _check_builds(cands, choice, plan, facts, plain) -> None:
+    """Build each candidate (cached) and record the kernel's refusals in `choice.refused`."""
+    from ..runtime import dispatch
+    from ..runtime.build_cache import build_kernel
+
+    for cand in cands:
+        cb = dispatch.candidate_build(cand, plan, facts["sms"], facts["target"], plain)
+        why = dispatch.refusal(cb.key)
+        if why is None:
+            try:
+                build_kernel(cb.spec, cb.defines, cb.target)
+                continue
+            except AsmError as exc:
+                why = exc.message.splitlines()[0] if exc.message else "error"
+                dispatch.refuse(cb.key, why)
+        choice.refused[cand.label] = why
 
 
 def _first_that_builds(choice, plan, facts, plain):

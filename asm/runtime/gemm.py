@@ -701,8 +701,10 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
             # -D parameters of the kernel asked for, so they keep it)
             spec = _routed(spec, plan, facts.sm_count, facts.target, mbias, act)
             target = spec.build_target(facts.target)
-        if params is None and kernel is None and kernel_batch == 1 and spec.in_place and _takes_tensor_maps(spec):
-            # operands TMA cannot read: a padded copy, or the spec's in-place kernel (path_model)
+        if params is None and kernel_batch == 1 and spec.in_place and _takes_tensor_maps(spec):
+            # operands TMA cannot read: a padded copy, or the spec's in-place kernel (path_model); a
+            # kernel named with kernel= is the family asked for, so this choice is still open (params=
+            # pin one build, so they keep the kernel)
             spec = _in_place_or(spec, plan, ma.dtype.itemsize, facts, mbias, act)
             target = spec.build_target(facts.target)
         # the tuning cache's entry for the launch as called (an entry was timed unswapped: it keeps

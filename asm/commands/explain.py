@@ -65,7 +65,7 @@ def command(m, n, k, dtype, layout, fused, gpu, top, no_build, as_json):
         note = None
     size = DTYPE_ITEMSIZE[family.dtypes.a]
     plan = fresh_plan(m, n, k, layout, size, DTYPE_ITEMSIZE[family.dtypes.c])
-    choice = dispatch.choose(family, plan.layout, plan.m, plan.n, plan.k, gpu=facts["gpu"], target=facts["target"],
+    choice = dispatch.choose(family, plan.layout, plan.m, plan.n, plan.k, call_values=plan.call_values, gpu=facts["gpu"], target=facts["target"],
                              sms=facts["sms"], plain=not fused, clock_hz=facts["clock_hz"],
                              dram_bytes_per_s=facts["dram"])
     ran = None if no_build else _first_that_builds(choice, plan, facts, not fused)

@@ -13,11 +13,15 @@ from .common import emit_json, make_console
 
 def _read_samples(path: str) -> dict:
     try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise AsmError(f"cannot read sweep samples {path}: {exc}") from None
+        raw = Path(path).read_bytes()
+        if path.endswith(".gz"):
+            import gzip
+            raw = gzip.decompress(raw)
+        doc = json.loads(raw.decode("utf-8"))
     except json.JSONDecodeError as exc:
         raise AsmError(f"{path}:{exc.lineno}:{exc.colno}: error: not valid JSON: {exc.msg}") from None
+    except (OSError, UnicodeDecodeError, EOFError, ValueError) as exc:    # (gzip: a damaged stream)
+        raise AsmError(f"cannot read sweep samples {path}: {exc}") from None
     if not isinstance(doc, dict) or doc.get("format") != 1 or not isinstance(doc.get("samples"), list):
         raise AsmError(f"{path}: not sweep samples (write them with `asmgemm tune FAMILY --sweep SHAPES --samples FILE`)")
     return doc

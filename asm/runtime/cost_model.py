@@ -6,7 +6,8 @@ slots (cluster candidates: the slots the driver says their clusters fill):
 
     tiles      T = ceil(M / BM) ceil(N / BN) S
     steps      s = ceil(ceil(K / S) / BK)                 K steps of one block
-    block      t = a + b s                                one block's time while r share its SM
+    block      t = (a + b s) v                            one block's time while r share its SM; v the
+                                                          factor of the call's load variant (variant_of)
     waves      W = T // P full waves, then a last one of T mod P blocks, whose busiest SM holds
                j = ceil((T mod P) / SMs) blocks and takes t (f + (1 - f) j / r): alone a block
                runs faster than with r - 1 neighbours, but not r times (f of a full wave's time)
@@ -23,7 +24,7 @@ where they reorder candidates; the sweep's held-out check measures exactly that.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .catalog import Candidate
 
@@ -39,6 +40,14 @@ PRIOR_LAUNCH_S = 4e-6               # each further kernel of a call (the reduce)
 PRIOR_REDUCE_FIXED_S = 3e-6
 
 
+def variant_of(layout: str, call_values: dict) -> str:
+    """The load variant of a kernel-level call: its layout and how each operand can be read (the
+    128-bit load switches vec_a/vec_b, and the copy widths align_a/align_b where a kernel has them),
+    e.g. 'nt:11:16/16'."""
+    return (f"{layout}:{call_values.get('vec_a', 1)}{call_values.get('vec_b', 1)}:"
+            f"{call_values.get('align_a', 16)}/{call_values.get('align_b', 16)}")
+
+
 @dataclass(frozen=True)
 class ConfigFit:
     """One configuration's coefficients on one GPU (seconds)."""
@@ -47,6 +56,12 @@ class ConfigFit:
     alone: float                     # f: a lone block's share of a full wave's time
     blocks_per_sm: int               # r
     samples: int = 0                 # sweep timings fitted (0: the prior)
+    # the block time's factor per load variant (variant_of: how A and B are stored and read; a
+    # transposed or unaligned operand loads slower), fitted where the sweep saw the variant
+    variants: dict = field(default_factory=dict)
+
+    def factor(self, variant: str | None) -> float:
+        return self.variants.get(variant, 1.0) if variant else 1.0
 
 
 @dataclass
@@ -64,6 +79,8 @@ class DeviceModel:
     configs: dict[str, ConfigFit] = field(default_factory=dict)    # "kernel:config" -> fit
     cluster_slots: dict[str, int] = field(default_factory=dict)    # "kernel:config:S" -> blocks at once
     source: str = "prior"                    # where the coefficients come from, for explain
+    # the sweep's calls: what the model got wrong there, per candidate ("neighbours" below)
+    residuals: list = field(default_factory=list)
 
     def fit_of(self, cand: Candidate, dtype: str, threads_hint: int | None = None) -> ConfigFit:
         """The fitted coefficients of the candidate's configuration, or the prior's."""
@@ -96,6 +113,7 @@ class Estimate:
     split_s: float
     host_s: float
     fitted: bool
+    correction: float = 1.0          # the neighbours' factor (neighbour_factors)
 
     @property
     def gpu_s(self) -> float:
@@ -103,7 +121,7 @@ class Estimate:
 
     @property
     def call_s(self) -> float:
-        return self.gpu_s + self.host_s
+        return (self.gpu_s + self.host_s) * self.correction
 
     @property
     def waves(self) -> float:
@@ -117,7 +135,8 @@ class Estimate:
                 "block_us": round(self.block_s * 1e6, 3), "compute_us": round(self.compute_s * 1e6, 3),
                 "memory_us": round(self.memory_s * 1e6, 3), "split_us": round(self.split_s * 1e6, 3),
                 "host_us": round(self.host_s * 1e6, 3), "gpu_us": round(self.gpu_s * 1e6, 3),
-                "call_us": round(self.call_s * 1e6, 3), "fitted": self.fitted}
+                "call_us": round(self.call_s * 1e6, 3), "fitted": self.fitted,
+                "neighbours": round(self.correction, 4)}
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -125,8 +144,9 @@ def ceil_div(a: int, b: int) -> int:
 
 
 def estimate(cand: Candidate, m: int, n: int, k: int, dm: DeviceModel, dtype: str, c_bytes: int,
-             ab_bytes: int) -> Estimate:
-    """The modelled time of one candidate for a kernel-level M x N x K call (the module docstring)."""
+             ab_bytes: int, variant: str | None = None) -> Estimate:
+    """The modelled time of one candidate for a kernel-level M x N x K call (the module docstring)
+    whose operands load as `variant` (variant_of)."""
     fit = dm.fit_of(cand, dtype)
     bm, bn, bk = cand.tile
     s = cand.splits
@@ -136,7 +156,7 @@ def estimate(cand: Candidate, m: int, n: int, k: int, dm: DeviceModel, dtype: st
     if cand.reduce == "cluster":
         slots = max(1, min(slots, dm.cluster_slots.get(f"{cand.kernel}:{cand.config}:{s}", slots)))
     steps = max(1, ceil_div(ceil_div(k, s), bk))
-    block = fit.block_s + fit.step_s * steps
+    block = (fit.block_s + fit.step_s * steps) * fit.factor(variant)
     full, rest = divmod(tiles, slots)
     compute = full * block
     if rest:
@@ -156,10 +176,52 @@ def estimate(cand: Candidate, m: int, n: int, k: int, dm: DeviceModel, dtype: st
                     fit.samples > 0)
 
 
+# Neighbours: the model's error on a measured call is mostly shared by calls near it (the same
+# layout and load variant, sizes within a few factors of two), so a candidate's estimate is scaled
+# by its measured/modelled ratio on the nearest sweep calls, weighted by closeness and shrunk toward
+# 1 (NEIGHBOUR_PRIOR: as if that much more weight had no error). Distance: the sum over M, N, K of
+# |log2 ratio|, plus 1 for another load variant of the same layout; calls farther than
+# NEIGHBOUR_RADIUS, or of another family, layout or plain/fused kind, do not count.
+NEIGHBOURS = 4
+NEIGHBOUR_RADIUS = 4.0
+NEIGHBOUR_PRIOR = 0.5
+
+
+def neighbour_factors(dm: DeviceModel, family: str, variant: str | None, m: int, n: int, k: int,
+                      plain: bool) -> dict[str, float]:
+    """label -> the factor the nearest sweep calls give that candidate's modelled call time."""
+    if not dm.residuals or variant is None:
+        return {}
+    layout = variant.split(":")[0]
+    near = []
+    lm, ln, lk = math.log2(m), math.log2(n), math.log2(k)
+    for r in dm.residuals:
+        if r["family"] != family or r["plain"] != plain or r["variant"].split(":")[0] != layout:
+            continue
+        d = (abs(lm - math.log2(r["m"])) + abs(ln - math.log2(r["n"])) + abs(lk - math.log2(r["k"]))
+             + (r["variant"] != variant))
+        if d <= NEIGHBOUR_RADIUS:
+            near.append((d, r))
+    near.sort(key=lambda t: t[0])
+    sums: dict[str, list[float]] = {}
+    for d, r in near[:NEIGHBOURS]:
+        w = 1.0 / (1.0 + d) ** 2
+        for label, res in r["res"].items():
+            acc = sums.setdefault(label, [0.0, 0.0])
+            acc[0] += w * res
+            acc[1] += w
+    return {label: math.exp(s / (wt + NEIGHBOUR_PRIOR)) for label, (s, wt) in sums.items()}
+
+
 def rank(cands: list[Candidate], m: int, n: int, k: int, dm: DeviceModel, dtype: str, c_bytes: int,
-         ab_bytes: int) -> list[Estimate]:
-    """The candidates' estimates, fastest call first (a tie keeps catalog order)."""
-    ests = [estimate(c, m, n, k, dm, dtype, c_bytes, ab_bytes) for c in cands]
+         ab_bytes: int, variant: str | None = None, family: str | None = None,
+         plain: bool = True) -> list[Estimate]:
+    """The candidates' estimates, fastest call first (a tie keeps catalog order), each scaled by
+    its neighbours' factor where the sweep measured calls near this one."""
+    factors = neighbour_factors(dm, family or (cands[0].family if cands else ""), variant, m, n, k, plain)
+    ests = [estimate(c, m, n, k, dm, dtype, c_bytes, ab_bytes, variant) for c in cands]
+    if factors:
+        ests = [replace(e, correction=factors.get(e.candidate.label, 1.0)) for e in ests]
     return sorted(ests, key=lambda e: e.call_s)
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from ..kernel_spec import DTYPE_ITEMSIZE, KernelSpec, get_spec
 from . import split_k
 from .catalog import Candidate, candidates
-from .cost_model import DeviceModel, Estimate, rank
+from .cost_model import DeviceModel, Estimate, rank, variant_of
 from .dispatch_db import device_model, exact_key
 from .launch import choose_params
 
@@ -63,13 +63,14 @@ def refuse(key: tuple, why: str) -> None:
 
 def choose(family: KernelSpec, layout: str, m: int, n: int, k: int, *, gpu: str, target: str, sms: int,
            plain: bool, usable=lambda kernel: True, clock_hz: float = 0.0, dram_bytes_per_s: float = 0.0,
-           exact: bool = True) -> Choice:
+           exact: bool = True, call_values: dict | None = None) -> Choice:
     """The candidates of a kernel-level M x N x K call of `family` in the order to try them.
-    exact=False leaves the database's exact hits out (the model alone: the held-out check)."""
+    call_values: the plan's (they give the load variant the model prices); exact=False leaves the
+    database's exact hits out (the model alone: the held-out check)."""
     dm, best = model_for(gpu, target, sms, clock_hz, dram_bytes_per_s)
     cands = candidates(family, m, k, target, plain=plain, usable=usable)
     ranked = rank(cands, m, n, k, dm, family.dtypes.a, DTYPE_ITEMSIZE[family.dtypes.c],
-                  DTYPE_ITEMSIZE[family.dtypes.a])
+                  DTYPE_ITEMSIZE[family.dtypes.a], variant_of(layout, call_values or {}), family.name, plain)
     key = exact_key(family.name, layout, m, n, k, plain)
     order = [e.candidate for e in ranked]
     chosen_by = "model"

@@ -107,9 +107,11 @@ def model_from(data: dict, source: str) -> DeviceModel:
             launch_s=float(m["launch_s"]), reduce_fixed_s=float(m["reduce_fixed_s"]),
             reduce_bytes_per_s=float(m["reduce_bytes_per_s"]), cluster_block_s=float(m["cluster_block_s"]),
             configs={k: ConfigFit(float(v["block_s"]), float(v["step_s"]), float(v["alone"]),
-                                  int(v["blocks_per_sm"]), int(v.get("samples", 0)))
+                                  int(v["blocks_per_sm"]), int(v.get("samples", 0)),
+                                  {str(a): float(b) for a, b in v.get("variants", {}).items()})
                      for k, v in m["configs"].items()},
-            cluster_slots={k: int(v) for k, v in m.get("cluster_slots", {}).items()}, source=source)
+            cluster_slots={k: int(v) for k, v in m.get("cluster_slots", {}).items()}, source=source,
+            residuals=list(m.get("residuals", [])))
     except (KeyError, TypeError, ValueError) as exc:
         raise AsmError(f"dispatch database of {data.get('gpu')}: a model entry is malformed ({exc})") from None
 
@@ -118,9 +120,10 @@ def model_to_json(dm: DeviceModel) -> dict:
     return {"host_s": dm.host_s, "launch_s": dm.launch_s, "reduce_fixed_s": dm.reduce_fixed_s,
             "reduce_bytes_per_s": dm.reduce_bytes_per_s, "cluster_block_s": dm.cluster_block_s,
             "configs": {k: {"block_s": f.block_s, "step_s": f.step_s, "alone": f.alone,
-                            "blocks_per_sm": f.blocks_per_sm, "samples": f.samples}
+                            "blocks_per_sm": f.blocks_per_sm, "samples": f.samples,
+                            "variants": dict(sorted(f.variants.items()))}
                         for k, f in sorted(dm.configs.items())},
-            "cluster_slots": dict(sorted(dm.cluster_slots.items()))}
+            "cluster_slots": dict(sorted(dm.cluster_slots.items())), "residuals": dm.residuals}
 
 
 def device_model(gpu: str, target: str, sms: int, clock_hz: float, dram_bytes_per_s: float) -> tuple[DeviceModel, dict]:
@@ -137,8 +140,8 @@ def device_model(gpu: str, target: str, sms: int, clock_hz: float, dram_bytes_pe
         dm = model_from(other, f"the model alone: coefficients of {other['gpu']} ({path.name}), scaled to this "
                                "GPU's clock; no exact hits")
         scale = (dm.clock_hz / clock_hz) if clock_hz and dm.clock_hz else 1.0
-        dm.configs = {k: ConfigFit(f.block_s * scale, f.step_s * scale, f.alone, f.blocks_per_sm, f.samples)
-                      for k, f in dm.configs.items()}
+        dm.configs = {k: ConfigFit(f.block_s * scale, f.step_s * scale, f.alone, f.blocks_per_sm, f.samples,
+                                   f.variants) for k, f in dm.configs.items()}
         dm.gpu, dm.sms = gpu, sms or dm.sms
         dm.clock_hz = clock_hz or dm.clock_hz
         dm.dram_bytes_per_s = dram_bytes_per_s or dm.dram_bytes_per_s

@@ -635,7 +635,7 @@ def _in_place_or(spec: KernelSpec, plan: LaunchPlan, itemsize: int, facts, bias,
     # the in-place kernel's tile for this call: its catalog's pick (or its size rule over the
     # source's 128 x 128, for a kernel without a catalog)
     if other.configs:
-        pick = dispatch.choose(other, plan.layout, plan.m, plan.n, plan.k, gpu=facts.name, target=facts.target,
+        pick = dispatch.choose(other, plan.layout, plan.m, plan.n, plan.k, call_values=plan.call_values, gpu=facts.name, target=facts.target,
                                sms=facts.sm_count, plain=False, clock_hz=facts.clock_hz,
                                dram_bytes_per_s=facts.dram_bytes_per_s).pick
         tile = pick.tile[:2] if pick is not None else (128, 128)
@@ -715,7 +715,7 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
         choice = None
         if params is None and not tuned and spec.configs:
             plain = mbias is None and act == 0 and kernel_batch == 1
-            choice = dispatch.choose(spec, plan.layout, plan.m, plan.n, plan.k, gpu=facts.name, target=facts.target,
+            choice = dispatch.choose(spec, plan.layout, plan.m, plan.n, plan.k, call_values=plan.call_values, gpu=facts.name, target=facts.target,
                                      sms=facts.sm_count, plain=plain, clock_hz=facts.clock_hz,
                                      dram_bytes_per_s=facts.dram_bytes_per_s,
                                      usable=lambda name: not _missing_epilogue(get_spec(name), mbias, act))

@@ -16,7 +16,7 @@ from collections import defaultdict
 
 from ..errors import AsmError
 from ..runtime.catalog import Candidate
-from ..runtime.cost_model import ConfigFit, DeviceModel, estimate
+from ..runtime.cost_model import ConfigFit, DeviceModel, estimate, variant_of
 from ..runtime.dispatch_db import FORMAT, exact_key, model_to_json
 
 ALONE_GRID = [i / 20 for i in range(21)]
@@ -32,6 +32,17 @@ def _candidate(s: dict) -> Candidate:
         raise AsmError(f"sweep sample names configuration '{s['config']}', which {s['family']}'s catalog no "
                        "longer has: sweep again")
     return Candidate(s["family"], entry.name, entry.kernel, entry.set, entry.tile, int(s["splits"]), s["reduce"])
+
+
+def _variant(s: dict) -> str:
+    """The sample's load variant (recorded by the sweep; for older samples, that of fresh operands)."""
+    if s.get("variant"):
+        return s["variant"]
+    from ..kernel_spec import DTYPE_ITEMSIZE, get_spec
+    from ..runtime.plan import fresh_plan
+    size = DTYPE_ITEMSIZE[get_spec(s["family"]).dtypes.a]
+    s["variant"] = variant_of(s["layout"], fresh_plan(s["m"], s["n"], s["k"], s["layout"], size).call_values)
+    return s["variant"]
 
 
 def _call_key(s: dict) -> str:
@@ -73,6 +84,46 @@ def _features(cand: Candidate, s: dict, dm: DeviceModel, fit: ConfigFit) -> tupl
     return e.compute_s, e.compute_s * e.steps
 
 
+VARIANT_PRIOR = 3           # a variant's factor is shrunk toward 1 as if 3 more samples had no residual
+VARIANT_ROUNDS = 3
+
+
+def _fit_config(rows: list[dict], dm: DeviceModel) -> ConfigFit:
+    """a, b and f of one configuration (module docstring), then a factor per load variant from the
+    mean log residual of its samples, refitted VARIANT_ROUNDS times."""
+    r = statistics.mode([int(s["blocks_per_sm"]) for s in rows if s.get("blocks_per_sm")] or [1])
+    variants: dict[str, float] = {}
+    fit = None
+    for _ in range(VARIANT_ROUNDS):
+        best = None
+        for f in ALONE_GRID:
+            trial = ConfigFit(1.0, 0.0, f, r)
+            feats = []
+            for s in rows:
+                x1, x2 = _features(_candidate(s), s, dm, trial)
+                scale = variants.get(_variant(s), 1.0) / (s["gpu_ms"] * 1e-3)   # relative, per variant
+                feats.append((x1 * scale, x2 * scale, 1.0))
+            a, b = _solve2(feats)
+            err = sum((a * x1 + b * x2 - 1.0) ** 2 for x1, x2, _ in feats)
+            if best is None or err < best[0]:
+                best = (err, a, b, f)
+        _, a, b, f = best
+        fit = ConfigFit(a, b, f, r, len(rows))
+        logs: dict[str, list[float]] = defaultdict(list)
+        for s in rows:
+            e = estimate(_candidate(s), s["m"], s["n"], s["k"], _with(dm, s, fit), "float32", 4, 4)
+            if e.compute_s > 0:
+                logs[_variant(s)].append(math.log(s["gpu_ms"] * 1e-3 / e.compute_s))
+        variants = {v: math.exp(sum(x) / (len(x) + VARIANT_PRIOR)) for v, x in logs.items()}
+    return ConfigFit(fit.block_s, fit.step_s, fit.alone, r, len(rows), dict(sorted(variants.items())))
+
+
+def _with(dm: DeviceModel, s: dict, fit: ConfigFit) -> DeviceModel:
+    """dm with `fit` as the sample's configuration's coefficients (no variants)."""
+    return DeviceModel(dm.gpu, dm.sms, dm.clock_hz, dm.dram_bytes_per_s,
+                       configs={f"{s['kernel']}:{s['config']}": fit}, cluster_slots=dm.cluster_slots)
+
+
 def fit_model(doc: dict, samples: list[dict] | None = None) -> DeviceModel:
     """The DeviceModel of the sweep document's GPU fitted to `samples` (default: all of them)."""
     samples = [s for s in (doc["samples"] if samples is None else samples) if "error" not in s]
@@ -87,27 +138,13 @@ def fit_model(doc: dict, samples: list[dict] | None = None) -> DeviceModel:
         if s["splits"] == 1:
             groups[f"{s['kernel']}:{s['config']}"].append(s)
     for key, rows in groups.items():
-        r = statistics.mode([int(s["blocks_per_sm"]) for s in rows if s.get("blocks_per_sm")] or [1])
-        best = None
-        for f in ALONE_GRID:
-            trial = ConfigFit(1.0, 0.0, f, r)
-            feats = []
-            for s in rows:
-                x1, x2 = _features(_candidate(s), s, dm, trial)
-                y = s["gpu_ms"] * 1e-3
-                feats.append((x1 / y, x2 / y, 1.0))       # relative: each row divided by its time
-            a, b = _solve2(feats)
-            err = sum((a * x1 + b * x2 - 1.0) ** 2 for x1, x2, _ in feats)
-            if best is None or err < best[0]:
-                best = (err, a, b, f)
-        _, a, b, f = best
-        dm.configs[key] = ConfigFit(a, b, f, r, len(rows))
+        dm.configs[key] = _fit_config(rows, dm)
     # the reduce kernel: residual = fixed + bytes / bandwidth
     resid = []
     for s in samples:
         if s.get("reduce") != "kernel" or f"{s['kernel']}:{s['config']}" not in dm.configs:
             continue
-        e = estimate(_candidate(s), s["m"], s["n"], s["k"], _no_split_costs(dm), "float32", 4, 4)
+        e = estimate(_candidate(s), s["m"], s["n"], s["k"], _no_split_costs(dm), "float32", 4, 4, _variant(s))
         y = s["gpu_ms"] * 1e-3
         moved = s["splits"] * s["m"] * s["n"] * 8 + s["m"] * s["n"] * 4
         resid.append((1.0 / y, moved / y, (y - max(e.compute_s, e.memory_s)) / y))
@@ -119,7 +156,7 @@ def fit_model(doc: dict, samples: list[dict] | None = None) -> DeviceModel:
     for s in samples:
         if s.get("reduce") != "cluster" or f"{s['kernel']}:{s['config']}" not in dm.configs:
             continue
-        e = estimate(_candidate(s), s["m"], s["n"], s["k"], _no_split_costs(dm), "float32", 4, 4)
+        e = estimate(_candidate(s), s["m"], s["n"], s["k"], _no_split_costs(dm), "float32", 4, 4, _variant(s))
         extra.append((s["gpu_ms"] * 1e-3 - max(e.compute_s, e.memory_s)) / max(1, math.ceil(e.tiles / e.slots)))
     if extra:
         dm.cluster_block_s = max(0.0, statistics.median(extra))
@@ -129,7 +166,23 @@ def fit_model(doc: dict, samples: list[dict] | None = None) -> DeviceModel:
         dm.host_s = statistics.median(unsplit) * 1e-6
     if split and unsplit:
         dm.launch_s = max(0.0, statistics.median(split) - statistics.median(unsplit)) * 1e-6
+    dm.residuals = _residuals(dm, samples)
     return dm
+
+
+def _residuals(dm: DeviceModel, samples: list[dict]) -> list[dict]:
+    """Per measured call: log(measured call time / modelled) of each candidate timed there (the
+    neighbours cost_model.rank corrects with)."""
+    out = []
+    for key, rows in _by_call(samples).items():
+        s0 = rows[0]
+        res = {}
+        for s in rows:
+            e = estimate(_candidate(s), s["m"], s["n"], s["k"], dm, "float32", 4, 4, _variant(s))
+            res[s["label"]] = round(math.log(_call_ms(s) * 1e-3 / e.call_s), 4)
+        out.append({"family": s0["family"], "variant": _variant(s0), "m": s0["m"], "n": s0["n"], "k": s0["k"],
+                    "plain": True, "res": res})
+    return out
 
 
 def _no_split_costs(dm: DeviceModel) -> DeviceModel:
@@ -160,7 +213,11 @@ def evaluate(dm: DeviceModel, samples: list[dict], dtype: str = "float32", c_byt
     ratios, misses = [], []
     for key, rows in calls.items():
         best = min(rows, key=_call_ms)
-        ests = [(estimate(_candidate(s), s["m"], s["n"], s["k"], dm, dtype, c_bytes, ab_bytes).call_s, s) for s in rows]
+        from ..runtime.cost_model import neighbour_factors
+        s0 = rows[0]
+        factors = neighbour_factors(dm, s0["family"], _variant(s0), s0["m"], s0["n"], s0["k"], True)
+        ests = [(estimate(_candidate(s), s["m"], s["n"], s["k"], dm, dtype, c_bytes, ab_bytes, _variant(s)).call_s
+                 * factors.get(s["label"], 1.0), s) for s in rows]
         pick = min(ests, key=lambda t: t[0])[1]
         ratio = _call_ms(pick) / _call_ms(best)
         ratios.append(ratio)

@@ -20,6 +20,7 @@ from ..errors import AsmError
 from ..kernel_spec import DTYPE_ITEMSIZE, KernelSpec, get_spec
 from ..runtime import dispatch, split_k
 from ..runtime.catalog import Candidate, candidates
+from ..runtime.cost_model import variant_of
 from ..runtime.plan import fresh_plan
 from .space import _ignore_sigint, _pool_context, default_jobs
 
@@ -43,7 +44,7 @@ def plan_calls(family: KernelSpec, shapes: list[tuple[Shape, str]], facts, exhau
     out = []
     for shape, layout in shapes:
         plan = fresh_plan(shape.m, shape.n, shape.k, layout, a_size, c_size)
-        choice = dispatch.choose(family, plan.layout, plan.m, plan.n, plan.k, gpu=facts.name, target=facts.target,
+        choice = dispatch.choose(family, plan.layout, plan.m, plan.n, plan.k, call_values=plan.call_values, gpu=facts.name, target=facts.target,
                                  sms=facts.sm_count, plain=True, clock_hz=facts.clock_hz,
                                  dram_bytes_per_s=facts.dram_bytes_per_s, exact=False)
         timed: list[Candidate] = []
@@ -129,7 +130,8 @@ def time_calls(cp, family: KernelSpec, calls: list[SweepCall], facts, *, reps: i
             params = cand.params()
             base = {"family": family.name, "layout": call.plan.layout, "m": call.plan.m, "n": call.plan.n,
                     "k": call.plan.k, "user_layout": call.layout, "kernel": cand.kernel, "config": cand.config,
-                    "label": cand.label, "splits": cand.splits, "reduce": cand.reduce}
+                    "label": cand.label, "splits": cand.splits, "reduce": cand.reduce,
+                    "variant": variant_of(call.plan.layout, call.plan.call_values)}
             try:
                 clear_last_launch()
                 gemm(prob.a, prob.b, out, trans_a=prob.trans_a, trans_b=prob.trans_b, params=params,

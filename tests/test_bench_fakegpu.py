@@ -152,14 +152,14 @@ def test_bench_json_has_the_three_timings(fake_gpu, run_cli, monkeypatch):
 
 
 def test_bench_runs_random_shapes_in_their_own_layouts(fake_gpu, run_cli):
-    """random:117:2 draws two small shapes (pinned by test_bench_shapes), 167x244x30 nn and
-    69x506x56 nt: each runs once, in its layout, whatever --layouts says."""
-    code, stdout, err = run_cli("bench", "sgemm", "--shapes", "random:117:2", "--layouts", "tt", "--reps", "2",
+    """random:3:2 draws two small shapes, 351x434x2 nn and 3385x13x10 tt: each runs once, in its
+    own layout, whatever --layouts says; the layouts in --layouts order, then the others'."""
+    code, stdout, err = run_cli("bench", "sgemm", "--shapes", "random:3:2", "--layouts", "tt", "--reps", "2",
                                 "--loop-calls", "2", "--json")
     assert code == 0, err
     rows = json.loads(stdout)["rows"]
     assert [(r["layout"], r["m"], r["n"], r["k"], r["label"]) for r in rows] == [
-        ("nn", 167, 244, 30, "random 1/2"), ("nt", 69, 506, 56, "random 2/2")]
+        ("tt", 3385, 13, 10, "random 2/2"), ("nn", 351, 434, 2, "random 1/2")]
     assert all(r["correct"] for r in rows)
 
 

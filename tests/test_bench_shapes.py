@@ -121,8 +121,8 @@ def test_random_preset_is_determined_by_its_seed():
     # a longer list starts with the shorter one (each shape is drawn after the ones before)
     assert _keys(random_shapes(11, 60))[:10] == _keys(random_shapes(11, 10))
     # the algorithm of the shapes.py docstring, pinned: a change to it changes every stored result's meaning
-    assert _keys(random_shapes(11, 3)) == [(81, 229, 7853, "tt"), (81, 4014, 7, "tt"), (452, 2198, 3, "tn")]
-    assert _keys(random_shapes(11, 3, 16)) == [(96, 240, 7856, "tt"), (96, 4016, 16, "tt"), (464, 2208, 16, "tn")]
+    assert _keys(random_shapes(11, 3)) == [(81, 229, 7853, "nt"), (139, 299, 7, "tn"), (452, 2198, 3, "nt")]
+    assert _keys(random_shapes(11, 3, 16)) == [(96, 240, 7856, "nt"), (144, 304, 16, "tn"), (464, 2208, 16, "nt")]
     assert [s.label for s in random_shapes(11, 3)] == ["random 1/3", "random 2/3", "random 3/3"]
 
 

@@ -25,15 +25,16 @@ The algorithm, exactly (rng = random.Random(SEED), ALIGN default 1, CAP = the la
 ALIGN <= 16384):
   for each of the COUNT shapes (label "random i/COUNT", i from 1):
     repeat:
-      for M, then N, then K:  x = exp(rng.uniform(0, ln 16384))      (log-uniform in [1, 16384])
+      for M, then N, then K:  x = exp(rng.random() * ln 16384)       (log-uniform in [1, 16384])
                               v = min(ceil(x), 16384)
                               v = min(ceil(v / ALIGN) * ALIGN, CAP)   (up to a multiple of ALIGN)
-    until 2^18 <= M·N·K <= 2^36 and (M, N, K) has not been drawn before with the layout drawn next
-    (the layout is drawn after each accepted M, N, K: LAYOUTS[rng.randrange(4)], LAYOUTS = nn, nt,
-    tn, tt; a repeat draws M, N, K and the layout again).
-Only random.Random's uniform() and randrange() are used: their streams for a given seed are part
-of Python's documented reproducibility guarantee. ALIGN is at most 4096: every dimension is at
-least ALIGN, so a larger one would make every M·N·K exceed 2^36.
+      if 2^18 <= M·N·K <= 2^36:
+        layout = LAYOUTS[int(rng.random() * 4)]                      (LAYOUTS = nn, nt, tn, tt)
+    until M·N·K was in bounds and (M, N, K, layout) is not one of the shapes before it.
+Only random.Random(SEED).random() is used: Python guarantees its sequence for a given seed across
+versions (its other methods' algorithms may change); math.exp and math.log are IEEE double. ALIGN
+is at most 4096: every dimension is at least ALIGN, so a larger one would make every M·N·K exceed
+2^36.
 
 Transformer sizes, from each model's published config (hidden_size, intermediate_size,
 num_attention_heads, num_key_value_heads; head_dim = hidden / heads: 128, except 64 for BERT/GPT-2):
@@ -191,7 +192,8 @@ def random_shapes(seed: int, count: int, align: int = 1) -> list[Shape]:
     log_max = math.log(RANDOM_MAX_DIM)
 
     def dim() -> int:
-        v = min(math.ceil(math.exp(rng.uniform(0.0, log_max))), RANDOM_MAX_DIM)   # exp(ln 16384) may round up
+        # random() only (module docstring: its stream is what Python keeps stable); min(): exp may round up
+        v = min(math.ceil(math.exp(rng.random() * log_max)), RANDOM_MAX_DIM)
         return min(-(-v // align) * align, cap)
 
     seen: set[tuple[int, int, int, str]] = set()
@@ -201,7 +203,7 @@ def random_shapes(seed: int, count: int, align: int = 1) -> list[Shape]:
             m, n, k = dim(), dim(), dim()
             if not RANDOM_MIN_VOLUME <= m * n * k <= RANDOM_MAX_VOLUME:
                 continue
-            layout = LAYOUTS[rng.randrange(len(LAYOUTS))]
+            layout = LAYOUTS[int(rng.random() * len(LAYOUTS))]
             if (m, n, k, layout) not in seen:
                 break
         else:

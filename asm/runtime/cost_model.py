@@ -207,10 +207,24 @@ def neighbour_factors(dm: DeviceModel, family: str, variant: str | None, m: int,
     for d, r in near[:NEIGHBOURS]:
         w = 1.0 / (1.0 + d) ** 2
         for label, res in r["res"].items():
-            acc = sums.setdefault(label, [0.0, 0.0])
-            acc[0] += w * res
-            acc[1] += w
+            # the label itself, and its kind (the configuration with any split of the same
+            # reduction), which a split count the sweep did not time near here falls back on
+            for key in (label, split_kind(label)):
+                acc = sums.setdefault(key, [0.0, 0.0])
+                acc[0] += w * res
+                acc[1] += w
     return {label: math.exp(s / (wt + NEIGHBOUR_PRIOR)) for label, (s, wt) in sums.items()}
+
+
+def split_kind(label: str) -> str:
+    """'t64x64_k16/s12' -> 't64x64_k16/s*', '.../s4c' -> '.../s*c'; an unsplit label is its own kind."""
+    base, _, split = label.partition("/s")
+    return label if not split else f"{base}/s*{'c' if split.endswith('c') else ''}"
+
+
+def factor_for(factors: dict[str, float], label: str) -> float:
+    """A candidate's neighbour factor: its own, else its kind's, else 1."""
+    return factors.get(label, factors.get(split_kind(label), 1.0))
 
 
 def rank(cands: list[Candidate], m: int, n: int, k: int, dm: DeviceModel, dtype: str, c_bytes: int,
@@ -221,7 +235,7 @@ def rank(cands: list[Candidate], m: int, n: int, k: int, dm: DeviceModel, dtype:
     factors = neighbour_factors(dm, family or (cands[0].family if cands else ""), variant, m, n, k, plain)
     ests = [estimate(c, m, n, k, dm, dtype, c_bytes, ab_bytes, variant) for c in cands]
     if factors:
-        ests = [replace(e, correction=factors.get(e.candidate.label, 1.0)) for e in ests]
+        ests = [replace(e, correction=factor_for(factors, e.candidate.label)) for e in ests]
     return sorted(ests, key=lambda e: e.call_s)
 
 

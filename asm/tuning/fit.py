@@ -213,11 +213,11 @@ def evaluate(dm: DeviceModel, samples: list[dict], dtype: str = "float32", c_byt
     ratios, misses = [], []
     for key, rows in calls.items():
         best = min(rows, key=_call_ms)
-        from ..runtime.cost_model import neighbour_factors
+        from ..runtime.cost_model import factor_for, neighbour_factors
         s0 = rows[0]
         factors = neighbour_factors(dm, s0["family"], _variant(s0), s0["m"], s0["n"], s0["k"], True)
         ests = [(estimate(_candidate(s), s["m"], s["n"], s["k"], dm, dtype, c_bytes, ab_bytes, _variant(s)).call_s
-                 * factors.get(s["label"], 1.0), s) for s in rows]
+                 * factor_for(factors, s["label"]), s) for s in rows]
         pick = min(ests, key=lambda t: t[0])[1]
         ratio = _call_ms(pick) / _call_ms(best)
         ratios.append(ratio)

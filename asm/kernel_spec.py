@@ -169,7 +169,7 @@ C_BYTES_NAME = "C_BYTES"
 
 _TOP_KEYS = {"source", "entry", "summary", "dtypes", "targets", "abi", "call_params", "defines", "rel_err_limit",
              "launch", "terms", "size_rule", "like", "split_k", "route", "swap_rule", "in_place", "config"}
-_CONFIG_KEYS = {"name", "kernel", "set", "tile", "splits", "max_m", "note"}
+_CONFIG_KEYS = {"name", "kernel", "set", "tile", "splits", "max_m", "note", "swap"}
 _SPLIT_K_KEYS = {"switch", "reduce", "rule", "k_multiple", "cluster_switch", "cluster_when"}
 # what a kernel with a split_k table must take: the partial pass's k extent and slice distance
 SPLIT_K_ABI = ("k_chunk", "split_stride")
@@ -341,7 +341,9 @@ class ConfigEntry:
     builds every entry and checks it against the kernel's own launch constants); `splits`: the
     split-K counts the model may pair it with (1: unsplit); `max_m`: the largest kernel M the
     configuration is meant for (its domain: a GEMV kernel is legal at M = 4096, but nobody should
-    run it there, and the model was never fitted there)."""
+    run it there, and the model was never fitted there); `swap`: the configuration runs the call
+    as C^T = op(B)^T op(A)^T with the kernel's transposed store (its c_trans parameter), so its M
+    is the call's N (a skinny kernel serving few columns)."""
     name: str
     kernel: str
     set: tuple[tuple[str, int], ...]
@@ -349,6 +351,7 @@ class ConfigEntry:
     splits: tuple[int, ...] = (1,)
     max_m: int | None = None
     note: str = ""
+    swap: bool = False
 
 
 @dataclass(frozen=True)
@@ -440,7 +443,8 @@ class KernelSpec:
                 "routes": [{"when": r.when, "kernel": r.kernel} for r in self.routes],
                 "in_place": self.in_place,
                 "configs": [{"name": c.name, "kernel": c.kernel, "set": dict(c.set), "tile": list(c.tile),
-                             "splits": list(c.splits), "max_m": c.max_m, "note": c.note} for c in self.configs],
+                             "splits": list(c.splits), "max_m": c.max_m, "note": c.note, "swap": c.swap}
+                            for c in self.configs],
                 "swap_rules": [{"when": r.when} for r in self.swap_rules]}
 
 
@@ -630,11 +634,14 @@ def _config(where: str, family: str, i: int, c) -> ConfigEntry:
     if (not isinstance(splits, list) or not splits or 1 not in splits
             or not all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 64 for v in splits)):
         raise AsmError(f"{at}.splits: a list of split-K counts from 1 to 64 that includes 1 (unsplit)")
+    swap = c.get("swap", False)
+    if not isinstance(swap, bool):
+        raise AsmError(f"{at}.swap: true or false")
     max_m = c.get("max_m")
     if max_m is not None and (not isinstance(max_m, int) or isinstance(max_m, bool) or max_m < 1):
         raise AsmError(f"{at}.max_m: a positive integer")
     return ConfigEntry(name, kernel, tuple(sets.items()), tuple(tile), tuple(sorted(set(splits))), max_m,
-                       str(c.get("note", "")))
+                       str(c.get("note", "")), swap)
 
 
 def _route(source: SourceFile, where: str, name: str, i: int, r, calls: dict) -> Route:

@@ -28,6 +28,7 @@ class Candidate:
     tile: tuple[int, int, int]       # rows, columns, k step of one block
     splits: int = 1                  # S: K split S ways (1: unsplit)
     reduce: str | None = None        # S > 1: "kernel" (workspace + splitk_reduce) or "cluster"
+    swap: bool = False               # runs as C^T with the kernel's transposed store (ConfigEntry.swap)
 
     @property
     def label(self) -> str:
@@ -41,7 +42,10 @@ class Candidate:
         """The params= of gemm() that run exactly this candidate (the split-K switch carries S and
         the cluster switch 1 for the reduce kernel, S for clusters, as runtime/split_k.py reads them)."""
         out = dict(self.set)
-        sk = get_spec(self.kernel).split_k
+        spec = get_spec(self.kernel)
+        if self.swap:
+            out[spec.call_value_param("c_trans")] = 1
+        sk = spec.split_k
         if sk is not None:
             out[sk.switch] = self.splits
             if sk.cluster_switch is not None:
@@ -53,7 +57,7 @@ def entry_candidates(entry: ConfigEntry, family: str, k: int, *, plain: bool, cl
     """One catalog entry's candidates for a K-deep call: unsplit, and each listed S that still
     splits K (split_for: whole chunks of the kernel's k multiple; S is the splits that result, so
     two asks that land on the same split are one candidate)."""
-    base = Candidate(family, entry.name, entry.kernel, entry.set, entry.tile)
+    base = Candidate(family, entry.name, entry.kernel, entry.set, entry.tile, swap=entry.swap)
     out = [base]
     sk = get_spec(entry.kernel).split_k
     if not plain or sk is None:
@@ -65,23 +69,27 @@ def entry_candidates(entry: ConfigEntry, family: str, k: int, *, plain: bool, cl
             continue
         seen.add(split.splits)
         s = split.splits
-        out.append(Candidate(family, entry.name, entry.kernel, entry.set, entry.tile, s, "kernel"))
+        out.append(Candidate(family, entry.name, entry.kernel, entry.set, entry.tile, s, "kernel", entry.swap))
         if clusters and sk.cluster_switch is not None and s in CLUSTER_SIZES and s <= MAX_CLUSTER_SPLITS:
-            out.append(Candidate(family, entry.name, entry.kernel, entry.set, entry.tile, s, "cluster"))
+            out.append(Candidate(family, entry.name, entry.kernel, entry.set, entry.tile, s, "cluster", entry.swap))
     return out
 
 
 def candidates(family: KernelSpec, m: int, k: int, target: str, *, plain: bool,
-               usable=lambda kernel: True) -> list[Candidate]:
+               usable=lambda kernel: True, swapped_m: int | None = None) -> list[Candidate]:
     """Every candidate of `family`'s catalog for a kernel-level M x (any N) x K call on `target`:
     entries whose kernel builds for the target and can take the call (`usable(kernel name)`: the
     caller's check of the fused epilogue), within their `max_m`; split only for plain calls (no
-    fused epilogue, no batch, no transposed store: the partial pass stores raw sums), in
-    clusters only where the target has them."""
+    fused epilogue, no batch: the partial pass stores raw sums), in clusters only where the target
+    has them. Entries that swap the operands (`swap`) only where the call may run as C^T
+    (`swapped_m`: its M then, the call's N; None: it may not), within max_m of that M."""
     clusters = "clusters" in arch_for(target).features
     out: list[Candidate] = []
     for entry in family.configs:
-        if entry.max_m is not None and m > entry.max_m:
+        if entry.swap and swapped_m is None:
+            continue
+        rows = swapped_m if entry.swap else m
+        if entry.max_m is not None and rows > entry.max_m:
             continue
         spec = get_spec(entry.kernel)
         if spec.build_target(target) is None or not usable(entry.kernel):

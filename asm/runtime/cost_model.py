@@ -209,7 +209,7 @@ def neighbour_factors(dm: DeviceModel, family: str, variant: str | None, m: int,
         for label, res in r["res"].items():
             # the label itself, and its kind (the configuration with any split of the same
             # reduction), which a split count the sweep did not time near here falls back on
-            for key in (label, split_kind(label)):
+            for key in {label, split_kind(label)}:
                 acc = sums.setdefault(key, [0.0, 0.0])
                 acc[0] += w * res
                 acc[1] += w
@@ -229,10 +229,12 @@ def factor_for(factors: dict[str, float], label: str) -> float:
 
 def rank(cands: list[Candidate], m: int, n: int, k: int, dm: DeviceModel, dtype: str, c_bytes: int,
          ab_bytes: int, variant: str | None = None, family: str | None = None,
-         plain: bool = True) -> list[Estimate]:
+         plain: bool = True, neighbours_of: tuple | None = None) -> list[Estimate]:
     """The candidates' estimates, fastest call first (a tie keeps catalog order), each scaled by
-    its neighbours' factor where the sweep measured calls near this one."""
-    factors = neighbour_factors(dm, family or (cands[0].family if cands else ""), variant, m, n, k, plain)
+    its neighbours' factor where the sweep measured calls near this one (neighbours_of: (variant,
+    m, n) of the call as the sweep keys it, where these sizes are a swapped launch's)."""
+    nv, nm, nn = neighbours_of or (variant, m, n)
+    factors = neighbour_factors(dm, family or (cands[0].family if cands else ""), nv, nm, nn, k, plain)
     ests = [estimate(c, m, n, k, dm, dtype, c_bytes, ab_bytes, variant) for c in cands]
     if factors:
         ests = [replace(e, correction=factor_for(factors, e.candidate.label)) for e in ests]

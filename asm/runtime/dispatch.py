@@ -63,14 +63,24 @@ def refuse(key: tuple, why: str) -> None:
 
 def choose(family: KernelSpec, layout: str, m: int, n: int, k: int, *, gpu: str, target: str, sms: int,
            plain: bool, usable=lambda kernel: True, clock_hz: float = 0.0, dram_bytes_per_s: float = 0.0,
-           exact: bool = True, call_values: dict | None = None) -> Choice:
+           exact: bool = True, call_values: dict | None = None, swapped=None) -> Choice:
     """The candidates of a kernel-level M x N x K call of `family` in the order to try them.
-    call_values: the plan's (they give the load variant the model prices); exact=False leaves the
-    database's exact hits out (the model alone: the held-out check)."""
+    call_values: the plan's (they give the load variant the model prices); swapped: where the call
+    may run as C^T, (layout, call values) of that launch, whose M and N are n and m (the catalog's
+    swap entries run so); exact=False leaves the database's exact hits out (the model alone: the
+    held-out check)."""
     dm, best = model_for(gpu, target, sms, clock_hz, dram_bytes_per_s)
-    cands = candidates(family, m, k, target, plain=plain, usable=usable)
-    ranked = rank(cands, m, n, k, dm, family.dtypes.a, DTYPE_ITEMSIZE[family.dtypes.c],
-                  DTYPE_ITEMSIZE[family.dtypes.a], variant_of(layout, call_values or {}), family.name, plain)
+    cands = candidates(family, m, k, target, plain=plain, usable=usable,
+                       swapped_m=n if swapped is not None else None)
+    sizes = (DTYPE_ITEMSIZE[family.dtypes.c], DTYPE_ITEMSIZE[family.dtypes.a])
+    variant = variant_of(layout, call_values or {})
+    ranked = rank([c for c in cands if not c.swap], m, n, k, dm, family.dtypes.a, *sizes, variant, family.name, plain)
+    if swapped is not None:
+        # priced at the launch's own sizes and loads; corrected by the call's neighbours (the sweep
+        # keeps what it measured under the call, whichever way a candidate ran it)
+        ranked += rank([c for c in cands if c.swap], n, m, k, dm, family.dtypes.a, *sizes,
+                       variant_of(swapped[0], swapped[1]), family.name, plain, neighbours_of=(variant, m, n))
+        ranked.sort(key=lambda e: e.call_s)
     key = exact_key(family.name, layout, m, n, k, plain)
     order = [e.candidate for e in ranked]
     chosen_by = "model"
@@ -100,9 +110,9 @@ class CandidateBuild:
 
 
 def candidate_build(cand: Candidate, plan, sms: int, device_target: str, plain: bool) -> CandidateBuild:
-    """The build a candidate makes for `plan` (runtime/plan.LaunchPlan) on a device of
-    `device_target`: exactly what gemm() builds when it runs the candidate (the sweep prebuilds
-    these in parallel)."""
+    """The build a candidate makes for `plan` (runtime/plan.LaunchPlan: the C^T launch's for a swap
+    candidate) on a device of `device_target`: exactly what gemm() builds when it runs the
+    candidate (the sweep prebuilds these in parallel)."""
     spec = get_spec(cand.kernel)
     target = spec.build_target(device_target)
     tuned = cand.params()

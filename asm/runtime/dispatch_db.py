@@ -98,7 +98,7 @@ def _same_target(target: str) -> tuple[dict | None, Path | None]:
     return None, None
 
 
-def model_from(data: dict, source: str) -> DeviceModel:
+def model_from(data: dict, source: str, path: Path | None = None) -> DeviceModel:
     m = data["model"]
     try:
         return DeviceModel(
@@ -113,7 +113,9 @@ def model_from(data: dict, source: str) -> DeviceModel:
             cluster_slots={k: int(v) for k, v in m.get("cluster_slots", {}).items()}, source=source,
             residuals=list(m.get("residuals", [])))
     except (KeyError, TypeError, ValueError) as exc:
-        raise AsmError(f"dispatch database of {data.get('gpu')}: a model entry is malformed ({exc})") from None
+        where = str(path) if path is not None else f"the dispatch database of {data.get('gpu')}"
+        raise AsmError(f"{where}: a model entry is malformed ({type(exc).__name__}: {exc})",
+                       hint="delete it, or run `asmgemm tune --sweep` again") from None
 
 
 def model_to_json(dm: DeviceModel) -> dict:
@@ -131,14 +133,14 @@ def device_model(gpu: str, target: str, sms: int, clock_hz: float, dram_bytes_pe
     target rescaled (no exact hits), else the prior (module docstring)."""
     data, path = database_for(gpu)
     if data is not None:
-        dm = model_from(data, f"fitted on this GPU ({path})")
+        dm = model_from(data, f"fitted on this GPU ({path})", path)
         if sms:
             dm.sms = sms
         return dm, dict(data.get("best", {}))
     other, path = _same_target(target)
     if other is not None:
         dm = model_from(other, f"the model alone: coefficients of {other['gpu']} ({path.name}), scaled to this "
-                               "GPU's clock; no exact hits")
+                               "GPU's clock; no exact hits", path)
         scale = (dm.clock_hz / clock_hz) if clock_hz and dm.clock_hz else 1.0
         dm.configs = {k: ConfigFit(f.block_s * scale, f.step_s * scale, f.alone, f.blocks_per_sm, f.samples,
                                    f.variants) for k, f in dm.configs.items()}

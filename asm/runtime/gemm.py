@@ -712,13 +712,18 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
         tuned = None if params is not None or lookups_disabled() else _lookup_tuned(facts.name, spec, plan)
         # a family with a catalog: the dispatch database's exact hit or the cost model's ranking
         # (runtime/dispatch.py) decides, unless params= or the user's own tuning entry do
-        choice = None
+        choice = plan_ct = None
         if params is None and not tuned and spec.configs:
             plain = mbias is None and act == 0 and kernel_batch == 1
+            if kernel_batch == 1 and not plan.swapped and any(e.swap for e in spec.configs):
+                # the catalog may run this call as C^T (a skinny kernel for few columns)
+                plan_ct = plan_launch(ma, mb, mc, trans_a=trans_a, trans_b=trans_b, ptr_of=_ptr_of, bias=mbias,
+                                      activation=act, c_trans=True)
             choice = dispatch.choose(spec, plan.layout, plan.m, plan.n, plan.k, call_values=plan.call_values, gpu=facts.name, target=facts.target,
                                      sms=facts.sm_count, plain=plain, clock_hz=facts.clock_hz,
                                      dram_bytes_per_s=facts.dram_bytes_per_s,
-                                     usable=lambda name: not _missing_epilogue(get_spec(name), mbias, act))
+                                     usable=lambda name: not _missing_epilogue(get_spec(name), mbias, act),
+                                     swapped=(plan_ct.layout, plan_ct.call_values) if plan_ct is not None else None)
             if choice.chosen_by == "model" and not plan.swapped and os.environ.get(AUTOTUNE_ENV) == "1":
                 _autotune(cupy, arrays, choice, a, b, c, trans_a, trans_b, bias, act, c_shape, new_c_dtype)
         if not tuned and _takes_c_trans(spec, plan, params, facts.sm_count):
@@ -740,8 +745,10 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
         # split-K only on plain 2-D calls: no fused epilogue (the partial pass stores raw sums), no batch
         plain = mbias is None and act == 0 and kernel_batch == 1
         if choice is not None:
-            spec, picked, split, in_cluster, built = _build_choice(choice, plan, facts, plain)
+            spec, picked, split, in_cluster, built = _build_choice(choice, plan, facts, plain, plan_ct)
             target = built.target
+            if picked.swap:
+                plan = plan_ct
         else:
             picked = None
             split = split_k.choose_split(spec, plan, params, tuned, facts.sm_count, plain=plain)
@@ -829,13 +836,14 @@ def _autotune(cupy, arrays, choice: dispatch.Choice, a, b, c, trans_a, trans_b, 
         choice.chosen_by = "autotune"
 
 
-def _build_choice(choice: dispatch.Choice, plan: LaunchPlan, facts, plain: bool):
+def _build_choice(choice: dispatch.Choice, plan: LaunchPlan, facts, plain: bool, plan_ct: LaunchPlan | None = None):
     """(spec, candidate, split, cluster S, build) of the first candidate of `choice` whose build the
-    kernel's guards accept; a refusal is remembered per build, so it costs one expansion per process.
-    Every candidate refused: the first refusal is the error."""
+    kernel's guards accept (a swap candidate built for `plan_ct`, the C^T launch); a refusal is
+    remembered per build, so it costs one expansion per process. Every candidate refused: the
+    first refusal is the error."""
     first = None
     for cand in choice.order:
-        cb = dispatch.candidate_build(cand, plan, facts.sm_count, facts.target, plain)
+        cb = dispatch.candidate_build(cand, plan_ct if cand.swap else plan, facts.sm_count, facts.target, plain)
         why = dispatch.refusal(cb.key)
         if why is None:
             try:

@@ -31,7 +31,8 @@ def _candidate(s: dict) -> Candidate:
     if entry is None:
         raise AsmError(f"sweep sample names configuration '{s['config']}', which {s['family']}'s catalog no "
                        "longer has: sweep again")
-    return Candidate(s["family"], entry.name, entry.kernel, entry.set, entry.tile, int(s["splits"]), s["reduce"])
+    return Candidate(s["family"], entry.name, entry.kernel, entry.set, entry.tile, int(s["splits"]), s["reduce"],
+                     bool(s.get("swap", False)))
 
 
 def _variant(s: dict) -> str:
@@ -46,7 +47,16 @@ def _variant(s: dict) -> str:
 
 
 def _call_key(s: dict) -> str:
-    return exact_key(s["family"], s["layout"], s["m"], s["n"], s["k"], True)
+    """The call a sample timed (recorded by the sweep; older samples: their own launch's sizes)."""
+    return s.get("call") or exact_key(s["family"], s["layout"], s["m"], s["n"], s["k"], True)
+
+
+def _call_sizes(s: dict) -> tuple[str, int, int]:
+    """(load variant, M, N) of the call a sample timed, as the neighbours are keyed."""
+    if s.get("call"):
+        m, n, _ = (int(x) for x in s["call"].split("|")[2].split("x"))
+        return s["call_variant"], m, n
+    return _variant(s), s["m"], s["n"]
 
 
 def _held_out(key: str) -> bool:
@@ -176,12 +186,13 @@ def _residuals(dm: DeviceModel, samples: list[dict]) -> list[dict]:
     out = []
     for key, rows in _by_call(samples).items():
         s0 = rows[0]
+        variant, m, n = _call_sizes(s0)
         res = {}
         for s in rows:
             e = estimate(_candidate(s), s["m"], s["n"], s["k"], dm, "float32", 4, 4, _variant(s))
             res[s["label"]] = round(math.log(_call_ms(s) * 1e-3 / e.call_s), 4)
-        out.append({"family": s0["family"], "variant": _variant(s0), "m": s0["m"], "n": s0["n"], "k": s0["k"],
-                    "plain": True, "res": res})
+        out.append({"family": s0["family"], "variant": variant, "m": m, "n": n, "k": s0["k"], "plain": True,
+                    "res": res})
     return out
 
 
@@ -215,7 +226,8 @@ def evaluate(dm: DeviceModel, samples: list[dict], dtype: str = "float32", c_byt
         best = min(rows, key=_call_ms)
         from ..runtime.cost_model import factor_for, neighbour_factors
         s0 = rows[0]
-        factors = neighbour_factors(dm, s0["family"], _variant(s0), s0["m"], s0["n"], s0["k"], True)
+        variant, m, n = _call_sizes(s0)
+        factors = neighbour_factors(dm, s0["family"], variant, m, n, s0["k"], True)
         ests = [(estimate(_candidate(s), s["m"], s["n"], s["k"], dm, dtype, c_bytes, ab_bytes, _variant(s)).call_s
                  * factor_for(factors, s["label"]), s) for s in rows]
         pick = min(ests, key=lambda t: t[0])[1]

@@ -21,6 +21,7 @@ from ..kernel_spec import DTYPE_ITEMSIZE, KernelSpec, get_spec
 from ..runtime import dispatch, split_k
 from ..runtime.catalog import Candidate, candidates
 from ..runtime.cost_model import variant_of
+from ..runtime.dispatch_db import exact_key
 from ..runtime.plan import fresh_plan
 from .space import _ignore_sigint, _pool_context, default_jobs
 
@@ -33,6 +34,10 @@ class SweepCall:
     layout: str
     plan: object                 # runtime.plan.LaunchPlan on fresh operands (kernel-level M, N, K)
     timed: tuple[Candidate, ...]
+    plan_ct: object = None       # the C^T launch's plan, for the catalog's swap entries (None: none)
+
+    def plan_of(self, cand: Candidate):
+        return self.plan_ct if cand.swap else self.plan
 
 
 def plan_calls(family: KernelSpec, shapes: list[tuple[Shape, str]], facts, exhaustive: bool = False) -> list[SweepCall]:
@@ -44,9 +49,12 @@ def plan_calls(family: KernelSpec, shapes: list[tuple[Shape, str]], facts, exhau
     out = []
     for shape, layout in shapes:
         plan = fresh_plan(shape.m, shape.n, shape.k, layout, a_size, c_size)
-        choice = dispatch.choose(family, plan.layout, plan.m, plan.n, plan.k, call_values=plan.call_values, gpu=facts.name, target=facts.target,
-                                 sms=facts.sm_count, plain=True, clock_hz=facts.clock_hz,
-                                 dram_bytes_per_s=facts.dram_bytes_per_s, exact=False)
+        plan_ct = (fresh_plan(shape.m, shape.n, shape.k, layout, a_size, c_size, c_trans=True)
+                   if any(e.swap for e in family.configs) else None)
+        choice = dispatch.choose(family, plan.layout, plan.m, plan.n, plan.k, call_values=plan.call_values,
+                                 gpu=facts.name, target=facts.target, sms=facts.sm_count, plain=True,
+                                 clock_hz=facts.clock_hz, dram_bytes_per_s=facts.dram_bytes_per_s, exact=False,
+                                 swapped=(plan_ct.layout, plan_ct.call_values) if plan_ct is not None else None)
         timed: list[Candidate] = []
         per_entry: dict[tuple[str, str | None], int] = {}
         for est in choice.ranked:            # fastest first
@@ -58,7 +66,7 @@ def plan_calls(family: KernelSpec, shapes: list[tuple[Shape, str]], facts, exhau
             if per_entry.get((c.config, c.reduce), 0) < room:
                 per_entry[(c.config, c.reduce)] = per_entry.get((c.config, c.reduce), 0) + 1
                 timed.append(c)
-        out.append(SweepCall(shape, layout, plan, tuple(timed)))
+        out.append(SweepCall(shape, layout, plan, tuple(timed), plan_ct))
     return out
 
 
@@ -78,11 +86,11 @@ def prebuild(calls: list[SweepCall], facts, jobs: int = 0, on_done: Callable[[in
     work: dict[tuple, tuple] = {}
     for call in calls:
         for cand in call.timed:
-            cb = dispatch.candidate_build(cand, call.plan, facts.sm_count, facts.target, True)
+            cb = dispatch.candidate_build(cand, call.plan_of(cand), facts.sm_count, facts.target, True)
             work[cb.key] = (cb.spec.name, tuple(cb.defines.items()), cb.target)
             if cb.split is not None and not cb.in_cluster:
                 rspec = split_k.reduce_spec(cb.spec)
-                rdef = split_k.reduce_defines(cb.spec, call.plan)
+                rdef = split_k.reduce_defines(cb.spec, call.plan_of(cand))
                 rkey = (rspec.name, cb.target, tuple(sorted((k, str(v)) for k, v in rdef.items())))
                 work[rkey] = (rspec, tuple(rdef.items()), cb.target)
     refused = {}
@@ -128,10 +136,15 @@ def time_calls(cp, family: KernelSpec, calls: list[SweepCall], facts, *, reps: i
             out = prob.output()
             prob.poison(out)
             params = cand.params()
-            base = {"family": family.name, "layout": call.plan.layout, "m": call.plan.m, "n": call.plan.n,
-                    "k": call.plan.k, "user_layout": call.layout, "kernel": cand.kernel, "config": cand.config,
-                    "label": cand.label, "splits": cand.splits, "reduce": cand.reduce,
-                    "variant": variant_of(call.plan.layout, call.plan.call_values)}
+            # the sizes and loads of the launch this candidate makes (a swap candidate's are the C^T
+            # launch's); "call" keys the call itself, whichever way it ran
+            p = call.plan_of(cand)
+            base = {"family": family.name, "layout": p.layout, "m": p.m, "n": p.n, "k": p.k,
+                    "user_layout": call.layout, "kernel": cand.kernel, "config": cand.config,
+                    "label": cand.label, "splits": cand.splits, "reduce": cand.reduce, "swap": cand.swap,
+                    "variant": variant_of(p.layout, p.call_values),
+                    "call": exact_key(family.name, call.plan.layout, call.plan.m, call.plan.n, call.plan.k, True),
+                    "call_variant": variant_of(call.plan.layout, call.plan.call_values)}
             try:
                 clear_last_launch()
                 gemm(prob.a, prob.b, out, trans_a=prob.trans_a, trans_b=prob.trans_b, params=params,

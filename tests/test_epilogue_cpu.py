@@ -20,6 +20,7 @@ from asmgemm.errors import AsmError
 from asmgemm.runtime.plan import plan_launch
 from asmgemm.toolchain import find_tool
 from epilogue_reference import epilogue
+from dispatch_helpers import dispatch_dir  # noqa: F401  (the fixture)
 from fake_cupy import FakeArray, install_fakes
 
 TINY = Path(__file__).parent / "data" / "tiny_gemm"
@@ -285,22 +286,25 @@ def test_the_bench_tool_refuses_to_fuse_nothing(capsys):
 
 
 @needs_ptxas
-def test_a_fused_activation_reaches_the_size_rule(fake_fp32_gemm):
-    """The runtime gives the size rule the call's parameters: 2048x2048x2048 plain runs sgemm's
-    256x128 load-ahead tile (one block per SM), with an activation the 128x128 default (two per SM,
-    so one block's epilogue overlaps the other's main loop); the bias alone keeps the big tile."""
+def test_a_fused_epilogue_reaches_the_dispatch(fake_fp32_gemm, dispatch_dir):
+    """The runtime gives dispatch the call's epilogue: at 2048x2048x2048 the plain call runs its
+    exact hit (a split, in clusters of 2), a call with a bias or an activation the fused key's hit,
+    unsplit (a split's partial pass stores raw sums), and each result carries the epilogue."""
     import asmgemm
     from asmgemm.runtime.gemm import last_launch
+    dispatch_dir("Fake GPU", best={"sgemm|nn|2048x2048x2048|plain": "t64x64_k16/s2c",
+                                   "sgemm|nn|2048x2048x2048|fused": "t128x128_k8"})
     rng = np.random.default_rng(0)
     a = rng.standard_normal((2048, 2048), dtype=np.float32).view(FakeArray)
     b = rng.standard_normal((2048, 2048), dtype=np.float32).view(FakeArray)
     bias = rng.standard_normal(2048, dtype=np.float32).view(FakeArray)
-    tiles = {}
-    for act, with_bias in ((None, False), (None, True), ("relu", True)):
+    ran = {}
+    for act, with_bias in ((None, False), (None, True), ("relu", True), ("relu", False)):
         c = np.zeros((2048, 2048), np.float32).view(FakeArray)
         asmgemm.gemm(a, b, c, bias=bias if with_bias else None, activation=act)
-        tiles[act, with_bias] = last_launch()["tile"]
+        ran[act, with_bias] = (last_launch()["config"], last_launch()["splits"], last_launch()["tile"])
         want = epilogue(np.asarray(a, np.float64) @ np.asarray(b, np.float64), 1.0, 0.0, None, activation=act,
                         bias_cols=np.asarray(bias) if with_bias else None)
         np.testing.assert_allclose(np.asarray(c), want, rtol=1e-4, atol=1e-3)
-    assert tiles == {(None, False): (256, 128), (None, True): (256, 128), ("relu", True): (128, 128)}
+    assert ran == {(None, False): ("t64x64_k16/s2c", 2, (64, 64)), (None, True): ("t128x128_k8", 1, (128, 128)),
+                   ("relu", True): ("t128x128_k8", 1, (128, 128)), ("relu", False): ("t128x128_k8", 1, (128, 128))}

@@ -1,10 +1,11 @@
 """The skinny kernels (kernels_ptx/gemm_skinny.sasm: sgemm_skinny, hgemm_skinny, bgemm_skinny) and
-the routes that send the tiled kernels' decoding shapes to them, on the CPU: every variant builds
-for sm_90 without spills (but the 16-bit element-by-element path's 4 bytes), with 128-bit loads of
-B hoisted ahead of the FMAs; the spec's [[NAME.route]] tables parse, refuse what they cannot mean
-and pick per shape, layout and dtype; asmgemm.gemm (through the stand-in CuPy) launches the routed
-kernel on its grid, with its split, and reports it (runtime.gemm.last_launch), while params=, a
-transposed B or 17 rows keep sgemm."""
+the ways calls reach them, on the CPU: every variant builds for sm_90 without spills (but the
+16-bit element-by-element path's 4 bytes), with 128-bit loads of B hoisted ahead of the FMAs; the
+16-bit tiled kernels' [[NAME.route]] tables parse, refuse what they cannot mean and pick per shape,
+layout and dtype; sgemm reaches sgemm_skinny as entries of its catalog ([[sgemm.config]], up to
+their max_m rows); asmgemm.gemm (through the stand-in CuPy) launches the skinny kernel on its grid,
+with its split, and reports it (runtime.gemm.last_launch), while params=, a transposed B (the
+kernel's guard refuses it) or rows past the entries' max_m keep sgemm."""
 from __future__ import annotations
 
 import re
@@ -18,6 +19,7 @@ from asmgemm.errors import AsmError
 from asmgemm.kernel_spec import get_spec, load_spec_file
 from asmgemm.pipeline import BuildOptions, assemble, build_file
 from asmgemm.toolchain import disassemble, find_tool
+from dispatch_helpers import dispatch_dir  # noqa: F401  (the fixture)
 from fake_cupy import FakeArray, forget_loaded, interpreting_kernel, make_cupy
 
 needs_tools = pytest.mark.skipif(
@@ -105,17 +107,20 @@ def test_cluster_k_builds_a_cluster_of_grid_z_and_only_then():
 
 
 # ---- the route -------------------------------------------------------------------------------------
-def test_sgemm_routes_decoding_shapes_with_a_row_major_b():
+def test_sgemm_reaches_the_skinny_kernel_through_its_catalog():
+    """The skinny kernel is sgemm's catalog entries skinny_r4/r8/r16 (MR = 4, 8, 16: the tile's rows),
+    candidates up to their max_m rows; sgemm itself routes nowhere. Named with kernel=, the skinny
+    kernel keeps its own size rule (MR from the rows)."""
     spec = get_spec("sgemm")
-    assert spec.route_for(1, 4096, 4096, 132, CALLS) == "sgemm_skinny"
-    assert spec.route_for(16, 18944, 3584, 132, CALLS) == "sgemm_skinny"
-    assert spec.route_for(17, 4096, 4096, 132, CALLS) is None
-    assert spec.route_for(1, 4096, 4096, 132, {**CALLS, "TRANS_B": 1}) is None
+    assert spec.routes == () and spec.route_for(1, 4096, 4096, 132, CALLS) is None
+    assert spec.to_json()["routes"] == []
+    entries = [e for e in spec.configs if e.kernel == "sgemm_skinny"]
+    assert sorted(dict(e.set)["MR"] for e in entries) == [4, 8, 16]
+    assert all(e.tile[0] == dict(e.set)["MR"] and e.max_m is not None and 1 in e.splits for e in entries)
     skinny = get_spec("sgemm_skinny")
-    assert skinny.dtypes == spec.dtypes and not skinny.routes
+    assert skinny.dtypes == spec.dtypes and not skinny.routes and not skinny.configs
     assert skinny.size_rule(1, 4096, 4096, 132) == {"MR": 4} and skinny.size_rule(9, 64, 64, 132) == {"MR": 16}
     assert skinny.size_rule(8, 64, 64, 132) == {}      # the source's default, MR = 8
-    assert spec.to_json()["routes"] == [{"when": "M <= 16 and TRANS_B == 0", "kernel": "sgemm_skinny"}]
 
 
 def test_each_16_bit_kernel_routes_to_its_own_dtype_and_the_fp32_c_ones_nowhere():
@@ -199,52 +204,78 @@ def _gemm(m, n, k, trans_b=False, **kw):
 
 @pytest.mark.toolchain
 @needs_tools
-def test_gemm_launches_the_routed_kernel_and_says_so(fake_fp32_gemm):
+def test_gemm_launches_the_named_kernel_and_says_so(fake_fp32_gemm):
+    """kernel="sgemm_skinny" without params=: its own size and split rules decide ("size rules")."""
     from asmgemm.runtime.gemm import last_launch
     _, launches = fake_fp32_gemm
-    _gemm(3, 300, 200)                         # K < 512: no split; 3 column blocks of 128, one of MR = 4 rows
+    _gemm(3, 300, 200, kernel="sgemm_skinny")  # K < 512: no split; 3 column blocks of 128, one of MR = 4 rows
     ran = last_launch()
     assert {k: v for k, v in ran.items() if k not in ("target", "params")} == {
         "kernel": "sgemm_skinny", "entry": "gemm_skinny", "grid": (3, 1, 1), "block": (256, 1, 1), "tile": (4, 128),
-        "cluster": 1, "splits": 1, "reduce": None, "c_trans": False, "copies": (), "a_ldg": False}
+        "cluster": 1, "splits": 1, "reduce": None, "c_trans": False, "copies": (), "a_ldg": False,
+        "config": None, "chosen_by": "size rules", "blocks_per_sm": None, "clusters_at_once": None}
     assert ran["target"] == "sm_90" and ran["params"]["MR"] == "4", ran
     assert launches[-1][0] == (3, 1, 1)
     # 16 column blocks: S = min(8, ceil(264 / 16)) = 8 of 256; on sm_90 (the stand-in's) the 8 blocks
     # of a column block are one cluster adding their sums: one launch, no reduce kernel
     n_before = len(launches)
-    _gemm(1, 2048, 2048)
+    _gemm(1, 2048, 2048, kernel="sgemm_skinny")
     assert last_launch()["kernel"] == "sgemm_skinny" and last_launch()["splits"] == 8
     assert last_launch()["reduce"] == "cluster" and last_launch()["cluster"] == 8
     assert len(launches) == n_before + 1 and launches[-1][0] == (16, 1, 8)
     # up to 8 rows, as many splits as fit in clusters at once: 32 column blocks, 240 // 32 = 7 asked,
     # 6 of 768 k (whole 256-k rounds)
-    _gemm(1, 4096, 4096)
+    _gemm(1, 4096, 4096, kernel="sgemm_skinny")
     assert last_launch()["splits"] == 6 and last_launch()["reduce"] == "cluster"
     # 16 rows: 64 column blocks, S = min(16, ceil(264 / 64)) = 5 asked, 4 of 1024 k: 256 blocks, more
     # than the clusters that fit at once (cluster_when: 2 (SMS - 12) = 240), so the partial pass and
     # the reduce
     n_before = len(launches)
-    _gemm(16, 8192, 4096)
+    _gemm(16, 8192, 4096, kernel="sgemm_skinny")
     assert last_launch()["splits"] == 4 and last_launch()["reduce"] == "kernel"
     assert len(launches) == n_before + 2 and launches[-2][0] == (64, 1, 4)
     # S > 8 (the portable cluster size) keeps the partial pass and the reduce
     n_before = len(launches)
     _gemm(1, 256, 8192, kernel="sgemm_skinny", params={"SPLIT_K": 16})
     assert last_launch()["splits"] == 16 and last_launch()["reduce"] == "kernel"
+    assert last_launch()["chosen_by"] == "params"
     assert len(launches) == n_before + 2 and launches[-2][0] == (2, 1, 16)
 
 
 @pytest.mark.toolchain
 @needs_tools
-@pytest.mark.parametrize("case", ["params", "trans_b", "17 rows"])
-def test_what_keeps_sgemm(fake_fp32_gemm, case):
+def test_an_untuned_sgemm_call_runs_a_skinny_entry(fake_fp32_gemm, dispatch_dir):
+    """sgemm untuned, the database's hit skinny_r4/s8c for 1 x 2048 x 2048: sgemm_skinny with MR = 4,
+    8 splits in clusters of 8 on (16, 1, 8), one launch; and skinny_r16/s4 for 16 x 8192 x 4096:
+    the partial pass on (64, 1, 4) and the reduce."""
     from asmgemm.runtime.gemm import last_launch
+    _, launches = fake_fp32_gemm
+    dispatch_dir("Fake GPU", best={"sgemm|nn|1x2048x2048|plain": "skinny_r4/s8c",
+                                   "sgemm|nn|16x8192x4096|plain": "skinny_r16/s4"})
+    _gemm(1, 2048, 2048)
+    ran = last_launch()
+    assert (ran["kernel"], ran["config"], ran["chosen_by"]) == ("sgemm_skinny", "skinny_r4/s8c", "database")
+    assert (ran["splits"], ran["reduce"], ran["cluster"], ran["params"]["MR"]) == (8, "cluster", 8, "4")
+    assert len(launches) == 1 and launches[-1][0] == (16, 1, 8)
+    _gemm(16, 8192, 4096)
+    ran = last_launch()
+    assert (ran["kernel"], ran["config"], ran["splits"], ran["reduce"]) == ("sgemm_skinny", "skinny_r16/s4", 4, "kernel")
+    assert len(launches) == 3 and launches[-2][0] == (64, 1, 4)
+
+
+@pytest.mark.toolchain
+@needs_tools
+@pytest.mark.parametrize("case", ["params", "trans_b", "past max_m"])
+def test_what_keeps_sgemm(fake_fp32_gemm, dispatch_dir, case):
+    from asmgemm.runtime.gemm import last_launch
+    dispatch_dir("Fake GPU")
     if case == "params":
         _gemm(3, 300, 200, params={"THREADS": 64, "BK": 16})
     elif case == "trans_b":
-        _gemm(3, 300, 200, trans_b=True)
+        _gemm(3, 300, 200, trans_b=True)           # gemm_skinny's TRANS_B guard refuses every skinny build
     else:
-        _gemm(17, 300, 200)
+        rows = max(e.max_m for e in get_spec("sgemm").configs if e.kernel == "sgemm_skinny") + 1
+        _gemm(rows, 300, 200)
     assert last_launch()["kernel"] == "sgemm"
 
 

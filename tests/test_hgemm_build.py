@@ -579,22 +579,46 @@ def test_persistent_grid_walks_units_of_the_cluster():
 
 def test_cluster_capacity_is_asked_once_and_only_where_the_driver_can_answer(monkeypatch):
     """max_active_clusters: None for an unclustered kernel and for a function without CuPy's
-    CUfunction handle (a stand-in), without asking the driver; one answer per (build, device)."""
+    CUfunction handle (a stand-in), without asking the driver; one answer per (build, device, and
+    split-K's clusters along z: along_z = S for an x-unclustered build)."""
     from types import SimpleNamespace
 
     from asmgemm.runtime import cluster_capacity
     monkeypatch.setattr(cluster_capacity, "_cache", {})
     asked = []
-    monkeypatch.setattr(cluster_capacity, "_query", lambda fn, built: asked.append(built.key) or 30)
+    monkeypatch.setattr(cluster_capacity, "_query",
+                        lambda fn, built, along_z=0: asked.append((built.key, along_z)) or 30 + along_z)
     four = SimpleNamespace(key="k4", cluster=4, threads=256, smem_bytes=200000)
-    assert cluster_capacity.max_active_clusters(object(), SimpleNamespace(key="k1", cluster=1), 0) is None
+    one = SimpleNamespace(key="k1", cluster=1, threads=256, smem_bytes=1000)
+    assert cluster_capacity.max_active_clusters(object(), one, 0) is None
+    assert cluster_capacity.max_active_clusters(object(), one, 0, 1) is None        # S = 1: no cluster
     assert cluster_capacity.max_active_clusters(object(), four, 0) == 30
     assert cluster_capacity.max_active_clusters(object(), four, 0) == 30
     assert cluster_capacity.max_active_clusters(object(), four, 1) == 30
-    assert asked == ["k4", "k4"]                 # once per device
+    assert cluster_capacity.max_active_clusters(object(), one, 0, 8) == 38          # CLUSTER_K = 8 along z
+    assert cluster_capacity.max_active_clusters(object(), one, 0, 8) == 38
+    assert asked == [("k4", 0), ("k4", 0), ("k1", 8)]        # once per device and cluster shape
     monkeypatch.undo()
     assert cluster_capacity._query(SimpleNamespace(kernel=None), four) is None
     assert cluster_capacity._query(SimpleNamespace(kernel=SimpleNamespace(ptr=0)), four) is None
+    assert cluster_capacity._query(SimpleNamespace(kernel=None), one, 8) is None
+
+
+def test_blocks_per_sm_is_asked_once_and_only_where_the_driver_can_answer(monkeypatch):
+    """blocks_per_sm (last_launch()'s, the cost model's r): one answer per (build, device); None
+    for a function without CuPy's CUfunction handle."""
+    from types import SimpleNamespace
+
+    from asmgemm.runtime import cluster_capacity
+    monkeypatch.setattr(cluster_capacity, "_blocks", {})
+    asked = []
+    monkeypatch.setattr(cluster_capacity, "_query_blocks", lambda fn, built: asked.append(built.key) or 2)
+    b = SimpleNamespace(key="kb", cluster=1, threads=256, smem_bytes=67584)
+    assert cluster_capacity.blocks_per_sm(object(), b, 0) == 2 == cluster_capacity.blocks_per_sm(object(), b, 0)
+    assert cluster_capacity.blocks_per_sm(object(), b, 1) == 2
+    assert asked == ["kb", "kb"]
+    monkeypatch.undo()
+    assert cluster_capacity._query_blocks(SimpleNamespace(kernel=None), b) is None
 
 
 def test_tmap_c_is_encoded_only_for_whole_16_byte_rows_of_c(monkeypatch):

@@ -82,13 +82,18 @@ set = { T = 256 }
         load_spec_file(bad)
 
 
-def test_the_sgemm_keeps_two_blocks_per_sm_for_a_fused_activation():
-    """The load-ahead kernel (RQ=4, one block per SM) for large plain GEMMs, the source defaults
-    (two blocks per SM: one block's epilogue beside the other's main loop) with an activation."""
+def test_the_shipped_sgemm_is_dispatched_by_its_catalog():
+    """sgemm's tilings, its decoding kernel and its split-K counts are catalog entries ranked by the
+    cost model (tests/test_dispatch.py), not size, route or split rules; the skinny entries build
+    sgemm_skinny for a few rows, and to_json shows the catalog."""
     s = get_spec("sgemm")
-    assert s.size_rule(4096, 4096, 4096, 132)["RQ"] == 4
-    assert s.size_rule(4096, 4096, 4096, 132, {"BIAS": 1})["RQ"] == 4
-    assert s.size_rule(4096, 4096, 4096, 132, {"BIAS": 1, "ACT": 2}) == {}
+    assert s.configs and s.size_rules == () and s.routes == () and s.split_k.rules == ()
+    names = [c.name for c in s.configs]
+    assert len(set(names)) == len(names) and "t128x128_k8" in names
+    assert {c.kernel for c in s.configs} == {"sgemm", "sgemm_skinny"}
+    assert all(c.max_m is not None for c in s.configs if c.kernel == "sgemm_skinny")
+    shown = s.to_json()["configs"]
+    assert [c["name"] for c in shown] == names and all(1 in c["splits"] for c in shown)
 
 
 @pytest.mark.parametrize("change, message", [

@@ -2,8 +2,9 @@
 bgemm_mma_f32c) on the CPU, for every target of its spec (sm_80, sm_86, sm_89, sm_90, sm_120: the
 GPUs other than the H100 are only ever built here; issue 31, "Targets we cannot run here").
 
-Every tiling the untuned dispatch picks (the spec's size rules, each made to fire on a probe) is
-built for every target, and a covering set of calls spreads the four layouts, the copy widths
+Every tiling the untuned dispatch may pick (each entry of the spec's catalog, [[hgemm_mma.config]])
+is built for every target with the tile the entry names, and a covering set of calls spreads the
+four layouts, the copy widths
 ALIGN_A/ALIGN_B (16, 8, 4 bytes by cp.async, 2 through registers), bf16, an fp32 C and the fused
 epilogue over the targets. Each build: ptxas -v without warnings, spills, stack or local memory,
 a block's registers and shared memory within the target's limits. Their SASS (nvdisasm): every
@@ -52,12 +53,24 @@ KERNELS = {(0, 0): "hgemm_mma", (1, 0): "bgemm_mma", (0, 1): "hgemm_mma_f32c", (
 SMEM_FALLBACK = arch_for("sm_86").sm_limits.shared_per_block_optin
 
 
+ENTRIES = {e.name: e for e in SPEC.configs}
+# the catalog's entries these builds pick per call (as the retired size rules did): the source's
+# defaults, the eight-warp tiling that makes room for a 2-byte copy, the 64 x 64 tiles for a small problem
+DEFAULT, NARROW, SMALL_TILES = "t128x128_w64x64", "t128x128_w64x32", "t64x64_w32x32"
+
+
+def tiling_name(shape: tuple[int, int, int], align_a: int = 16, align_b: int = 16) -> str:
+    """The catalog entry built for a call of this shape whose operands allow copies of align_a /
+    align_b bytes: 64 x 64 tiles for the small problem, else the defaults, or WN = 32 for 2-byte copies
+    (the defaults' register guard refuses those)."""
+    if shape == SMALL:
+        return SMALL_TILES
+    return NARROW if 2 in (align_a, align_b) else DEFAULT
+
+
 def untuned(shape: tuple[int, int, int], layout: str = "nn", align_a: int = 16, align_b: int = 16) -> dict:
-    """The size rule's tiling for a call of this shape and layout whose operands allow copies of
-    align_a / align_b bytes (what choose_params lays over the defaults)."""
-    calls = {"TRANS_A": int(layout[0] == "t"), "TRANS_B": int(layout[1] == "t"), "ALIGN_A": align_a,
-             "ALIGN_B": align_b}
-    return SPEC.size_rule(*shape, SMS, calls)
+    """That entry's -D set (what choose_params lays over the defaults for its candidate)."""
+    return dict(ENTRIES[tiling_name(shape, align_a, align_b)].set)
 
 
 @dataclass(frozen=True)
@@ -198,21 +211,17 @@ def _total(counts: Counter, prefix: str) -> int:
 
 
 # ---- the untuned tilings -------------------------------------------------------------------------
-def test_the_probes_make_every_size_rule_fire():
-    """The tilings built below are all the untuned dispatch picks: the defaults and each size
-    rule's, and the probes reach each one; the runtime's own untuned choice for fresh (16-byte
-    aligned) operands agrees with the rules as called here."""
-    picked = {tuple(sorted(untuned(shape, layout, a, b).items()))
-              for shape, layout, a, b in itertools.product((LARGE, SMALL), LAYOUTS, ALIGNS, ALIGNS)}
-    wanted = {()} | {tuple(sorted(dict(rule.set).items())) for rule in SPEC.size_rules}
-    assert picked == wanted
-    built = {tuple(sorted(untuned(c.shape, c.layout, c.align_a, c.align_b).items())) for c in CONFIGS}
+def test_every_catalog_tiling_is_built_on_every_target():
+    """The tilings built below are the catalog's entries, every one on every target; hgemm_mma has
+    no size rules left to pick behind the catalog's back, and a call's candidates are its entries."""
+    from asmgemm.runtime.catalog import candidates
+    assert {DEFAULT, NARROW, SMALL_TILES} == set(ENTRIES) and not SPEC.size_rules
+    wanted = {tuple(sorted(dict(e.set).items())) for e in SPEC.configs}
     for target in TARGETS:
-        assert {tuple(sorted(untuned(c.shape, c.layout, c.align_a, c.align_b).items()))
-                for c in CONFIGS if c.target == target} == wanted, f"{target} misses a tiling"
-    assert built == wanted
+        assert {_tiling_key(c) for c in CONFIGS if c.target == target} == wanted, f"{target} misses a tiling"
+        assert [c.config for c in candidates(SPEC, 4096, 4096, target, plain=True)] == list(ENTRIES)
     for shape, layout in itertools.product((LARGE, SMALL), LAYOUTS):
-        assert untuned_size_rule(SPEC, *shape, layout, SMS) == untuned(shape, layout)
+        assert untuned_size_rule(SPEC, *shape, layout, SMS) == {}
 
 
 def test_the_configs_cover_layouts_aligns_kernels_and_epilogues():
@@ -244,6 +253,8 @@ def test_builds_without_spills_or_local_memory(cfg):
     assert 0 < k.registers <= 255 and k.registers * c["THREADS"] <= 65536, f"{cfg}: {k.registers} registers"
     smem = limits.shared_per_block_optin if limits else SMEM_FALLBACK
     assert c["SMEM_BYTES"] + k.shared_bytes <= smem, f"{cfg}: {c['SMEM_BYTES']} bytes of shared memory"
+    # the catalog entry's tile (the cost model's unit of work) is the build's own
+    assert (c["BM"], c["BN"], c["BK"]) == ENTRIES[tiling_name(cfg.shape, cfg.align_a, cfg.align_b)].tile, cfg
 
 
 # ---- SASS ----------------------------------------------------------------------------------------
@@ -304,7 +315,7 @@ def test_default_tiling_with_a_column_bias_fits_the_register_plan(layout, epilog
     not while the main loop's fragments and addresses were .regs, a register each for the whole
     kernel ("cannot place register 'w3': no free index in R0..R254"): now .temps."""
     defines = {"TRANS_A": int(layout[0] == "t"), "TRANS_B": int(layout[1] == "t"), **epilogue}
-    assert untuned(LARGE, layout) == {}
+    assert untuned(LARGE, layout) == {}               # the default entry: the source's defaults
     build_file("mma_gemm", BuildOptions(defines={k: str(v) for k, v in defines.items()}, target="sm_80"))
 
 
@@ -343,9 +354,10 @@ def test_bad_parameters_stop_at_the_kernels_error(defines, message):
     assert line.lstrip().startswith(".error") and message.split(" ")[0] in line, line
 
 
-def test_the_warp_tile_rule_makes_room_for_2_byte_copies():
-    """ALIGN = 2 on the default 64 x 64 warp tiles is refused (above); the size rule's WN = 32
-    tiling takes it for either operand, or both, in every layout."""
+def test_the_catalogs_narrow_warp_tile_makes_room_for_2_byte_copies():
+    """ALIGN = 2 on the default 64 x 64 warp tiles is refused (above), so dispatch passes over that
+    entry (tests/test_dispatch.py); the catalog's WN = 32 entry takes it for either operand, or both,
+    in every layout."""
     for layout, (a, b) in itertools.product(LAYOUTS, [(2, 16), (16, 2), (2, 2)]):
         tiling = untuned(LARGE, layout, a, b)
         assert tiling == {"WN": 32}

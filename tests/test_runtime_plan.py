@@ -140,22 +140,25 @@ def test_vector_loads_need_alignment():
 
 
 def test_choose_params_precedence():
+    """params= over a tuning entry over the size rule over the source's defaults. sgemm has no size
+    rules (its catalog's pick arrives as params): untuned, the source's defaults at any size;
+    sgemm_skinny keeps its rule (MR from the rows)."""
     big = np.zeros((4096, 4096), np.float32)
     p_big = _plan(big, big, big)
     small = np.zeros((100, 100), np.float32)
     p_small = _plan(small, small, small)
     assert choose_params(SGEMM, p_big, None, None, 132)["THREADS"] == 256
-    assert choose_params(SGEMM, p_small, None, None, 132)["THREADS"] == 64
-    # the measured small-problem rule: cp.async up to half as many 128x128 tiles as SMs, not above
-    few = _plan(np.zeros((1536, 64), np.float32), np.zeros((64, 640), np.float32), np.zeros((1536, 640), np.float32))
-    some = _plan(np.zeros((1280, 64), np.float32), np.zeros((64, 1280), np.float32), np.zeros((1280, 1280), np.float32))
-    assert {k: choose_params(SGEMM, few, None, None, 132)[k] for k in ("THREADS", "BK", "ASYNC")} == \
-        {"THREADS": 64, "BK": 16, "ASYNC": 1}
-    assert {k: choose_params(SGEMM, some, None, None, 132)[k] for k in ("THREADS", "BK", "ASYNC")} == \
-        {"THREADS": 64, "BK": 16, "ASYNC": 0}
-    assert choose_params(SGEMM, p_small, {"THREADS": 256}, None, 132)["THREADS"] == 256
+    assert choose_params(SGEMM, p_small, None, None, 132)["THREADS"] == 256
+    assert choose_params(SGEMM, p_small, {"THREADS": 64}, None, 132)["THREADS"] == 64
     assert choose_params(SGEMM, p_big, None, {"BK": 16}, 132)["BK"] == 16
     assert choose_params(SGEMM, p_big, {"BK": 8}, {"BK": 16}, 132)["BK"] == 8
+    skinny = get_spec("sgemm_skinny")
+    one = _plan(np.zeros((1, 64), np.float32), np.zeros((64, 256), np.float32), np.zeros((1, 256), np.float32))
+    rows16 = _plan(np.zeros((16, 64), np.float32), np.zeros((64, 256), np.float32), np.zeros((16, 256), np.float32))
+    assert choose_params(skinny, one, None, None, 132)["MR"] == 4                   # the size rule
+    assert choose_params(skinny, rows16, None, None, 132)["MR"] == 16
+    assert choose_params(skinny, one, None, {"MR": 8}, 132)["MR"] == 8              # a tuning entry over it
+    assert choose_params(skinny, one, {"MR": 16}, {"MR": 8}, 132)["MR"] == 16       # params= over both
     # a caller can switch 128-bit loads off but never on where they would be misaligned
     odd = np.zeros((16, 9), np.float32)[:, :8]
     p_odd = _plan(odd, np.zeros((8, 16), np.float32), np.zeros((16, 16), np.float32))
@@ -164,34 +167,12 @@ def test_choose_params_precedence():
     assert choose_params(SGEMM, p_big, {"TRANS_A": 1}, None, 132)["TRANS_A"] == 0
 
 
-@pytest.mark.parametrize("mnk, expected", [
-    ((1024, 1024, 1024), {"THREADS": 256, "RQ": 2, "BK": 16}),       # rule 0s: <= 1024 rows, 8 x 64 tiles >= SMS
-    ((1536, 640, 1024), {"THREADS": 64, "BK": 16, "ASYNC": 1}),      # 60 tiles <= 132/2
-    ((1280, 1280, 1280), {"THREADS": 64, "BK": 16}),                 # 100 tiles < 132
-    ((1536, 1536, 1536), {}),                                        # 144 tiles, 72 of 256x128
-    ((128, 4096, 4096), {"THREADS": 256, "RQ": 2, "BK": 16}),                   # one tile row, deep K (split 8)
-    ((128, 2048, 2048), {"THREADS": 64, "BK": 16, "ASYNC": 1}),                 # 16 tiles x 4 splits < SMS blocks
-    ((2048, 2048, 2048), {"RQ": 4, "BK": 16, "LOAD_AHEAD": 1, "LDG_NC": 0}),   # 128 >= 15/16 of 132
-    ((4096, 4096, 4095), {"RQ": 4, "BK": 8, "LOAD_AHEAD": 1, "LDG_NC": 0}),    # K not a multiple of 16
-    ((3000, 5000, 700), {}),                                                   # K < 2048: the defaults
-    # rule 3w: 256x128 tiles whose last wave is mostly idle -> 128x128, two a SM
-    ((4097, 4097, 4097), {"RQ": 2, "BK": 8}),                  # W 5 (561 tiles), n 9: 1.05 x 4.6 < 5
-    ((4096, 3584, 18944), {"RQ": 2, "BK": 8}),                 # W 4 (448), n 7: 1.05 x 3.6 < 4
-    ((4096, 4096, 4097), {"RQ": 4, "BK": 8, "LOAD_AHEAD": 1, "LDG_NC": 0}),    # W 4, n 8: 1.05 x 4 > 4
-    ((8192, 8192, 8192), {"RQ": 4, "BK": 16, "LOAD_AHEAD": 1, "LDG_NC": 0}),   # W 16, n 32
-])
-def test_size_rule_branches(mnk, expected):
-    assert SGEMM.size_rule(*mnk, 132) == expected
-
-
-def test_size_rule_scales_with_the_sm_count():
-    assert SGEMM.size_rule(1536, 640, 1024, 128) == {"THREADS": 64, "BK": 16, "ASYNC": 1}
-    assert SGEMM.size_rule(1536, 640, 1024, 100) == {"THREADS": 64, "BK": 16}
-    assert SGEMM.size_rule(1536, 640, 1024, 50) == {"THREADS": 64, "BK": 16}      # rule 3: a side <= 1024
-    assert SGEMM.size_rule(1024, 1024, 1024, 132) == {"THREADS": 256, "RQ": 2, "BK": 16}   # rule 0s
-    assert SGEMM.size_rule(1024, 1024, 1024, 600) == {"THREADS": 64, "BK": 16, "ASYNC": 1}  # 8 x 64 tiles < SMS
-    assert SGEMM.size_rule(2048, 2048, 2048, 3000) == {"THREADS": 64, "BK": 16, "ASYNC": 1}
-    assert SGEMM.size_rule(2048, 2048, 2048, 32)["LOAD_AHEAD"] == 1
+@pytest.mark.parametrize("mnk", [(1024, 1024, 1024), (1, 4096, 4096), (4096, 4096, 4095), (128, 4096, 4096)])
+def test_a_catalog_family_has_no_size_rule(mnk):
+    """sgemm is dispatched by its catalog (tests/test_dispatch.py): its size rule is empty for any
+    call, so nothing can run a retired rule's tiling behind the cost model's back."""
+    assert SGEMM.configs and not SGEMM.size_rules
+    assert SGEMM.size_rule(*mnk, 132) == {} == SGEMM.size_rule(*mnk, 132, {"ACT": 2, "BIAS": 1})
 
 
 def test_default_params_are_the_tunables():
@@ -202,16 +183,19 @@ def test_default_params_are_the_tunables():
 
 def test_untuned_size_rule_is_the_runtimes_choice():
     """What the scripts lay -D overrides over (tools/variant_ab.py, epilogue_bench.py): the size
-    rule with the call values the runtime computes, the fused epilogue's included."""
+    rule with the call values the runtime computes, the fused epilogue's included. hgemm_f32c's rule
+    1h (BN = 96 in pairs of tile rows) holds at 512x3072x768 only without an activation."""
     from asmgemm.runtime.launch import untuned_size_rule
-    assert untuned_size_rule(SGEMM, 4096, 4096, 4096, "nn", 132) == SGEMM.size_rule(4096, 4096, 4096, 132)
-    assert untuned_size_rule(SGEMM, 4096, 4096, 4096, "tn", 132)["RQ"] == 4
-    assert untuned_size_rule(SGEMM, 4096, 4096, 4096, "nn", 132, bias=1, activation=2) == {}
-    a, b, c = (np.zeros(s, np.float32) for s in ((4096, 4096),) * 3)
+    spec = get_spec("hgemm_f32c")
+    plain = untuned_size_rule(spec, 512, 3072, 768, "nn", 132)
+    assert plain == {"BN": 96, "CLUSTER_M": 2, "STAGES": 6}
+    assert untuned_size_rule(spec, 512, 3072, 768, "nn", 132, bias=1, activation=2)["BN"] == 128
+    a, b, c = np.zeros((512, 768), np.float16), np.zeros((768, 3072), np.float16), np.zeros((512, 3072), np.float32)
     plan = plan_launch(a, b, c, trans_a=False, trans_b=False, ptr_of=lambda x: 256)
-    chosen = choose_params(SGEMM, plan, None, None, 132)
-    assert {k: chosen[k] for k in untuned_size_rule(SGEMM, 4096, 4096, 4096, "nn", 132)} == \
-        untuned_size_rule(SGEMM, 4096, 4096, 4096, "nn", 132)
+    chosen = choose_params(spec, plan, None, None, 132)
+    assert {k: chosen[k] for k in plain} == plain
+    # sgemm's catalog decides instead: no rule, nothing laid over the defaults
+    assert untuned_size_rule(SGEMM, 4096, 4096, 4096, "nn", 132) == {}
 
 
 # ---- copy_alignment: the copy widths of the in-place kernels (call values align_a, align_b) ---------

@@ -240,43 +240,29 @@ def test_load_ahead_applies_only_where_it_fits():
         build_file("sgemm", BuildOptions(defines={"LOAD_AHEAD": "2"}))
 
 
-def test_default_choice_by_problem_size():
-    """gemm() without params or a tuned entry: the 256x128 load-ahead variant when its tiles cover
-    15/16 of the SMs (BK=16 for K a multiple of 16, >= 2048), the 128x128 8x8 kernel between, the
-    64-thread one below."""
+def test_a_catalog_candidate_builds_its_entry():
+    """gemm() without params or a tuned entry runs a catalog candidate (tests/test_dispatch.py),
+    handing its params to the build as a tuning entry: each sgemm entry's -D set lands whole on the
+    source's defaults, whatever the size (sgemm has no size rule left to overrule it), with the
+    split switches off for an unsplit candidate; params= bypass the catalog."""
     np = pytest.importorskip("numpy")
     from asmgemm.kernel_spec import get_spec
+    from asmgemm.runtime.catalog import Candidate
     from asmgemm.runtime.launch import choose_params
     from asmgemm.runtime.plan import plan_launch
-    LARGE_VARIANT = {"RQ": 4, "BK": 8, "LOAD_AHEAD": 1, "LDG_NC": 0}
+    spec = get_spec("sgemm")
 
-    def _plan(a, b, c):
+    def _plan(m, n, k):
+        a, b, c = np.zeros((m, k), np.float32), np.zeros((k, n), np.float32), np.zeros((m, n), np.float32)
         return plan_launch(a, b, c, trans_a=False, trans_b=False, ptr_of=lambda x: 256)
 
-    def chosen(m, n, k):
-        a, b, c = np.zeros((m, k), np.float32), np.zeros((k, n), np.float32), np.zeros((m, n), np.float32)
-        return choose_params(get_spec("sgemm"), _plan(a, b, c), None, None, 132)
-
-    big = chosen(4096, 4096, 4095)            # K >= 2048, not a multiple of 16
-    assert {k: big[k] for k in LARGE_VARIANT} == LARGE_VARIANT and big["THREADS"] == 256
-    assert chosen(2048, 2048, 2056)["RQ"] == 4  # 128 tiles of 256x128 on 132 SMs: >= 15/16
-    # K < 2048: the source defaults (4099x4093x509 ran 0.79x cuBLAS on the BK=8 load-ahead kernel,
-    # 0.97x so; 4096x2304x768 0.89x, 1.06x)
-    for m, n, k in ((4096, 4096, 64), (4096, 4096, 512), (4096, 2304, 768)):
-        short = chosen(m, n, k)
-        assert (short["THREADS"], short["RQ"], short.get("LOAD_AHEAD", 0)) == (256, 2, 0)
-    # 65-1024 rows whose 128x128 tiles split along K fill the SMs: that kernel with BK=16 (rule 0s);
-    # more rows and at most 1024 columns: the 64-thread BK=16 kernel (4096x768x768 1.14x)
-    assert {k: chosen(512, 11008, 4096)[k] for k in ("THREADS", "RQ", "BK")} == {"THREADS": 256, "RQ": 2, "BK": 16}
-    assert {k: chosen(4096, 768, 768)[k] for k in ("THREADS", "BK")} == {"THREADS": 64, "BK": 16}
-    # deep K: BK=16 only when K is a multiple of 16 and >= 2048 (no partial K tile)
-    assert chosen(4096, 4096, 4096)["BK"] == 16 and chosen(2048, 2048, 2048)["BK"] == 16
-    assert chosen(4096, 4096, 4096)["LOAD_AHEAD"] == 1
-    assert chosen(3000, 5000, 700)["BK"] == 8 and chosen(4096, 4096, 4104)["BK"] == 8
-    assert chosen(4096, 4096, 1024)["BK"] == 8 and chosen(4096, 4096, 1024).get("LOAD_AHEAD", 0) == 0
-    mid = chosen(1536, 1536, 64)              # 144 tiles of 128x128, 72 of 256x128
-    assert mid["THREADS"] == 256 and mid["RQ"] == 2 and mid.get("LOAD_AHEAD", 0) == 0
-    assert chosen(1000, 1000, 64)["THREADS"] == 256                  # rule 0s
-    assert chosen(1100, 1000, 64)["THREADS"] == 64
-    explicit = _plan(np.zeros((4096, 64), np.float32), np.zeros((64, 4096), np.float32), np.zeros((4096, 4096), np.float32))
-    assert choose_params(get_spec("sgemm"), explicit, {"RQ": 2}, None, 132).get("LOAD_AHEAD", 0) == 0, "params= bypass the rule"
+    entries = [e for e in spec.configs if e.kernel == "sgemm"]
+    assert {"LOAD_AHEAD": 1, "RQ": 4, "BK": 16, "LDG_NC": 0} in [dict(e.set) for e in entries]
+    for e in entries:
+        cand = Candidate("sgemm", e.name, e.kernel, e.set, e.tile)
+        for m, n, k in ((4096, 4096, 4096), (128, 768, 768), (3000, 5000, 700)):
+            chosen = choose_params(spec, _plan(m, n, k), None, cand.params(), 132, {"SPLIT_K": 0})
+            assert {p: chosen[p] for p in dict(e.set)} == dict(e.set), (e.name, m, n, k)
+            assert chosen["SPLIT_K"] == 0 and chosen.get("LOAD_AHEAD", 0) == dict(e.set).get("LOAD_AHEAD", 0)
+    explicit = _plan(4096, 4096, 64)
+    assert choose_params(spec, explicit, {"RQ": 2}, None, 132).get("LOAD_AHEAD", 0) == 0, "params= bypass the catalog"

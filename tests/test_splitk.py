@@ -2,7 +2,11 @@
 SPLIT_K=1, kernels_ptx/splitk_reduce.sasm): the choice of S and k_chunk, the spec's checks, the
 builds, and asmgemm.gemm driven to both launches through a stand-in CuPy whose kernels interpret
 the packed arguments (fake_cupy.interpreting_kernel: the partial pass per split, then the reduce),
-so a wrong pointer offset, stride, chunk or argument order gives a wrong C."""
+so a wrong pointer offset, stride, chunk or argument order gives a wrong C.
+
+sgemm has no split rules since its catalog ([[sgemm.config]]) took over: which S an untuned call
+runs is the cost model's choice (tests/test_dispatch.py); here the split is asked for, by a
+catalog candidate's params or by params= directly, and the mechanism checked."""
 from __future__ import annotations
 
 import sys
@@ -18,6 +22,7 @@ from asmgemm.kernel_spec import get_spec, load_spec_file
 from asmgemm.runtime import split_k
 from asmgemm.runtime.plan import call_values_for, plan_launch
 from asmgemm.toolchain import find_tool
+from dispatch_helpers import dispatch_dir  # noqa: F401  (the fixture)
 from fake_cupy import FakeArray, forget_loaded, interpreting_kernel, make_cupy, make_torch
 
 needs_ptxas = pytest.mark.skipif(find_tool("ptxas", required=False) is None, reason="ptxas not installed")
@@ -37,69 +42,64 @@ def _plan(m, n, k, layout="nn", ptr=256):
 
 
 # ---- choosing S and k_chunk ----------------------------------------------------------------------
-@pytest.mark.parametrize("m,n,k,splits", [(1, 4096, 4096, 9), (16, 4096, 14336, 9), (128, 768, 3072, 22),
-                                          (128, 4096, 4096, 8), (1, 768, 768, 12), (128, 14336, 4096, 8)])
-def test_the_rule_splits_the_decode_shapes(m, n, k, splits):
-    split = split_k.choose_split(SGEMM, _plan(m, n, k), None, None, 132)
-    assert split is not None and split.splits == splits
-    assert split.k_chunk % 16 == 0 and (split.splits - 1) * split.k_chunk < k <= split.splits * split.k_chunk
+def _cand(splits, reduce="kernel", config="t64x64_k16"):
+    """sgemm's catalog entry `config` split S ways, as dispatch hands it to the build."""
+    from asmgemm.runtime.catalog import Candidate
+    e = next(e for e in SGEMM.configs if e.name == config)
+    return Candidate("sgemm", e.name, e.kernel, e.set, e.tile, splits, reduce)
+
+
+# (the splits the retired split rules gave these decode shapes, now asked by a candidate): k_chunk
+# is ceil(K / S) rounded up to 16, S = ceil(K / k_chunk)
+@pytest.mark.parametrize("m,n,k,asked,splits,chunk", [(1, 4096, 4096, 9, 9, 464), (16, 4096, 14336, 9, 9, 1600),
+                                                      (128, 768, 3072, 24, 24, 128), (128, 4096, 4096, 8, 8, 512),
+                                                      (1, 768, 768, 12, 12, 64), (17, 576, 2000, 24, 21, 96)])
+def test_a_candidates_split_is_the_launchs(m, n, k, asked, splits, chunk):
+    """The params of a split candidate (SPLIT_K = S, CLUSTER_K = 1) decide the split the way a
+    tuning entry naming SPLIT_K does; the reduce kernel, not clusters, even on sm_90."""
+    plan = _plan(m, n, k)
+    cand = _cand(asked)
+    split = split_k.choose_split(SGEMM, plan, None, cand.params(), 132)
+    assert split == split_k.Split(splits, chunk)
+    assert (split.splits - 1) * split.k_chunk < k <= split.splits * split.k_chunk
+    assert split_k.cluster_splits(SGEMM, split, "sm_90", cand.params(), plan, 132) == 0
+    assert split_k.switch_define(SGEMM, split, 0) == {"SPLIT_K": 1}
 
 
 @pytest.mark.parametrize("m,n,k", [(4096, 4096, 4096), (1100, 1100, 1100), (1024, 4096, 4096), (16, 4096, 256),
-                                   (2048, 2048, 7), (1, 1, 1)])
-def test_the_rule_leaves_large_or_shallow_problems_alone(m, n, k):
+                                   (2048, 2048, 7), (1, 1, 1), (16, 4096, 14336)])
+def test_no_split_unless_asked(m, n, k):
+    """Without params= or a candidate's params, sgemm does not split (it has no split rules); a
+    fused call never does."""
     assert split_k.choose_split(SGEMM, _plan(m, n, k), None, None, 132) is None
+    assert split_k.untuned_split(SGEMM, m, n, k, 132) is None
+    assert split_k.choose_split(SGEMM, _plan(m, n, k), None, _cand(8).params(), 132, plain=False) is None
 
 
-# Size rule 0s's shapes: the split count is the cost model's argmin (kernels.toml, split rule 1); the
-# S that ran best in tools/data/sgemm_split_calib.json (t128s1..6), where the model agreed.
-@pytest.mark.parametrize("m,n,k,splits", [(512, 11008, 4096, 3), (512, 14336, 4096, 2), (512, 2304, 768, 3),
-                                          (1024, 1024, 1024, 4), (1000, 1000, 1000, 4), (512, 4608, 3584, 5),
-                                          (512, 6144, 4096, 4)])
-def test_the_cost_model_picks_the_measured_split(m, n, k, splits):
-    split = split_k.choose_split(SGEMM, _plan(m, n, k), None, None, 132)
-    assert split is not None and split.splits == splits
+@pytest.mark.parametrize("config", ["t128x128_k16", "t64x64_k16_cpasync"])
+@pytest.mark.parametrize("s", [2, 4, 8])
+def test_a_cluster_candidate_sums_its_split_in_one_launch_where_clusters_exist(config, s):
+    """A cluster candidate (CLUSTER_K = S): its S blocks of a tile are one cluster on sm_90 (the
+    switch off, the cluster switch at S), the reduce kernel where the target has no clusters."""
+    plan = _plan(512, 768, 768)
+    cand = _cand(s, "cluster", config)
+    split = split_k.choose_split(SGEMM, plan, None, cand.params(), 132)
+    assert split.splits == s
+    assert split_k.cluster_splits(SGEMM, split, "sm_90", cand.params(), plan, 132) == s
+    assert split_k.cluster_splits(SGEMM, split, "sm_80", cand.params(), plan, 132) == 0
+    assert split_k.switch_define(SGEMM, split, s) == {"SPLIT_K": 0, "CLUSTER_K": s}
 
 
-def test_the_cost_model_rule_agrees_with_size_rule_0s():
-    """The split rules repeat the size rules' conditions (split rules see M, N, K and SMS only): a
-    plain call split by the model or by the 8 splits of 128x128 tiles runs those tiles, every 0s
-    shape is split by one of them (or size rule 0's) or not at all, never by a 64x64 tiles' rule,
-    and the 8 splits of 64x64 tiles with short K never meet a 128x128 tile."""
-    eight128, deeper128, eight64, rule0, model = SGEMM.split_k.rules[:5]
-    assert model.cost is not None and deeper128.cost is not None
-    assert eight128.count(512, 768, 768, 132) == 8 == eight64.count(128, 768, 768, 132)
-    for m in (65, 100, 128, 256, 500, 512, 768, 1000, 1024, 1025, 2048):
-        for n in (128, 768, 1024, 2304, 4096, 11008):
-            for k in (256, 768, 1000, 2048, 4096, 18944):
-                chosen = SGEMM.size_rule(m, n, k, 132, {"ACT": 0, "BIAS": 0, "BATCHED": 0})
-                t128 = chosen.get("THREADS") == 256 and chosen.get("RQ") == 2 and chosen.get("BK") == 16
-                rule = next((r for r in SGEMM.split_k.rules if r.holds(m, n, k, 132)), None)
-                assert (rule in (model, eight128, deeper128)) <= t128, (m, n, k, chosen)
-                assert not (rule is eight64 and t128), (m, n, k, chosen)
-                if t128 and rule is not None:
-                    assert rule in (eight128, deeper128, rule0, model), (m, n, k)
-
-
-# The 8 splits (split rules 1 and 3) and 8-12 by the model for deeper K (rule 2), and where they are
-# summed inside clusters of 8 (cluster_when: K <= 1024, at most 2 (SMS - 12) blocks); measured in
-# tools/data/sgemm_cluster_sum_ab.json.
-@pytest.mark.parametrize("m,n,k,splits,clustered", [
-    (128, 3584, 3584, 9, False), (512, 768, 3072, 11, False),      # 128x128 tiles, deeper K: the model over 8-12
-    (512, 768, 2048, 11, False),
-    (512, 768, 768, 8, True), (128, 3072, 768, 8, True), (128, 2304, 768, 7, False),   # 18 tiles: the model
-    (128, 768, 768, 8, True), (256, 128, 512, 8, True),            # 64x64 tiles, K <= 768
-    (128, 4096, 4096, 8, False),                                    # 32 clusters of 8: more than fit
-    (128, 3584, 18944, 9, False), (127, 129, 1000, 21, False), (128, 768, 3072, 22, False),   # 28 tiles: 9 fill two a SM
-    (512, 2304, 768, 3, False)])
-def test_eight_splits_and_where_they_run_in_clusters(m, n, k, splits, clustered):
-    plan = _plan(m, n, k)
-    split = split_k.choose_split(SGEMM, plan, None, None, 132)
-    assert split is not None and split.splits == splits
-    assert split_k.cluster_splits(SGEMM, split, "sm_90", None, plan, 132) == (8 if clustered else 0)
-    assert split_k.cluster_splits(SGEMM, split, "sm_80", None, plan, 132) == 0      # no clusters: the reduce
-    assert split_k.switch_define(SGEMM, split, 8 if clustered else 0) == (
-        {"SPLIT_K": 0, "CLUSTER_K": 8} if clustered else {"SPLIT_K": 1})
+def test_params_split_in_clusters_unless_they_keep_the_reduce():
+    """sgemm has no cluster_when: params= naming SPLIT_K = S <= 8 run in clusters of S on sm_90
+    unless CLUSTER_K = 1 keeps the reduce kernel; past 8 blocks (the portable cluster size) the
+    reduce kernel."""
+    plan = _plan(512, 768, 768)
+    for s, params, want in ((3, {"SPLIT_K": 3}, 3), (8, {"SPLIT_K": 8}, 8), (3, {"SPLIT_K": 3, "CLUSTER_K": 1}, 0),
+                            (12, {"SPLIT_K": 12}, 0)):
+        split = split_k.choose_split(SGEMM, plan, params, None, 132)
+        assert split.splits == s
+        assert split_k.cluster_splits(SGEMM, split, "sm_90", params, plan, 132) == want, params
 
 
 def test_split_for_never_makes_an_empty_split():
@@ -121,8 +121,12 @@ def test_params_and_the_tuning_cache_decide_before_the_rule():
     assert split_k.choose_split(SGEMM, p, {"SPLIT_K": "3"}, None, 132).splits == 3     # bench -D passes strings
     assert split_k.choose_split(SGEMM, p, {"SPLIT_K": 1}, None, 132) is None
     assert split_k.choose_split(SGEMM, p, {"BK": 16}, None, 132) is None     # params without it: off
-    # a tuned entry of tile parameters keeps the rule's split; one naming SPLIT_K decides it
-    assert split_k.choose_split(SGEMM, p, None, {"BK": 16}, 132) == split_k.choose_split(SGEMM, p, None, None, 132)
+    # a tuned entry of tile parameters keeps the split rules' split (sgemm_skinny has them; sgemm has
+    # none, so there it runs unsplit); one naming SPLIT_K decides it
+    skinny = get_spec("sgemm_skinny")
+    ruled = split_k.choose_split(skinny, p, None, None, 132)
+    assert ruled is not None and split_k.choose_split(skinny, p, None, {"MR": 16}, 132) == ruled
+    assert split_k.choose_split(SGEMM, p, None, {"BK": 16}, 132) is None
     assert split_k.choose_split(SGEMM, p, None, {"BK": 16, "SPLIT_K": 2}, 132).splits == 2
     assert split_k.choose_split(SGEMM, p, None, {"BK": 16, "SPLIT_K": 1}, 132) is None
     assert split_k.choose_split(SGEMM, p, None, None, 132, plain=False) is None
@@ -144,19 +148,21 @@ def test_split_k_refused_where_the_call_is_not_a_plain_gemm():
 def test_the_kernel_switch_replaces_the_split_count():
     from asmgemm.runtime.launch import choose_params
     p = _plan(16, 4096, 14336)
-    split = split_k.choose_split(SGEMM, p, None, None, 132)
-    chosen = choose_params(SGEMM, p, None, None, 132, split_k.switch_define(SGEMM, split))
-    assert chosen["SPLIT_K"] == 1 and chosen["THREADS"] == 64          # the size rule's small-problem kernel
+    asked = {"THREADS": 64, "BK": 16, "SPLIT_K": 9}
+    split = split_k.choose_split(SGEMM, p, asked, None, 132)
+    chosen = choose_params(SGEMM, p, asked, None, 132, split_k.switch_define(SGEMM, split))
+    assert chosen["SPLIT_K"] == 1 and chosen["THREADS"] == 64          # the switch, not S = 9
     chosen = choose_params(SGEMM, p, {"SPLIT_K": 5}, None, 132, split_k.switch_define(SGEMM, None))
     assert chosen["SPLIT_K"] == 0
     assert split_k.switch_define(get_spec("hgemm"), None) == {"SPLIT_K": 0}     # the HGEMM's switch too
 
 
-def test_asmgemm_run_shape_uses_split_k_by_the_rule():
-    """`asmgemm run sgemm --m 16 --n 4096 --k 14336`: the call values of fresh arrays, the rule's S."""
+def test_asmgemm_run_shape_uses_the_split_asked():
+    """`asmgemm run sgemm --m 16 --n 4096 --k 14336 -D SPLIT_K=9`: the call values of fresh arrays,
+    S = 9 of 1600 (the -D values arrive as strings)."""
     values = call_values_for(16, 4096, 14336, "nn", 4)
     assert values["vec_a"] == values["vec_b"] == 1
-    split = split_k.choose_split(SGEMM, _plan(16, 4096, 14336), None, None, 132)
+    split = split_k.choose_split(SGEMM, _plan(16, 4096, 14336), {"SPLIT_K": "9"}, None, 132)
     assert (split.splits, split.k_chunk) == (9, 1600)
     assert split.workspace_elems(16, 4096) == 9 * 16 * 4096
 
@@ -395,16 +401,17 @@ def _ref(a, b, c0, alpha, beta, ta, tb):
 @pytest.mark.toolchain
 @needs_ptxas
 @pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
-def test_gemm_splits_by_the_rule_and_reduces(fake_fp32_gemm, layout):
+def test_gemm_splits_as_asked_and_reduces(fake_fp32_gemm, layout):
     import asmgemm
+    from asmgemm.runtime.gemm import last_launch
     _, launches = fake_fp32_gemm
     ta, tb = layout[0] == "t", layout[1] == "t"
-    m, n, k = 17, 576, 2000                   # 9 tiles of 64x64: min(2000 // 64, 59) = 31 asked: chunks of 80, 25 splits
-    #                                           (M > 16: not routed to sgemm_skinny)
+    m, n, k = 17, 576, 2000                   # 9 tiles of 64x64, 25 splits asked: chunks of 80, 25 splits
     a = _rand(*((k, m) if ta else (m, k)))
     b = _rand(*((n, k) if tb else (k, n)), seed=1)
     c = np.full((m, n), np.nan, np.float32).view(FakeArray)        # beta = 0: never read
-    asmgemm.gemm(a, b, c, trans_a=ta, trans_b=tb)
+    asmgemm.gemm(a, b, c, trans_a=ta, trans_b=tb, params={"THREADS": 64, "BK": 16, "SPLIT_K": 25})
+    assert (last_launch()["splits"], last_launch()["reduce"], last_launch()["chosen_by"]) == (25, "kernel", "params")
     np.testing.assert_allclose(np.asarray(c), _ref(a, b, None, 1.0, 0.0, ta, tb), rtol=1e-4, atol=1e-3)
     (g1, b1, args1, _, _), (g2, b2, args2, _, _) = launches
     assert g1 == (9, 1, 25) and b1 == (64, 1, 1)                      # 9 tile columns, 1 tile row, 25 splits
@@ -419,18 +426,20 @@ def test_gemm_splits_by_the_rule_and_reduces(fake_fp32_gemm, layout):
 
 @pytest.mark.toolchain
 @needs_ptxas
-def test_gemm_sums_eight_splits_in_clusters_in_one_launch(fake_fp32_gemm):
-    """512x768x768 on sm_90: the 8 splits of split rule 1 in clusters of 8 (cluster_when): one
+def test_gemm_sums_eight_splits_in_clusters_in_one_launch(fake_fp32_gemm, dispatch_dir):
+    """512x768x768 on sm_90, the database's pick t128x128_k16/s8c: 8 splits in clusters of 8, one
     launch on a grid of (6, 4, 8), no workspace, C the caller's, k_chunk the partial pass's (96);
     CLUSTER_K=1 in params= sends the same split through the workspace and the reduce."""
     import asmgemm
     from asmgemm.runtime import gemm as gemm_module
     _, launches = fake_fp32_gemm                 # the stand-in GPU: sm_90, 132 SMs
+    dispatch_dir("Fake GPU", best={"sgemm|nn|512x768x768|plain": "t128x128_k16/s8c"})
     m, n, k = 512, 768, 768
     a, b = _rand(m, k), _rand(k, n, seed=5)
     c0 = _rand(m, n, seed=6)
     c = c0.copy().view(FakeArray)
     asmgemm.gemm(a, b, c, alpha=2.0, beta=0.5)
+    assert gemm_module.last_launch()["config"] == "t128x128_k16/s8c"
     np.testing.assert_allclose(np.asarray(c), _ref(a, b, c0, 2.0, 0.5, False, False), rtol=1e-4, atol=1e-3)
     launch = gemm_module.last_launch()
     (grid_, block, args, _, _), = launches
@@ -442,6 +451,10 @@ def test_gemm_sums_eight_splits_in_clusters_in_one_launch(fake_fp32_gemm):
     asmgemm.gemm(a, b, c2, alpha=2.0, beta=0.5, params={"THREADS": 256, "RQ": 2, "BK": 16, "SPLIT_K": 8,
                                                           "CLUSTER_K": 1})
     assert len(launches) == 3 and launches[1][0] == (6, 4, 8) and gemm_module.last_launch()["reduce"] == "kernel"
+    np.testing.assert_allclose(np.asarray(c2), _ref(a, b, c0, 2.0, 0.5, False, False), rtol=1e-4, atol=1e-3)
+    c3 = c0.copy().view(FakeArray)                 # params= naming S alone: clusters (no cluster_when)
+    asmgemm.gemm(a, b, c3, alpha=2.0, beta=0.5, params={"THREADS": 256, "RQ": 2, "BK": 16, "SPLIT_K": 8})
+    assert len(launches) == 4 and launches[3][0] == (6, 4, 8) and gemm_module.last_launch()["reduce"] == "cluster"
 
 
 @pytest.mark.toolchain
@@ -453,12 +466,13 @@ def test_alpha_beta_column_major_c_and_a_kept_plan(fake_fp32_gemm):
     a, b = _rand(m, k), _rand(k, n, seed=2)
     c0 = _rand(m, n, seed=3)
     c = np.asfortranarray(c0).view(FakeArray)
-    asmgemm.gemm(a, b, c, alpha=0.5, beta=-2.0)
+    asked = {"THREADS": 64, "BK": 16, "SPLIT_K": 23}
+    asmgemm.gemm(a, b, c, alpha=0.5, beta=-2.0, params=asked)
     np.testing.assert_allclose(np.asarray(c), _ref(a, b, c0, 0.5, -2.0, False, False), rtol=1e-4, atol=1e-3)
-    assert len(launches) == 2 and launches[0][0][2] == 19                   # K // 64 = 23 asked: chunks of 80, 19 splits
+    assert len(launches) == 2 and launches[0][0][2] == 19                   # 23 asked: chunks of 80, 19 splits
     assert [int(x) for x in launches[1][2][2:5]] == [24, 40, m]            # the reduce sees the kernel's C
     c2 = np.asfortranarray(c0).view(FakeArray)
-    asmgemm.gemm(a, b, c2, alpha=0.5, beta=-2.0)                            # the kept plan: both launches again
+    asmgemm.gemm(a, b, c2, alpha=0.5, beta=-2.0, params=asked)              # the kept plan: both launches again
     assert len(launches) == 4 and np.array_equal(np.asarray(c2), np.asarray(c))
 
 
@@ -470,8 +484,12 @@ def test_params_set_or_turn_off_the_split(fake_fp32_gemm):
     a, b = _rand(16, 2000), _rand(2000, 256, seed=4)
     asmgemm.gemm(a, b, params={"SPLIT_K": 1})
     assert len(launches) == 1 and launches[0][0][2] == 1
-    c = asmgemm.gemm(a, b, params={"SPLIT_K": 3, "THREADS": 64, "BK": 16})
+    c = asmgemm.gemm(a, b, params={"SPLIT_K": 3, "CLUSTER_K": 1, "THREADS": 64, "BK": 16})
     assert len(launches) == 3 and launches[1][0][2] == 3 and int(launches[1][2][-2]) == 672
+    np.testing.assert_allclose(np.asarray(c), _ref(a, b, None, 1.0, 0.0, False, False), rtol=1e-4, atol=1e-3)
+    # without CLUSTER_K = 1, S <= 8 on sm_90 (the stand-in's) sums in clusters of S: one launch
+    c = asmgemm.gemm(a, b, params={"SPLIT_K": 3, "THREADS": 64, "BK": 16})
+    assert len(launches) == 4 and launches[3][0][2] == 3
     np.testing.assert_allclose(np.asarray(c), _ref(a, b, None, 1.0, 0.0, False, False), rtol=1e-4, atol=1e-3)
     with pytest.raises(AsmError, match="number of K splits"):
         asmgemm.gemm(a, b, params={"SPLIT_K": 0})
@@ -491,10 +509,10 @@ def test_torch_tensors_get_a_torch_workspace(fake_fp32_gemm, monkeypatch):
         made.append((tuple(shape), dtype))
         return empty(shape, dtype=dtype, device=device)
     torch.empty = tracked
-    # 17 rows: sgemm itself (M <= 16 goes to sgemm_skinny, whose splits of <= 8 sum in clusters on
-    # the stand-in's sm_90, without a workspace), split 16 ways by its 64x64 tiles' rule
+    # split 16 ways (past the 8 blocks a cluster may have: the workspace and the reduce)
     a, b = _rand(17, 1024), _rand(1024, 128, seed=5)
-    out = asmgemm.gemm(torch.from_numpy(np.asarray(a)), torch.from_numpy(np.asarray(b)))
+    out = asmgemm.gemm(torch.from_numpy(np.asarray(a)), torch.from_numpy(np.asarray(b)),
+                       params={"THREADS": 64, "BK": 16, "SPLIT_K": 16})
     np.testing.assert_allclose(out.numpy(), _ref(a, b, None, 1.0, 0.0, False, False), rtol=1e-4, atol=1e-3)
     assert ((16, 17, 128), torch.float32) in made                          # S x M x N fp32 from torch
 
@@ -504,27 +522,34 @@ from test_bench_fakegpu import fake_gpu  # noqa: E402,F401  (the fixture: NumPy 
 
 
 def test_bench_shows_the_split_the_rule_chose(fake_gpu, run_cli, tmp_path):
+    """A kernel with split rules (sgemm_skinny, named): 16 rows, 5 column blocks of 128, min(2000 //
+    256, ceil(264 / 5)) = 7 asked, chunks of 512 (whole 256-k rounds): 4 splits."""
     import json
     out = tmp_path / "bench.json"
-    code, stdout, err = run_cli("bench", "sgemm", "--shapes", "16x576x2000,128x128x128", "--reps", "2",
+    code, stdout, err = run_cli("bench", "sgemm_skinny", "--shapes", "16x576x2000,16x128x128", "--reps", "2",
                                 "--defaults", "--json", str(out))
     assert code == 0, err
     rows = {r["k"]: r for r in json.loads(out.read_text())["rows"]}
-    assert rows[2000]["params_source"] == "defaults" and rows[2000]["params"] == {"SPLIT_K": 25}
+    assert rows[2000]["params_source"] == "defaults" and rows[2000]["params"] == {"SPLIT_K": 4}
     assert rows[128]["params"] is None                          # K = 128: no split
-    assert "defaults: SPLIT_K=25" in stdout
+    assert "defaults: SPLIT_K=4" in stdout
 
 
 def test_bench_shows_a_tuned_entry_with_the_split_it_keeps(fake_gpu, monkeypatch):
     from asmgemm.bench import runner
     from asmgemm.bench.shapes import Shape
     from asmgemm.runtime import tune_cache
+    skinny = get_spec("sgemm_skinny")
+    monkeypatch.setattr(tune_cache, "lookup_tuned", lambda *a: {"MR": 16})
+    assert runner.resolve_params(skinny, "Fake GPU 80GB", "nn", Shape(16, 576, 2000), {}, False) == \
+        (None, "tuned", {"MR": 16, "SPLIT_K": 4})
+    monkeypatch.setattr(tune_cache, "lookup_tuned", lambda *a: {"MR": 16, "SPLIT_K": 1})
+    assert runner.resolve_params(skinny, "Fake GPU 80GB", "nn", Shape(16, 576, 2000), {}, False)[2] == \
+        {"MR": 16, "SPLIT_K": 1}
+    # sgemm has no split rules: a tuned entry of tile parameters runs unsplit, and shows so
     monkeypatch.setattr(tune_cache, "lookup_tuned", lambda *a: {"THREADS": 64, "BK": 16})
     assert runner.resolve_params(SGEMM, "Fake GPU 80GB", "nn", Shape(16, 576, 2000), {}, False) == \
-        (None, "tuned", {"THREADS": 64, "BK": 16, "SPLIT_K": 25})
-    monkeypatch.setattr(tune_cache, "lookup_tuned", lambda *a: {"THREADS": 64, "SPLIT_K": 1})
-    assert runner.resolve_params(SGEMM, "Fake GPU 80GB", "nn", Shape(16, 576, 2000), {}, False)[2] == \
-        {"THREADS": 64, "SPLIT_K": 1}
+        (None, "tuned", {"THREADS": 64, "BK": 16})
 
 
 @pytest.mark.toolchain

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import math
 import textwrap
-from types import SimpleNamespace
 
 import numpy as np
 import pytest

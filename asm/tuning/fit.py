@@ -190,7 +190,7 @@ def _residuals(dm: DeviceModel, samples: list[dict]) -> list[dict]:
         res = {}
         for s in rows:
             e = estimate(_candidate(s), s["m"], s["n"], s["k"], dm, "float32", 4, 4, _variant(s))
-            res[s["label"]] = round(math.log(_call_ms(s) * 1e-3 / e.call_s), 4)
+            res[s["label"]] = round(math.log(_call_ms(s, dm) * 1e-3 / e.call_s), 4)
         out.append({"family": s0["family"], "variant": variant, "m": m, "n": n, "k": s0["k"], "plain": True,
                     "res": res})
     return out
@@ -212,9 +212,11 @@ def _by_call(samples: list[dict]) -> dict[str, list[dict]]:
     return out
 
 
-def _call_ms(s: dict) -> float:
-    """What a caller waits for, as the sweep saw it: the GPU time and the host time of the call."""
-    return s["gpu_ms"] + (s.get("host_us") or 0.0) * 1e-3
+def _call_ms(s: dict, dm: DeviceModel) -> float:
+    """What a caller waits for: the sweep's GPU time and the model's host time of the call (the
+    medians over the sweep, plus one launch for a reduce kernel). Not each sample's own host time:
+    one call timed on the host varies by +-5 us, which would pick the winners of small calls."""
+    return s["gpu_ms"] + (dm.host_s + (dm.launch_s if s.get("reduce") == "kernel" else 0.0)) * 1e3
 
 
 def evaluate(dm: DeviceModel, samples: list[dict], dtype: str = "float32", c_bytes: int = 4,
@@ -223,7 +225,7 @@ def evaluate(dm: DeviceModel, samples: list[dict], dtype: str = "float32", c_byt
     calls = _by_call(samples)
     ratios, misses = [], []
     for key, rows in calls.items():
-        best = min(rows, key=_call_ms)
+        best = min(rows, key=lambda s: _call_ms(s, dm))
         from ..runtime.cost_model import factor_for, neighbour_factors
         s0 = rows[0]
         variant, m, n = _call_sizes(s0)
@@ -231,7 +233,7 @@ def evaluate(dm: DeviceModel, samples: list[dict], dtype: str = "float32", c_byt
         ests = [(estimate(_candidate(s), s["m"], s["n"], s["k"], dm, dtype, c_bytes, ab_bytes, _variant(s)).call_s
                  * factor_for(factors, s["label"]), s) for s in rows]
         pick = min(ests, key=lambda t: t[0])[1]
-        ratio = _call_ms(pick) / _call_ms(best)
+        ratio = _call_ms(pick, dm) / _call_ms(best, dm)
         ratios.append(ratio)
         if ratio > 1 + WITHIN:
             misses.append({"call": key, "pick": pick["label"], "best": best["label"], "slower": round(ratio - 1, 4)})
@@ -268,7 +270,7 @@ def make_database(docs: list[dict]) -> tuple[dict, dict]:
     dm = fit_model(doc, samples)
     report["in_sample"] = {fam: evaluate(dm, [s for s in samples if s["family"] == fam], *dtypes[fam])
                            for fam in families}
-    best = {key: min(rows, key=_call_ms)["label"] for key, rows in _by_call(samples).items()}
+    best = {key: min(rows, key=lambda s: _call_ms(s, dm))["label"] for key, rows in _by_call(samples).items()}
     db = {"format": FORMAT, "gpu": doc["gpu"], "target": doc["target"], "sms": doc["sms"],
           "clock_hz": doc["clock_hz"], "dram_bytes_per_s": doc["dram_bytes_per_s"], "families": families,
           "model": model_to_json(dm), "best": dict(sorted(best.items())),

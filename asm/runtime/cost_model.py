@@ -190,7 +190,7 @@ NEIGHBOUR_PRIOR = 0.5
 def neighbour_factors(dm: DeviceModel, family: str, variant: str | None, m: int, n: int, k: int,
                       plain: bool) -> dict[str, float]:
     """label -> the factor the nearest sweep calls give that candidate's modelled call time."""
-    if not dm.residuals or variant is None:
+    if not dm.residuals or variant is None or min(m, n, k) < 1:
         return {}
     layout = variant.split(":")[0]
     near = []

@@ -713,7 +713,7 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
         # a family with a catalog: the dispatch database's exact hit or the cost model's ranking
         # (runtime/dispatch.py) decides, unless params= or the user's own tuning entry do
         choice = plan_ct = None
-        if params is None and not tuned and spec.configs:
+        if params is None and not tuned and spec.configs and min(plan.m, plan.n, plan.k) > 0:
             plain = mbias is None and act == 0 and kernel_batch == 1
             if kernel_batch == 1 and not plan.swapped and any(e.swap for e in spec.configs):
                 # the catalog may run this call as C^T (a skinny kernel for few columns)
@@ -853,6 +853,8 @@ def _build_choice(choice: dispatch.Choice, plan: LaunchPlan, facts, plain: bool,
                 dispatch.refuse(cb.key, why)
                 first = first or exc
         choice.refused[cand.label] = why
+        if choice.chosen_by == "database" and cand is choice.order[0]:
+            choice.chosen_by = "model"          # the exact hit's build is refused: the model's order runs
     if first is not None:
         raise first
     raise AsmError(f"kernel family '{choice.family}': no configuration of its catalog can run this call "

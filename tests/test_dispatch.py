@@ -730,3 +730,21 @@ def test_an_empty_call_returns_before_the_model(fake_fp32_gemm, dispatch_dir, m,
     asmgemm.gemm(a, b, c, beta=0.5)
     np.testing.assert_array_equal(np.asarray(c), np.full((m, n), 0.5 if k == 0 else 1.0, np.float32))
     assert launches == []
+
+
+@pytest.mark.toolchain
+@needs_ptxas
+def test_a_batched_call_runs_only_a_kernel_that_takes_the_batch(fake_fp32_gemm, dispatch_dir):
+    """A batch that does not fold into rows runs one launch with grid z = the batch, which only a
+    kernel with a `batched` call parameter (sgemm's BATCHED) reads; sgemm_skinny has none, so its
+    entries are no candidates there, whatever the database or the model say."""
+    import asmgemm
+    from asmgemm.runtime.gemm import last_launch
+    dispatch_dir("Fake GPU", best={"sgemm|nn|4x6x5|fused": "skinny_r4"})
+    _, launches = fake_fp32_gemm
+    a, b = _rand(3, 4, 5), _rand(3, 5, 6, seed=1)
+    out = asmgemm.gemm(a, b)
+    assert last_launch()["kernel"] == "sgemm" and launches[-1][0][2] == 3
+    for i in range(3):
+        np.testing.assert_allclose(np.asarray(out[i]), np.asarray(a[i], np.float64) @ np.asarray(b[i], np.float64),
+                                   rtol=1e-4, atol=1e-3)

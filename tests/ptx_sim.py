@@ -21,6 +21,7 @@ ex2.approx, rcp.approx and div.full are numpy's exact float32 versions (the PTX 
 2 ulp)."""
 from __future__ import annotations
 
+import ctypes
 import re
 from dataclasses import dataclass
 
@@ -51,9 +52,9 @@ class Memory:
         base = array
         while isinstance(base.base, np.ndarray):
             base = base.base
-        flat = base.reshape(-1).view(np.uint8) if base.flags.c_contiguous else None
-        if flat is None:
+        if not (base.flags.c_contiguous or base.flags.f_contiguous):
             raise ValueError("register a contiguous base array")
+        flat = np.ctypeslib.as_array((ctypes.c_uint8 * base.nbytes).from_address(base.ctypes.data))
         self.regions.append((base.ctypes.data, flat))
         return array.ctypes.data
 

@@ -76,7 +76,7 @@ def test_builds_clean_with_b_loads_ahead_of_the_fmas(defines):
                                               ({"MR": "16", "DTYPE": "1"}, "MR = 16 is for fp32 only"),
                                               ({"TRANS_B": "2"}, "TRANS_B is 0"),
                                               ({"MR": "1"}, "MR must be 4, 8 or 16"),
-                                              ({"TRANS_B": "1", "MR": "3"}, "MR must be 1, 2, 4, 8 or 16 with TRANS_B=1"),
+                                              ({"TRANS_B": "1", "MR": "3"}, "MR must be 1, 2, 4, 8 or 16 with TRANS_B"),
                                               ({"TRANS_B": "1", "MR": "16", "DTYPE": "2"}, "MR = 16 is for fp32 only"),
                                               ({"TRANS_B": "1", "NR": "3"}, "NR .rows of B per warp"),
                                               ({"TRANS_B": "1", "KU": "3"}, "KU .TRANS_B=1. must divide"),
@@ -302,7 +302,8 @@ KMAJOR_BUILDS = [("sm_90", {"MR": "1"}), ("sm_90", {"MR": "2", "BIAS": "2", "ACT
                  ("sm_90", {"DTYPE": "1", "MR": "1"}), ("sm_90", {"DTYPE": "1", "MR": "8"}),
                  ("sm_90", {"DTYPE": "1", "MR": "4", "VEC_B": "0"}),
                  ("sm_90", {"DTYPE": "1", "MR": "8", "CLUSTER_K": "8", "BIAS": "1", "ACT": "4"}),
-                 ("sm_90", {"DTYPE": "2", "MR": "2", "SPLIT_K": "1"}), ("sm_90", {"DTYPE": "2", "MR": "8", "TRANS_A": "1"}),
+                 ("sm_90", {"DTYPE": "2", "MR": "2", "SPLIT_K": "1"}),
+                 ("sm_90", {"DTYPE": "2", "MR": "8", "TRANS_A": "1"}),
                  ("sm_80", {"MR": "1"}), ("sm_80", {"MR": "16"}), ("sm_80", {"DTYPE": "1", "MR": "8", "SPLIT_K": "1"}),
                  ("sm_80", {"DTYPE": "2", "MR": "4", "BIAS": "1", "ACT": "1"})]
 
@@ -433,8 +434,8 @@ def test_the_interpreter_reproduces_the_row_major_path():
             mem.add(x)
         tn, tm = result.constants["TN"], result.constants["TM"]
         Kernel(result.ptx).run((-(-n // tn), -(-m // tm), 1), (256, 1, 1),
-                               dict(A=a.ctypes.data, B=b.ctypes.data, C=c.ctypes.data, M=m, N=n, K=k, lda=k, ldb=n, ldc=n,
-                                    alpha=1.0, beta=0.0, bias=0, k_chunk=0, split_stride=0), mem,
+                               dict(A=a.ctypes.data, B=b.ctypes.data, C=c.ctypes.data, M=m, N=n, K=k, lda=k, ldb=n,
+                                    ldc=n, alpha=1.0, beta=0.0, bias=0, k_chunk=0, split_stride=0), mem,
                                result.constants["SMEM_BYTES"])
         want = a.astype(np.float64) @ b.astype(np.float64)
         assert np.linalg.norm(c - want) / np.linalg.norm(want) < 1e-6
@@ -514,10 +515,10 @@ def test_the_interpreter_catches_an_out_of_bounds_load():
     mem = Memory()
     for x in (a, b, c):
         mem.add(x)
+    args = dict(A=a.ctypes.data, B=b.ctypes.data, C=c.ctypes.data, M=m, N=n, K=k, lda=k, ldb=k, ldc=n, alpha=1.0,
+                beta=0.0, bias=0, k_chunk=0, split_stride=0)
     with pytest.raises(SimError, match="outside every array"):
-        Kernel(result.ptx).run((1, 1, 1), (256, 1, 1), dict(A=a.ctypes.data, B=b.ctypes.data, C=c.ctypes.data, M=m, N=n,
-                                                           K=k, lda=k, ldb=k, ldc=n, alpha=1.0, beta=0.0, bias=0,
-                                                           k_chunk=0, split_stride=0), mem, result.constants["SMEM_BYTES"])
+        Kernel(result.ptx).run((1, 1, 1), (256, 1, 1), args, mem, result.constants["SMEM_BYTES"])
 
 
 @pytest.fixture

@@ -332,6 +332,39 @@ def interpreting_kernel(launches: list, dtype=np.float64) -> Callable[[str, str]
     return function
 
 
+def simulating_kernel(launches: list, memory) -> Callable[[str, str], Callable]:
+    """function(path, entry) for make_cupy: the loaded kernel's own PTX (the build beside the cubin
+    the runtime loads) runs in the PTX interpreter (tests/ptx_sim.py) on its packed arguments, over
+    the arrays registered in `memory` (a ptx_sim.Memory; add the caller's arrays and wrap cp.empty
+    with `registering_empty`); a kernel built with CLUSTER_K = S runs in clusters of S blocks along
+    grid z (gemm_skinny.sasm's). Each launch is recorded as (grid, block, args, shared_mem, stream)."""
+    from ptx_sim import Kernel
+
+    def function(path, entry):
+        from asmgemm.runtime import build_cache
+        found = [(dict(cfg[2]), b) for cfg, b in build_cache._by_config.items() if b.cubin_path == str(path)]
+        assert found, f"no build of {path} in this process"
+        defines, built = found[0]
+        kernel = Kernel(Path(built.ptx_path).read_text(), entry)
+        names = [n for n, _ in built.params]
+        cluster = (1, 1, int(defines.get("CLUSTER_K", "1")))
+
+        def fn(grid, block, args, shared_mem=0, stream=None):
+            launches.append((grid, block, args, shared_mem, stream))
+            kernel.run(tuple(grid), tuple(block), dict(zip(names, args)), memory, int(shared_mem), cluster=cluster)
+        return fn
+    return function
+
+
+def registering_empty(memory):
+    """cp.empty for make_cupy's module whose arrays (the split-K workspace) `memory` knows."""
+    def empty(shape, dtype=np.float64):
+        x = np.zeros(shape, dtype).view(FakeArray)
+        memory.add(x)
+        return x
+    return empty
+
+
 _C_TYPES = {"0": np.float32, "1": np.float16}
 
 

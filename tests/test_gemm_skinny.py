@@ -4,10 +4,17 @@ the ways calls reach them, on the CPU: every variant builds for sm_90 without sp
 16-bit tiled kernels' [[NAME.route]] tables parse, refuse what they cannot mean and pick per shape,
 layout and dtype; sgemm reaches sgemm_skinny as entries of its catalog ([[sgemm.config]], up to
 their max_m rows); asmgemm.gemm (through the stand-in CuPy) launches the skinny kernel on its grid,
-with its split, and reports it (runtime.gemm.last_launch), while params=, a transposed B (the
-kernel's guard refuses it) or rows past the entries' max_m keep sgemm."""
+with its split, and reports it (runtime.gemm.last_launch), while params= or rows past the entries'
+max_m keep sgemm.
+
+The K-major path (TRANS_B=1: B stored N x K, nn.Linear's weight) builds in every mode for sm_90
+and sm_80 without spills, one 16-byte evict-first load of B per row and step, and computes C in
+the PTX interpreter (tests/ptx_sim.py: the built PTX itself, run on numpy arrays) at odd shapes,
+K tails, unaligned B, transposed A, split-K, clusters and every epilogue, directly and through
+asmgemm.gemm; the interpreter is first checked against the row-major path."""
 from __future__ import annotations
 
+import functools
 import re
 import sys
 import textwrap
@@ -20,7 +27,8 @@ from asmgemm.kernel_spec import get_spec, load_spec_file
 from asmgemm.pipeline import BuildOptions, assemble, build_file
 from asmgemm.toolchain import disassemble, find_tool
 from dispatch_helpers import dispatch_dir  # noqa: F401  (the fixture)
-from fake_cupy import FakeArray, forget_loaded, interpreting_kernel, make_cupy
+from fake_cupy import FakeArray, forget_loaded, interpreting_kernel, make_cupy, registering_empty, simulating_kernel
+from ptx_sim import Kernel, Memory, SimError
 
 needs_tools = pytest.mark.skipif(
     find_tool("ptxas", required=False) is None or find_tool("nvdisasm", required=False) is None,
@@ -68,7 +76,15 @@ def test_builds_clean_with_b_loads_ahead_of_the_fmas(defines):
 
 @pytest.mark.parametrize("defines, message", [({"MR": "2"}, "MR must be 4, 8 or 16"),
                                               ({"MR": "16", "DTYPE": "1"}, "MR = 16 is for fp32 only"),
-                                              ({"TRANS_B": "1"}, "reads B row-major"),
+                                              ({"TRANS_B": "2"}, "TRANS_B is 0"),
+                                              ({"MR": "1"}, "MR must be 4, 8 or 16"),
+                                              ({"TRANS_B": "1", "MR": "3"}, "MR must be 1, 2, 4, 8 or 16 with TRANS_B"),
+                                              ({"TRANS_B": "1", "MR": "16", "DTYPE": "2"}, "MR = 16 is for fp32 only"),
+                                              ({"TRANS_B": "1", "NR": "3"}, "NR .rows of B per warp"),
+                                              ({"TRANS_B": "1", "KU": "3"}, "KU .TRANS_B=1. must divide"),
+                                              ({"TRANS_B": "1", "KB": "768"}, "KB .TRANS_B=1. is a power of two"),
+                                              ({"TRANS_B": "1", "KB": "64"}, "KB .TRANS_B=1. is a power of two"),
+                                              ({"TRANS_B": "1", "SPLIT_K": "1", "BIAS": "1"}, "raw partial sums"),
                                               ({"SPLIT_K": "1", "ACT": "1"}, "raw partial sums"),
                                               ({"UNROLL": "12"}, "UNROLL must divide KW"),
                                               ({"B_STREAM": "2"}, "B_STREAM is 0"),
@@ -306,3 +322,292 @@ def test_params_naming_the_cluster_switch_as_1_take_the_reduce(fake_fp32_gemm):
     assert len(launches) == n_before + 2
     _gemm(2, 512, 2048, kernel="sgemm_skinny", params={"SPLIT_K": 4})
     assert last_launch()["reduce"] == "cluster" and len(launches) == n_before + 3
+
+
+# ---- TRANS_B = 1: B stored N x K (torch.nn.Linear's weight), the K-major path -------------------
+KMAJOR_BUILDS = [("sm_90", {"MR": "1"}), ("sm_90", {"MR": "2", "BIAS": "2", "ACT": "3"}), ("sm_90", {"MR": "4"}),
+                 ("sm_90", {"MR": "8", "BIAS": "1", "ACT": "2"}), ("sm_90", {"MR": "16"}),
+                 ("sm_90", {"MR": "16", "SPLIT_K": "1"}), ("sm_90", {"MR": "16", "TRANS_A": "1"}),
+                 ("sm_90", {"MR": "1", "SPLIT_K": "1"}), ("sm_90", {"MR": "4", "CLUSTER_K": "4"}),
+                 ("sm_90", {"MR": "4", "VEC_B": "0"}), ("sm_90", {"MR": "8", "TRANS_A": "1", "VEC_B": "0"}),
+                 ("sm_90", {"DTYPE": "1", "MR": "1"}), ("sm_90", {"DTYPE": "1", "MR": "8"}),
+                 ("sm_90", {"DTYPE": "1", "MR": "4", "VEC_B": "0"}),
+                 ("sm_90", {"DTYPE": "1", "MR": "8", "CLUSTER_K": "8", "BIAS": "1", "ACT": "4"}),
+                 ("sm_90", {"DTYPE": "2", "MR": "2", "SPLIT_K": "1"}),
+                 ("sm_90", {"DTYPE": "2", "MR": "8", "TRANS_A": "1"}),
+                 ("sm_80", {"MR": "1"}), ("sm_80", {"MR": "16"}), ("sm_80", {"DTYPE": "1", "MR": "8", "SPLIT_K": "1"}),
+                 ("sm_80", {"DTYPE": "2", "MR": "4", "BIAS": "1", "ACT": "1"})]
+
+
+@needs_tools
+@pytest.mark.parametrize("target, defines", KMAJOR_BUILDS)
+def test_kmajor_builds_clean_one_16_byte_load_of_b_per_row_and_step(target, defines):
+    """Every element of B read once by a 16-byte evict-first load: NR rows x (KU steps ahead +
+    STEPS a round) LDG.128 in the SASS, MR x V FMAs per 16 bytes (MR LDS.128 of A a step, two
+    with 16-bit A), and the lane sum's SHFL count of a halving butterfly; no spills (within 128
+    registers where MIN_BLOCKS = 2)."""
+    defines = {"TRANS_B": "1", **defines}
+    result = build_file("gemm_skinny", BuildOptions(defines=defines, target=target))
+    asm = assemble(result)
+    assert not asm.warnings, asm.warnings
+    (k,) = asm.kernels
+    c = result.constants
+    assert k.spill_stores == k.local_bytes == 0, (k.spill_stores, k.local_bytes)
+    if c["MIN_BLOCKS"] == 2:
+        assert k.registers <= 128
+    ops = re.findall(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Za-z0-9_.]*)", disassemble(asm.cubin), re.M)
+    count = lambda prefix: sum(op.startswith(prefix) for op in ops)       # noqa: E731
+    nr, steps, ku, mr, v, nv, halvings = (int(c[x]) for x in ("NR", "STEPS", "KU", "MR", "V", "NV", "HALVINGS"))
+    half = defines.get("DTYPE", "0") != "0"
+    if defines.get("VEC_B", "1") == "1":
+        assert count("LDG.E.EF.128") == nr * (steps + ku)
+        assert result.ptx.count("ld.global.cs.nc.v4.b32") == nr * (steps + ku)
+    else:
+        assert count("LDG.E.EF") == 0 and "ld.global.cs" not in result.ptx
+    assert count("FFMA") >= steps * mr * nr * v                         # a round: MR x NR x V per lane and step
+    assert count("LDS.128") == steps * mr * (2 if half else 1)
+    assert count("SHFL.BFLY") == nv - nv // 2 ** halvings + 5 - halvings
+    assert c["TN"] == 8 * nr and c["TM"] == mr
+    assert c["SMEM_BYTES"] == 4 * mr * (int(c["KB"]) + c["TN"])        # A's fp32 slice, then the block's sums
+
+
+@functools.lru_cache(maxsize=None)
+def _kmajor_build(defines: tuple) -> tuple[Kernel, dict]:
+    """The interpreter's kernel and the build's constants for these -D values (sorted pairs)."""
+    result = build_file("gemm_skinny", BuildOptions(defines=dict(defines), target="sm_90"))
+    return Kernel(result.ptx), dict(result.constants)
+
+
+def _bf16_bits(x: np.ndarray) -> np.ndarray:
+    u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def _values(x: np.ndarray, dtype: str) -> np.ndarray:
+    """The float64 values of an array of the kernel's type (bf16: uint16 patterns)."""
+    if dtype == "bfloat16":
+        return (x.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    return x.astype(np.float64)
+
+
+def _simulate(m, n, k, dtype="float32", *, mr=None, trans_a=False, ldb_pad=0, b_offset=0, alpha=1.0, beta=0.0,
+              splits=1, cluster=1, bias=0, act=0, defines=None, seed=0):
+    """C of the K-major kernel (TRANS_B=1), built as the runtime would and run in the PTX
+    interpreter, against float64: the relative Frobenius error. B is N x K inside an N x (K +
+    ldb_pad) array, b_offset elements into its rows (an unaligned view: VEC_B=0). splits > 1: the
+    partial pass into a workspace (k_chunk whole 256s, as split_k.py's) summed in split order;
+    cluster > 1: CLUSTER_K blocks along z summing through distributed shared memory."""
+    from epilogue_reference import BY_CODE
+    dt = {"float32": 0, "float16": 1, "bfloat16": 2}[dtype]
+    np_type = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}[dtype]
+    rng = np.random.default_rng(seed + 7 * m + 13 * n + k)
+
+    def make(*shape):
+        x = rng.standard_normal(shape).astype(np.float32)
+        return _bf16_bits(x) if dtype == "bfloat16" else x.astype(np_type)
+    a = make(*((k, m) if trans_a else (m, k)))
+    b_store = make(n, k + ldb_pad + b_offset)
+    b = b_store[:, b_offset:b_offset + k]
+    c = make(m, n)
+    c0 = c.copy()
+    vec = int(b.ctypes.data % 16 == 0 and b_store.shape[1] % (16 // a.itemsize) == 0)
+    d = {"TRANS_B": "1", "DTYPE": str(dt), "TRANS_A": str(int(trans_a)), "VEC_B": str(vec), "BIAS": str(bias),
+         "ACT": str(act), "SPLIT_K": str(int(splits > 1)), "CLUSTER_K": str(cluster), **(defines or {})}
+    if mr is not None:
+        d["MR"] = str(mr)
+    kernel, const = _kmajor_build(tuple(sorted(d.items())))
+    mem = Memory()
+    for x in (a, b_store, c):
+        mem.add(x)
+    bvec = make(n if bias == 1 else m) if bias else np.zeros(1, np_type)
+    mem.add(bvec)
+    grid = (-(-n // const["TN"]), -(-m // const["TM"]), 1)
+    args = dict(A=a.ctypes.data, B=b.ctypes.data, C=c.ctypes.data, M=m, N=n, K=k, lda=a.shape[1], ldb=b_store.shape[1],
+                ldc=n, alpha=alpha, beta=beta, bias=bvec.ctypes.data if bias else 0, k_chunk=0, split_stride=0)
+    if splits > 1:
+        chunk = -(-(-(-k // splits)) // 256) * 256
+        s = -(-k // chunk)
+        ws = np.zeros((s, m, n), np.float32)
+        mem.add(ws)
+        args.update(C=ws.ctypes.data, k_chunk=chunk, split_stride=m * n, alpha=1.0, beta=0.0)
+        kernel.run((grid[0], grid[1], s), (const["THREADS"], 1, 1), args, mem, const["SMEM_BYTES"])
+        acc = ws[0].copy()
+        for i in range(1, s):
+            acc += ws[i]
+        got = (np.float32(alpha) * acc + (np.float32(beta) * _values(c0, dtype).astype(np.float32) if beta else 0))
+        got = got.astype(np.float64)
+    else:
+        kernel.run((grid[0], grid[1], cluster), (const["THREADS"], 1, 1), args, mem, const["SMEM_BYTES"],
+                   cluster=(1, 1, cluster))
+        got = _values(c, dtype)
+    av, bv = _values(a, dtype), _values(b, dtype)
+    want = alpha * ((av.T if trans_a else av) @ bv.T) + (beta * _values(c0, dtype) if beta else 0)
+    if bias:
+        bb = _values(bvec, dtype)
+        want = want + (bb[None, :] if bias == 1 else bb[:, None])
+    want = BY_CODE[act](want)
+    assert np.isfinite(got).all()
+    return float(np.linalg.norm(got - want) / (np.linalg.norm(want) or 1.0))
+
+
+LIMITS = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 1e-2}
+
+
+def test_the_interpreter_reproduces_the_row_major_path():
+    """The interpreter itself, on the path the GPU tests measured: gemm_skinny's row-major build."""
+    for m, n, k, d in ((3, 130, 300, {"MR": "4", "VEC_B": "0"}), (16, 256, 600, {"MR": "16"})):
+        rng = np.random.default_rng(m)
+        a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+        c = np.full((m, n), np.nan, np.float32)         # beta = 0: never read
+        result = build_file("gemm_skinny", BuildOptions(defines=d, target="sm_90"))
+        mem = Memory()
+        for x in (a, b, c):
+            mem.add(x)
+        tn, tm = result.constants["TN"], result.constants["TM"]
+        Kernel(result.ptx).run((-(-n // tn), -(-m // tm), 1), (256, 1, 1),
+                               dict(A=a.ctypes.data, B=b.ctypes.data, C=c.ctypes.data, M=m, N=n, K=k, lda=k, ldb=n,
+                                    ldc=n, alpha=1.0, beta=0.0, bias=0, k_chunk=0, split_stride=0), mem,
+                               result.constants["SMEM_BYTES"])
+        want = a.astype(np.float64) @ b.astype(np.float64)
+        assert np.linalg.norm(c - want) / np.linalg.norm(want) < 1e-6
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("m, mr", [(1, 1), (3, 4), (16, 16)])
+@pytest.mark.parametrize("k", [1, 7, 300, 1029])
+def test_kmajor_odd_shapes_in_the_interpreter(dtype, m, mr, k):
+    """M = 1, 3, 16 (a block of MR rows, M < MR), N = 1, 5, 130 (one row of B, a warp's partial rows,
+    a block and 2 more), K = 1, 7, 300, 1029 (less than a vector, tails, one and more rounds at MR =
+    16); B rows of K elements (VEC_B only where K is a multiple of V). 16-bit MR at most 8."""
+    if dtype != "float32" and mr == 16:
+        m, mr = 8, 8
+    for n in (1, 5, 130):
+        err = _simulate(m, n, k, dtype, mr=mr)
+        assert err < LIMITS[dtype], (m, n, k, dtype, err)
+
+
+@pytest.mark.parametrize("case", [
+    dict(m=1, n=5, k=7, ldb_pad=5),                                    # 16-byte rows, K = 4 + 3: the lane tail
+    dict(m=3, n=130, k=1029, ldb_pad=7),
+    dict(m=16, n=37, k=301, mr=16, ldb_pad=7, trans_a=True),
+    dict(m=2, n=64, k=4099, mr=2, ldb_pad=5, alpha=0.5, beta=-1.5),
+    dict(m=5, n=33, k=600, b_offset=1),                                # B not 16-byte aligned: element by element
+    dict(m=1, n=33, k=5000, mr=1, splits=7),
+    dict(m=5, n=70, k=2100, mr=8, splits=3, ldb_pad=4, alpha=2.0, beta=0.5),
+    dict(m=1, n=33, k=5000, mr=1, cluster=3, alpha=1.5, beta=0.25),
+    dict(m=13, n=70, k=1500, mr=16, cluster=4, ldb_pad=1),
+    dict(m=5, n=33, k=300, mr=8, cluster=2, ldb_pad=4),                # rank 1 past K: zeros, still in the barriers
+    dict(m=5, n=70, k=600, mr=8, bias=1, act=2, beta=0.5),
+    dict(m=2, n=70, k=600, mr=2, bias=2, act=4),
+    dict(m=7, n=40, k=3000, mr=8, defines={"KB": "512", "NR": "2", "KU": "1"}, ldb_pad=3),
+    dict(m=3, n=70, k=600, mr=4, dtype="float16", bias=1, act=3),
+    dict(m=6, n=70, k=2100, mr=8, dtype="float16", splits=2, ldb_pad=4),
+    dict(m=6, n=70, k=2100, mr=8, dtype="float16", cluster=2, ldb_pad=5, trans_a=True),
+    dict(m=1, n=9, k=1029, mr=1, dtype="bfloat16", ldb_pad=3),
+    dict(m=4, n=40, k=700, mr=4, dtype="bfloat16", b_offset=3, bias=1, act=1, beta=2.0),
+    dict(m=8, n=33, k=2000, mr=8, dtype="bfloat16", splits=4, trans_a=True),
+], ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+def test_kmajor_tails_layouts_splits_clusters_epilogues_in_the_interpreter(case):
+    case = dict(case)
+    dtype = case.pop("dtype", "float32")
+    m, n, k = case.pop("m"), case.pop("n"), case.pop("k")
+    err = _simulate(m, n, k, dtype, **case)
+    assert err < LIMITS[dtype], err
+
+
+def test_kmajor_sums_in_a_fixed_order():
+    """Two runs of one launch give the same bits (the lane butterfly and the ranks in fixed order);
+    the interpreter would also refuse a barrier or a shuffle that not every thread reaches."""
+    outs = []
+    for _ in range(2):
+        m, n, k = 3, 40, 700
+        rng = np.random.default_rng(5)
+        a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((n, k)).astype(np.float32)
+        c = np.zeros((m, n), np.float32)
+        result = build_file("gemm_skinny", BuildOptions(defines={"TRANS_B": "1", "MR": "4", "CLUSTER_K": "2",
+                                                                 "VEC_B": "0"}, target="sm_90"))
+        mem = Memory()
+        for x in (a, b, c):
+            mem.add(x)
+        Kernel(result.ptx).run((2, 1, 2), (256, 1, 1), dict(A=a.ctypes.data, B=b.ctypes.data, C=c.ctypes.data, M=m, N=n,
+                                                            K=k, lda=k, ldb=k, ldc=n, alpha=1.0, beta=0.0, bias=0,
+                                                            k_chunk=0, split_stride=0),
+                               mem, result.constants["SMEM_BYTES"], cluster=(1, 1, 2))
+        outs.append(c.copy())
+    assert outs[0].tobytes() == outs[1].tobytes()
+
+
+def test_the_interpreter_catches_an_out_of_bounds_load():
+    """A B pointer one row short: the last row's loads fall outside the array and are refused."""
+    m, n, k = 1, 5, 64
+    a, b = np.ones((m, k), np.float32), np.ones((n - 1, k), np.float32)
+    c = np.zeros((m, n), np.float32)
+    result = build_file("gemm_skinny", BuildOptions(defines={"TRANS_B": "1", "MR": "1"}, target="sm_90"))
+    mem = Memory()
+    for x in (a, b, c):
+        mem.add(x)
+    args = dict(A=a.ctypes.data, B=b.ctypes.data, C=c.ctypes.data, M=m, N=n, K=k, lda=k, ldb=k, ldc=n, alpha=1.0,
+                beta=0.0, bias=0, k_chunk=0, split_stride=0)
+    with pytest.raises(SimError, match="outside every array"):
+        Kernel(result.ptx).run((1, 1, 1), (256, 1, 1), args, mem, result.constants["SMEM_BYTES"])
+
+
+@pytest.fixture
+def simulated_gemm(monkeypatch, private_cache):
+    """(memory, launches): asmgemm.gemm through a stand-in CuPy whose kernels run their PTX in the
+    interpreter (fake_cupy.simulating_kernel), the split-K workspace registered with the memory."""
+    mem, launches = Memory(), []
+    cp = make_cupy(simulating_kernel(launches, mem))
+    cp.empty = registering_empty(mem)
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    forget_loaded(monkeypatch)
+    from asmgemm.runtime import gemm
+    gemm.clear_plan_cache()
+    yield mem, launches
+    gemm.clear_plan_cache()
+
+
+@pytest.mark.toolchain
+@needs_tools
+@pytest.mark.parametrize("case", [
+    dict(m=3, n=130, k=300, tile=(4, 32), splits=1),
+    dict(m=1, n=70, k=2048, params={"MR": 1, "SPLIT_K": 4}, tile=(1, 32), splits=4, reduce="cluster"),
+    dict(m=1, n=70, k=2048, params={"MR": 1, "SPLIT_K": 4, "CLUSTER_K": 1}, tile=(1, 32), splits=4, reduce="kernel"),
+    dict(m=9, n=33, k=1029, params={"MR": 16}, tile=(16, 32), splits=1, bias=True, activation="silu"),
+    dict(m=3, n=40, k=1029, dtype="float16", kernel="hgemm_skinny", tile=(4, 32), splits=3, reduce="cluster"),
+    dict(m=3, n=40, k=2000, dtype="float16", kernel="hgemm_skinny", params={"SPLIT_K": 3, "CLUSTER_K": 1},
+         tile=(8, 32), splits=3, reduce="kernel", alpha=0.5, beta=2.0),
+], ids=lambda c: f"{c['m']}x{c['n']}x{c['k']}-{c.get('kernel', 'sgemm_skinny')}-{c.get('params', {})}")
+def test_gemm_runs_the_kmajor_path_through_the_runtime(simulated_gemm, case):
+    """asmgemm.gemm(..., trans_b=True, kernel=...skinny) builds TRANS_B=1, launches ceil(N / 32) x
+    ceil(M / MR) blocks (x S for a split: in clusters, or the partial pass and the reduce kernel,
+    both run from their PTX) and returns C; the untuned route is unchanged (test_what_keeps_sgemm)."""
+    import asmgemm
+    from asmgemm.runtime.gemm import last_launch
+    mem, _ = simulated_gemm
+    case = dict(case)
+    m, n, k = case["m"], case["n"], case["k"]
+    dtype = np.dtype(case.get("dtype", "float32"))
+    rng = np.random.default_rng(m + n + k)
+    a = rng.standard_normal((m, k)).astype(dtype).view(FakeArray)
+    b = rng.standard_normal((n, k)).astype(dtype).view(FakeArray)
+    c = rng.standard_normal((m, n)).astype(dtype).view(FakeArray)
+    c0 = np.asarray(c, np.float64).copy()
+    bias = rng.standard_normal(n).astype(dtype).view(FakeArray) if case.get("bias") else None
+    for x in (a, b, c) + ((bias,) if bias is not None else ()):
+        mem.add(x)
+    alpha, beta = case.get("alpha", 1.0), case.get("beta", 0.0)
+    asmgemm.gemm(a, b, c, alpha=alpha, beta=beta, trans_b=True, kernel=case.get("kernel", "sgemm_skinny"),
+                 params=case.get("params"), bias=bias, activation=case.get("activation"))
+    want = alpha * (np.asarray(a, np.float64) @ np.asarray(b, np.float64).T) + beta * c0
+    if bias is not None:
+        want = want + np.asarray(bias, np.float64)[None, :]
+    if case.get("activation") == "silu":
+        want = want / (1 + np.exp(-want))
+    err = np.linalg.norm(np.asarray(c, np.float64) - want) / np.linalg.norm(want)
+    assert err < (1e-5 if dtype == np.float32 else 2e-3), err
+    ran = last_launch()
+    assert ran["params"]["TRANS_B"] == "1" and ran["tile"] == case["tile"] and ran["splits"] == case["splits"], ran
+    assert ran["grid"][:2] == (-(-n // 32), -(-m // case["tile"][0]))
+    if case["splits"] > 1:
+        assert ran["reduce"] == case["reduce"] and ran["grid"][2] == case["splits"]

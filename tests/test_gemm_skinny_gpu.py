@@ -224,3 +224,156 @@ def test_hgemm_untuned_calls_run_it(cuda_gpu):
     assert last_launch()["kernel"] == "hgemm"
     _check_half(cuda_gpu, 4, 4096, 4096)
     assert last_launch()["kernel"] == "hgemm" and last_launch()["c_trans"]
+
+
+# ---- TRANS_B = 1: B stored N x K (torch.nn.Linear's weight), the K-major path -------------------
+# Named kernels (the routes still send only a row-major B here); every dtype at M = 1 (and the
+# MR = 1, 2 blocks that exist only on this path), N = 1, K tails, B rows not 16-byte aligned (a
+# sliced view: VEC_B = 0) or padded (K tails with 16-byte loads), A transposed, alpha/beta,
+# split-K in clusters and through the reduce, every fused epilogue, the decode shapes of issue 32,
+# and bit-identical reruns.
+def _kmajor_operand(cp, x32, dtype):
+    """(array handed to gemm, float64 values): x32 itself, or its 16-bit version (_half)."""
+    if dtype == "float32":
+        return x32, cp.asnumpy(x32).astype(np.float64)
+    return _half(cp, x32, dtype)
+
+
+def _check_kmajor(cp, m, n, k, dtype="float32", *, params=None, alpha=1.0, beta=0.0, ldb_pad=0, b_offset=0,
+                  trans_a=False, c_order="C", bias=None, act=None, seed=0):
+    """C = act(alpha A B^T + beta C + bias) through kernel=sgemm/hgemm/bgemm_skinny with trans_b=True,
+    B the columns [b_offset, b_offset + K) of an N x (K + ldb_pad + b_offset) array, against float64
+    of the (rounded) inputs; returns (C as float64, last_launch())."""
+    from asmgemm.kernel_spec import get_spec
+    from asmgemm.runtime.gemm import last_launch
+    kernel = {"float32": "sgemm_skinny", "float16": "hgemm_skinny", "bfloat16": "bgemm_skinny"}[dtype]
+    rng = cp.random.default_rng(seed + 7 * m + 13 * n + k)
+    a, av = _kmajor_operand(cp, rng.standard_normal((k, m) if trans_a else (m, k), dtype=cp.float32), dtype)
+    bs, bsv = _kmajor_operand(cp, rng.standard_normal((n, k + ldb_pad + b_offset), dtype=cp.float32), dtype)
+    b, bv = bs[:, b_offset:b_offset + k], bsv[:, b_offset:b_offset + k]
+    c0, c0v = _kmajor_operand(cp, rng.standard_normal((m, n), dtype=cp.float32), dtype)
+    c = c0.copy()
+    if beta == 0:                                    # NaN: never read
+        if dtype == "float32":
+            c[...] = cp.nan
+        else:
+            c.view(cp.uint16)[...] = 0x7E00 if dtype == "float16" else 0x7FC0
+    if c_order == "F":
+        c = cp.asfortranarray(c)
+    bvec, epi = None, {}
+    if bias == "cols":
+        bvec, bvals = _kmajor_operand(cp, rng.standard_normal(n, dtype=cp.float32), dtype)
+        epi = {"bias_cols": bvals}
+    elif bias == "rows":
+        bvec, bvals = _kmajor_operand(cp, rng.standard_normal((m, 1), dtype=cp.float32), dtype)
+        epi = {"bias_rows": bvals.ravel()}
+    out = asmgemm.gemm(a, b, c, alpha=alpha, beta=beta, trans_a=trans_a, trans_b=True, kernel=kernel, params=params,
+                       bias=bvec, activation=act)
+    assert out is c
+    ran = last_launch()
+    want = epilogue((av.T if trans_a else av) @ bv.T, alpha, beta, c0v if beta != 0 else None, activation=act, **epi)
+    got = cp.ascontiguousarray(c)
+    if dtype == "bfloat16":
+        got = (got.astype(cp.uint32) << 16).view(cp.float32)
+    got = cp.asnumpy(got.astype(cp.float32)).astype(np.float64)
+    assert np.isfinite(got).all(), "non-finite values in C"
+    err = float(np.linalg.norm(got - want) / (np.linalg.norm(want) or 1.0))
+    limit = REL_TOL if dtype == "float32" else get_spec(kernel).rel_err_limit
+    assert err < limit, (f"{dtype} {m}x{n}x{k} tn={trans_a} pad={ldb_pad} off={b_offset} alpha={alpha} beta={beta} "
+                         f"C {c_order} bias={bias} act={act} params={params}: rel err {err:.3e} ({ran})")
+    assert ran["kernel"] == kernel and ran["params"]["TRANS_B"] == "1", ran
+    return got, ran
+
+
+KMAJOR_DTYPES = ["float32", "float16", "bfloat16"]
+
+
+@pytest.mark.parametrize("dtype", KMAJOR_DTYPES)
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 8, 9, 16])
+@pytest.mark.parametrize("n,k", [(1, 1), (1, 4096), (5, 7), (130, 300), (1000, 1029), (4099, 2049), (4096, 4096)])
+def test_kmajor_rows_and_sizes(cuda_gpu, dtype, m, n, k):
+    """The spec's MR for M (4, 8, 16; 16-bit: 4, 8 and two row blocks from 9 rows) and its split
+    rule; K rows of odd length take the element path (ldb = K not a multiple of the vector)."""
+    _check_kmajor(cuda_gpu, m, n, k, dtype)
+
+
+@pytest.mark.parametrize("dtype", KMAJOR_DTYPES)
+@pytest.mark.parametrize("mr", [1, 2, 4, 8, 16])
+def test_kmajor_every_block_height(cuda_gpu, dtype, mr):
+    """MR = 1 and 2 (decoding) exist only on this path; M below, at and past MR."""
+    if mr == 16 and dtype != "float32":
+        pytest.skip("MR = 16 is fp32 only")
+    for m in sorted({1, max(1, mr - 1), mr, mr + 1}):
+        _, ran = _check_kmajor(cuda_gpu, m, 700, 3000, dtype, params={"MR": mr}, ldb_pad=5)
+        assert ran["tile"] == (mr, 32) and ran["grid"][:2] == (-(-700 // 32), -(-m // mr)), ran
+
+
+@pytest.mark.parametrize("dtype", KMAJOR_DTYPES)
+@pytest.mark.parametrize("ldb_pad, b_offset", [(0, 0), (1, 0), (3, 0), (8, 0), (0, 1), (5, 3)])
+@pytest.mark.parametrize("k", [7, 300, 1029, 4100])
+def test_kmajor_k_tails_and_unaligned_b(cuda_gpu, dtype, ldb_pad, b_offset, k):
+    """16-byte loads of B wherever its rows start 16-byte aligned (ldb a multiple of the vector,
+    the view aligned), then the last K % V elements by element; else B element by element."""
+    _, ran = _check_kmajor(cuda_gpu, 3, 77, k, dtype, ldb_pad=ldb_pad, b_offset=b_offset, alpha=0.5, beta=-1.5)
+    v = 4 if dtype == "float32" else 8
+    aligned = b_offset % v == 0 and (k + ldb_pad + b_offset) % v == 0
+    assert ran["params"]["VEC_B"] == str(int(aligned)), ran
+
+
+@pytest.mark.parametrize("dtype", KMAJOR_DTYPES)
+def test_kmajor_transposed_a_and_column_major_c(cuda_gpu, dtype):
+    """A stored K x M (staged element by element); a column-major C through the operand swap: the
+    kernel's B is then the user's A, M x K: K-major again (kernel M = the user's N)."""
+    _check_kmajor(cuda_gpu, 5, 300, 1029, dtype, trans_a=True, alpha=2.0, beta=0.25)
+    _check_kmajor(cuda_gpu, 16 if dtype == "float32" else 8, 130, 4096, dtype, trans_a=True, ldb_pad=4)
+    got, ran = _check_kmajor(cuda_gpu, 300, 3, 500, dtype, c_order="F")
+    assert ran["grid"][:2] == (-(-300 // 32), 1) and ran["params"]["TRANS_A"] == "0", ran
+
+
+@pytest.mark.parametrize("dtype", KMAJOR_DTYPES)
+@pytest.mark.parametrize("splits, cluster", [(2, None), (3, None), (7, None), (16, None), (4, 1), (8, 1)])
+def test_kmajor_splits(cuda_gpu, dtype, splits, cluster):
+    """k_chunk is whole 256s: K = 3000 in 7 gives 6 of 512, the last short; up to 8 splits sum in
+    clusters of grid z (CLUSTER_K, on sm_90 where the spec's cluster_when holds), 16 or
+    CLUSTER_K = 1 through the workspace and the reduce kernel; M = 1 (MR = 1) and 13 rows."""
+    from asmgemm.runtime.gemm import last_launch
+    params = {"SPLIT_K": splits, **({"CLUSTER_K": cluster} if cluster else {})}
+    for m, mr in ((1, 1), (13, 16 if dtype == "float32" else 8)):
+        for alpha, beta in ((1.0, 0.0), (2.0, 0.5)):
+            _check_kmajor(cuda_gpu, m, 700, 3000, dtype, params={**params, "MR": mr}, alpha=alpha, beta=beta,
+                          ldb_pad=1 if m == 13 else 0)
+            ran = last_launch()
+            assert ran["splits"] == ran["grid"][2] > 1, ran
+            if cluster == 1 or splits > 8:
+                assert ran["reduce"] == "kernel", ran
+
+
+@pytest.mark.parametrize("dtype", KMAJOR_DTYPES)
+@pytest.mark.parametrize("act", [None, "relu", "gelu", "gelu_tanh", "silu"])
+@pytest.mark.parametrize("bias", [None, "cols", "rows"])
+def test_kmajor_fused_epilogues(cuda_gpu, dtype, act, bias):
+    """torch.nn.Linear with its bias (cols) and an activation, fused into the K-major kernel."""
+    _check_kmajor(cuda_gpu, 5, 300, 600, dtype, bias=bias, act=act)
+    _check_kmajor(cuda_gpu, 1, 263, 1029, dtype, bias=bias, act=act, beta=0.5, params={"MR": 1})
+
+
+@pytest.mark.parametrize("dtype", KMAJOR_DTYPES)
+@pytest.mark.parametrize("m,n,k", [(1, 4096, 14336), (1, 6144, 4096), (8, 4096, 4096), (16, 4096, 4096),
+                                   (1, 14336, 4096), (4, 4096, 11008)])
+def test_kmajor_decode_shapes_of_issue_32(cuda_gpu, dtype, m, n, k):
+    """The nn.Linear decode shapes (x W^T, W stored out x in), by the spec's untuned choices for the
+    named kernel and with MR = 1 at one row."""
+    if m == 16 and dtype != "float32":
+        m = 8
+    _check_kmajor(cuda_gpu, m, n, k, dtype)
+    if m == 1:
+        _check_kmajor(cuda_gpu, m, n, k, dtype, params={"MR": 1, "SPLIT_K": 4})
+
+
+def test_kmajor_runs_are_bit_identical(cuda_gpu):
+    """Fixed summation orders (lane butterfly, ranks in order, the reduce's splits in order): two
+    runs give the same bits, in clusters and through the reduce."""
+    for params in ({"MR": 1, "SPLIT_K": 6}, {"MR": 1, "SPLIT_K": 6, "CLUSTER_K": 1}, {"MR": 16}):
+        first, _ = _check_kmajor(cuda_gpu, 1 if params["MR"] == 1 else 16, 4096, 4096, params=params)
+        again, _ = _check_kmajor(cuda_gpu, 1 if params["MR"] == 1 else 16, 4096, 4096, params=params)
+        assert first.tobytes() == again.tobytes(), params

@@ -169,8 +169,8 @@ C_BYTES_NAME = "C_BYTES"
 
 _TOP_KEYS = {"source", "entry", "summary", "dtypes", "targets", "abi", "call_params", "defines", "rel_err_limit",
              "launch", "terms", "size_rule", "like", "split_k", "route", "swap_rule", "in_place", "config"}
-_CONFIG_KEYS = {"name", "kernel", "set", "tile", "splits", "max_m", "note", "swap"}
-_SPLIT_K_KEYS = {"switch", "reduce", "rule", "k_multiple", "cluster_switch", "cluster_when"}
+_CONFIG_KEYS = {"name", "kernel", "set", "tile", "tile_kmajor_b", "splits", "max_m", "note", "swap"}
+_SPLIT_K_KEYS = {"switch", "reduce", "rule", "k_multiple", "cluster_switch", "cluster_when", "c_trans"}
 # what a kernel with a split_k table must take: the partial pass's k extent and slice distance
 SPLIT_K_ABI = ("k_chunk", "split_stride")
 _LAUNCH_KEYS = {"threads", "tile_m", "tile_n", "smem_bytes", "grid", "box_rows_a", "box_rows_b", "box_rows_c",
@@ -316,6 +316,9 @@ class SplitK:
     cluster_switch: str | None = None
     cluster_when: str | None = None          # where a split may run in clusters (None: always)
     cluster_when_tree: object = field(compare=False, repr=False, default=None)
+    # whether a launch with the transposed store (c_trans) may split: the kernel's clusters and the
+    # reduce kernel (C_T) store C transposed too
+    c_trans: bool = False
 
     def in_clusters(self, m: int, n: int, k: int, sms: int, s: int) -> bool:
         """Whether S = s splits of this launch may run in clusters (cluster_switch, cluster_when)."""
@@ -352,6 +355,12 @@ class ConfigEntry:
     max_m: int | None = None
     note: str = ""
     swap: bool = False
+    tile_kmajor_b: tuple[int, int, int] | None = None    # the tile where the kernel's B is K-major, if other
+
+    def tile_for(self, trans_b: int) -> tuple[int, int, int]:
+        """The tile of a launch whose B is K-major (trans_b) or not: a kernel may lay its work out
+        differently for each (gemm_skinny: 128 columns a block row-major, 32 K-major)."""
+        return self.tile_kmajor_b if trans_b and self.tile_kmajor_b is not None else self.tile
 
 
 @dataclass(frozen=True)
@@ -443,7 +452,8 @@ class KernelSpec:
                 "routes": [{"when": r.when, "kernel": r.kernel} for r in self.routes],
                 "in_place": self.in_place,
                 "configs": [{"name": c.name, "kernel": c.kernel, "set": dict(c.set), "tile": list(c.tile),
-                             "splits": list(c.splits), "max_m": c.max_m, "note": c.note, "swap": c.swap}
+                             "splits": list(c.splits), "max_m": c.max_m, "note": c.note, "swap": c.swap,
+                             "tile_kmajor_b": list(c.tile_kmajor_b) if c.tile_kmajor_b else None}
                             for c in self.configs],
                 "swap_rules": [{"when": r.when} for r in self.swap_rules]}
 
@@ -626,10 +636,16 @@ def _config(where: str, family: str, i: int, c) -> ConfigEntry:
     sets = c["set"]
     if not isinstance(sets, dict) or not all(isinstance(v, int) and not isinstance(v, bool) for v in sets.values()):
         raise AsmError(f"{at}.set: a table of PARAM = integer")
-    tile = c["tile"]
-    if (not isinstance(tile, list) or len(tile) != 3
-            or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in tile)):
-        raise AsmError(f"{at}.tile: [rows, columns, k] of one block's tile, positive integers")
+    tiles = []
+    for key in ("tile", "tile_kmajor_b"):
+        tile = c.get(key)
+        if tile is None and key == "tile_kmajor_b":
+            tiles.append(None)
+            continue
+        if (not isinstance(tile, list) or len(tile) != 3
+                or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in tile)):
+            raise AsmError(f"{at}.{key}: [rows, columns, k] of one block's tile, positive integers")
+        tiles.append(tuple(tile))
     splits = c.get("splits", [1])
     if (not isinstance(splits, list) or not splits or 1 not in splits
             or not all(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 64 for v in splits)):
@@ -640,8 +656,8 @@ def _config(where: str, family: str, i: int, c) -> ConfigEntry:
     max_m = c.get("max_m")
     if max_m is not None and (not isinstance(max_m, int) or isinstance(max_m, bool) or max_m < 1):
         raise AsmError(f"{at}.max_m: a positive integer")
-    return ConfigEntry(name, kernel, tuple(sets.items()), tuple(tile), tuple(sorted(set(splits))), max_m,
-                       str(c.get("note", "")), swap)
+    return ConfigEntry(name, kernel, tuple(sets.items()), tiles[0], tuple(sorted(set(splits))), max_m,
+                       str(c.get("note", "")), swap, tiles[1])
 
 
 def _route(source: SourceFile, where: str, name: str, i: int, r, calls: dict) -> Route:
@@ -714,8 +730,11 @@ def _split_k(path: Path, source: SourceFile, where: str, t, abi: list[str], call
         cluster_when = _str(cluster_when, f"{where} split_k.cluster_when")
         when_tree = _located_expression(source, cluster_when)
         _evaluate_sizes(when_tree, 1, 1, 1, 1, {"S": 2}, "split_k.cluster_when")   # unknown names fail now
+    c_trans = t.get("c_trans", False)
+    if not isinstance(c_trans, bool):
+        fail("c_trans: true or false")
     return SplitK(switch, reduce, tuple(_split_rule(source, where, i, r) for i, r in enumerate(rules)), k_multiple,
-                  cluster_switch, cluster_when, when_tree)
+                  cluster_switch, cluster_when, when_tree, c_trans)
 
 
 MAX_SPLIT_CANDIDATES = 64

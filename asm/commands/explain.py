@@ -65,16 +65,19 @@ def command(m, n, k, dtype, layout, fused, gpu, top, no_build, as_json):
         note = None
     size = DTYPE_ITEMSIZE[family.dtypes.a]
     plan = fresh_plan(m, n, k, layout, size, DTYPE_ITEMSIZE[family.dtypes.c])
-    choice = dispatch.choose(family, plan.layout, plan.m, plan.n, plan.k, call_values=plan.call_values, gpu=facts["gpu"], target=facts["target"],
-                             sms=facts["sms"], plain=not fused, clock_hz=facts["clock_hz"],
-                             dram_bytes_per_s=facts["dram"])
-    ran = None if no_build else _first_that_builds(choice, plan, facts, not fused)
+    plan_ct = (fresh_plan(m, n, k, layout, size, DTYPE_ITEMSIZE[family.dtypes.c], c_trans=True)
+               if any(e.swap for e in family.configs) else None)
+    choice = dispatch.choose(family, plan.layout, plan.m, plan.n, plan.k, call_values=plan.call_values,
+                             gpu=facts["gpu"], target=facts["target"], sms=facts["sms"], plain=not fused,
+                             clock_hz=facts["clock_hz"], dram_bytes_per_s=facts["dram"],
+                             swapped=(plan_ct.layout, plan_ct.call_values) if plan_ct is not None else None)
+    ran = None if no_build else _first_that_builds(choice, plan, facts, not fused, plan_ct)
     pick = ran or choice.pick
     if not no_build and pick is not None:
         # the candidates modelled faster than the pick need a reason: a refusal is one
         pick_s = next(e.call_s for e in choice.ranked if e.candidate.label == pick.label)
         _check_builds([e.candidate for e in choice.ranked[:top] if e.call_s < pick_s], choice, plan, facts,
-                      not fused)
+                      not fused, plan_ct)
     by_label = {e.candidate.label: e for e in choice.ranked}
     best = by_label[pick.label] if pick is not None else None
     rows = []
@@ -106,13 +109,13 @@ def command(m, n, k, dtype, layout, fused, gpu, top, no_build, as_json):
     _print(report)
 
 
-def _check_builds(cands, choice, plan, facts, plain) -> None:
+def _check_builds(cands, choice, plan, facts, plain, plan_ct=None) -> None:
     """Build each candidate (cached) and record the kernel's refusals in `choice.refused`."""
     from ..runtime import dispatch
     from ..runtime.build_cache import build_kernel
 
     for cand in cands:
-        cb = dispatch.candidate_build(cand, plan, facts["sms"], facts["target"], plain)
+        cb = dispatch.candidate_build(cand, plan_ct if cand.swap else plan, facts["sms"], facts["target"], plain)
         why = dispatch.refusal(cb.key)
         if why is None:
             try:
@@ -124,14 +127,14 @@ def _check_builds(cands, choice, plan, facts, plain) -> None:
         choice.refused[cand.label] = why
 
 
-def _first_that_builds(choice, plan, facts, plain):
+def _first_that_builds(choice, plan, facts, plain, plan_ct=None):
     """The candidate gemm() would run: the first in order whose build the kernel accepts (builds
     are cached, so this costs ptxas once per variant)."""
     from ..runtime import dispatch
     from ..runtime.build_cache import build_kernel
 
     for cand in choice.order:
-        cb = dispatch.candidate_build(cand, plan, facts["sms"], facts["target"], plain)
+        cb = dispatch.candidate_build(cand, plan_ct if cand.swap else plan, facts["sms"], facts["target"], plain)
         why = dispatch.refusal(cb.key)
         if why is None:
             try:

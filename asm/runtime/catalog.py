@@ -53,11 +53,13 @@ class Candidate:
         return out
 
 
-def entry_candidates(entry: ConfigEntry, family: str, k: int, *, plain: bool, clusters: bool) -> list[Candidate]:
+def entry_candidates(entry: ConfigEntry, family: str, k: int, *, plain: bool, clusters: bool,
+                     trans_b: int = 0) -> list[Candidate]:
     """One catalog entry's candidates for a K-deep call: unsplit, and each listed S that still
     splits K (split_for: whole chunks of the kernel's k multiple; S is the splits that result, so
     two asks that land on the same split are one candidate)."""
-    base = Candidate(family, entry.name, entry.kernel, entry.set, entry.tile, swap=entry.swap)
+    tile = entry.tile_for(trans_b)
+    base = Candidate(family, entry.name, entry.kernel, entry.set, tile, swap=entry.swap)
     out = [base]
     sk = get_spec(entry.kernel).split_k
     if not plain or sk is None:
@@ -69,20 +71,21 @@ def entry_candidates(entry: ConfigEntry, family: str, k: int, *, plain: bool, cl
             continue
         seen.add(split.splits)
         s = split.splits
-        out.append(Candidate(family, entry.name, entry.kernel, entry.set, entry.tile, s, "kernel", entry.swap))
+        out.append(Candidate(family, entry.name, entry.kernel, entry.set, tile, s, "kernel", entry.swap))
         if clusters and sk.cluster_switch is not None and s in CLUSTER_SIZES and s <= MAX_CLUSTER_SPLITS:
-            out.append(Candidate(family, entry.name, entry.kernel, entry.set, entry.tile, s, "cluster", entry.swap))
+            out.append(Candidate(family, entry.name, entry.kernel, entry.set, tile, s, "cluster", entry.swap))
     return out
 
 
 def candidates(family: KernelSpec, m: int, k: int, target: str, *, plain: bool,
-               usable=lambda kernel: True, swapped_m: int | None = None) -> list[Candidate]:
+               usable=lambda kernel: True, swapped_m: int | None = None, trans_b: tuple[int, int] = (0, 0)) -> list[Candidate]:
     """Every candidate of `family`'s catalog for a kernel-level M x (any N) x K call on `target`:
     entries whose kernel builds for the target and can take the call (`usable(kernel name)`: the
     caller's check of the fused epilogue), within their `max_m`; split only for plain calls (no
     fused epilogue, no batch: the partial pass stores raw sums), in clusters only where the target
     has them. Entries that swap the operands (`swap`) only where the call may run as C^T
-    (`swapped_m`: its M then, the call's N; None: it may not), within max_m of that M."""
+    (`swapped_m`: its M then, the call's N; None: it may not), within max_m of that M. trans_b:
+    whether the kernel's B is K-major in the launch as called and as C^T (the entry's tile)."""
     clusters = "clusters" in arch_for(target).features
     out: list[Candidate] = []
     for entry in family.configs:
@@ -94,5 +97,6 @@ def candidates(family: KernelSpec, m: int, k: int, target: str, *, plain: bool,
         spec = get_spec(entry.kernel)
         if spec.build_target(target) is None or not usable(entry.kernel):
             continue
-        out.extend(entry_candidates(entry, family.name, k, plain=plain, clusters=clusters))
+        out.extend(entry_candidates(entry, family.name, k, plain=plain, clusters=clusters,
+                                    trans_b=trans_b[1] if entry.swap else trans_b[0]))
     return out

@@ -71,7 +71,9 @@ def choose(family: KernelSpec, layout: str, m: int, n: int, k: int, *, gpu: str,
     held-out check)."""
     dm, best = model_for(gpu, target, sms, clock_hz, dram_bytes_per_s)
     cands = candidates(family, m, k, target, plain=plain, usable=usable,
-                       swapped_m=n if swapped is not None else None)
+                       swapped_m=n if swapped is not None else None,
+                       trans_b=(int((call_values or {}).get("trans_b", 0)),
+                                int(swapped[1].get("trans_b", 0)) if swapped is not None else 0))
     sizes = (DTYPE_ITEMSIZE[family.dtypes.c], DTYPE_ITEMSIZE[family.dtypes.a])
     variant = variant_of(layout, call_values or {})
     ranked = rank([c for c in cands if not c.swap], m, n, k, dm, family.dtypes.a, *sizes, variant, family.name, plain)

@@ -106,7 +106,7 @@ def choose_split(spec: KernelSpec, plan: LaunchPlan, params: dict | None, tuned:
         requested = requested_splits(tuned[sk.switch], sk.switch, "tuning-cache entry:")
     else:
         requested = _rule_request(spec, plan.m, plan.n, plan.k, sm_count)
-    if requested > 1 and (not plain or plan.c_trans):
+    if requested > 1 and (not plain or (plan.c_trans and not sk.c_trans)):
         if params is not None and params.get(sk.switch, 1) not in (1, "1"):
             why = "a C stored transposed (c_trans)" if plain else "a fused epilogue or a batch"
             raise AsmError(f"params: {sk.switch}={params[sk.switch]!r}: split-K runs only for a plain 2-D GEMM "
@@ -201,7 +201,8 @@ def reduce_defines(spec: KernelSpec, plan: LaunchPlan) -> dict:
         raise AsmError(f"split-K: the reduce writes C as {', '.join(C_TYPES)}; kernel '{spec.name}' has C "
                        f"{spec.dtypes.c}")
     vec = plan.n % 4 == 0 and plan.ldc % 4 == 0 and plan.c_ptr % (4 * plan.itemsize) == 0
-    return {"C_TYPE": c_type, "VEC": int(vec)}
+    # C_T: the launch stores C transposed (its clusters and the reduce alike; SplitK.c_trans)
+    return {"C_TYPE": c_type, "VEC": int(vec), **({"C_T": 1} if plan.c_trans else {})}
 
 
 def reduce_grid(built, plan: LaunchPlan) -> tuple[int, int, int]:

@@ -31,8 +31,8 @@ def _candidate(s: dict) -> Candidate:
     if entry is None:
         raise AsmError(f"sweep sample names configuration '{s['config']}', which {s['family']}'s catalog no "
                        "longer has: sweep again")
-    return Candidate(s["family"], entry.name, entry.kernel, entry.set, entry.tile, int(s["splits"]), s["reduce"],
-                     bool(s.get("swap", False)))
+    return Candidate(s["family"], entry.name, entry.kernel, entry.set, entry.tile_for(s["layout"][1] == "t"),
+                     int(s["splits"]), s["reduce"], bool(s.get("swap", False)))
 
 
 def _variant(s: dict) -> str:

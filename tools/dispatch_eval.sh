@@ -10,7 +10,7 @@ set -u
 : "${OUT:?set OUT}" "${FAMILY:=sgemm}" "${SWEEP:=1}" "${BENCH:=}" "${REPS:=10}" "${LOOP:=50}"
 source tools/device_setup.sh >/dev/null || exit 1
 if [[ $SWEEP == 1 ]]; then
-    SETS=train bash tools/dispatch_sweep.sh "$FAMILY"
+    SETS=${SETS:-train} bash tools/dispatch_sweep.sh "$FAMILY"
     fits=()
     for f in tools/data/dispatch/sweep_*/sweep_"$FAMILY"_*.json.gz "$OUT"/sweep_"$FAMILY"_*.json; do
         [[ -f $f ]] && fits+=(--fit "$f")

@@ -27,7 +27,7 @@ for set_name in $SETS; do
     presets) sweep presets 240 square,odd,transformer --layout nn --exhaustive ;;
     linear)
         shapes=$(python3 -c "print(','.join(f'{t}x{o}x{i}' for t in (1,8,64,256,1024,4096) for o,i in ((6144,4096),(4096,4096),(28672,4096),(4096,14336))))")
-        sweep linear 150 "$shapes" --layout nt --exhaustive ;;
+        sweep linear 150 "$shapes" --layout nt ${LINEAR_FLAGS---exhaustive} ;;
     train)
         for layout in nn nt tn tt; do
             python3 - "$TRAIN_SEED" "$TRAIN_COUNT" "$layout" > "/tmp/train_$layout.txt" <<'PY'

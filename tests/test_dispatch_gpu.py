@@ -47,9 +47,9 @@ def _as_float(cp, spec, c):
     return host.astype(np.float64)
 
 
-def _picked(conf, family, k, clusters):
+def _picked(conf, family, k, clusters, trans_b=0):
     """The unsplit candidate and those of the largest split the entry makes for this K."""
-    cands = entry_candidates(conf, family, k, plain=True, clusters=clusters)
+    cands = entry_candidates(conf, family, k, plain=True, clusters=clusters, trans_b=trans_b)
     return [cands[0]] + [c for c in cands[1:] if c.splits == max(x.splits for x in cands)]
 
 
@@ -74,9 +74,13 @@ def prebuilt(cuda_gpu):
                 continue
             for layout in LAYOUTS:
                 for m, n, k in SHAPES:
-                    if conf.max_m is None or m <= conf.max_m:
-                        plan = fresh_plan(m, n, k, layout, DTYPE_ITEMSIZE[spec.dtypes.a], DTYPE_ITEMSIZE[spec.dtypes.c])
-                        calls.append(SweepCall(Shape(m, n, k), layout, plan, tuple(_picked(conf, family, k, clusters))))
+                    if conf.max_m is None or (n if conf.swap else m) <= conf.max_m:
+                        sizes = (DTYPE_ITEMSIZE[spec.dtypes.a], DTYPE_ITEMSIZE[spec.dtypes.c])
+                        plan = fresh_plan(m, n, k, layout, *sizes)
+                        plan_ct = fresh_plan(m, n, k, layout, *sizes, c_trans=True) if conf.swap else None
+                        trans_b = (plan_ct or plan).call_values["trans_b"]
+                        calls.append(SweepCall(Shape(m, n, k), layout, plan,
+                                               tuple(_picked(conf, family, k, clusters, trans_b)), plan_ct))
     prebuild(calls, facts)
     return clusters
 
@@ -97,7 +101,7 @@ def test_every_catalog_configuration_is_correct(cuda_gpu, prebuilt, family, entr
     clusters = prebuilt
     ran = refused = 0
     for i, (m, n, k) in enumerate(SHAPES):
-        if conf.max_m is not None and m > conf.max_m:
+        if conf.max_m is not None and (n if conf.swap else m) > conf.max_m:
             continue
         a, b, ref, ta, tb = _operands(cp, kernel, m, n, k, layout, i)
         for cand in _picked(conf, family, k, clusters):

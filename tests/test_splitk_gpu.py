@@ -78,16 +78,14 @@ def test_column_major_c(cuda_gpu, layout):
 
 @pytest.mark.parametrize("m,n,k", [(1, 4096, 4096), (16, 4096, 14336), (128, 768, 3072), (128, 4096, 4096),
                                    (100, 4100, 4099), (65, 2052, 18950)])
-def test_decode_shapes_split_by_the_rule(cuda_gpu, m, n, k):
-    """(The M of 65-128 ones: size rule 0's 128x128 tiles with BK=16, split 8 ways, odd sizes too.)"""
-    from types import SimpleNamespace
-    from asmgemm.runtime.plan import plan_launch
-    mat = lambda r, c: SimpleNamespace(shape=(r, c), ndim=2, strides=(4 * c, 4), dtype=SimpleNamespace(itemsize=4))
-    sms = int(cuda_gpu.cuda.Device().attributes["MultiProcessorCount"])
-    plan = plan_launch(mat(m, k), mat(k, n), mat(m, n), trans_a=False, trans_b=False, ptr_of=lambda x: 256)
-    split = split_k.choose_split(get_spec("sgemm"), plan, None, None, sms)
-    assert split is not None and split.splits > 1, "the rule splits the decode shapes"
+def test_decode_shapes_split_by_the_dispatch(cuda_gpu, m, n, k):
+    """Decoding and small-batch shapes (few rows, deep K): the dispatch splits K (the database's
+    exact hits and the model both chose splits for these on the H100), through the reduce kernel
+    or in clusters, odd sizes too; the result is right either way and last_launch() says how."""
+    from asmgemm.runtime.gemm import last_launch
     _check(cuda_gpu, m, n, k)
+    ran = last_launch()
+    assert ran["splits"] > 1 and ran["config"] and ran["chosen_by"] in ("database", "model"), ran
     _check(cuda_gpu, m, n, k, "tn", alpha=0.5, beta=2.0)
 
 

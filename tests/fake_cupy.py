@@ -314,7 +314,8 @@ def interpreting_kernel(launches: list, dtype=np.float64) -> Callable[[str, str]
                     return int(v[name]) + z * int(v.get("batch_stride_" + name.lower(), 0)) * item
                 a = matrix(at("A"), *((k, m) if ta else (m, k)), v["lda"])
                 b = matrix(at("B"), *((n, k) if tb else (k, n)), v["ldb"])
-                c = matrix(at("C"), m, n, v["ldc"])
+                # C_T=1 (the c_trans launch): element (i, j) at C + j * ldc + i
+                c = matrix(at("C"), n, m, v["ldc"]).T if defines.get("C_T", "0") == "1" else matrix(at("C"), m, n, v["ldc"])
                 prod = (a.T if ta else a) @ (b.T if tb else b)
                 out = float(v["alpha"]) * prod + (float(v["beta"]) * c if float(v["beta"]) != 0 else 0.0)
                 # the fused epilogue (kernel_spec call values bias/activation as BIAS/ACT): bias per
@@ -384,7 +385,9 @@ def _reduce_kernel(launches: list, names: list, defines: dict) -> Callable:
             acc += w[s]
         acc *= np.float32(v["alpha"])
         item = np.dtype(c_type).itemsize
-        c = view_of(int(v["C"]), (m, n), (ldc * item, item), c_type)
+        # C_T=1: the reduce stores C transposed (element (i, j) at C + j * ldc + i)
+        c = (view_of(int(v["C"]), (n, m), (ldc * item, item), c_type).T if defines.get("C_T", "0") == "1"
+             else view_of(int(v["C"]), (m, n), (ldc * item, item), c_type))
         if float(v["beta"]) != 0:
             acc += c.astype(np.float32) * np.float32(v["beta"])
         c[...] = acc.astype(c_type)

@@ -27,7 +27,11 @@ def test_a_shared_b_folds_the_batch_into_rows(fake):
     c = asmgemm.gemm(a, b, bias=batch(7, seed=2), activation="relu")
     assert c.shape == (3, 10, 7)
     (grid, block, args, smem, stream), = launches
-    assert int(args[kernel_spec.get_spec("sgemm").abi.index("M")]) == 30   # the kernel's M: 3 batches of 10 rows
+    from asmgemm.runtime.gemm import last_launch
+    ran = kernel_spec.get_spec(last_launch()["kernel"])          # (whichever entry of sgemm's catalog ran)
+    # the kernel's M: 3 batches of 10 rows, or, run as C^T (a skinny_ct entry: 7 columns), its N
+    rows = int(args[ran.abi.index("N" if last_launch()["c_trans"] else "M")])
+    assert rows == 30 and grid[2] == 1
     for i in range(3):
         _check(c[i], a[i], b, None, 1.0, 0.0, bias_cols=np.asarray(batch(7, seed=2)), activation="relu")
     b3 = b.reshape(1, 6, 7)                                     # a batch of one B: shared as well

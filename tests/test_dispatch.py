@@ -36,12 +36,19 @@ def labels(cands) -> list[str]:
 def test_max_m_keeps_an_entry_to_its_rows():
     """An entry with max_m is a candidate up to that many kernel rows and not one more; the others
     are candidates at any M."""
-    bounded = [e for e in SGEMM.configs if e.max_m is not None]
+    bounded = [e for e in SGEMM.configs if e.max_m is not None and not e.swap]
     assert bounded, "sgemm's catalog has no entry with max_m (the skinny kernel's)"
     for e in bounded:
         at = {c.config for c in candidates(SGEMM, e.max_m, 4096, "sm_90", plain=True)}
         above = {c.config for c in candidates(SGEMM, e.max_m + 1, 4096, "sm_90", plain=True)}
         assert e.name in at and e.name not in above
+    # a swap entry's max_m bounds the call's N (its rows as C^T), and it is a candidate only where
+    # the call may run as C^T
+    for e in (e for e in SGEMM.configs if e.swap):
+        at = {c.config for c in candidates(SGEMM, 100000, 4096, "sm_90", plain=True, swapped_m=e.max_m)}
+        above = {c.config for c in candidates(SGEMM, 100000, 4096, "sm_90", plain=True, swapped_m=e.max_m + 1)}
+        never = {c.config for c in candidates(SGEMM, 1, 4096, "sm_90", plain=True)}
+        assert e.name in at and e.name not in above and e.name not in never
     unbounded = {e.name for e in SGEMM.configs if e.max_m is None}
     assert {c.config for c in candidates(SGEMM, 100000, 4096, "sm_90", plain=True)} == unbounded
 
@@ -50,7 +57,7 @@ def test_splits_only_for_plain_calls():
     """A fused epilogue or a batch (plain=False): one unsplit candidate per entry, in catalog order;
     a plain call with deep K adds splits, all of whose params name the split-K switch."""
     fused = candidates(SGEMM, 16, 4096, "sm_90", plain=False)
-    assert labels(fused) == [e.name for e in SGEMM.configs]
+    assert labels(fused) == [e.name for e in SGEMM.configs if not e.swap]     # (swap entries: with swapped_m only)
     assert all(c.splits == 1 and c.reduce is None for c in fused)
     plain = candidates(SGEMM, 16, 4096, "sm_90", plain=True)
     assert any(c.splits > 1 for c in plain)
@@ -400,8 +407,23 @@ def test_a_catalog_entry_loads(tmp_path):
                                          '[[k.config]]\nname = "d"\nset = {}\ntile = [128, 128, 8]\n')
     assert spec.configs == (ConfigEntry("t64", "k", (("T", 64),), (64, 64, 16), (1, 2, 4), 64, "n"),
                             ConfigEntry("d", "k", (), (128, 128, 8)))
-    assert spec.to_json()["configs"][0] == {"name": "t64", "kernel": "k", "set": {"T": 64}, "tile": [64, 64, 16],
-                                            "splits": [1, 2, 4], "max_m": 64, "note": "n", "swap": False}
+    shown = spec.to_json()["configs"][0]
+    assert {k: shown[k] for k in ("name", "kernel", "set", "tile", "splits", "max_m", "note", "swap")} == {
+        "name": "t64", "kernel": "k", "set": {"T": 64}, "tile": [64, 64, 16], "splits": [1, 2, 4], "max_m": 64,
+        "note": "n", "swap": False}
+
+
+def test_an_entry_may_name_its_tile_for_a_k_major_b(tmp_path):
+    """tile_kmajor_b: the tile of a launch whose B is K-major (the skinny kernel lays its work out
+    otherwise there), the model's unit of work for such calls; absent, the one tile serves both."""
+    _, (spec,) = _load(tmp_path, ENTRY + "tile_kmajor_b = [64, 32, 128]\n")
+    e = spec.configs[0]
+    assert e.tile_for(0) == (64, 64, 16) and e.tile_for(1) == (64, 32, 128)
+    assert labels(entry_candidates(e, "k", 4096, plain=False, clusters=False, trans_b=1)) == ["t64"]
+    assert entry_candidates(e, "k", 4096, plain=False, clusters=False, trans_b=1)[0].tile == (64, 32, 128)
+    assert entry_candidates(e, "k", 4096, plain=False, clusters=False, trans_b=0)[0].tile == (64, 64, 16)
+    _, (plain,) = _load(tmp_path, ENTRY)
+    assert plain.configs[0].tile_for(1) == (64, 64, 16)
 
 
 @pytest.mark.parametrize("entry, message", [
@@ -414,6 +436,7 @@ def test_a_catalog_entry_loads(tmp_path):
     (ENTRY + "splits = []\n", "includes 1"),
     (ENTRY + "max_m = 0\n", "max_m: a positive integer"),
     (ENTRY + "swap = 1\n", "swap: true or false"),
+    (ENTRY + "tile_kmajor_b = [1, 32]\n", r"tile_kmajor_b: \[rows, columns, k\]"),
     (ENTRY.replace("set = { T = 64 }", 'set = { T = "x" }'), "PARAM = integer"),
     (ENTRY.replace("tile =", "tiles ="), "unknown key 'tiles'"),
     (ENTRY + ENTRY, "two entries share a name"),
@@ -444,14 +467,28 @@ def test_the_shipped_catalogs_name_real_kernels_of_their_dtypes():
 @pytest.mark.toolchain
 @pytest.mark.parametrize("entry", SGEMM.configs, ids=lambda e: e.name)
 def test_each_sgemm_entry_builds_with_the_tile_it_names(entry):
-    """The model's unit of work is the entry's tile: the build's own launch constants (TM, TN and
-    its k step: BK, or the skinny kernel's staged round KC) say the same."""
+    """The model's unit of work is the entry's tile for the call's layout of B (tile_for): the
+    build's own launch constants (TM, TN and its k step: BK; the skinny kernel's staged round KC,
+    or with a K-major B its KSTEP) say the same, for each layout the entry's kernel accepts (one at
+    least; a kernel's guard may refuse the other, as the skinny kernel's MR = 1, 2 a row-major B)."""
     from asmgemm.pipeline import BuildOptions, build_file
     spec = get_spec(entry.kernel)
-    defines = {**dict(spec.defines), **dict(entry.set)}
-    result = build_file(spec.source, BuildOptions(defines={k: str(v) for k, v in defines.items()}, target="sm_90"))
-    c = result.constants
-    assert (c["TM"], c["TN"], c.get("BK", c.get("KC"))) == entry.tile
+    built = 0
+    for trans_b in (0, 1):
+        defines = {**dict(spec.defines), **dict(entry.set), "TRANS_B": trans_b}
+        if entry.swap:
+            defines[spec.call_value_param("c_trans")] = 1
+        try:
+            result = build_file(spec.source, BuildOptions(defines={k: str(v) for k, v in defines.items()},
+                                                          target="sm_90"))
+        except AsmError as exc:
+            assert exc.span is not None and ".error" in exc.span.source.line_text(exc.span.line), exc
+            continue
+        c = result.constants
+        k = c["KSTEP"] if trans_b and "KSTEP" in c else c.get("BK", c.get("KC"))
+        assert (c["TM"], c["TN"], k) == entry.tile_for(trans_b), (entry.name, trans_b)
+        built += 1
+    assert built, f"{entry.name} builds for no layout of B"
 
 
 # ---- asmgemm explain -----------------------------------------------------------------------------
@@ -487,13 +524,14 @@ def test_explain_of_the_models_pick(dispatch_dir, run_cli):
 @needs_ptxas
 def test_explain_builds_its_pick(dispatch_dir, run_cli, private_cache):
     """Without --no-build the pick is the first candidate whose build the kernel accepts (a
-    hit naming a transposed-B skinny build, which gemm_skinny's guard refuses, is passed over)."""
-    dispatch_dir("Test GPU", best={"sgemm|nt|4x256x512|plain": "skinny_r4"})
-    code, out, err = run_cli("explain", 4, 256, 512, "--layout", "nt", "--gpu", "Test GPU", "--json", "--top", 1000)
+    hit naming skinny_r1 for a row-major B, which gemm_skinny's guard refuses: MR = 1 reads a
+    K-major B only, is passed over)."""
+    dispatch_dir("Test GPU", best={"sgemm|nn|1x256x512|plain": "skinny_r1"})
+    code, out, err = run_cli("explain", 1, 256, 512, "--gpu", "Test GPU", "--json", "--top", 1000)
     assert code == 0, err
     rep = json.loads(out)
-    assert rep["pick"] != "skinny_r4" and "TRANS_B" in rep["refused"]["skinny_r4"]
-    assert any(r["config"] == "skinny_r4" and r["why"].startswith("refused by the kernel") for r in rep["rows"])
+    assert rep["pick"] != "skinny_r1" and "MR must be" in rep["refused"]["skinny_r1"]
+    assert any(r["config"] == "skinny_r1" and r["why"].startswith("refused by the kernel") for r in rep["rows"])
 
 
 @pytest.mark.parametrize("args, words", [(("--dtype", "float64"), "float64"), (("--layout", "xx"), "xx")])
@@ -660,21 +698,22 @@ def test_params_and_a_tuning_entry_decide_before_the_catalog(fake_fp32_gemm, dis
 @pytest.mark.toolchain
 @needs_ptxas
 def test_a_refused_build_is_skipped_for_the_next(fake_fp32_gemm, dispatch_dir):
-    """A hit naming the skinny kernel for a transposed B: gemm_skinny's TRANS_B guard refuses the
-    build, the refusal is remembered, and the model's first buildable candidate runs."""
+    """A hit naming skinny_r1 for a row-major B: gemm_skinny's guard refuses MR = 1 there (a
+    K-major B only), the refusal is remembered, and the model's first buildable candidate runs."""
     import asmgemm
     from asmgemm.runtime.gemm import last_launch
-    dispatch_dir("Fake GPU", best={"sgemm|nt|4x256x512|plain": "skinny_r4"})
-    a, b = _rand(4, 512), _rand(256, 512, seed=1)
-    c = asmgemm.gemm(a, b, trans_b=True)
-    np.testing.assert_allclose(np.asarray(c), np.asarray(a, np.float64) @ np.asarray(b, np.float64).T,
+    dispatch_dir("Fake GPU", best={"sgemm|nn|1x256x512|plain": "skinny_r1"})
+    a, b = _rand(1, 512), _rand(512, 256, seed=1)
+    c = asmgemm.gemm(a, b)
+    np.testing.assert_allclose(np.asarray(c), np.asarray(a, np.float64) @ np.asarray(b, np.float64),
                                rtol=1e-4, atol=1e-3)
     ran = last_launch()
-    assert ran["config"] != "skinny_r4" and ran["kernel"] == "sgemm"
-    plan = fresh_plan(4, 256, 512, "nt", 4)
-    skinny = next(c for c in dispatch.choose(SGEMM, "nt", 4, 256, 512, gpu="Fake GPU", target="sm_90", sms=132,
-                                             plain=True).order if c.label == "skinny_r4")
-    assert "TRANS_B" in dispatch.refusal(dispatch.candidate_build(skinny, plan, 132, "sm_90", True).key)
+    assert ran["config"] != "skinny_r1"
+    plan = fresh_plan(1, 256, 512, "nn", 4)
+    skinny = next(c for c in dispatch.choose(SGEMM, "nn", 1, 256, 512, gpu="Fake GPU", target="sm_90", sms=132,
+                                             plain=True, call_values=plan.call_values).order
+                  if c.label == "skinny_r1")
+    assert "MR must be" in dispatch.refusal(dispatch.candidate_build(skinny, plan, 132, "sm_90", True).key)
 
 
 @pytest.mark.toolchain
@@ -683,10 +722,10 @@ def test_a_refused_hit_is_not_reported_as_the_databases_choice(fake_fp32_gemm, d
     """The hit's build refused, the model's next candidate ran: last_launch() says the model chose."""
     import asmgemm
     from asmgemm.runtime.gemm import last_launch
-    dispatch_dir("Fake GPU", best={"sgemm|nt|4x256x512|plain": "skinny_r4"})
-    asmgemm.gemm(_rand(4, 512), _rand(256, 512, seed=1), trans_b=True)
-    assert last_launch()["config"] != "skinny_r4"
-    assert last_launch()["chosen_by"] != "database"
+    dispatch_dir("Fake GPU", best={"sgemm|nn|1x256x512|plain": "skinny_r1"})
+    asmgemm.gemm(_rand(1, 512), _rand(512, 256, seed=1))
+    assert last_launch()["config"] != "skinny_r1"
+    assert last_launch()["chosen_by"] == "model"
 
 
 @pytest.mark.toolchain

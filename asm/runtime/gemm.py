@@ -581,6 +581,12 @@ def _workspace(arrays, like, plan: _LaunchPlan):
     return arrays.empty(like, plan.split.workspace_shape, "float32")
 
 
+def _takes_call(spec: KernelSpec, bias, act: int, batch: int) -> bool:
+    """Whether a catalog entry's kernel can take this call: its fused epilogue, and a batch (grid z)
+    only where the kernel has a batched mode (sgemm_skinny has none)."""
+    return not _missing_epilogue(spec, bias, act) and (batch == 1 or spec.call_value_param("batched") is not None)
+
+
 def _missing_epilogue(spec: KernelSpec, bias, act: int) -> list[str]:
     """The call values of this call's fused epilogue ("bias", "activation") the kernel maps no
     parameter to."""
@@ -722,7 +728,7 @@ def _plan_and_launch(cupy, arrays, a, b, c, alpha, beta, trans_a, trans_b, param
             choice = dispatch.choose(spec, plan.layout, plan.m, plan.n, plan.k, call_values=plan.call_values, gpu=facts.name, target=facts.target,
                                      sms=facts.sm_count, plain=plain, clock_hz=facts.clock_hz,
                                      dram_bytes_per_s=facts.dram_bytes_per_s,
-                                     usable=lambda name: not _missing_epilogue(get_spec(name), mbias, act),
+                                     usable=lambda name: _takes_call(get_spec(name), mbias, act, kernel_batch),
                                      swapped=(plan_ct.layout, plan_ct.call_values) if plan_ct is not None else None)
             if choice.chosen_by == "model" and not plan.swapped and os.environ.get(AUTOTUNE_ENV) == "1":
                 _autotune(cupy, arrays, choice, a, b, c, trans_a, trans_b, bias, act, c_shape, new_c_dtype)

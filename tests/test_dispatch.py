@@ -383,15 +383,7 @@ def test_write_is_whole_and_reads_back(tmp_path):
 
 
 # ---- [[NAME.config]] in a spec ---------------------------------------------------------------------
-SPEC = """
-[k]
-source = "k.sasm"
-dtypes = { a = "float32", b = "float32", acc = "float32", c = "float32" }
-targets = ["sm_90"]
-abi = ["A", "B", "C", "M", "N", "K", "lda", "ldb", "ldc", "alpha", "beta"]
-rel_err_limit = 1e-4
-launch = { threads = "T", tile_m = "TM", tile_n = "TN", smem_bytes = "S" }
-"""
+from test_kernel_spec import GOOD as SPEC     # noqa: E402  (the minimal kernel table test_kernel_spec checks)
 ENTRY = '[[k.config]]\nname = "t64"\nset = { T = 64 }\ntile = [64, 64, 16]\n'
 
 

@@ -409,11 +409,11 @@ def test_an_entry_may_name_its_tile_for_a_k_major_b(tmp_path):
     """tile_kmajor_b: the tile of a launch whose B is K-major (the skinny kernel lays its work out
     otherwise there), the model's unit of work for such calls; absent, the one tile serves both."""
     _, (spec,) = _load(tmp_path, ENTRY + "tile_kmajor_b = [64, 32, 128]\n")
-    e = spec.configs[0]
-    assert e.tile_for(0) == (64, 64, 16) and e.tile_for(1) == (64, 32, 128)
-    assert labels(entry_candidates(e, "k", 4096, plain=False, clusters=False, trans_b=1)) == ["t64"]
-    assert entry_candidates(e, "k", 4096, plain=False, clusters=False, trans_b=1)[0].tile == (64, 32, 128)
-    assert entry_candidates(e, "k", 4096, plain=False, clusters=False, trans_b=0)[0].tile == (64, 64, 16)
+    loaded = spec.configs[0]
+    assert loaded.tile_for(0) == (64, 64, 16) and loaded.tile_for(1) == (64, 32, 128)
+    e = ConfigEntry("e", "sgemm", T64, (64, 64, 16), tile_kmajor_b=(64, 32, 128))
+    assert entry_candidates(e, "sgemm", 4096, plain=False, clusters=False, trans_b=1)[0].tile == (64, 32, 128)
+    assert entry_candidates(e, "sgemm", 4096, plain=False, clusters=False, trans_b=0)[0].tile == (64, 64, 16)
     _, (plain,) = _load(tmp_path, ENTRY)
     assert plain.configs[0].tile_for(1) == (64, 64, 16)
 

@@ -124,15 +124,17 @@ def test_cluster_k_builds_a_cluster_of_grid_z_and_only_then():
 
 # ---- the route -------------------------------------------------------------------------------------
 def test_sgemm_reaches_the_skinny_kernel_through_its_catalog():
-    """The skinny kernel is sgemm's catalog entries skinny_r4/r8/r16 (MR = 4, 8, 16: the tile's rows),
-    candidates up to their max_m rows; sgemm itself routes nowhere. Named with kernel=, the skinny
-    kernel keeps its own size rule (MR from the rows)."""
+    """The skinny kernel is sgemm's catalog entries skinny_r* (MR = 4, 8, 16 and more: the tile's
+    rows, for either layout of B), candidates up to their max_m rows, and the skinny_ct_* entries
+    that run few columns as C^T; sgemm itself routes nowhere. Named with kernel=, the skinny kernel
+    keeps its own size rule (MR from the rows)."""
     spec = get_spec("sgemm")
     assert spec.routes == () and spec.route_for(1, 4096, 4096, 132, CALLS) is None
     assert spec.to_json()["routes"] == []
     entries = [e for e in spec.configs if e.kernel == "sgemm_skinny"]
-    assert sorted(dict(e.set)["MR"] for e in entries) == [4, 8, 16]
-    assert all(e.tile[0] == dict(e.set)["MR"] and e.max_m is not None and 1 in e.splits for e in entries)
+    assert {4, 8, 16} <= {dict(e.set)["MR"] for e in entries if not e.swap}
+    assert all(e.tile_for(tb)[0] == dict(e.set)["MR"] for e in entries for tb in (0, 1))
+    assert all(e.max_m is not None and 1 in e.splits for e in entries)
     skinny = get_spec("sgemm_skinny")
     assert skinny.dtypes == spec.dtypes and not skinny.routes and not skinny.configs
     assert skinny.size_rule(1, 4096, 4096, 132) == {"MR": 4} and skinny.size_rule(9, 64, 64, 132) == {"MR": 16}
@@ -281,14 +283,12 @@ def test_an_untuned_sgemm_call_runs_a_skinny_entry(fake_fp32_gemm, dispatch_dir)
 
 @pytest.mark.toolchain
 @needs_tools
-@pytest.mark.parametrize("case", ["params", "trans_b", "past max_m"])
+@pytest.mark.parametrize("case", ["params", "past max_m"])
 def test_what_keeps_sgemm(fake_fp32_gemm, dispatch_dir, case):
     from asmgemm.runtime.gemm import last_launch
     dispatch_dir("Fake GPU")
     if case == "params":
         _gemm(3, 300, 200, params={"THREADS": 64, "BK": 16})
-    elif case == "trans_b":
-        _gemm(3, 300, 200, trans_b=True)           # gemm_skinny's TRANS_B guard refuses every skinny build
     else:
         rows = max(e.max_m for e in get_spec("sgemm").configs if e.kernel == "sgemm_skinny") + 1
         _gemm(rows, 300, 200)

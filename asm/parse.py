@@ -44,6 +44,8 @@ _TERMINAL_WORDS = {
 _CLOSER_TERMINAL = {"MACRO_KW": "ENDM_KW", "FOR_KW": "ENDFOR_KW", "IF_KW": "ENDIF_KW",
                     "SCHEDULE_KW": "ENDSCHEDULE_KW", "LBRACE": "RBRACE", "LPAR": "RPAR", "LSQB": "RSQB"}
 
+_OPENER_OF = {closer: opener for opener, closer in _CLOSER_TERMINAL.items()}
+
 # Block openers, and the closer each one needs; used to explain an unexpected end of file.
 _OPENERS = {"MACRO_KW": ".endm", "FOR_KW": ".endfor", "IF_KW": ".endif", "SCHEDULE_KW": ".endschedule",
             "LBRACE": "}", "LPAR": ")", "LSQB": "]"}
@@ -215,11 +217,22 @@ def _syntax_error(exc: UnexpectedInput, source: SourceFile, offset: int, text: s
 def _open_block(exc) -> Token | None:
     state = getattr(exc, "state", None)
     stack = getattr(state, "value_stack", None) or []
+    # A block the parser has not reduced yet may already be closed (`.if X ... .endif` waiting for
+    # its lookahead): an opener whose closer lies above it on the stack is not the open one.
+    closed: dict[str, int] = {}
     for item in reversed(stack):
-        if isinstance(item, Token) and item.type in _OPENERS:
+        if not isinstance(item, Token):
+            continue
+        kind = "LPAR" if item.type == "MACRO_CALL" else item.type
+        if item.type in _OPENER_OF:
+            closed[_OPENER_OF[item.type]] = closed.get(_OPENER_OF[item.type], 0) + 1
+        elif kind in _OPENERS:
+            if closed.get(kind):
+                closed[kind] -= 1
+                continue
+            if kind != item.type:
+                return Token("LPAR", item.value, item.start_pos, end_pos=item.end_pos)
             return item
-        if isinstance(item, Token) and item.type == "MACRO_CALL":
-            return Token("LPAR", item.value, item.start_pos, end_pos=item.end_pos)
     return None
 
 

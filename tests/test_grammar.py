@@ -196,3 +196,17 @@ def test_unterminated_block_names_the_opener():
     with pytest.raises(AsmError) as ei:
         parse(".macro F(a)\nret;\n")
     assert "never closed" in ei.value.message and ".macro" in ei.value.message
+
+
+@pytest.mark.parametrize("between", ["", "    mov.u32 r, 1;\n"])
+def test_closed_block_is_not_the_open_one(between):
+    """An `.if ... .endif` the parser has not reduced yet (it waits for the next token) is closed:
+    an error right after it names the body's `{`, as it does after any statement (found by a
+    mutant in tests/test_parse_fast.py, where the fast path's skeleton had blanked the statement
+    between `.endif` and the error)."""
+    text = ".entry k()\n{\n.if 1\n    ret;\n.endif\n" + between + "%tid.x\n}\n"
+    with pytest.raises(AsmError) as ei:
+        parse(text)
+    err = ei.value
+    assert "'{' is still open" in err.message, err.format()
+    assert (err.span.line, err.notes[0].span.line) == (6 + bool(between), 2)

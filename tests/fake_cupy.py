@@ -396,9 +396,9 @@ def _reduce_kernel(launches: list, names: list, defines: dict) -> Callable:
 
 def forget_loaded(monkeypatch) -> None:
     """Functions loaded through another test's stand-in must not be reused."""
-    from asmgemm.runtime import gemm
-    monkeypatch.setattr(gemm, "_functions", {})
-    monkeypatch.setattr(gemm, "_modules", {})
+    from asmgemm.runtime import kept_launch
+    monkeypatch.setattr(kept_launch, "_functions", {})
+    monkeypatch.setattr(kept_launch, "_modules", {})
 
 
 def install_fakes(monkeypatch, tmp_path, specs, dtype=np.float64):

@@ -45,10 +45,10 @@ def gpu(monkeypatch, tmp_path):
     monkeypatch.setenv("ASMGEMM_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("ASMGEMM_TUNE_CACHE", str(tmp_path / "cache" / "tune.json"))
     monkeypatch.delenv("ASMGEMM_NO_TUNE_CACHE", raising=False)
-    from asmgemm.runtime import build_cache, gemm, tune_cache
+    from asmgemm.runtime import build_cache, launch_config, tune_cache
     forget_loaded(monkeypatch)
-    monkeypatch.setattr(gemm, "_tuned", {})
-    monkeypatch.setattr(gemm, "_rejected", set(), raising=False)
+    monkeypatch.setattr(launch_config, "_tuned", {})
+    monkeypatch.setattr(launch_config, "_rejected", set())
     tune_cache._memo.clear()
     build_cache.clear_memory_cache()
     yield types.SimpleNamespace(loads=loads, launches=launches, folder=tmp_path / "cache" / "kernels")
@@ -63,11 +63,11 @@ def cache_warning(w) -> bool:
 
 def new_process(gpu):
     """What a new process knows: nothing in memory, nothing loaded."""
-    from asmgemm.runtime import build_cache, gemm
+    from asmgemm.runtime import build_cache, kept_launch, launch_config
     build_cache.clear_memory_cache()
-    gemm._functions.clear()
-    gemm._modules.clear()
-    gemm._tuned.clear()
+    kept_launch._functions.clear()
+    kept_launch._modules.clear()
+    launch_config.forget_tuned_lookups()
     gpu.loads.clear()
 
 
@@ -204,7 +204,7 @@ def _store_tuned(params, shape=(64, 64, 64)):
 
 
 def test_a_tuned_entry_the_kernel_rejects_falls_back_once(gpu, monkeypatch):
-    from asmgemm.runtime import build_cache, gemm
+    from asmgemm.runtime import build_cache, gemm, launch_config
     _store_tuned({"BK": 3, "THREADS": 64})              # sgemm's .error refuses BK=3
     builds = []
     real = build_cache.build_kernel
@@ -212,7 +212,7 @@ def test_a_tuned_entry_the_kernel_rejects_falls_back_once(gpu, monkeypatch):
     def counting(spec, defines, target):
         builds.append(dict(defines))
         return real(spec, defines, target)
-    monkeypatch.setattr(gemm, "build_kernel", counting)
+    monkeypatch.setattr(launch_config, "build_kernel", counting)
     caught = call_gemm()
     assert len(caught) == 1 and cache_warning(caught[0])
     text = str(caught[0].message)

@@ -673,13 +673,15 @@ def test_an_exact_hit_runs_and_last_launch_says_so(fake_fp32_gemm, dispatch_dir)
 @needs_ptxas
 def test_params_and_a_tuning_entry_decide_before_the_catalog(fake_fp32_gemm, dispatch_dir, monkeypatch):
     from asmgemm.runtime import gemm as gemm_module
+    from asmgemm.runtime import launch_config
     from asmgemm.runtime.gemm import last_launch
     dispatch_dir("Fake GPU", best={"sgemm|nn|17x576x2000|plain": "t64x64_k16/s21"})
     _run(17, 576, 2000, params={"THREADS": 64, "BK": 16})
     ran = last_launch()
     assert (ran["chosen_by"], ran["config"], ran["splits"], ran["tile"]) == ("params", None, 1, (64, 64))
     monkeypatch.setattr(gemm_module, "lookups_disabled", lambda: False)
-    monkeypatch.setattr(gemm_module, "_lookup_tuned", lambda *a: {"RQ": 2, "BK": 16})
+    monkeypatch.setattr(launch_config, "lookups_disabled", lambda: False)
+    monkeypatch.setattr(launch_config, "lookup_tuned_choice", lambda *a: {"RQ": 2, "BK": 16})
     gemm_module.clear_plan_cache()
     _run(17, 576, 2000)
     ran = last_launch()

@@ -157,10 +157,10 @@ def test_the_plan_cache_keys_on_the_bias_layout_and_the_activation(fake):
     a, b = f32(16, 8).view(FakeArray), f32(8, 12).view(FakeArray)
     cols, rows = f32(12).view(FakeArray), f32(16, 1).view(FakeArray)
     asmgemm.gemm(a, b)
-    start = len(gemm_mod._plans)
+    start = len(gemm_mod._cache.plans)
     asmgemm.gemm(a, b, bias=cols, activation="relu")
     asmgemm.gemm(a, b, bias=cols, activation="relu")          # the same key: the kept plan
-    assert len(gemm_mod._plans) == start + 1
+    assert len(gemm_mod._cache.plans) == start + 1
     c = asmgemm.gemm(a, b, bias=rows, activation="relu")      # another layout: its own plan and build
     _check(c, a, b, None, 1.0, 0.0, bias_rows=rows.ravel(), activation="relu")
     c = asmgemm.gemm(a, b, bias=cols, activation="silu")      # another activation: its own plan
@@ -168,11 +168,11 @@ def test_the_plan_cache_keys_on_the_bias_layout_and_the_activation(fake):
     c = asmgemm.gemm(a, b)                                     # and none again: no bias, no activation
     _check(c, a, b, None, 1.0, 0.0)
     assert int(launches[-1][2][BIAS_SLOT]) == 0
-    assert len(gemm_mod._plans) == start + 3
+    assert len(gemm_mod._cache.plans) == start + 3
     other = f32(13).view(FakeArray)[1:]                        # the same shape, 4 bytes off 16-byte alignment
     c = asmgemm.gemm(a, b, bias=other, activation="relu")
     _check(c, a, b, None, 1.0, 0.0, bias_cols=other, activation="relu")
-    assert len(gemm_mod._plans) == start + 4
+    assert len(gemm_mod._cache.plans) == start + 4
 
 
 @pytest.mark.toolchain

@@ -53,7 +53,7 @@ def _check(cp, m, n, k, *, layout="nn", alpha=1.0, beta=0.0, kernel=None, params
 
 
 def _kernels_run():
-    return {kept.spec_name for kept in gemm_module._plans.values()}
+    return {kept.spec_name for kept in gemm_module._cache.plans.values()}
 
 
 @pytest.mark.parametrize("m", [1, 3, 4, 5, 8, 9, 16])
@@ -114,16 +114,16 @@ def test_column_major_c_swaps_into_a_skinny_or_a_tiled_launch(cuda_gpu):
 
 def test_untuned_calls_run_it_and_params_keep_sgemm(cuda_gpu):
     cp = cuda_gpu
-    gemm_module._plans.clear()
+    gemm_module._cache.plans.clear()
     _check(cp, 4, 2048, 2048)
     assert _kernels_run() == {"sgemm_skinny"}
-    gemm_module._plans.clear()
+    gemm_module._cache.plans.clear()
     _check(cp, 4, 2048, 2048, params={"THREADS": 64, "BK": 16})
     assert _kernels_run() == {"sgemm"}
-    gemm_module._plans.clear()
+    gemm_module._cache.plans.clear()
     _check(cp, 4, 2048, 2048, layout="nt")          # B transposed: not routed
     assert _kernels_run() == {"sgemm"}
-    gemm_module._plans.clear()
+    gemm_module._cache.plans.clear()
     _check(cp, 17, 2048, 2048)                       # more than 16 rows: not routed
     assert _kernels_run() == {"sgemm"}
 

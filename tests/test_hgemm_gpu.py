@@ -19,6 +19,7 @@ import cupy as cp  # noqa: E402
 
 import asmgemm  # noqa: E402
 from asmgemm.kernel_spec import get_spec  # noqa: E402
+from asmgemm.runtime import kept_launch  # noqa: E402
 from asmgemm.runtime.gemm import last_launch  # noqa: E402
 from asmgemm.runtime.launch import untuned_size_rule  # noqa: E402
 from asmgemm.runtime.gpu import device_facts  # noqa: E402
@@ -386,10 +387,9 @@ def test_a_persistent_grid_holds_no_more_clusters_than_the_gpu_runs_at_once():
     """Clusters of 8 (4 x 2 tiles of 64 x 64) over 128 units: the grid is the driver's count of
     such clusters that fit at once (cuOccupancyMaxActiveClusters), at most SMs / 8; correct."""
     from asmgemm.runtime import cluster_capacity
-    from asmgemm.runtime import gemm as gemm_module
     params = {"BN": 64, "STAGES": 13, "CONSUMERS": 1, "MMA_IN_FLIGHT": 1, "CLUSTER_M": 4, "CLUSTER_N": 2, "C_T": 0}
     _check(2048, 2048, 512, params=params)
-    ran, kept = last_launch(), gemm_module._last_launch[0]
+    ran, kept = last_launch(), kept_launch._last_launch[0]
     cap = cluster_capacity.max_active_clusters(kept.fn, kept.built, cp.cuda.Device().id)
     sms = device_facts().sm_count
     assert cap is not None and 1 <= cap <= sms // 8, cap

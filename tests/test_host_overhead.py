@@ -34,7 +34,7 @@ def gpu(monkeypatch, tmp_path):
     monkeypatch.setenv(kernel_spec.SPECS_ENV, str(specs / "tiny_dgemm.toml"))
     monkeypatch.setenv("ASMGEMM_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("ASMGEMM_NO_TUNE_CACHE", "1")
-    from asmgemm.runtime import build_cache, gemm
+    from asmgemm.runtime import build_cache, kept_launch, launch_config
     build_cache.clear_memory_cache()
     launches, loads = [], []
     interpret = interpreting_kernel(launches)
@@ -47,12 +47,17 @@ def gpu(monkeypatch, tmp_path):
     counts = {"plan_launch": 0, "build_kernel": 0, "spec_for_dtype": 0}
 
     def counting(name):
-        real = getattr(gemm, name)
+        # the runtime modules that call it (the planning in launch_config, split-K's reduce build
+        # in kept_launch)
+        for module in (launch_config, kept_launch):
+            real = getattr(module, name, None)
+            if real is None:
+                continue
 
-        def wrapper(*args, **kw):
-            counts[name] += 1
-            return real(*args, **kw)
-        monkeypatch.setattr(gemm, name, wrapper)
+            def wrapper(*args, real=real, **kw):
+                counts[name] += 1
+                return real(*args, **kw)
+            monkeypatch.setattr(module, name, wrapper)
     for name in counts:
         counting(name)
     yield types.SimpleNamespace(launches=launches, loads=loads, counts=counts, specs=specs)
@@ -126,8 +131,8 @@ def test_a_call_that_pads_a_copy_keeps_its_plan_and_copies_again(gpu, monkeypatc
     plan made on the copy's layout is kept under the caller's key, and a repeated call copies the
     new data again and launches without planning (the tiny float64 kernel stands in for a TMA
     kernel: 3 or 5 doubles a row are 24 or 40 bytes)."""
-    from asmgemm.runtime import gemm as gemm_module
-    monkeypatch.setattr(gemm_module, "_takes_tensor_maps", lambda spec: True)
+    from asmgemm.runtime import launch_config
+    monkeypatch.setattr(launch_config, "takes_tensor_maps", lambda spec: True)
     m, n, k = 9, 5 if "B" in which else 6, 3 if "A" in which or "swapped" in which else 4
     order = "F" if "swapped" in which else "C"
     for round_ in range(3):

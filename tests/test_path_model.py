@@ -59,7 +59,7 @@ def test_deep_k_favours_the_copy_and_short_k_in_place():
 
 def test_no_copied_bytes_still_pays_the_launch():
     """With nothing to copy the copy path is the TMA kernel plus the launch term (the runtime never
-    asks then: gemm._in_place_or returns the TMA kernel first)."""
+    asks then: launch_config._in_place_or returns the TMA kernel first)."""
     assert copy_path_s(1, 1, 1, 0, H100) == pytest.approx(H100.copy_launch_s + 2 / H100.tma_flops)
 
 

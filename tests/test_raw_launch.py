@@ -1,5 +1,5 @@
 """The launch through cuLaunchKernel (runtime/launch.py ParamBlock and launch_block, runtime/gemm.py
-_raw_launcher): the argument bytes a kept parameter block holds must be, call after call, those of
+kept_launch._raw_launcher): the argument bytes a kept parameter block holds must be, call after call, those of
 the argument tuple CuPy's RawKernel call would have packed (ArgPacker.pack), and the driver must be
 handed an array of pointers to them in .param order. Decoded here from memory on the CPU; the GPU
 tests run every launch through this path (tests/test_raw_launch_gpu.py compares it with CuPy's)."""
@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from asmgemm.runtime import gemm as gemm_module
+from asmgemm.runtime import arrays, kept_launch
 from asmgemm.runtime import tensor_map
 from asmgemm.runtime.build_cache import BuiltKernel
 from asmgemm.runtime.launch import ArgPacker, ParamBlock, launch_block
@@ -116,24 +116,24 @@ def test_the_raw_launcher_needs_the_driver_and_a_handle(monkeypatch):
     fn = SimpleNamespace(kernel=SimpleNamespace(ptr=0xabc))
     launch = object()
     cupy = types.SimpleNamespace(cuda=types.SimpleNamespace(driver=types.SimpleNamespace(launchKernel=launch)))
-    assert gemm_module._raw_launcher(cupy, fn) == (launch, 0xabc)
-    assert gemm_module._raw_launcher(types.SimpleNamespace(cuda=types.SimpleNamespace()), fn) is None
-    assert gemm_module._raw_launcher(cupy, lambda *a, **k: None) is None          # a stand-in's function
+    assert kept_launch._raw_launcher(cupy, fn) == (launch, 0xabc)
+    assert kept_launch._raw_launcher(types.SimpleNamespace(cuda=types.SimpleNamespace()), fn) is None
+    assert kept_launch._raw_launcher(cupy, lambda *a, **k: None) is None          # a stand-in's function
     monkeypatch.setenv("ASMGEMM_RAW_LAUNCH", "0")
-    assert gemm_module._raw_launcher(cupy, fn) is None
+    assert kept_launch._raw_launcher(cupy, fn) is None
 
 
 def test_torch_stream_by_its_raw_handle_where_torch_offers_it():
-    """_TorchArrays.stream asks torch._C._cuda_getCurrentRawStream(device) when it exists (no
+    """arrays.TorchArrays.stream asks torch._C._cuda_getCurrentRawStream(device) when it exists (no
     torch.cuda.Stream object a call), else torch.cuda.current_stream(device).cuda_stream."""
     from fake_cupy import ExternalStream
     cupy = types.SimpleNamespace(cuda=types.SimpleNamespace(ExternalStream=ExternalStream))
     asked = []
     public = types.SimpleNamespace(cuda=types.SimpleNamespace(
         current_stream=lambda device=None: asked.append(("public", device)) or SimpleNamespace(cuda_stream=0x50)))
-    assert gemm_module._TorchArrays(cupy, public).stream(1).ptr == 0x50 and asked == [("public", 1)]
+    assert arrays.TorchArrays(cupy, public).stream(1).ptr == 0x50 and asked == [("public", 1)]
     fast = types.SimpleNamespace(cuda=public.cuda, _C=types.SimpleNamespace(
         _cuda_getCurrentRawStream=lambda device: asked.append(("raw", device)) or 0x70))
-    arrays = gemm_module._TorchArrays(cupy, fast)
-    first = arrays.stream(0)
-    assert first.ptr == 0x70 and arrays.stream(0) is first and asked[1:] == [("raw", 0), ("raw", 0)]
+    adapter = arrays.TorchArrays(cupy, fast)
+    first = adapter.stream(0)
+    assert first.ptr == 0x70 and adapter.stream(0) is first and asked[1:] == [("raw", 0), ("raw", 0)]

@@ -8,6 +8,7 @@ import pytest
 
 import asmgemm
 from asmgemm.runtime import gemm as gemm_module
+from asmgemm.runtime import kept_launch
 
 pytestmark = pytest.mark.gpu
 
@@ -19,7 +20,7 @@ def _both(monkeypatch, run):
         monkeypatch.setenv("ASMGEMM_RAW_LAUNCH", flag)
         gemm_module.clear_plan_cache()
         first = run()
-        kept = gemm_module._last_launch[0]
+        kept = kept_launch._last_launch[0]
         assert (kept.raw is not None) == (flag == "1"), f"ASMGEMM_RAW_LAUNCH={flag}: raw={kept.raw}"
         second = run()                                   # through the kept plan
         out.append((first, second))
@@ -82,7 +83,7 @@ def test_torch_call_on_a_side_stream(cuda_gpu, monkeypatch):
         c = asmgemm.gemm(a, b)
         c2 = asmgemm.gemm(a, b)                            # the kept plan
     side.synchronize()
-    assert gemm_module._last_launch[0].raw is not None
+    assert kept_launch._last_launch[0].raw is not None
     ref = a.double() @ b.double()
     for out in (c, c2):
         assert float((out.double() - ref).norm() / ref.norm()) < 1e-5

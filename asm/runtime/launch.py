@@ -116,7 +116,7 @@ def untuned_size_rule(spec: KernelSpec, m: int, n: int, k: int, layout: str, sm_
     km, kn, values = untuned_launch(spec, m, n, k, layout, sm_count, bias=bias, activation=activation)
     defines = call_defines(spec, values)
     # the pitches the launch plans with: an operand read by TMA whose rows it cannot address is
-    # read from a padded copy (gemm._tma_ready), unless it is an A the kernel loads itself (a_ldg)
+    # read from a padded copy (launch_config._tma_plan), unless it is an A the kernel loads itself (a_ldg)
     fresh = spec.fresh_pitches(km, kn, k, defines)
     padded = {"PITCH_A": "tmap_a" in spec.abi and not values.get("a_ldg"), "PITCH_B": "tmap_b" in spec.abi}
     pitches = {name: tensor_map.padded_pitch(p) if padded[name] else p for name, p in fresh.items()}

@@ -227,7 +227,7 @@ class SplitLaunch:
         self.grid, self.block, self.packer = grid_, (built.threads, 1, 1), packer
         self.workspace_shape = (split.splits, m, n)
         # the reduce's (launch, handle, ParamBlock) for cuLaunchKernel, set with the plan's own
-        # (gemm._use_raw_launch); None: fn's call
+        # (kept_launch.use_raw_launch); None: fn's call
         self.raw = None
 
     def launch(self, gemm_fn, gemm_grid, gemm_block, gemm_smem, gemm_packer, a_ptr: int, b_ptr: int, c_ptr: int,

@@ -73,7 +73,7 @@ def addressable(ptr: int, rows: int, ld: int, itemsize: int) -> bool:
 
 def padded_pitch(pitch: int) -> int:
     """The row pitch in bytes of the copy the runtime makes of an operand TMA cannot address
-    (gemm._padded: rows padded to whole ALIGN-byte pieces)."""
+    (arrays.padded: rows padded to whole ALIGN-byte pieces)."""
     return -(-pitch // ALIGN) * ALIGN
 
 

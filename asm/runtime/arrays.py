@@ -1,0 +1,185 @@
+"""GPU arrays of several libraries, as the runtime reads them: CuPy arrays (and whatever was
+viewed as one through DLPack or __cuda_array_interface__) and PyTorch CUDA tensors. Each library
+has one adapter with the same methods (the plan-cache key of an array, its pointer, its Matrix,
+a new array, the stream a launch goes on, a padded copy for TMA, zeroing), so that the call path
+in gemm.py is written once for both; `Matrix` is what planning reads of an operand (shape,
+strides in bytes, dtype, pointer, device), whichever library holds it.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ..errors import AsmError
+from .tensor_map import ALIGN
+
+
+class Dtype(NamedTuple):
+    name: str
+    itemsize: int
+
+
+class Matrix(NamedTuple):
+    """What plan_launch reads of an operand, whichever library holds it (strides in bytes)."""
+
+    shape: tuple
+    strides: tuple
+    dtype: Dtype
+    ptr: int
+    device: int
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+
+def ptr_of(x: Matrix) -> int:
+    return x.ptr
+
+
+class CupyArrays:
+    """CuPy arrays (and what was viewed as one): launched on CuPy's current stream."""
+
+    def __init__(self, cupy):
+        self.cupy = cupy
+
+    @staticmethod
+    def key(x) -> tuple:
+        # Everything the launch plan depends on; of the pointer only its 16-byte alignment (the
+        # 128-bit load and paired-store flags, TMA's rule), so new arrays of a shape reuse the plan.
+        d = x.data
+        return (x.shape, x.strides, x.dtype.char, d.ptr & 15, d.device_id)
+
+    @staticmethod
+    def ptr(x) -> int:
+        return x.data.ptr
+
+    @staticmethod
+    def matrix(x, name: str) -> Matrix:
+        return Matrix(tuple(x.shape), tuple(x.strides), Dtype(str(x.dtype), int(x.dtype.itemsize)), int(x.data.ptr),
+                       int(x.data.device_id))
+
+    def empty(self, like, shape, dtype: str | None = None):
+        return self.cupy.empty(shape, dtype=dtype or like.dtype)
+
+    @staticmethod
+    def stream(device: int):
+        return None                     # CuPy's current stream: the launch leaves stream= out
+
+    def padded_copy(self, x, elems: int):
+        rows, cols = x.shape
+        pitch = -(-cols // elems) * elems
+        y = self.cupy.empty((rows, pitch), dtype=x.dtype)[:, :cols]
+        item = x.dtype.itemsize
+        row_stride, col_stride = x.strides
+        if rows and cols and col_stride == item and row_stride >= cols * item:
+            # whole rows of elements: one 2-D copy on the current stream, which ran 2-3x the speed of
+            # the elementwise kernel `y[...] = x` on the H100 (4099 x 509 halves: 12 against 28 us,
+            # 4097 x 4097: 55 against 96, with a launch's ~9 us in each; tools/HGEMM_NOTES.md)
+            runtime = self.cupy.cuda.runtime
+            runtime.memcpy2DAsync(y.data.ptr, pitch * item, x.data.ptr, row_stride, cols * item, rows,
+                                  runtime.memcpyDeviceToDevice, self.cupy.cuda.get_current_stream().ptr)
+        else:
+            y[...] = x
+        return y
+
+    @staticmethod
+    def zero(c) -> None:
+        c.fill(0)
+
+
+class TorchArrays:
+    """PyTorch CUDA tensors: read in place, launched on torch's current stream of their device (so
+    the kernel is ordered after the work that wrote the inputs), a new C allocated by torch."""
+
+    def __init__(self, cupy, torch):
+        self.cupy, self.torch = cupy, torch
+        self._streams: dict[tuple[int, int], object] = {}
+        # the current stream's handle without building a torch.cuda.Stream object on every call
+        # (the handle query Triton and Inductor launch with); absent: the public call below
+        self._raw_stream = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
+
+    @staticmethod
+    def key(x) -> tuple:
+        return (x.shape, x.stride(), x.dtype, x.data_ptr() & 15, x.get_device())
+
+    @staticmethod
+    def ptr(x) -> int:
+        return x.data_ptr()
+
+    @staticmethod
+    def matrix(x, name: str) -> Matrix:
+        device = x.get_device()
+        if device < 0:
+            raise AsmError(f"{name} is a torch tensor on '{x.device}'; asmgemm.gemm runs on CUDA tensors",
+                           hint="move it with x.cuda() (or x.to('cuda'))")
+        item = int(x.element_size())
+        return Matrix(tuple(x.shape), tuple(int(s) * item for s in x.stride()),
+                       Dtype(str(x.dtype).removeprefix("torch."), item), int(x.data_ptr()), int(device))
+
+    def empty(self, like, shape, dtype: str | None = None):
+        return self.torch.empty(shape, dtype=getattr(self.torch, dtype) if dtype else like.dtype, device=like.device)
+
+    def stream(self, device: int):
+        """torch's current stream on `device`, as the CuPy stream object the launch takes."""
+        raw = self._raw_stream
+        ptr = int(raw(device)) if raw is not None else int(self.torch.cuda.current_stream(device).cuda_stream)
+        hit = self._streams.get((ptr, device))
+        if hit is None:
+            if len(self._streams) >= 64:      # streams come and go: keep the wrappers bounded
+                self._streams.clear()
+            hit = self._streams[(ptr, device)] = self.cupy.cuda.ExternalStream(ptr, device)
+        return hit
+
+    def padded_copy(self, x, elems: int):
+        rows, cols = x.shape
+        y = self.torch.empty((rows, -(-cols // elems) * elems), dtype=x.dtype, device=x.device)[:, :cols]
+        y.copy_(x)
+        return y
+
+    @staticmethod
+    def zero(c) -> None:
+        c.zero_()
+
+
+DLPACK_CUDA = (2, 13)          # DLDeviceType kDLCUDA, kDLCUDAManaged
+
+
+def as_cupy(cupy, x, name: str):
+    """A CuPy view (no copy) of a GPU array of another library, through DLPack (which lets the
+    producer order its stream before CuPy's current one) or __cuda_array_interface__."""
+    if isinstance(x, cupy.ndarray):
+        return x
+    kind = type(x).__name__
+    try:
+        if hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__"):
+            device_type = int(x.__dlpack_device__()[0])
+            if device_type not in DLPACK_CUDA:
+                raise AsmError(f"{name} ({kind}) lives in host memory (DLPack device type {device_type}); "
+                               "asmgemm.gemm takes GPU arrays", hint="copy it to the GPU first, e.g. cupy.asarray(x)")
+            return cupy.from_dlpack(x)
+        if hasattr(x, "__cuda_array_interface__"):
+            return cupy.asarray(x)
+    except AsmError:
+        raise
+    except Exception as exc:
+        raise AsmError(f"{name} ({kind}) could not be viewed as a CuPy array: {type(exc).__name__}: {exc}") from None
+    raise AsmError(f"{name} must be a GPU array (cupy.ndarray, a CUDA torch.Tensor, or an object with "
+                   f"__cuda_array_interface__ or __dlpack__), got {kind}")
+
+
+def padded(arrays, x, itemsize: int):
+    """x copied into row-major storage whose rows start at multiples of 16 bytes (TMA's rule; its
+    pitch: tensor_map.padded_pitch)."""
+    return arrays.padded_copy(x, ALIGN // itemsize)
+
+
+def padded_matrix(x: Matrix) -> Matrix:
+    """The Matrix a padded copy of x will have (row-major rows at ALIGN-byte multiples, a fresh
+    allocation's alignment): what a launch is planned on before the copy is made."""
+    rows, cols = x.shape
+    elems = ALIGN // x.dtype.itemsize
+    pitch = -(-cols // elems) * elems
+    return Matrix((rows, cols), (pitch * x.dtype.itemsize, x.dtype.itemsize), x.dtype, FRESH_ALLOCATION, x.device)
+
+
+FRESH_ALLOCATION = 256     # the address planning assumes for an array not allocated yet: any multiple of 16

@@ -1,0 +1,243 @@
+"""A kept launch: everything a repeated `asmgemm.gemm` call needs that does not change with its
+pointers and scalars — the loaded function, grid, block, shared memory, the packed argument
+layout (and a kept parameter block for cuLaunchKernel), split-K's reduce — made once from a
+launch_config.LaunchConfig (`make`), launched with new pointers on every call. Also the
+process's loaded modules (`load`) and what the latest launch ran (`last_launch`).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..errors import AsmError
+from ..isa.arch import arch_for
+from ..kernel_spec import KernelSpec
+from . import build_cache, split_k
+from .build_cache import BuiltKernel, build_kernel
+from .cluster_capacity import blocks_per_sm, max_active_clusters
+from .gpu import DeviceFacts, function_handle
+from .launch import ArgPacker, ParamBlock, grid, launch_block
+from .launch_config import LaunchConfig, loads_a_itself
+from .plan import LaunchPlan
+
+_functions: dict[tuple[str, int], object] = {}
+_modules: dict[tuple[str, int], object] = {}
+
+
+def load(cupy, built: BuiltKernel, static_smem_limit: int):
+    """cupy.RawModule over the cubin (ptxas 13.0 matches the driver); the PTX if the driver refuses it."""
+    dev = cupy.cuda.Device().id
+    fn = _functions.get((built.key, dev))
+    if fn is not None:
+        return fn
+    errors = []
+    for path in (built.cubin_path, built.ptx_path):
+        try:
+            module = cupy.RawModule(path=path)
+            fn = module.get_function(built.name)
+            break
+        except Exception as exc:  # CuPy's CUDADriverError: a cubin this driver cannot load
+            errors.append(f"{Path(path).name}: {exc}")
+    else:
+        raise AsmError(f"the driver could not load kernel '{built.name}': " + "; ".join(errors))
+    if built.smem_bytes > static_smem_limit:
+        fn.max_dynamic_shared_size_bytes = built.smem_bytes
+    _modules[(built.key, dev)] = module  # keep the module alive as long as its function
+    _functions[(built.key, dev)] = fn
+    return fn
+
+
+class KeptLaunch:
+    """Everything a repeated call needs that does not change with the pointers and scalars."""
+
+    __slots__ = ("built", "fn", "fn_key", "grid", "block", "smem", "packer", "swapped", "c_shape", "c_align",
+                 "device", "c_dtype", "split", "spec_name", "c_trans", "cluster_splits", "copied", "a_ldg", "raw",
+                 "current_stream", "alias", "config", "chosen_by")
+
+    def __init__(self, built: BuiltKernel, fn, fn_key, grid_, packer: ArgPacker, swapped: bool, c_shape, c_align: int,
+                 device: int, c_dtype: str | None = None, split: split_k.SplitLaunch | None = None,
+                 spec_name: str | None = None, c_trans: bool = False, cluster_splits: int = 0):
+        self.built, self.fn, self.fn_key = built, fn, fn_key
+        self.cluster_splits = cluster_splits    # S of a split summed inside clusters (one launch); 0: none
+        self.c_trans = c_trans          # the kernel stores C^T (the swap rule's launch)
+        self.spec_name = spec_name or built.name    # the kernel spec that ran (after a route)
+        self.grid, self.block, self.smem = grid_, (built.threads, 1, 1), built.smem_bytes
+        self.packer, self.swapped = packer, swapped
+        self.c_shape, self.c_align, self.device = c_shape, c_align, device
+        self.c_dtype = c_dtype          # of a C gemm allocates; None: A's
+        self.split = split              # split-K: the reduce launched after this kernel; None: no split
+        # (the caller's A, B): the element size of an operand copied to padded rows first (TMA reads
+        # only 16-byte aligned rows), as when the plan was made; 0: read in place
+        self.copied = (0, 0)
+        self.a_ldg = False              # the kernel reads its A by its own loads (call value a_ldg, A_LDG)
+        # cuLaunchKernel over a kept parameter block (_raw_launcher), or None: CuPy's call of fn
+        self.raw, self.current_stream = None, None
+        # overlap.kept_bounds of a caller's C against A, B and the bias: where `c_ptr - x_ptr`
+        # means the output shares memory with an input (all (0, 0) for a C gemm allocates)
+        self.alias = (0, 0, 0, 0, 0, 0)
+        self.config = None              # the catalog configuration that ran (dispatch.py), or None
+        self.chosen_by = None           # "database", "model", "params", "tuning cache" or "size rules"
+
+    def current(self) -> bool:
+        """Still what planning afresh would give: the build cache still holds this very build and
+        the function is still loaded (a rebuilt kernel or a reloaded module replaces them)."""
+        s = self.split
+        return (build_cache._memory.get(self.built.key) is self.built and _functions.get(self.fn_key) is self.fn
+                and (s is None or build_cache._memory.get(s.built.key) is s.built and _functions.get(s.fn_key) is s.fn))
+
+    def launch(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha, beta, stream, bias_ptr: int = 0,
+               workspace_ptr: int = 0) -> None:
+        """The kernel on the kernel's A, B and C (and the epilogue's bias) at these addresses
+        (split-K: the partial pass into the workspace at workspace_ptr, then the reduce into C)."""
+        _last_launch[0] = self
+        raw = self.raw
+        stream_ptr = 0 if raw is None else stream.ptr if stream is not None else self.current_stream().ptr
+        if self.split is not None:
+            self.split.launch(self.fn, self.grid, self.block, self.smem, self.packer, a_ptr, b_ptr, c_ptr, alpha, beta,
+                              stream, workspace_ptr, raw, stream_ptr)
+            return
+        if raw is not None:
+            launch_block(raw, self.grid, self.block, self.smem, stream_ptr, a_ptr, b_ptr, c_ptr, alpha, beta, bias_ptr)
+            return
+        args = self.packer.pack(a_ptr, b_ptr, c_ptr, alpha, beta, bias_ptr)
+        if stream is None:
+            self.fn(self.grid, self.block, args, shared_mem=self.smem)
+        else:
+            self.fn(self.grid, self.block, args, shared_mem=self.smem, stream=stream)
+
+
+_last_launch: list = [None]      # the KeptLaunch of this process's latest launch (last_launch())
+
+
+def clear_last_launch() -> None:
+    """Forget the latest launch (last_launch() answers None until the next one)."""
+    _last_launch[0] = None
+
+
+def last_launch() -> dict | None:
+    """What this process's latest asmgemm.gemm launch ran (None before the first one): the kernel
+    spec ("kernel", after its routes: e.g. sgemm_skinny for a decoding shape given to sgemm), the
+    entry point, the grid and block, the block's tile of C (rows, columns), the cluster size, the
+    K splits (1: none), where they were added ("reduce": "kernel", the reduce kernel after a
+    workspace; "cluster", inside clusters of that many blocks, one launch; None without a split)
+    and "c_trans" (the swap rule's launch: the kernel computed C^T and stored it transposed, its
+    tile counted in C^T's rows and columns), "copies" (the caller's operands, "A" and/or "B", copied
+    to padded rows first because TMA could not read them in place) and "a_ldg" (the kernel read
+    its A by its own loads instead: call value a_ldg), "target" (what the kernel was built for) and
+    "params" (the -D parameters of the build: the configuration that ran), "config" (its name in the
+    family's catalog, e.g. 't128x128_k16/s4'; None where no catalog decided) and "chosen_by" (what
+    decided: "database", "model", "params", "tuning cache" or "size rules"), "blocks_per_sm" and
+    "clusters_at_once" (the driver's occupancy of the build; None where it cannot say). For reports such as `asmgemm bench`'s;
+    calls from several threads at once each overwrite it."""
+    kept = _last_launch[0]
+    if kept is None:
+        return None
+    splits = kept.split.split.splits if kept.split is not None else max(1, kept.cluster_splits)
+    return {"kernel": kept.spec_name, "entry": kept.built.name, "grid": tuple(kept.grid), "block": kept.block,
+            "tile": (kept.built.tile_m, kept.built.tile_n),
+            "cluster": kept.cluster_splits or kept.built.cluster, "splits": splits,
+            "reduce": "kernel" if kept.split is not None else ("cluster" if kept.cluster_splits else None),
+            "c_trans": kept.c_trans, "copies": tuple(name for name, size in zip("AB", kept.copied) if size),
+            "a_ldg": kept.a_ldg, "target": kept.built.target, "params": build_cache.defines_of(kept.built),
+            "config": kept.config, "chosen_by": kept.chosen_by,
+            "blocks_per_sm": blocks_per_sm(kept.fn, kept.built, kept.device),
+            "clusters_at_once": max_active_clusters(kept.fn, kept.built, kept.device, kept.cluster_splits)}
+
+
+def make(cupy, cfg: LaunchConfig, facts: DeviceFacts, c_align: int, device: int) -> KeptLaunch:
+    """The kept launch of a configuration that launches (cfg.built set): its function loaded on the
+    current device, the grid sized, the arguments' layout packed once, split-K's reduce built and
+    loaded, cuLaunchKernel where this CuPy offers it. c_align: the caller's C pointer & 15 (a C
+    gemm allocates must have it again to reuse the plan)."""
+    spec, built, plan, split, in_cluster = cfg.spec, cfg.built, cfg.plan, cfg.split, cfg.in_cluster
+    target = built.target
+    static_smem = _static_smem_limit(target)
+    fn = load(cupy, built, static_smem)
+    if split is None or in_cluster:
+        # (a split in one cluster: one launch whose grid's z is S, no workspace, no reduce; its
+        # k_chunk is the partial pass's, so both modes cut K at the same places)
+        dev = cupy.cuda.Device().id
+        kept = KeptLaunch(built, fn, (built.key, dev),
+                          grid(spec, built, plan, facts.sm_count, max(1, in_cluster),
+                               _cluster_capacity(spec, fn, built, dev)),
+                          ArgPacker(built, plan, spec.dtypes.a, spec.dtypes.c,
+                                    {"k_chunk": split.k_chunk} if in_cluster else None,
+                                    a_map=not loads_a_itself(spec, plan)), plan.swapped, cfg.c_shape,
+                          c_align, device, cfg.new_c_dtype, spec_name=spec.name, c_trans=plan.c_trans,
+                          cluster_splits=in_cluster)
+    else:
+        kept = _split_launch(cupy, spec, built, fn, plan, split, target, static_smem, facts.sm_count, cfg.c_shape,
+                             c_align, device, cfg.new_c_dtype)
+    kept.copied = cfg.copied
+    kept.config = cfg.config
+    kept.chosen_by = cfg.chosen_by
+    kept.a_ldg = loads_a_itself(spec, plan)
+    use_raw_launch(cupy, kept)
+    return kept
+
+
+STATIC_SMEM_DEFAULT = 48 * 1024     # CUDA's static shared-memory limit per block, on every architecture so far
+
+
+def _static_smem_limit(target: str) -> int:
+    """The shared memory a block gets without raising its dynamic limit: the arch table's, or
+    CUDA's 48 KB for a target asmgemm has no table for (sm_120: the portable kernels run there)."""
+    arch = arch_for(target)
+    return arch.limits.static_shared_per_block if arch.sm_limits is not None else STATIC_SMEM_DEFAULT
+
+
+def _cluster_capacity(spec: KernelSpec, fn, built: BuiltKernel, device: int) -> int | None:
+    """The clusters a persistent kernel's grid may hold (its clusters lie along x); None for the
+    other grid kinds, whose grid follows the tiles."""
+    return max_active_clusters(fn, built, device) if spec.launch.grid == "persistent" else None
+
+
+def _raw_launcher(cupy, fn):
+    """(cuLaunchKernel, the function's CUfunction handle) where this CuPy and its loaded function
+    offer them, else None (a stand-in CuPy; ASMGEMM_RAW_LAUNCH=0). CuPy's own call of a RawKernel
+    converts the argument tuple on every call: ~10 us of host time on the H100's host against
+    ~3.5 us for cuLaunchKernel over kept argument bytes (tools/HGEMM_NOTES.md, "Host time")."""
+    if os.environ.get("ASMGEMM_RAW_LAUNCH", "1") == "0":
+        return None
+    driver = getattr(getattr(cupy, "cuda", None), "driver", None)
+    launch = getattr(driver, "launchKernel", None)
+    handle = function_handle(fn)
+    if launch is None or handle is None:
+        return None
+    return launch, handle
+
+
+def use_raw_launch(cupy, kept: KeptLaunch) -> None:
+    """Switch a new kept launch (and its split's reduce) to cuLaunchKernel where _raw_launcher
+    allows it for every kernel it launches."""
+    main = _raw_launcher(cupy, kept.fn)
+    if main is None:
+        return
+    if kept.split is not None:
+        reduce = _raw_launcher(cupy, kept.split.fn)
+        if reduce is None:
+            return
+        kept.split.raw = (*reduce, ParamBlock(kept.split.packer, kept.split.built.params))
+    kept.raw = (*main, ParamBlock(kept.packer, kept.built.params))
+    kept.current_stream = cupy.cuda.get_current_stream
+
+
+def _split_launch(cupy, spec: KernelSpec, built: BuiltKernel, fn, plan: LaunchPlan, split, target: str,
+                  static_smem: int, sm_count: int, c_shape, c_align: int, device: int, c_dtype) -> KeptLaunch:
+    """A kept launch of split-K: the partial pass (this build: grid z = S, C = a workspace slice of
+    ld N, k_chunk and split_stride packed) and the reduce kernel into the call's C."""
+    ws_plan = split_k.workspace_plan(plan)
+    packer = ArgPacker(built, ws_plan, spec.dtypes.a, "float32", split_k.partial_values(split, plan), c_map=False,
+                       a_map=not loads_a_itself(spec, plan))
+    rspec = split_k.reduce_spec(spec)
+    rbuilt = build_kernel(rspec, split_k.reduce_defines(spec, plan), target)
+    rfn = load(cupy, rbuilt, static_smem)
+    dev = cupy.cuda.Device().id
+    reduce = split_k.SplitLaunch(split, rbuilt, rfn, (rbuilt.key, dev), split_k.reduce_grid(rbuilt, plan),
+                                 ArgPacker(rbuilt, plan, "float32", spec.dtypes.c, split_k.reduce_values(split, plan)),
+                                 plan.m, plan.n)
+    return KeptLaunch(built, fn, (built.key, dev),
+                      grid(spec, built, plan, sm_count, split.splits, _cluster_capacity(spec, fn, built, dev)), packer,
+                      plan.swapped, c_shape, c_align, device, c_dtype, reduce, spec_name=spec.name)
+
+

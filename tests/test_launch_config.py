@@ -1,0 +1,94 @@
+"""launch_config.configure: (kernel spec, problem, device) -> launch configuration, on the CPU.
+
+No CuPy, no arrays: operands are arrays.Matrix descriptions, the device a DeviceFacts. What gemm
+decides for a call is checked here directly: the kernel, the geometry, the padded copies TMA
+needs, batches folded into rows, nothing to launch for empty products, the build that runs."""
+from __future__ import annotations
+
+import pytest
+
+from asmgemm.errors import AsmError
+from asmgemm.runtime import launch_config
+from asmgemm.runtime.arrays import Dtype, Matrix
+from asmgemm.runtime.gpu import DeviceFacts
+from asmgemm.runtime.launch_config import Problem, configure, pick_spec
+from asmgemm.toolchain import find_tool
+
+H100 = DeviceFacts(0, "NVIDIA H100 80GB HBM3", "sm_90", 132, 1.98e9, 3.35e12)
+F32, F16 = Dtype("float32", 4), Dtype("float16", 2)
+needs_ptxas = pytest.mark.skipif(find_tool("ptxas", required=False) is None, reason="needs ptxas")
+
+
+def row_major(rows, cols, dtype=F32, ld=None, ptr=1 << 20):
+    return Matrix((rows, cols), ((ld or cols) * dtype.itemsize, dtype.itemsize), dtype, ptr, 0)
+
+
+def problem(m, n, k, dtype=F32, lda=None, **kw):
+    return Problem(row_major(m, k, dtype, lda or max(k, 1)), row_major(k, n, dtype, max(n, 1)),
+                   row_major(m, n, dtype, max(n, 1)), **kw)
+
+
+def test_an_empty_product_launches_nothing():
+    spec = pick_spec(None, "float32", None, H100)
+    cfg = configure(spec, problem(0, 64, 64), H100)
+    assert cfg.empty and cfg.built is None and cfg.c_shape == (0, 64)
+
+
+def test_k_zero_without_an_epilogue_only_scales_c():
+    spec = pick_spec(None, "float32", None, H100)
+    cfg = configure(spec, problem(32, 64, 0), H100)
+    assert not cfg.empty and cfg.built is None
+
+
+def test_pick_spec_refuses_a_kernel_of_other_dtypes_or_not_built_for_the_device():
+    with pytest.raises(AsmError, match="takes A/B float32"):
+        pick_spec("sgemm", "float16", None, H100)
+    a100 = DeviceFacts(0, "NVIDIA A100-SXM4-80GB", "sm_80", 108)
+    with pytest.raises(AsmError, match="not built for sm_80"):
+        pick_spec("hgemm", "float16", None, a100)
+    assert pick_spec(None, "float16", None, a100).name != "hgemm"      # the portable kernel there
+
+
+@needs_ptxas
+def test_a_catalog_family_is_configured_by_the_dispatch():
+    spec = pick_spec(None, "float32", None, H100)
+    cfg = configure(spec, problem(17, 576, 2000), H100)
+    assert cfg.built is not None and cfg.config is not None
+    assert cfg.chosen_by in ("database", "model")
+    # the first candidate of the dispatch's order whose build the kernel's guards accepted
+    labels = [c.label for c in cfg.choice.order]
+    assert cfg.config in labels and all(label in cfg.choice.refused for label in labels[:labels.index(cfg.config)])
+    assert (cfg.plan.m, cfg.plan.n, cfg.plan.k) in ((17, 576, 2000), (576, 17, 2000))
+
+
+@needs_ptxas
+def test_params_pin_the_build():
+    spec = pick_spec(None, "float32", None, H100)
+    cfg = configure(spec, problem(64, 64, 64, params={"THREADS": 64, "BK": 16}), H100)
+    assert cfg.chosen_by == "params" and cfg.config is None and cfg.choice is None
+    assert cfg.built.threads == 64
+
+
+def test_a_shared_b_folds_a_batch_into_rows():
+    spec = pick_spec(None, "float32", None, H100)
+    a = Matrix((3, 4, 8), (4 * 8 * 4, 8 * 4, 4), F32, 1 << 20, 0)
+    c = Matrix((3, 4, 16), (4 * 16 * 4, 16 * 4, 4), F32, 1 << 21, 0)
+    cfg = configure(spec, Problem(a, row_major(8, 16), c), H100)
+    assert cfg.kernel_batch == 1 and cfg.c_shape == (3, 4, 16) and cfg.plan.k == 8
+    # M' = 3 x 4 rows (or C^T's columns, where the catalog runs the call as C^T)
+    assert (cfg.plan.m, cfg.plan.n) == ((16, 12) if cfg.plan.c_trans else (12, 16))
+
+
+def test_tma_operands_it_cannot_read_are_planned_on_their_padded_copies(monkeypatch):
+    """A row of 13 halves (26 bytes) TMA cannot address: the configuration plans on a padded
+    copy's layout (a leading dimension of 16 halves) and says A is copied; B, aligned, is not."""
+    spec = pick_spec(None, "float32", None, H100)
+    monkeypatch.setattr(launch_config, "takes_tensor_maps", lambda s: True)
+    monkeypatch.setattr(launch_config, "build_kernel", lambda spec, defines, target: None)
+    m, n, k = 40, 64, 13
+    plan_args = problem(m, n, k, F16, params={"BK": 16})
+    cfg = configure(spec, plan_args, H100)
+    assert cfg.copied == (2, 0)
+    assert cfg.plan.a.ld == 16 and cfg.plan.b.ld == n
+    aligned = configure(spec, problem(m, n, 16, F16, params={"BK": 16}), H100)
+    assert aligned.copied == (0, 0) and aligned.plan.a.ld == 16

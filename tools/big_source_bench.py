@@ -18,7 +18,7 @@ An error run must exit 1 and name the error's line and column.
 Usage:
     python3 tools/big_source_bench.py                         # 2 and 20 MB, both kinds, both variants
     python3 tools/big_source_bench.py --sizes 2 --kinds sasm
-    python3 tools/big_source_bench.py --notes tools/PARSER_NOTES.md   # also write the table there
+    python3 tools/big_source_bench.py --notes docs/design/parser.md   # also write the table there
     python3 tools/big_source_bench.py --write 20 sasm big.sasm        # only write a generated file
 """
 from __future__ import annotations

@@ -51,7 +51,7 @@ def command(m, n, k, dtype, layout, fused, gpu, top, no_build, as_json):
     from ..runtime.plan import fresh_plan
 
     facts = _facts(gpu)
-    family = spec_for_dtype(dtype, facts["target"])
+    family = spec_for_dtype(dtype, facts.target)
     if not family.configs and family.in_place:
         from ..kernel_spec import get_spec
         inner = get_spec(family.in_place)
@@ -59,7 +59,7 @@ def command(m, n, k, dtype, layout, fused, gpu, top, no_build, as_json):
                 f"read may run {inner.name}, explained here")
         family = inner
     elif not family.configs:
-        raise AsmError(f"kernel '{family.name}' ({dtype} on {facts['target']}) has no catalog: it runs by its "
+        raise AsmError(f"kernel '{family.name}' ({dtype} on {facts.target}) has no catalog: it runs by its "
                        "size rules (kernels.toml), which explain does not cover")
     else:
         note = None
@@ -68,8 +68,8 @@ def command(m, n, k, dtype, layout, fused, gpu, top, no_build, as_json):
     plan_ct = (fresh_plan(m, n, k, layout, size, DTYPE_ITEMSIZE[family.dtypes.c], c_trans=True)
                if any(e.swap for e in family.configs) else None)
     choice = dispatch.choose(family, plan.layout, plan.m, plan.n, plan.k, call_values=plan.call_values,
-                             gpu=facts["gpu"], target=facts["target"], sms=facts["sms"], plain=not fused,
-                             clock_hz=facts["clock_hz"], dram_bytes_per_s=facts["dram"],
+                             gpu=facts.name, target=facts.target, sms=facts.sm_count, plain=not fused,
+                             clock_hz=facts.clock_hz, dram_bytes_per_s=facts.dram_bytes_per_s,
                              swapped=(plan_ct.layout, plan_ct.call_values) if plan_ct is not None else None)
     ran = None if no_build else _first_that_builds(choice, plan, facts, not fused, plan_ct)
     pick = ran or choice.pick
@@ -98,7 +98,7 @@ def command(m, n, k, dtype, layout, fused, gpu, top, no_build, as_json):
         rows.append({**e.to_json(), "why": why})
     report = {"call": {"m": m, "n": n, "k": k, "dtype": dtype, "layout": layout, "fused": fused},
               "kernel_call": {"m": plan.m, "n": plan.n, "k": plan.k, "layout": plan.layout, "swapped": plan.swapped},
-              "gpu": facts["gpu"], "sms": facts["sms"], "family": family.name, "note": note,
+              "gpu": facts.name, "sms": facts.sm_count, "family": family.name, "note": note,
               "model": choice.model_source, "chosen_by": choice.chosen_by,
               "pick": pick.label if pick is not None else None,
               "pick_params": pick.params() if pick is not None else None,
@@ -112,50 +112,33 @@ def command(m, n, k, dtype, layout, fused, gpu, top, no_build, as_json):
 def _check_builds(cands, choice, plan, facts, plain, plan_ct=None) -> None:
     """Build each candidate (cached) and record the kernel's refusals in `choice.refused`."""
     from ..runtime import dispatch
-    from ..runtime.build_cache import build_kernel
 
     for cand in cands:
-        cb = dispatch.candidate_build(cand, plan_ct if cand.swap else plan, facts["sms"], facts["target"], plain)
-        why = dispatch.refusal(cb.key)
-        if why is None:
-            try:
-                build_kernel(cb.spec, cb.defines, cb.target)
-                continue
-            except AsmError as exc:
-                why = exc.message.splitlines()[0] if exc.message else "error"
-                dispatch.refuse(cb.key, why)
-        choice.refused[cand.label] = why
+        _, built, why, _ = dispatch.try_build(cand, plan_ct if cand.swap else plan, facts.sm_count, facts.target,
+                                              plain)
+        if built is None:
+            choice.refused[cand.label] = why
 
 
 def _first_that_builds(choice, plan, facts, plain, plan_ct=None):
-    """The candidate gemm() would run: the first in order whose build the kernel accepts (builds
-    are cached, so this costs ptxas once per variant)."""
-    from ..runtime import dispatch
-    from ..runtime.build_cache import build_kernel
+    """The candidate gemm() would run: what the runtime's launch_config.build_choice takes, the
+    first in order whose build the kernel accepts (builds are cached: ptxas once per variant);
+    None when the kernel refuses every one."""
+    from ..runtime.launch_config import build_choice
 
-    for cand in choice.order:
-        cb = dispatch.candidate_build(cand, plan_ct if cand.swap else plan, facts["sms"], facts["target"], plain)
-        why = dispatch.refusal(cb.key)
-        if why is None:
-            try:
-                build_kernel(cb.spec, cb.defines, cb.target)
-                return cand
-            except AsmError as exc:
-                why = exc.message.splitlines()[0] if exc.message else "error"
-                dispatch.refuse(cb.key, why)
-        choice.refused[cand.label] = why
-    return None
+    try:
+        return build_choice(choice, plan, facts, plain, plan_ct)[1]
+    except AsmError:
+        return None
 
 
-def _facts(gpu_name: str | None) -> dict:
+def _facts(gpu_name: str | None):
     """The GPU to explain for: named (its database), else the one here, else the shipped database's."""
     from ..runtime import dispatch_db
-    from ..runtime.gpu import device_facts, gpu_available
+    from ..runtime.gpu import DeviceFacts, device_facts, gpu_available
 
     if gpu_name is None and gpu_available():
-        f = device_facts()
-        return {"gpu": f.name, "target": f.target, "sms": f.sm_count, "clock_hz": f.clock_hz,
-                "dram": f.dram_bytes_per_s}
+        return device_facts()
     files = dispatch_db._files()
     if not files:
         raise AsmError("no GPU here and no dispatch database to explain for", hint="run on a GPU, or pass --gpu")
@@ -163,8 +146,8 @@ def _facts(gpu_name: str | None) -> dict:
     for path in files:
         data = dispatch_db.read(path)
         if want is None or path.stem == want or dispatch_db.slug(data["gpu"]) == want:
-            return {"gpu": data["gpu"], "target": data["target"], "sms": int(data["sms"]),
-                    "clock_hz": float(data["clock_hz"]), "dram": float(data["dram_bytes_per_s"])}
+            return DeviceFacts(-1, data["gpu"], data["target"], int(data["sms"]), float(data["clock_hz"]),
+                               float(data["dram_bytes_per_s"]))
     names = ", ".join(sorted({dispatch_db.read(p)["gpu"] for p in files}))
     raise AsmError(f"--gpu {gpu_name}: no dispatch database of that GPU (there are: {names})")
 

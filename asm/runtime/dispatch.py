@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..errors import AsmError
 from ..kernel_spec import DTYPE_ITEMSIZE, KernelSpec, get_spec
 from . import split_k
+from .build_cache import BuiltKernel, build_kernel
 from .catalog import Candidate, candidates
 from .cost_model import DeviceModel, Estimate, rank, variant_of
 from .dispatch_db import device_model, exact_key
@@ -122,3 +124,20 @@ def candidate_build(cand: Candidate, plan, sms: int, device_target: str, plain: 
     in_cluster = split_k.cluster_splits(spec, split, target, tuned, plan, sms)
     defines = choose_params(spec, plan, None, tuned, sms, split_k.switch_define(spec, split, in_cluster))
     return CandidateBuild(spec, target, split, in_cluster, defines)
+
+
+def try_build(cand: Candidate, plan, sms: int, device_target: str, plain: bool
+              ) -> tuple[CandidateBuild, BuiltKernel | None, str | None, AsmError | None]:
+    """(what the candidate builds, the build or None, why the kernel refused it or None, the error
+    of a refusal met now). The kernel's guards refuse a build once per process: the refusal is
+    remembered (refuse), so a later call skips the candidate without expanding it again."""
+    cb = candidate_build(cand, plan, sms, device_target, plain)
+    why = refusal(cb.key)
+    if why is not None:
+        return cb, None, why, None
+    try:
+        return cb, build_kernel(cb.spec, cb.defines, cb.target), None, None
+    except AsmError as exc:
+        why = exc.message.splitlines()[0] if exc.message else "error"
+        refuse(cb.key, why)
+        return cb, None, why, exc

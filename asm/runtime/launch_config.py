@@ -319,15 +319,11 @@ def build_choice(choice: dispatch.Choice, plan: LaunchPlan, facts: DeviceFacts, 
     first refusal is the error."""
     first = None
     for cand in choice.order:
-        cb = dispatch.candidate_build(cand, plan_ct if cand.swap else plan, facts.sm_count, facts.target, plain)
-        why = dispatch.refusal(cb.key)
-        if why is None:
-            try:
-                return cb.spec, cand, cb.split, cb.in_cluster, build_kernel(cb.spec, cb.defines, cb.target)
-            except AsmError as exc:
-                why = exc.message.splitlines()[0] if exc.message else "error"
-                dispatch.refuse(cb.key, why)
-                first = first or exc
+        cb, built, why, error = dispatch.try_build(cand, plan_ct if cand.swap else plan, facts.sm_count, facts.target,
+                                                   plain)
+        if built is not None:
+            return cb.spec, cand, cb.split, cb.in_cluster, built
+        first = first or error
         choice.refused[cand.label] = why
         if choice.chosen_by == "database" and cand is choice.order[0]:
             choice.chosen_by = "model"          # the exact hit's build is refused: the model's order runs

@@ -14,8 +14,9 @@ from pathlib import Path
 from . import ast, ir
 from .errors import AsmError, Note
 from .expr import NotANumber, evaluate, format_number, parse_number
+from .files import read_source
 from .parse_fast import LazyOperands
-from .source import Span, read_source
+from .source import Span
 
 # a PTX identifier (PTX ISA 4.4): what a string computed in { } may name
 _IDENTIFIER = re.compile(r"[A-Za-z_$%][A-Za-z0-9_$]*")

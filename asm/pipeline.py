@@ -19,6 +19,7 @@ from . import ast, ir
 from .emit import EmittedPtx, LineLayout, TRACE_MODES, emit_ptx
 from .errors import AsmError, Note
 from .expand import ExpandResult, expand
+from .files import read_source
 from .isa.arch import (DEFAULT_TARGET, FEATURE_USES, SUPPORTED_TARGETS, arch_for, check_features,
                        instruction_features, required_features)
 from .parse import parse_source
@@ -26,7 +27,7 @@ from .parse_fast import PLAIN_PTX_NODES
 from .ptxas_names import locate as locate_named
 from .regalloc import Allocation, allocate
 from .scheduler import schedule_module
-from .source import SourceFile, read_source
+from .source import SourceFile
 from .toolchain import (ABORTED, KernelResources, killed_by_signal, parse_diagnostics, parse_resource_usage,
                         run_ptxas)
 

@@ -22,7 +22,8 @@ from asmgemm.expand import expand
 from asmgemm.isa.arch import required_features
 from asmgemm.parse import parse_source
 from asmgemm.pipeline import _feature_sample, build_file, shipped_kernels
-from asmgemm.source import SourceFile, read_source
+from asmgemm.files import read_source
+from asmgemm.source import SourceFile
 
 HERE = Path(__file__).parent
 CORPUS = sorted((HERE / "corpus" / "ptx").glob("*.ptx"))

@@ -10,7 +10,7 @@ from .common import emit_json, make_console
 def _parameters(path) -> dict[str, str]:
     from .. import ast
     from ..parse import parse_source
-    from ..source import read_source
+    from ..files import read_source
     return {s.name: s.value.span.text() for s in parse_source(read_source(path)).body
             if isinstance(s, ast.ConstDef) and s.overridable}
 

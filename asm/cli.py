@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from . import __version__
+from .version import __version__
 
 # name -> (module, one-line help shown by `asmgemm --help`)
 COMMANDS = {

@@ -80,11 +80,14 @@ import re
 import sys
 import time
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 
 from .errors import AsmError
 from .expr import evaluate
+from .parse_tree import parse_expression
 from .source import SourceFile, Span
+from .targets import SUPPORTED_TARGETS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -522,7 +525,6 @@ def _spec(path: Path, source: SourceFile, name: str, t) -> KernelSpec:
     for k, v in d.items():
         if v not in DTYPES:
             fail(f"dtypes.{k}: '{v}' is not one of {', '.join(DTYPES)}")
-    from .isa.arch import SUPPORTED_TARGETS
     targets = _str_list(t["targets"], f"{where} targets")
     for tg in targets:
         if tg not in SUPPORTED_TARGETS:
@@ -767,7 +769,6 @@ def _split_rule(source: SourceFile, where: str, i: int, r) -> SplitRule:
 def _located_expression(source: SourceFile, text: str):
     """The expression `text` parsed where it stands in the spec file, so that its errors point at
     file:line:col."""
-    from .parse import parse_expression
     offset = source.text.find(text)
     return parse_expression(text, source if offset >= 0 else SourceFile.from_text(source.path, text), max(offset, 0))
 
@@ -826,7 +827,6 @@ def _str_list(v, what: str) -> list[str]:
 @functools.lru_cache(maxsize=1)
 def shipped_spec_file() -> Path:
     """kernels_ptx/kernels.toml of this installation (where the package lies does not change)."""
-    from importlib import resources
     return Path(str(resources.files("asmgemm.kernels_ptx") / "kernels.toml"))
 
 

@@ -9,6 +9,7 @@ import click
 
 from ..bench.triton_ref import TRITON_MMA
 from ..files import check_outputs, write_files
+from ..version import __version__
 from .common import emit_json, make_console, parse_defines
 
 EXIT_WRONG = 2
@@ -279,7 +280,6 @@ def _bench(bench_kernels, shapes, layouts, reps, warmup, no_flush, no_pre_roll, 
                                            spread=round(r.stats["asmgemm"].spread, 4))
                        for r in rows if r.ratio() is not None}
             if entries:
-                from .. import __version__
                 path, text = bl.baseline_update(folder, gpu, entries, {"asmgemm": __version__, "reps": reps})
                 outputs.append((path, text))
                 report["baseline_saved"] = str(path)

@@ -7,7 +7,8 @@ import sys
 import click
 
 from ..errors import AsmError
-from ..isa.arch import DEFAULT_TARGET, SUPPORTED_TARGETS
+from ..isa.arch import DEFAULT_TARGET
+from ..targets import SUPPORTED_TARGETS
 
 
 def parse_defines(values) -> dict[str, str]:

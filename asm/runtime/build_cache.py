@@ -22,11 +22,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import __version__
 from ..errors import AsmError
 from ..files import cache_root, warn_cache, write_files
 from ..kernel_spec import ARGUMENTS, ARRAY_ARGUMENTS, KernelSpec
 from ..toolchain import ptxas_version
+from ..version import __version__
 
 _INCLUDE_RE = re.compile(r'^\s*\.include\s+"([^"]+)"', re.MULTILINE)
 MAX_INCLUDES = 64

@@ -6,6 +6,7 @@ operand to a concrete ir operand. The result has no macro-layer constructs left.
 """
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from dataclasses import dataclass, field, replace
@@ -1024,7 +1025,6 @@ def _mark_expansion(item, call_span: Span):
 
 
 def _closest(name: str, options) -> str | None:
-    import difflib
     m = difflib.get_close_matches(name, list(options), n=1, cutoff=0.6)
     return m[0] if m else None
 

@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from pathlib import Path
+
+from rich.table import Table
 
 from ..isa.arch import arch_for
 from ..isa.ptx_operands import THREE_SOURCE_BASES
@@ -123,9 +126,6 @@ def compare_plan(result, report) -> dict:
 
 
 def render_comparison(comparison: dict, console) -> None:
-    from pathlib import Path
-
-    from rich.table import Table
 
     console.print(f"\n[bold]plan vs ptxas[/] ({comparison['bank_model']}) — [italic]{comparison['method']}[/]")
     for fn in comparison["functions"]:

@@ -1,5 +1,5 @@
 """asmgemm: a GPU assembler toolkit for hand-written GEMM kernels (PTX macro-assembly, .sasm)."""
-__version__ = "0.1.0"
+from .version import __version__     # asmgemm.__version__ for users; the stages import asmgemm.version
 
 
 def __getattr__(name):

@@ -3,11 +3,15 @@ only when used, so `asmgemm build` never pays for CuPy or the SASS decoder."""
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+import traceback
 
 import click
 
-from . import __version__
+from .errors import AsmError
+from .files import cache_warnings_as_lines
+from .version import __version__
 
 # name -> (module, one-line help shown by `asmgemm --help`)
 COMMANDS = {
@@ -56,8 +60,6 @@ def cli():
 
 
 def main(argv=None):
-    from .errors import AsmError
-    from .files import cache_warnings_as_lines
     try:
         with cache_warnings_as_lines():     # every command shows a cache warning as one line
             cli.main(args=argv, prog_name="asmgemm", standalone_mode=False)
@@ -78,8 +80,7 @@ def main(argv=None):
     except BrokenPipeError:
         sys.exit(0)
     except Exception as exc:  # a bug in asmgemm, not in the user's input
-        import traceback
-        if "ASMGEMM_DEBUG" in __import__("os").environ:
+        if "ASMGEMM_DEBUG" in os.environ:
             traceback.print_exc()
         click.echo(f"asmgemm: internal error: {type(exc).__name__}: {exc}\n"
                    "this is a bug in asmgemm; set ASMGEMM_DEBUG=1 for the traceback", err=True)

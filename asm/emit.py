@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import __version__, ir
+from . import ir
 from .source import Span
+from .version import __version__
 
 TRACE_MODES = ("none", "comments", "loc", "ptx-lines")
 DEFAULT_VERSION = "9.0"

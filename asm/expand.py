@@ -6,6 +6,7 @@ operand to a concrete ir operand. The result has no macro-layer constructs left.
 """
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from dataclasses import dataclass, field, replace
@@ -14,8 +15,12 @@ from pathlib import Path
 from . import ast, ir
 from .errors import AsmError, Note
 from .expr import NotANumber, evaluate, format_number, parse_number
+from .files import read_source
+from .parse import parse_source
 from .parse_fast import LazyOperands
-from .source import Span, read_source
+from .parse_tree import MAX_EXPR_DEPTH, MAX_NESTING, parse_expression
+from .source import SourceFile, Span
+from .targets import SUPPORTED_TARGETS
 
 # a PTX identifier (PTX ISA 4.4): what a string computed in { } may name
 _IDENTIFIER = re.compile(r"[A-Za-z_$%][A-Za-z0-9_$]*")
@@ -177,7 +182,6 @@ class Expander:
         try:
             self._stmts(module.body, root, top, toplevel=True)
         except RecursionError:
-            from .parse import MAX_EXPR_DEPTH, MAX_NESTING
             raise AsmError(f"this is nested too deeply for asmgemm (limits: blocks {MAX_NESTING} deep, "
                            f"macro calls {MAX_MACRO_DEPTH} deep, includes {MAX_INCLUDE_DEPTH} deep, "
                            f"expressions {MAX_EXPR_DEPTH} levels)", self.current) from None
@@ -221,7 +225,6 @@ class Expander:
 
     def _s_Target(self, s: ast.Target, scope, out, toplevel):
         self._need_toplevel(s, toplevel, ".target")
-        from .isa.arch import SUPPORTED_TARGETS
         if s.names and s.names[0] not in SUPPORTED_TARGETS:
             raise AsmError(f"unsupported .target {s.names[0]} (supported: {', '.join(SUPPORTED_TARGETS)})", s.span)
         self.target = s.names
@@ -371,7 +374,6 @@ class Expander:
             self._stmts(s.orelse, _Scope(scope), out, toplevel)
 
     def _s_Include(self, s: ast.Include, scope: _Scope, out, toplevel):
-        from .parse import parse_source
         here = Path(s.span.path).parent if s.span.path else Path(".")
         candidates = [here / s.path] + [d / s.path for d in self.include_dirs]
         found = next((c for c in candidates if c.is_file()), None)
@@ -995,8 +997,6 @@ def _range_length(*args: int) -> int:
 
 def _define_value(name: str, text: str):
     """-D NAME=VALUE: a number, or an expression of numbers (evaluated by our own evaluator)."""
-    from .parse import parse_expression
-    from .source import SourceFile
     src = SourceFile.from_text(f"<-D {name}>", text)
     tree = parse_expression(text, src, 0)
 
@@ -1025,7 +1025,6 @@ def _mark_expansion(item, call_span: Span):
 
 
 def _closest(name: str, options) -> str | None:
-    import difflib
     m = difflib.get_close_matches(name, list(options), n=1, cutoff=0.6)
     return m[0] if m else None
 

@@ -12,7 +12,7 @@ import struct
 from typing import Callable
 
 from . import ast
-from .errors import AsmError
+from .errors import AsmError, shorten_number
 
 MAX_BITS = 4096
 
@@ -42,7 +42,6 @@ MAX_FLOAT_LITERAL_CHARS = 1000
 
 
 def _too_big(text: str, span):
-    from .errors import shorten_number
     return AsmError(f"integer literal {shorten_number(text)} is larger than the limit of {MAX_BITS} bits", span)
 
 

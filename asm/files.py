@@ -1,4 +1,6 @@
-"""Files asmgemm writes: the one atomic-write helper and the one cache-folder lookup.
+"""Files asmgemm reads and writes: `read_source` (a .sasm/.ptx file as text, or a located error),
+the one atomic-write helper and the one cache-folder lookup. Reading lives here, not in source.py,
+because its errors are AsmErrors and errors.py builds on source.py's positions.
 
 Every output (PTX, cubin, JSON reports, the kernel and tuning caches, benchmark baselines) goes
 through `write_files` (several outputs of one command, committed together) or `write_atomic`
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Iterable
 
 from .errors import AsmError
+from .source import SourceFile, Span, normalise_text
 
 
 def cache_root() -> Path:
@@ -293,3 +296,42 @@ def write_atomic(path: str | os.PathLike, data: str | bytes, *, durable: bool = 
                  inputs: Iterable = ()) -> None:
     """Write one output: `write_files([(path, data)], ...)`."""
     write_files([(path, data)], inputs=inputs, durable=durable)
+
+
+# ---- reading a source file -----------------------------------------------------------------
+def read_source(path: str | Path, *, shown_as: str | None = None) -> SourceFile:
+    """Read a .sasm/.ptx file as UTF-8; undecodable bytes are a user error with a position."""
+    p = Path(path)
+    name = shown_as or str(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise AsmError(f"no such file: {name}") from None
+    except IsADirectoryError:
+        raise AsmError(f"{name} is a directory, not a source file") from None
+    except OSError as exc:
+        raise AsmError(f"cannot read {name}: {exc.strerror}") from None
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        src = SourceFile.from_text(name, "\ufffd")
+        raise AsmError("this file is UTF-16 (it starts with a UTF-16 byte-order mark); "
+                       "source files must be UTF-8: save it as UTF-8", Span(src, 0, 1))
+    if data.startswith(b"\xef\xbb\xbf"):   # a UTF-8 byte-order mark: not part of the text
+        data = data[3:]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        # Report the position of the bad byte in terms the editor shows: line and column.
+        # The rest of the file is shown decoded with U+FFFD for bad bytes; the offset is taken
+        # after line endings are normalised, as for any other error.
+        at = len(normalise_text(data[: exc.start].decode("utf-8", errors="replace")))
+        src = SourceFile.from_text(name, data.decode("utf-8", errors="replace"))
+        raise AsmError(
+            f"invalid UTF-8 byte 0x{data[exc.start]:02x} (source files must be UTF-8 text)",
+            Span(src, at, at + 1),
+        ) from None
+    if "\x00" in text:
+        src = SourceFile.from_text(name, text)
+        i = src.text.index("\x00")
+        raise AsmError("NUL byte in source: this looks like a binary file, not .sasm/.ptx text",
+                       Span(src, i, i + 1))
+    return SourceFile.from_text(name, text)

@@ -80,11 +80,14 @@ import re
 import sys
 import time
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 
 from .errors import AsmError
 from .expr import evaluate
+from .parse_tree import parse_expression
 from .source import SourceFile, Span
+from .targets import SUPPORTED_TARGETS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -477,10 +480,14 @@ def load_spec_file(path: str | os.PathLike) -> list[KernelSpec]:
     except tomllib.TOMLDecodeError as exc:
         raise AsmError(f"{path}: not valid TOML: {exc}") from None
     source = SourceFile.from_text(str(path), text)
+    places = _value_places(source.text)
     resolved: dict[str, dict] = {}
+    origins: dict[str, dict[str, str]] = {}
     for name, table in data.items():
         resolved[name] = _inherit(path, name, table, resolved)
-    return [_spec(path, source, name, table) for name, table in resolved.items()]
+        origins[name] = _origins(name, table, origins)
+    return [_spec(path, _Locator(source, places, name, origins[name]), name, table)
+            for name, table in resolved.items()]
 
 
 def _inherit(path: Path, name: str, t, above: dict[str, dict]):
@@ -497,7 +504,17 @@ def _inherit(path: Path, name: str, t, above: dict[str, dict]):
     return out
 
 
-def _spec(path: Path, source: SourceFile, name: str, t) -> KernelSpec:
+def _origins(name: str, t, above: dict[str, dict[str, str]]) -> dict[str, str]:
+    """For each key of table `name` after `like`: the table whose text holds it (its own, or the
+    table it is like, and so on up)."""
+    if not isinstance(t, dict):
+        return {}
+    out = dict(above.get(t.get("like"), {})) if isinstance(t.get("like"), str) else {}
+    out.update(dict.fromkeys(t, name))
+    return out
+
+
+def _spec(path: Path, loc: "_Locator", name: str, t) -> KernelSpec:
     where = f"{path}: [{name}]"
 
     def fail(msg: str, span: Span | None = None):
@@ -522,7 +539,6 @@ def _spec(path: Path, source: SourceFile, name: str, t) -> KernelSpec:
     for k, v in d.items():
         if v not in DTYPES:
             fail(f"dtypes.{k}: '{v}' is not one of {', '.join(DTYPES)}")
-    from .isa.arch import SUPPORTED_TARGETS
     targets = _str_list(t["targets"], f"{where} targets")
     for tg in targets:
         if tg not in SUPPORTED_TARGETS:
@@ -571,7 +587,7 @@ def _spec(path: Path, source: SourceFile, name: str, t) -> KernelSpec:
     for arg, key in _NEEDS_LAUNCH_KEY.items():
         if arg in abi and getattr(launch, key) is None:
             fail(f"launch: needs '{key}' (the constant with the TMA box height of abi argument '{arg}')")
-    terms = _terms(source, where, t.get("terms", {}), calls)
+    terms = _terms(loc, where, t.get("terms", {}), calls)
     # what the load-time check of a size rule binds: every call parameter, pitch and C_BYTES as 0,
     # and the terms' values there (a term naming an unknown or later name fails here)
     check_names = dict.fromkeys((*calls, *PITCH_NAMES, C_BYTES_NAME), 0)
@@ -579,22 +595,22 @@ def _spec(path: Path, source: SourceFile, name: str, t) -> KernelSpec:
     rules = t.get("size_rule", [])
     if not isinstance(rules, list):
         fail("size_rule: an array of tables ([[NAME.size_rule]])")
-    size_rules = tuple(_size_rule(source, where, i, r, check_names) for i, r in enumerate(rules))
+    size_rules = tuple(_size_rule(loc, where, i, r, check_names) for i, r in enumerate(rules))
     split_k = None
     if "split_k" in t:
         if d["acc"] != "float32":
             fail("split_k: needs a float32 accumulator (the workspace holds fp32 partial sums)")
-        split_k = _split_k(path, source, where, t["split_k"], abi, calls, defines)
+        split_k = _split_k(path, loc, where, t["split_k"], abi, calls, defines)
     routes = t.get("route", [])
     if not isinstance(routes, list):
         fail("route: an array of tables ([[NAME.route]])")
-    routes = tuple(_route(source, where, name, i, r, calls) for i, r in enumerate(routes))
+    routes = tuple(_route(loc, where, name, i, r, calls) for i, r in enumerate(routes))
     swaps = t.get("swap_rule", [])
     if not isinstance(swaps, list):
         fail("swap_rule: an array of tables ([[NAME.swap_rule]])")
     if swaps and "c_trans" not in calls.values():
         fail("swap_rule: the kernel must map the call value 'c_trans' in call_params (its transposed store)")
-    swaps = tuple(_swap_rule(source, where, i, r, calls) for i, r in enumerate(swaps))
+    swaps = tuple(_swap_rule(loc, where, i, r, calls) for i, r in enumerate(swaps))
     in_place = t.get("in_place")
     if in_place is not None:
         in_place = _str(in_place, f"{where} in_place")
@@ -660,28 +676,28 @@ def _config(where: str, family: str, i: int, c) -> ConfigEntry:
                        str(c.get("note", "")), swap, tiles[1])
 
 
-def _route(source: SourceFile, where: str, name: str, i: int, r, calls: dict) -> Route:
+def _route(loc: "_Locator", where: str, name: str, i: int, r, calls: dict) -> Route:
     if not isinstance(r, dict) or set(r) != {"when", "kernel"}:
         raise AsmError(f"{where} route[{i}]: a table with exactly 'when' and 'kernel'")
     when = _str(r["when"], f"{where} route[{i}].when")
     kernel = _str(r["kernel"], f"{where} route[{i}].kernel")
     if not kernel.isidentifier() or kernel == name:
         raise AsmError(f"{where} route[{i}].kernel: '{kernel}' is not another kernel's name")
-    route = Route(when, kernel, _located_expression(source, when))
+    route = Route(when, kernel, loc.expression(("route", i, "when"), when))
     route.holds(1, 1, 1, 1, dict.fromkeys(calls, 0))    # an unknown name fails now, at load
     return route
 
 
-def _swap_rule(source: SourceFile, where: str, i: int, r, calls: dict) -> SwapRule:
+def _swap_rule(loc: "_Locator", where: str, i: int, r, calls: dict) -> SwapRule:
     if not isinstance(r, dict) or set(r) != {"when"}:
         raise AsmError(f"{where} swap_rule[{i}]: a table with exactly 'when'")
     when = _str(r["when"], f"{where} swap_rule[{i}].when")
-    rule = SwapRule(when, _located_expression(source, when))
+    rule = SwapRule(when, loc.expression(("swap_rule", i, "when"), when))
     rule.holds(1, 1, 1, 1, dict.fromkeys(calls, 0))    # an unknown name fails now, at load
     return rule
 
 
-def _split_k(path: Path, source: SourceFile, where: str, t, abi: list[str], calls: dict, defines: dict) -> SplitK:
+def _split_k(path: Path, loc: "_Locator", where: str, t, abi: list[str], calls: dict, defines: dict) -> SplitK:
     """[NAME.split_k], checked: known keys, the switch a free parameter name, the reduce source
     present, the abi taking the partial pass's arguments, every rule's expressions parsed."""
     def fail(msg: str):
@@ -728,26 +744,27 @@ def _split_k(path: Path, source: SourceFile, where: str, t, abi: list[str], call
         if cluster_switch is None:
             fail("cluster_when needs cluster_switch")
         cluster_when = _str(cluster_when, f"{where} split_k.cluster_when")
-        when_tree = _located_expression(source, cluster_when)
+        when_tree = loc.expression(("split_k", "cluster_when"), cluster_when)
         _evaluate_sizes(when_tree, 1, 1, 1, 1, {"S": 2}, "split_k.cluster_when")   # unknown names fail now
     c_trans = t.get("c_trans", False)
     if not isinstance(c_trans, bool):
         fail("c_trans: true or false")
-    return SplitK(switch, reduce, tuple(_split_rule(source, where, i, r) for i, r in enumerate(rules)), k_multiple,
+    return SplitK(switch, reduce, tuple(_split_rule(loc, where, i, r) for i, r in enumerate(rules)), k_multiple,
                   cluster_switch, cluster_when, when_tree, c_trans)
 
 
 MAX_SPLIT_CANDIDATES = 64
 
 
-def _split_rule(source: SourceFile, where: str, i: int, r) -> SplitRule:
+def _split_rule(loc: "_Locator", where: str, i: int, r) -> SplitRule:
     at = f"{where} split_k.rule[{i}]"
     if not isinstance(r, dict) or set(r) not in ({"when", "splits"}, {"when", "splits", "cost"}):
         raise AsmError(f"{at}: a table with 'when' and 'splits' (and optionally 'cost')")
     when = _str(r["when"], f"{at}.when")
     if "cost" not in r:
         splits = _str(r["splits"], f"{at}.splits")
-        rule = SplitRule(when, splits, _located_expression(source, when), _located_expression(source, splits))
+        rule = SplitRule(when, splits, loc.expression(("split_k", "rule", i, "when"), when),
+                         loc.expression(("split_k", "rule", i, "splits"), splits))
     else:
         cands = r["splits"]
         if not isinstance(cands, list) or not 1 <= len(cands) <= MAX_SPLIT_CANDIDATES \
@@ -757,19 +774,77 @@ def _split_rule(source: SourceFile, where: str, i: int, r) -> SplitRule:
         if len(set(cands)) != len(cands):
             raise AsmError(f"{at}.splits: candidate {next(c for c in cands if cands.count(c) > 1)} is listed twice")
         cost = _str(r["cost"], f"{at}.cost")
-        rule = SplitRule(when, tuple(cands), _located_expression(source, when), None, cost,
-                         _located_expression(source, cost))
+        rule = SplitRule(when, tuple(cands), loc.expression(("split_k", "rule", i, "when"), when), None, cost,
+                         loc.expression(("split_k", "rule", i, "cost"), cost))
     rule.holds(1, 1, 1, 1)      # unknown names fail now, at load
     rule.count(1, 1, 1, 1)
     return rule
 
 
-def _located_expression(source: SourceFile, text: str):
-    """The expression `text` parsed where it stands in the spec file, so that its errors point at
-    file:line:col."""
-    from .parse import parse_expression
-    offset = source.text.find(text)
-    return parse_expression(text, source if offset >= 0 else SourceFile.from_text(source.path, text), max(offset, 0))
+# ---- where each expression stands in the spec file -----------------------------------------------
+# A table header, [a.b] or [[a.b]] (an element of the array of tables a.b), and a line
+# `key = "value"` or `key = 'value'` (a bare or dotted key; a one-line string).
+_HEADER = re.compile(r"[ \t]*(\[\[?)[ \t]*([A-Za-z0-9_.\- \t]+?)[ \t]*\]\]?[ \t]*(?:#.*)?$")
+_KEY_STRING = re.compile(r"[ \t]*([A-Za-z0-9_\-]+(?:[ \t]*\.[ \t]*[A-Za-z0-9_\-]+)*)[ \t]*=[ \t]*([\"'])")
+
+
+def _value_places(text: str) -> tuple[dict[tuple, int], dict[str, int]]:
+    """Where the one-line string values and the top-level tables of a TOML text stand: offsets of
+    each value's first character by its key path (("sgemm", "size_rule", 3, "when"): the fourth
+    [[sgemm.size_rule]]'s `when`), and of each top-level table's header by its name. Values the
+    scan does not follow (inline tables, multi-line strings, quoted keys) are not in it."""
+    values: dict[tuple, int] = {}
+    headers: dict[str, int] = {}
+    counts: dict[tuple, int] = {}
+    table: tuple = ()
+    at = 0
+    for line in text.split("\n"):
+        m = _HEADER.match(line)
+        if m is not None:
+            path = tuple(part.strip() for part in m.group(2).split("."))
+            headers.setdefault(path[0], at)
+            if m.group(1) == "[[":
+                n = counts.get(path, 0)
+                counts[path] = n + 1
+                table = path + (n,)
+            else:
+                table = path
+        else:
+            m = _KEY_STRING.match(line)
+            if m is not None:
+                key = tuple(part.strip() for part in m.group(1).split("."))
+                values.setdefault(table + key, at + m.end())
+        at += len(line) + 1
+    return values, headers
+
+
+class _Locator:
+    """Parses the expressions of one kernel table where they stand in the spec file, so that their
+    errors point at file:line:col: each one by its key in the table that holds its text (the
+    kernel's own, or the table it is `like`)."""
+
+    def __init__(self, source: SourceFile, places, name: str, origins: dict[str, str]):
+        self.source = source
+        self.values, self.headers = places
+        self.name = name
+        self.origins = origins
+
+    def expression(self, key: tuple, text: str):
+        """`text`, the value of `key` (("size_rule", 3, "when")) in this kernel's table, parsed at
+        its place: the key's line when the scan found it; else the first quoted `text` after the
+        header of the table that holds it (an inline table); else, where neither holds the text as
+        it is (a TOML escape in it), on its own, under a name that says which key it is."""
+        origin = self.origins.get(key[0], self.name)
+        at = self.values.get((origin, *key))
+        if at is not None and self.source.text.startswith(text, at):
+            return parse_expression(text, self.source, at)
+        header = self.headers.get(origin, 0)
+        for quote in '"\'':
+            found = self.source.text.find(quote + text + quote, header)
+            if found >= 0:
+                return parse_expression(text, self.source, found + 1)
+        shown = ".".join(f"[{k}]" if isinstance(k, int) else str(k) for k in key).replace(".[", "[")
+        return parse_expression(text, SourceFile.from_text(f"{self.source.path} [{origin}] {shown}", text), 0)
 
 
 def la_grid(t: dict) -> str:
@@ -783,7 +858,7 @@ def _add_terms(terms: tuple[Term, ...], names: dict, m: int, n: int, k: int, sms
         names[term.name] = _evaluate_sizes(term.tree, m, n, k, sms, names, f"the term {term.name}")
 
 
-def _terms(source: SourceFile, where: str, table, calls: dict) -> tuple[Term, ...]:
+def _terms(loc: "_Locator", where: str, table, calls: dict) -> tuple[Term, ...]:
     if not isinstance(table, dict):
         raise AsmError(f"{where} terms: a table of NAME = \"expression\"")
     taken = {*SIZE_NAMES, *calls, *PITCH_NAMES, C_BYTES_NAME}
@@ -794,18 +869,18 @@ def _terms(source: SourceFile, where: str, table, calls: dict) -> tuple[Term, ..
         if name in taken:
             raise AsmError(f"{where} terms.{name}: already a name the size rules see (a size, call "
                            f"parameter, pitch or C_BYTES)")
-        out.append(Term(name, _str(text, f"{where} terms.{name}"), _located_expression(source, text)))
+        out.append(Term(name, _str(text, f"{where} terms.{name}"), loc.expression(("terms", name), text)))
     return tuple(out)
 
 
-def _size_rule(source: SourceFile, where: str, i: int, r, check_names: dict) -> SizeRule:
+def _size_rule(loc: "_Locator", where: str, i: int, r, check_names: dict) -> SizeRule:
     if not isinstance(r, dict) or set(r) != {"when", "set"}:
         raise AsmError(f"{where} size_rule[{i}]: a table with exactly 'when' and 'set'")
     when = _str(r["when"], f"{where} size_rule[{i}].when")
     sets = r["set"]
     if not isinstance(sets, dict) or not all(isinstance(v, int) and not isinstance(v, bool) for v in sets.values()):
         raise AsmError(f"{where} size_rule[{i}].set: a table of PARAM = integer")
-    rule = SizeRule(when, tuple(sets.items()), _located_expression(source, when))
+    rule = SizeRule(when, tuple(sets.items()), loc.expression(("size_rule", i, "when"), when))
     rule.holds(1, 1, 1, 1, check_names)     # an unknown name fails now, at load
     return rule
 
@@ -826,7 +901,6 @@ def _str_list(v, what: str) -> list[str]:
 @functools.lru_cache(maxsize=1)
 def shipped_spec_file() -> Path:
     """kernels_ptx/kernels.toml of this installation (where the package lies does not change)."""
-    from importlib import resources
     return Path(str(resources.files("asmgemm.kernels_ptx") / "kernels.toml"))
 
 

@@ -34,7 +34,11 @@ import re
 import sys
 from array import array
 
+from lark import Token, Tree
+from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
+
 from . import ast
+from .parse_tree import MAX_NESTING, AstBuilder, statement_parser, syntax_error
 from .source import SourceFile, Span
 
 # The terminals of grammar/sasm.lark that recognised lines are made of, restricted: no {expr}
@@ -250,10 +254,6 @@ def _skeleton_module(source: SourceFile, skeleton: str, blanks, fast: list):
     """The module: the skeleton's parse tree with the recognised nodes put in, built; or the set
     of indices of blanked lines to put back; or None when the grammar path should take the whole
     source. A syntax error is raised as the grammar path raises it."""
-    from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
-
-    from .parse import _syntax_error, statement_parser
-
     starts: list[int] = []
     ends: list[int] = []
     types: list[str] = []
@@ -285,7 +285,7 @@ def _skeleton_module(source: SourceFile, skeleton: str, blanks, fast: list):
         if before < len(blanks):
             # the text from the error on as written: the grammar sees what the whole text holds there
             return set(range(before, len(blanks)))
-        raise _syntax_error(exc, source, 0, source.text) from None
+        raise syntax_error(exc, source, 0, source.text) from None
     refused = _refused(skeleton, blanks, starts, ends, types, len(skeleton))
     if refused:
         return refused
@@ -293,7 +293,7 @@ def _skeleton_module(source: SourceFile, skeleton: str, blanks, fast: list):
     orphans = _put_in(tree, fast, blanks)
     if orphans:
         return orphans
-    builder = _Builder(source)
+    builder = _FastBuilder(source)
     try:
         return ast.Module(builder.stmts(tree.children), source)
     except RecursionError:
@@ -366,42 +366,31 @@ def _block_comments(text: str, lo: int, hi: int) -> list[tuple[int, int]]:
 
 
 def _prebuilt(kind: str, children: list, start: int, end: int):
-    t = _pre_class()(children)
+    t = _Pre(children)
     if kind != "prebuilt":
         t.data = kind
     t.start_pos, t.end_pos = start, end
     return t
 
 
-def _pre_class():
-    global _PRE
-    if _PRE is None:
-        from lark import Tree
+class _Pre(Tree):
+    """A node the fast path built, among the skeleton tree's children: a Tree to the grammar
+    path's builder (which keeps only Trees of a block's children), positioned as one,
+    and cheap (there is one per recognised line)."""
+    __slots__ = ("items", "start_pos", "end_pos")
+    data = "prebuilt"
+    empty = False
 
-        class Pre(Tree):
-            """A node the fast path built, among the skeleton tree's children: a Tree to the grammar
-            path's builder (which keeps only Trees of a block's children), positioned as one,
-            and cheap (there is one per recognised line)."""
-            __slots__ = ("items", "start_pos", "end_pos")
-            data = "prebuilt"
-            empty = False
+    def __init__(self, items):
+        self.items = items
 
-            def __init__(self, items):
-                self.items = items
+    @property
+    def children(self):
+        return self.items
 
-            @property
-            def children(self):
-                return self.items
-
-            @property
-            def meta(self):
-                return self
-
-        _PRE = Pre
-    return _PRE
-
-
-_PRE = None
+    @property
+    def meta(self):
+        return self
 
 
 def _put_in(tree, fast: list, blanks: list) -> set[int]:
@@ -421,8 +410,6 @@ _OPEN_ENDED = frozenset({"elif_clause", "else_clause"})
 
 
 def _next_start(children: list, j: int, end: int) -> int:
-    from lark import Token
-
     for c in children[j:]:
         if c is None:
             continue
@@ -434,8 +421,6 @@ def _next_start(children: list, j: int, end: int) -> int:
 
 
 def _put_children(tree, blanks: list, i: int, fast: list, orphans: set, end: int | None = None) -> int:
-    from lark import Token, Tree
-
     out = []
     n = len(blanks)
     if end is None:
@@ -465,7 +450,7 @@ def _put_children(tree, blanks: list, i: int, fast: list, orphans: set, end: int
     while i < n and blanks[i] < end:
         out.append(wrap(fast[i]))
         i += 1
-    if any(type(c) is _PRE and type(c.children[0]) is _Head for c in out):
+    if any(type(c) is _Pre and type(c.children[0]) is _Head for c in out):
         out = _join_heads(out, fast, orphans)
     tree.children = out
     return i
@@ -487,13 +472,11 @@ def _wrap(f):
 
 
 def _join_heads(out: list, fast: list, orphans: set) -> list:
-    from lark import Tree
-
     joined = []
     k = 0
     while k < len(out):
         c = out[k]
-        if type(c) is _PRE and type(c.children[0]) is _Head:
+        if type(c) is _Pre and type(c.children[0]) is _Head:
             head = c.children[0]
             nxt = out[k + 1] if k + 1 < len(out) else None
             if type(nxt) is Tree and nxt.data == "scope" and not nxt.meta.empty and nxt.meta.start_pos == head.brace:
@@ -506,56 +489,39 @@ def _join_heads(out: list, fast: list, orphans: set) -> list:
     return joined
 
 
-def _builder_class():
-    from .parse import MAX_NESTING, _AstBuilder
+class _FastBuilder(AstBuilder):
+    """The grammar path's builder, taking the fast path's nodes as they are."""
 
-    class Builder(_AstBuilder):
-        """The grammar path's builder, taking the fast path's nodes as they are."""
+    def s_prebuilt(self, t):
+        return t.children[0]
 
-        def s_prebuilt(self, t):
-            return t.children[0]
+    def stmts(self, children) -> list:
+        # as the grammar path's, with the fast path's nodes taken as they are, bare or wrapped
+        if self.depth + 1 > MAX_NESTING:
+            return super().stmts([c if c is None or isinstance(c, (Tree, Token)) else
+                                  _prebuilt("prebuilt", (c,), c.span.start, c.span.end) for c in children])
+        self.depth += 1
+        out = []
+        pre = _Pre
+        for c in children:
+            if c is None:
+                continue
+            t = type(c)
+            if t is pre:
+                out.append(c.children[0] if c.data == "prebuilt" else self.stmt(c))
+            elif t is Tree or t is Token:
+                out.append(self.stmt(c))
+            else:
+                out.append(c)
+        self.depth -= 1
+        return out
 
-        def stmts(self, children) -> list:
-            # as the grammar path's, with the fast path's nodes taken as they are, bare or wrapped
-            from lark import Token, Tree
-
-            if self.depth + 1 > MAX_NESTING:
-                return super().stmts([c if c is None or isinstance(c, (Tree, Token)) else
-                                      _prebuilt("prebuilt", (c,), c.span.start, c.span.end) for c in children])
-            self.depth += 1
-            out = []
-            pre = _PRE
-            for c in children:
-                if c is None:
-                    continue
-                t = type(c)
-                if t is pre:
-                    out.append(c.children[0] if c.data == "prebuilt" else self.stmt(c))
-                elif t is Tree or t is Token:
-                    out.append(self.stmt(c))
-                else:
-                    out.append(c)
-            self.depth -= 1
-            return out
-
-        def s_fast_function(self, t):
-            head, scope = t.children
-            fn = head.fn
-            fn.body = self.stmts(scope.children)
-            fn.span = Span(fn.span.source, fn.span.start, scope.meta.end_pos)
-            return fn
-
-    return Builder
-
-
-def _Builder(source: SourceFile):
-    global _BUILDER
-    if _BUILDER is None:
-        _BUILDER = _builder_class()
-    return _BUILDER(source)
-
-
-_BUILDER = None
+    def s_fast_function(self, t):
+        head, scope = t.children
+        fn = head.fn
+        fn.body = self.stmts(scope.children)
+        fn.span = Span(fn.span.source, fn.span.start, scope.meta.end_pos)
+        return fn
 
 
 # ---- building nodes --------------------------------------------------------------------------

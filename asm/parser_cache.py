@@ -18,13 +18,18 @@ import os
 import tempfile
 from pathlib import Path
 
+from lark import Lark
+from lark import __version__ as lark_version
+from lark.grammar import Rule
+from lark.lexer import TerminalDef
+
+from .files import cache_root
+
 FOLDER = "parsers"
 
 
 def cached_lark(name: str, text: str, **options):
-    from lark import Lark, __version__
-
-    key = hashlib.sha256(json.dumps([text, sorted((k, repr(v)) for k, v in options.items()), __version__])
+    key = hashlib.sha256(json.dumps([text, sorted((k, repr(v)) for k, v in options.items()), lark_version])
                          .encode()).hexdigest()[:32]
     path = _folder() / f"{Path(name).stem}-{key}.json"
     try:
@@ -35,9 +40,6 @@ def cached_lark(name: str, text: str, **options):
         pass
     parser = Lark(text, **options)
     try:
-        from lark.grammar import Rule
-        from lark.lexer import TerminalDef
-
         data, memo = parser.memo_serialize([TerminalDef, Rule])
         _write(path, json.dumps({"key": key, "data": _encode(data), "memo": _encode(memo)}))
     except Exception:                   # unwritable, or data JSON cannot hold: analysed next time too
@@ -46,7 +48,6 @@ def cached_lark(name: str, text: str, **options):
 
 
 def _folder() -> Path:
-    from .files import cache_root
     return cache_root() / FOLDER
 
 

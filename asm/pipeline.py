@@ -19,14 +19,16 @@ from . import ast, ir
 from .emit import EmittedPtx, LineLayout, TRACE_MODES, emit_ptx
 from .errors import AsmError, Note
 from .expand import ExpandResult, expand
-from .isa.arch import (DEFAULT_TARGET, FEATURE_USES, SUPPORTED_TARGETS, arch_for, check_features,
-                       instruction_features, required_features)
+from .files import read_source
+from .isa.arch import (DEFAULT_TARGET, FEATURE_USES, arch_for, check_features, instruction_features,
+                       required_features)
 from .parse import parse_source
 from .parse_fast import PLAIN_PTX_NODES
 from .ptxas_names import locate as locate_named
 from .regalloc import Allocation, allocate
 from .scheduler import schedule_module
-from .source import SourceFile, read_source
+from .source import SourceFile
+from .targets import SUPPORTED_TARGETS, require_supported_target
 from .toolchain import (ABORTED, KernelResources, killed_by_signal, parse_diagnostics, parse_resource_usage,
                         run_ptxas)
 
@@ -132,7 +134,7 @@ def _build(source: SourceFile, options: BuildOptions | None) -> BuildResult:
     if options.trace not in TRACE_MODES:
         raise AsmError(f"unknown trace mode '{options.trace}' (choose from {', '.join(TRACE_MODES)})")
     if options.target is not None:
-        arch_for(options.target)           # an unknown target: AsmError listing the supported ones
+        require_supported_target(options.target)      # AsmError listing the supported ones
     tree = parse_source(source)
     result: ExpandResult = expand(tree, options.defines, options.include_dirs)
     layout = plain_ptx_layout(tree) if options.trace == "none" and not options.annotate else None

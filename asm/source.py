@@ -2,7 +2,7 @@
 
 Every later stage carries a `Span` so that an error anywhere in the pipeline (an undefined name in
 a macro body, a bank constraint that cannot be met, ptxas rejecting the emitted PTX) can point at
-the .sasm text the user wrote.
+the .sasm text the user wrote. Reading a file from disk is files.py's `read_source`.
 """
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import bisect
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -100,43 +99,3 @@ class Span:
 
     def __repr__(self) -> str:  # keep AST dumps readable
         return f"<{self.location()}>"
-
-
-def read_source(path: str | Path, *, shown_as: str | None = None) -> SourceFile:
-    """Read a .sasm/.ptx file as UTF-8; undecodable bytes are a user error with a position."""
-    from .errors import AsmError
-
-    p = Path(path)
-    name = shown_as or str(path)
-    try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise AsmError(f"no such file: {name}") from None
-    except IsADirectoryError:
-        raise AsmError(f"{name} is a directory, not a source file") from None
-    except OSError as exc:
-        raise AsmError(f"cannot read {name}: {exc.strerror}") from None
-    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        src = SourceFile.from_text(name, "\ufffd")
-        raise AsmError("this file is UTF-16 (it starts with a UTF-16 byte-order mark); "
-                       "source files must be UTF-8: save it as UTF-8", Span(src, 0, 1))
-    if data.startswith(b"\xef\xbb\xbf"):   # a UTF-8 byte-order mark: not part of the text
-        data = data[3:]
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        # Report the position of the bad byte in terms the editor shows: line and column.
-        # The rest of the file is shown decoded with U+FFFD for bad bytes; the offset is taken
-        # after line endings are normalised, as for any other error.
-        at = len(normalise_text(data[: exc.start].decode("utf-8", errors="replace")))
-        src = SourceFile.from_text(name, data.decode("utf-8", errors="replace"))
-        raise AsmError(
-            f"invalid UTF-8 byte 0x{data[exc.start]:02x} (source files must be UTF-8 text)",
-            Span(src, at, at + 1),
-        ) from None
-    if "\x00" in text:
-        src = SourceFile.from_text(name, text)
-        i = src.text.index("\x00")
-        raise AsmError("NUL byte in source: this looks like a binary file, not .sasm/.ptx text",
-                       Span(src, i, i + 1))
-    return SourceFile.from_text(name, text)

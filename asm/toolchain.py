@@ -13,11 +13,12 @@ import functools
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
 import tempfile
-from dataclasses import dataclass, field, asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .errors import ToolchainError
@@ -136,7 +137,6 @@ def _run_tool(name: str, exe: str, args: list[str]) -> subprocess.CompletedProce
 
 
 def signal_name(signum: int) -> str:
-    import signal
     try:
         return signal.Signals(signum).name
     except ValueError:
@@ -146,7 +146,6 @@ def signal_name(signum: int) -> str:
 def killed_by_signal(tool: str, signum: int, log: str, crash: str) -> str:
     """The message for a tool that a signal ended: who is likely to blame (`crash` when the tool
     itself crashed), and what it said."""
-    import signal
     if signum == getattr(signal, "SIGKILL", None):
         why = f"something outside {tool} killed it (often the out-of-memory killer)"
     elif signum in (getattr(signal, "SIGINT", None), getattr(signal, "SIGTERM", None)):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .latencies_sm90 import TENSOR_FMA_PER_CLK_SMSP
 from asmgemm import ir
 
 # Placement of an instruction in the dependency graph:
@@ -137,7 +138,6 @@ def _mma_issue(mods: list[str], table_rate: dict[str, int]) -> tuple[str, int | 
 
 
 def classify(ins: ir.Instruction) -> Kind:
-    from .latencies_sm90 import TENSOR_FMA_PER_CLK_SMSP
     op = ins.opcode
     mods = ins.modifiers
     base = ins.base

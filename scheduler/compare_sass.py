@@ -23,7 +23,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .control_codes import ControlCode
+from .control_codes import ControlCode, control_codes
+from .depgraph import DepGraph
+from .list_scheduler import simulate
 
 LOOKAHEAD = 8
 _FUNC_RE = re.compile(r"\.(?:entry|func)\s+(?:\([^)]*\)\s*)?([A-Za-z_$%][\w$]*)")
@@ -214,10 +216,6 @@ def compare_with_sass(build_result, sass_report) -> SassComparison:
 
 
 def _model_on_ptxas_order(cmp: SassComparison, reg, rows: list[MatchRow]) -> None:
-    from .control_codes import control_codes
-    from .depgraph import DepGraph
-    from .list_scheduler import simulate
-
     matched = [r for r in rows if r.matched]
     if len(matched) != len(rows) or len({r.sass_index for r in rows}) != len(rows):
         return                    # ptxas folded or merged some: no order of the whole region

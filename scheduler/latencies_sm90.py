@@ -1,6 +1,6 @@
 """sm_90 (Hopper, H100) instruction timing: the one table the scheduler and the control-code model
 read. Data only; the code that uses it is in depgraph.py, list_scheduler.py and control_codes.py.
-Which targets use it is the target's business: `asmgemm.isa.arch.arch_for(target).timing_table()`.
+Which targets it serves: `timing_table(arch_for(target))` at the end of this file.
 
 Each row is one class of SASS instruction (the PTX instructions that ptxas lowers to it are mapped
 by classify.py). Every figure carries the key of its source in SOURCES: first our own H100
@@ -244,3 +244,19 @@ def estimated_figures() -> list[tuple[str, str]]:
                 out.append((name, fld))
     return out
 
+
+def timing_table(arch) -> tuple[dict[str, Timing], str]:
+    """(table, note): the timing table for a target's Arch (asmgemm.isa.arch). Only sm_90 is
+    measured for now; other modelled Volta-or-later targets (the same control-code format) use it
+    with a note saying so; earlier targets and unmodelled ones are refused with a ValueError (the
+    scheduler turns it into an error at the first `.schedule` region). It lives here, not on the
+    Arch, so that isa/ imports nothing above it."""
+    if not arch.modelled:
+        raise ValueError(f"asmgemm has no latency data for {arch.name} (the scheduler's table, "
+                         "measured on sm_90, serves sm_70 to sm_90a)")
+    if arch.number < 70:
+        raise ValueError(f"the scheduler models Volta-and-later control codes; {arch.name} is older "
+                         "(Maxwell/Pascal use a different control-code format)")
+    if arch.number == 90:
+        return TABLE, "sm_90 table"
+    return TABLE, f"sm_90 table used for {arch.name} (no {arch.name} table yet)"

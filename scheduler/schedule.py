@@ -19,7 +19,7 @@ from asmgemm.isa.arch import arch_for
 
 from .control_codes import ControlCode, control_codes
 from .depgraph import DepGraph, build_graph, check_region_item
-from .latencies_sm90 import Timing
+from .latencies_sm90 import Timing, timing_table
 from .list_scheduler import list_schedule, simulate
 
 
@@ -96,7 +96,7 @@ def schedule_module(module: ir.Module, target: str, enabled: bool = True,
     regions = [(fn, item) for fn in module.functions() for item in (fn.body or [])
                if isinstance(item, ir.ScheduleRegion)]
     try:
-        table, note = arch_for(target).timing_table()
+        table, note = timing_table(arch_for(target))
     except ValueError as exc:
         if regions and (enabled or annotate):
             raise AsmError(f"cannot schedule for {target}: {exc}", regions[0][1].span,

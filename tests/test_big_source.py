@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import asmgemm.parse as parse_mod
+import asmgemm.parse_tree as parse_tree
 import asmgemm.parse_fast as parse_fast
 from asmgemm.errors import AsmError
 from asmgemm.parse import parse_source
@@ -26,7 +26,7 @@ finally:
 @pytest.fixture
 def no_whole_text_parse(monkeypatch):
     """The statement grammar's whole-text parse (the grammar path) fails the test if it runs."""
-    parser = parse_mod.statement_parser()
+    parser = parse_tree.statement_parser()
 
     def whole(text, *args, **kwargs):
         raise AssertionError(f"the grammar path parsed the whole text ({len(text):,} characters)")
@@ -95,7 +95,7 @@ def test_damaged_parser_tables_are_rebuilt(tmp_path, monkeypatch):
 
     monkeypatch.setenv("ASMGEMM_CACHE_DIR", str(tmp_path))
     options = dict(parser="lalr", lexer="contextual", propagate_positions=True, maybe_placeholders=True)
-    grammar = parse_mod._grammar_text("sasm.lark")
+    grammar = parse_tree._grammar_text("sasm.lark")
     first = parser_cache.cached_lark("sasm.lark", grammar, **options)
     (kept,) = (tmp_path / parser_cache.FOLDER).glob("sasm-*.json")
     sample = ".visible .entry k()\n{\n    .regs .f32 a\n    mov.f32 a, 1.0;\n    ret;\n}\n"

@@ -16,7 +16,7 @@ import pytest
 from asmgemm import ast
 from asmgemm.errors import AsmError
 from asmgemm.parse import parse_source
-from asmgemm.source import read_source
+from asmgemm.files import read_source
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS_PTX = ROOT / "tests" / "corpus" / "ptx"

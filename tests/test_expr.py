@@ -6,7 +6,7 @@ from hypothesis import given, settings, strategies as st
 
 from asmgemm.errors import AsmError
 from asmgemm.expr import evaluate, format_number, parse_number
-from asmgemm.parse import parse_expression
+from asmgemm.parse_tree import parse_expression
 from asmgemm.source import SourceFile
 
 

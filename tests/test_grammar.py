@@ -3,7 +3,8 @@ import pytest
 
 from asmgemm import ast
 from asmgemm.errors import AsmError
-from asmgemm.parse import parse_expression, parse_source
+from asmgemm.parse import parse_source
+from asmgemm.parse_tree import parse_expression
 from asmgemm.source import SourceFile
 
 

@@ -12,11 +12,11 @@ import time
 import pytest
 
 from asmgemm import expand as expand_mod
-from asmgemm import parse as parse_mod
+from asmgemm import parse_tree
 from asmgemm.errors import AsmError, ToolchainError
 from asmgemm.expand import Expander, MAX_EXPANDED_ITEMS
 from asmgemm.expr import MAX_BITS
-from asmgemm.parse import MAX_BRACKET_DEPTH, MAX_EXPR_DEPTH, MAX_LINE_CHARS
+from asmgemm.parse_tree import MAX_BRACKET_DEPTH, MAX_EXPR_DEPTH, MAX_LINE_CHARS
 from asmgemm.pipeline import build_file, build_source
 from asmgemm.source import SourceFile
 from asmgemm.toolchain import find_tool, parse_diagnostics
@@ -182,7 +182,7 @@ def test_expressions_at_the_limits_still_build_deep_inside_blocks_and_macros():
     e = "+".join(["1"] * (MAX_EXPR_DEPTH - 1))
     e_addr = "+".join(["1"] * (MAX_EXPR_DEPTH - 4))
     inner = f"    add.u32 %r1, %r1, {{{e}}};\n.const Q = {e}\n    ld.shared.u32 %r1, [%r1+{e_addr}];\n"
-    blocks = parse_mod.MAX_NESTING - 2
+    blocks = parse_tree.MAX_NESTING - 2
     src = kernel("    .reg .u32 %r<2>;\n" + ".if 1\n" * blocks + inner + ".endif\n" * blocks)
     assert build_source(src, "k.sasm").ptx.count(f"add.u32 %r1, %r1, {MAX_EXPR_DEPTH - 1};") == 1
     depth = expand_mod.MAX_MACRO_DEPTH
@@ -200,11 +200,11 @@ def test_recursion_error_is_a_located_error_as_a_safety_net(monkeypatch):
     def boom(*args, **kwargs):
         raise RecursionError("maximum recursion depth exceeded")
     with monkeypatch.context() as m:
-        m.setattr(parse_mod._AstBuilder, "s_instruction", boom)
+        m.setattr(parse_tree.AstBuilder, "s_instruction", boom)
         m.setattr("asmgemm.parse_fast.parse", lambda source: None)   # the grammar path builds it
         e = error_of(src)
     assert "nested too deeply" in e.message and e.span.line == 7
-    assert f"blocks {parse_mod.MAX_NESTING} deep" in e.message
+    assert f"blocks {parse_tree.MAX_NESTING} deep" in e.message
     with monkeypatch.context() as m:
         m.setattr(Expander, "_s_Instr", boom)
         e = error_of(src)
@@ -453,7 +453,7 @@ def test_language_doc_names_the_limits_the_code_uses():
     doc = (Path(__file__).resolve().parent.parent / "docs" / "language.md").read_text(encoding="utf-8")
     errors = " ".join(doc.split("\n## Errors\n", 1)[1].split("\n## ", 1)[0].split())
     for phrase in (f"{MAX_LINE_CHARS:,} characters per line", f"brackets {MAX_BRACKET_DEPTH} deep",
-                   f"expressions {MAX_EXPR_DEPTH} levels deep", f"blocks {parse_mod.MAX_NESTING} deep",
+                   f"expressions {MAX_EXPR_DEPTH} levels deep", f"blocks {parse_tree.MAX_NESTING} deep",
                    f"{MAX_BITS} bits", f"{expand_mod.MAX_LOOP_TRIPS:,} trips per `.for`",
                    f"{MAX_EXPANDED_ITEMS:,} expanded items", f"macro calls {expand_mod.MAX_MACRO_DEPTH} deep",
                    f"includes {expand_mod.MAX_INCLUDE_DEPTH} deep"):

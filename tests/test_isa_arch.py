@@ -9,12 +9,12 @@ import pytest
 
 from asmgemm.errors import AsmError
 from asmgemm import toolchain
-from asmgemm.isa.arch import (ARCHS, DEFAULT_TARGET, FEATURE_USES, FEATURES, MODELLED_TARGETS,
-                              PTXAS_FALLBACK_TARGETS, SUPPORTED_TARGETS, Arch, arch_for,
-                              arch_for_compute_capability, blocks_per_sm, check_features, required_features,
-                              supported_targets)
-from asmgemm.isa.register_banks import MAXWELL, VOLTA_PLUS, bank_model
+from asmgemm.isa.arch import (ARCHS, DEFAULT_TARGET, FEATURE_USES, FEATURES, MODELLED_TARGETS, Arch, arch_for,
+                              arch_for_compute_capability, blocks_per_sm, check_features, required_features)
+from asmgemm.isa.register_banks import MAXWELL, VOLTA_PLUS
 from asmgemm.pipeline import BuildOptions, build_source
+from asmgemm.scheduler.latencies_sm90 import timing_table
+from asmgemm.targets import PTXAS_FALLBACK_TARGETS, SUPPORTED_TARGETS, require_supported_target, supported_targets
 from asmgemm.toolchain import find_tool, parse_ptxas_targets, ptxas_targets, run_ptxas
 
 needs_ptxas = pytest.mark.skipif(find_tool("ptxas", required=False) is None, reason="needs ptxas")
@@ -58,7 +58,6 @@ def test_every_target_has_a_plausible_arch(target):
     assert lim.static_shared_per_block == 48 * 1024
     assert lim.shared_reserved_per_block == (1024 if a.number >= 80 else 0)
     assert a.bank_model is (MAXWELL if a.number < 70 else VOLTA_PLUS)
-    assert bank_model(target) is a.bank_model
     assert a.sass_decodable == (a.number == 90)
 
 
@@ -85,6 +84,14 @@ def test_unknown_targets_list_the_supported_ones():
     for bad in ("compute_90", "sm_90x", "sm_", "90"):
         with pytest.raises(AsmError):
             arch_for(bad)
+    # isa/ describes a newer target without asking ptxas; whether a build may use it is targets.py's
+    listed = ptxas_targets() or PTXAS_FALLBACK_TARGETS
+    assert "sm_999" not in listed and not arch_for("sm_999").modelled
+    with pytest.raises(AsmError, match="unsupported target 'sm_999' \\(supported: .*sm_90a"):
+        require_supported_target("sm_999")
+    with pytest.raises(AsmError, match="unsupported target 'sm_999'"):
+        build_source(kernel("mov.u32 %r2, 0;", "sm_90"), "k.sasm", BuildOptions(target="sm_999"))
+    require_supported_target("sm_90a")
 
 
 def test_arch_for_compute_capability():
@@ -97,14 +104,14 @@ def test_arch_for_compute_capability():
     assert "100" in e.value.message and "sm_90" in e.value.message
 
 
-def test_timing_table_through_the_arch():
-    table, note = arch_for("sm_90").timing_table()
+def test_timing_table_of_an_arch():
+    table, note = timing_table(arch_for("sm_90"))
     assert "FFMA" in table and note == "sm_90 table"
-    assert arch_for("sm_90a").timing_table()[1] == "sm_90 table"
-    t80, note80 = arch_for("sm_80").timing_table()
+    assert timing_table(arch_for("sm_90a"))[1] == "sm_90 table"
+    t80, note80 = timing_table(arch_for("sm_80"))
     assert t80 is table and "no sm_80 table yet" in note80
     with pytest.raises(ValueError, match="Volta-and-later"):
-        arch_for("sm_61").timing_table()
+        timing_table(arch_for("sm_61"))
 
 
 # ---- features ----------------------------------------------------------------------------------
@@ -421,10 +428,8 @@ def test_an_unmodelled_target_has_features_but_no_tables(target):
         a.limits
     with pytest.raises(AsmError, match=f"no register-bank model for {target}"):
         a.bank_model
-    with pytest.raises(AsmError):
-        bank_model(target)
     with pytest.raises(ValueError, match=f"no latency data for {target}"):
-        a.timing_table()
+        timing_table(a)
     assert not a.sass_decodable
     # The onion model for the plain features; none of sm_90a's architecture-specific ones.
     assert a.has("cp.async") and a.has("tma") and a.has("clusters") and a.has("fp8")

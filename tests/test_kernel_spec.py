@@ -130,6 +130,96 @@ def test_a_size_rule_with_an_unknown_name_fails_at_load(tmp_path):
         load_spec_file(p)
 
 
+
+def _caret_line(err: AsmError, path) -> int:
+    """The line number of `path:LINE:COL: error` in a formatted error."""
+    head = err.format().splitlines()[0]
+    assert head.startswith(f"{path}:"), head
+    return int(head[len(str(path)) + 1:].split(":")[0])
+
+
+def test_an_expression_error_points_at_its_own_line_not_the_first_same_text(tmp_path):
+    """A route does not see the terms; the same `when` text above, in a size rule, is fine. The
+    error points at the route's line (it pointed at the first place the text occurs in the file)."""
+    spec = GOOD + textwrap.dedent("""\
+        [k.terms]
+        TILES = "M * N"
+        [[k.size_rule]]
+        when = "TILES > 4"
+        set = { T = 1 }
+        [[k.route]]
+        when = "TILES > 4"
+        kernel = "other"
+        """)
+    p = write_spec(tmp_path, spec)
+    with pytest.raises(AsmError, match="undefined name 'TILES'") as err:
+        load_spec_file(p)
+    lines = spec.splitlines()
+    route_when = lines.index("[[k.route]]") + 2
+    assert _caret_line(err.value, p) == route_when
+    assert err.value.format().splitlines()[1].strip() == 'when = "TILES > 4"'
+
+
+def test_a_syntax_error_points_at_its_own_rule_when_its_text_starts_an_earlier_one(tmp_path):
+    spec = GOOD + textwrap.dedent("""\
+        [[k.split_k.rule]]
+        when = "M <= 64 * 2"
+        splits = "2"
+        [[k.split_k.rule]]
+        when = "M <= 64 *"
+        splits = "2"
+        """)
+    spec = spec.replace("[[k.split_k.rule]]", "[[k.size_rule]]").replace('splits = "2"', "set = { T = 1 }")
+    p = write_spec(tmp_path, spec)
+    with pytest.raises(AsmError) as err:
+        load_spec_file(p)
+    assert _caret_line(err.value, p) == spec.splitlines().index('when = "M <= 64 *"') + 1
+
+
+def test_the_split_k_rules_and_terms_point_at_their_own_keys(tmp_path):
+    """Each expression of a spec is located by its key: a term, a split rule's `splits` and `cost`,
+    cluster_when; the same text earlier in the file (here in a comment) does not mislead it."""
+    (tmp_path / "r.sasm").write_text("// r\n")
+    base = GOOD.replace('abi = ["A", "B", "C", "M", "N", "K", "lda", "ldb", "ldc", "alpha", "beta"]',
+                        'abi = ["A", "B", "C", "M", "N", "K", "lda", "ldb", "ldc", "alpha", "beta", "k_chunk", '
+                        '"split_stride"]')
+    cases = {
+        "terms": '[k.terms]\nA = "M"\nB = "min(K, )"\n',
+        "splits": '[k.split_k]\nswitch = "SPLIT"\nreduce = "r.sasm"\n[[k.split_k.rule]]\nwhen = "M > 1"\n'
+                  'splits = "min(K, )"\n',
+        "cost": '[k.split_k]\nswitch = "SPLIT"\nreduce = "r.sasm"\n[[k.split_k.rule]]\nwhen = "M > 1"\n'
+                'splits = [1, 2]\ncost = "min(K, )"\n',
+        "cluster_when": '[k.split_k]\nswitch = "SPLIT"\nreduce = "r.sasm"\ncluster_switch = "CK"\n'
+                        'cluster_when = "min(K, )"\n',
+    }
+    for what, table in cases.items():
+        spec = '# an old try: "min(K, )"\n' + base + table
+        p = write_spec(tmp_path, spec)
+        with pytest.raises(AsmError) as err:
+            load_spec_file(p)
+        want = next(i for i, line in enumerate(spec.splitlines(), 1) if line.endswith('"min(K, )"') and i > 1)
+        assert _caret_line(err.value, p) == want, what
+
+
+def test_an_expression_in_an_inline_table_is_found_in_its_kernel_table(tmp_path):
+    """An inline array of tables, which the line scanner does not follow: the quoted text is looked
+    for from the kernel table's header on, not from the top of the file."""
+    spec = '# an old try: "M <= 64 *"\n' + GOOD + 'route = [{ when = "M <= 64 *", kernel = "other" }]\n'
+    p = write_spec(tmp_path, spec)
+    with pytest.raises(AsmError) as err:
+        load_spec_file(p)
+    assert _caret_line(err.value, p) == len(spec.splitlines())
+
+
+def test_an_expression_that_cannot_be_placed_names_its_key(tmp_path):
+    """A TOML escape makes the value differ from its text in the file: the error names the table
+    and key, with the expression as its own line, rather than guess a place."""
+    p = write_spec(tmp_path, GOOD + '[[k.size_rule]]\nwhen = "M <=\\u0020"\nset = { T = 1 }\n')
+    with pytest.raises(AsmError) as err:
+        load_spec_file(p)
+    text = err.value.format()
+    assert text.startswith(f"{p} [k] size_rule[0].when:1:") and "M <= " in text and "^" in text
+
 TERMS = """
 [k.terms]
 TILES = "ceil_div(M, 128) * ceil_div(N, 128)"

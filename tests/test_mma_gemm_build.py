@@ -37,7 +37,7 @@ from asmgemm.kernel_spec import get_spec
 from asmgemm.parse import parse_source
 from asmgemm.pipeline import BuildOptions, assemble, build_file, resolve_input
 from asmgemm.runtime.launch import untuned_size_rule
-from asmgemm.source import read_source
+from asmgemm.files import read_source
 from asmgemm.toolchain import disassemble
 from test_sgemm_sass import _opcode, _sass_instructions, needs_tools
 

@@ -19,10 +19,12 @@ import asmgemm.parse_fast as parse_fast
 from asmgemm import ast
 from asmgemm.errors import AsmError
 from asmgemm.expand import expand
+from asmgemm.files import read_source
 from asmgemm.isa.arch import required_features
 from asmgemm.parse import parse_source
+from asmgemm.parse_tree import statement_parser
 from asmgemm.pipeline import _feature_sample, build_file, shipped_kernels
-from asmgemm.source import SourceFile, read_source
+from asmgemm.source import SourceFile
 
 HERE = Path(__file__).parent
 CORPUS = sorted((HERE / "corpus" / "ptx").glob("*.ptx"))
@@ -241,8 +243,6 @@ def test_build_of_plain_ptx_equals_grammar_build(tmp_path):
 def test_keyword_patterns_are_the_grammars():
     """The fast path's copies of grammar terminals (it needs them before Lark is built) are the
     grammar's own; if the grammar changes one, this says which to follow."""
-    from asmgemm.parse import statement_parser
-
     terminals = {t.name: t.pattern.to_regexp() for t in statement_parser().terminals}
     assert parse_fast._FUNC_KIND == terminals["FUNC_KIND"]
     assert parse_fast._PERF_KW == terminals["PERF_KW"]

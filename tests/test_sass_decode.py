@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from asmgemm.isa.register_banks import bank_model
+from asmgemm.isa.arch import arch_for
 from asmgemm.sass.analysis import analyse_banks, mix_key, summarise
 from asmgemm.sass.cfg import build_blocks, find_loops, resolve_branch_targets
 from asmgemm.sass.decode import decode, registers_in, split_operands
@@ -52,7 +52,7 @@ def test_reuse_hits_and_bank_conflicts():
               plain("FFMA R19, R20, R22, R18 ;", address=32),
               plain("EXIT ;", address=48)]
     blocks = build_blocks(instrs)
-    analyse_banks(instrs, blocks, bank_model("sm_90"))
+    analyse_banks(instrs, blocks, arch_for("sm_90").bank_model)
     assert instrs[0].bank_conflict == {0: [20, 24, 16]} and instrs[0].reuse_hits == []
     assert instrs[1].reuse_hits == [0] and instrs[1].bank_conflict == {}     # R26, R18 only
     assert instrs[2].reuse_hits == [] and instrs[2].bank_conflict == {0: [20, 22, 18]}  # flag not set on [1]
@@ -60,7 +60,7 @@ def test_reuse_hits_and_bank_conflicts():
     assert (s.bank_conflicts, s.reuse_hits, s.reuse_flags, s.stall_cycles) == (2, 1, 1, 4)
     assert s.issue_cycles == 4 + 2
     # the Maxwell model (4 banks, one read each) sees a conflict in two distinct registers of a bank
-    analyse_banks(instrs, blocks, bank_model("sm_61"))
+    analyse_banks(instrs, blocks, arch_for("sm_61").bank_model)
     assert instrs[1].bank_conflict == {2: [26, 18]}
 
 
@@ -69,7 +69,7 @@ def test_a_yield_hint_voids_the_reuse_cache():
     yielding = decode(0, "FFMA R16, R20.reuse, R25, R17 ;", 0, 0x000fc20000000000 | 1 << 58)
     assert yielding.yield_ and yielding.reuse_slots == [0]
     instrs = [yielding, plain("FFMA R18, R20, R26, R18 ;", address=16), plain("EXIT ;", address=32)]
-    analyse_banks(instrs, build_blocks(instrs), bank_model("sm_90"))
+    analyse_banks(instrs, build_blocks(instrs), arch_for("sm_90").bank_model)
     assert instrs[1].reuse_hits == [] and instrs[1].bank_conflict == {0: [20, 26, 18]}
 
 

@@ -31,7 +31,7 @@ from asmgemm.errors import AsmError
 from asmgemm.expand import expand
 from asmgemm.parse import parse_source
 from asmgemm.pipeline import BuildOptions, build_file, resolve_input
-from asmgemm.source import read_source
+from asmgemm.files import read_source
 
 GOLDEN = Path(__file__).parent / "golden" / "shipped_ptx_sha256.json"
 REGION_MARKER = re.compile(r"^(\s*// \.schedule region \d+) \(.*\)$", re.MULTILINE)

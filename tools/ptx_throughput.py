@@ -105,7 +105,7 @@ def _build_cmd(src: Path, out: Path) -> list[str]:
 _STAGES_SCRIPT = r"""
 import json, sys, time
 from pathlib import Path
-from asmgemm.source import read_source
+from asmgemm.files import read_source
 from asmgemm.parse import parse_source
 from asmgemm.expand import expand
 from asmgemm.pipeline import choose_target, _schedule, BuildOptions, plain_ptx_layout

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import AsmError
+from ..files import write_atomic
 
 BASELINE_FORMAT = 1
 DEFAULT_TOLERANCE = 0.05
@@ -136,8 +137,6 @@ def baseline_update(folder: str | os.PathLike, gpu_name: str, entries: dict[str,
 
 def save_baseline(folder: str | os.PathLike, gpu_name: str, entries: dict[str, dict],
                   meta: dict | None = None) -> Path:
-    from ..files import write_atomic
-
     path, text = baseline_update(folder, gpu_name, entries, meta)
     write_atomic(path, text)
     return path

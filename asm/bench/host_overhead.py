@@ -17,6 +17,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..runtime import gemm as runtime_gemm   # the module: gemm is looked up when called
+from ..runtime.gpu import gpu_name
+from .problem import GemmProblem
+from .shapes import Shape
+
 BLOCK = 500
 
 
@@ -84,22 +89,18 @@ def measure_host_overhead(cp, m: int, n: int, k: int, *, kernel=None, calls: int
     """asmgemm.gemm(a, b, c) and cupy.matmul(a, b, out=c) (and with torch: gemm on torch tensors and
     torch.matmul) on one M x N x K problem of the kernel's dtype, `calls` calls each, as a JSON-able
     report with the overhead of asmgemm over cuBLAS."""
-    from ..runtime.gemm import gemm
-    from ..runtime.gpu import gpu_name
-    from .problem import GemmProblem
-    from .shapes import Shape
 
     name = kernel.name if kernel is not None else None
     dtype = kernel.dtypes.a if kernel is not None else "float32"
     prob = GemmProblem(cp, Shape(m, n, k), "nn", dtype, seed=seed, c_dtype=kernel.dtypes.c if kernel else None)
     a, b = prob.a, prob.b
     c_asm, c_ref = prob.output(), prob.output()
-    fns = {"asmgemm": lambda: gemm(a, b, c_asm, kernel=name),
+    fns = {"asmgemm": lambda: runtime_gemm.gemm(a, b, c_asm, kernel=name),
            "cublas": lambda: prob.cublas(c_ref)}       # cupy.matmul (cublasGemmEx for an fp32 C of 16-bit A, B)
     if torch is not None and prob.c_dtype == prob.dtype:
         ta, tb = torch.from_dlpack(a), torch.from_dlpack(b)
         tc_asm, tc_ref = torch.from_dlpack(prob.output()), torch.from_dlpack(prob.output())
-        fns["asmgemm (torch)"] = lambda: gemm(ta, tb, tc_asm, kernel=name)
+        fns["asmgemm (torch)"] = lambda: runtime_gemm.gemm(ta, tb, tc_asm, kernel=name)
         fns["torch"] = lambda: torch.matmul(ta, tb, out=tc_ref)
 
     def synchronize():

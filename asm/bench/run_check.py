@@ -5,6 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..kernel_spec import get_spec
+from ..runtime import gemm as runtime_gemm   # the module: gemm is looked up when called
+from ..runtime.gpu import gpu_name, require_gpu
+from .timing import L2Flusher, make_pre_roll, tflops, time_interleaved
+
 
 @dataclass(frozen=True)
 class RunConfig:
@@ -26,10 +31,6 @@ class RunConfig:
 def run_gemm(config: RunConfig) -> dict:
     """The check and the timing, as a JSON-able dict (what `asmgemm run --json` prints); "ok" is
     False when the result is not finite or its error against float64 reaches the spec's limit."""
-    from ..kernel_spec import get_spec
-    from ..runtime.gemm import gemm
-    from ..runtime.gpu import gpu_name, require_gpu
-    from .timing import L2Flusher, make_pre_roll, time_interleaved, tflops
 
     spec = get_spec(config.kernel)
     cupy = require_gpu("asmgemm run")
@@ -44,7 +45,8 @@ def run_gemm(config: RunConfig) -> dict:
     op_a, op_b = (a.T if trans_a else a), (b.T if trans_b else b)
 
     c = c0.copy()
-    gemm(a, b, c, alpha=alpha, beta=beta, trans_a=trans_a, trans_b=trans_b, params=params, kernel=spec.name)
+    runtime_gemm.gemm(a, b, c, alpha=alpha, beta=beta, trans_a=trans_a, trans_b=trans_b, params=params,
+                      kernel=spec.name)
     f64 = cupy.float64
     ref_cublas = (alpha * cupy.matmul(op_a, op_b) + beta * c0).astype(f64)
     ref64 = alpha * cupy.matmul(op_a.astype(f64), op_b.astype(f64)) + beta * c0.astype(f64)
@@ -71,7 +73,8 @@ def run_gemm(config: RunConfig) -> dict:
     out = cupy.empty((m, n), dtype=dtype)
     out_ref = cupy.empty((m, n), dtype=dtype)
     fns = {
-        "asmgemm": lambda: gemm(a, b, out, trans_a=trans_a, trans_b=trans_b, params=params, kernel=spec.name),
+        "asmgemm": lambda: runtime_gemm.gemm(a, b, out, trans_a=trans_a, trans_b=trans_b, params=params,
+                                             kernel=spec.name),
         "cublas": lambda: cupy.matmul(op_a, op_b, out=out_ref),
     }
     stats = time_interleaved(fns, reps=config.reps, warmup=config.warmup,

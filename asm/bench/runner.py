@@ -7,22 +7,29 @@ and `loop_stats`. Baselines (`--save-baseline`, tests/perf) stay on the gpu rati
 the GPU model alone, while the call ratio also depends on the host's CPU."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
 from ..errors import AsmError
-from ..kernel_spec import KernelSpec
+from ..kernel_spec import KernelSpec, get_spec
+from ..runtime import gemm as runtime_gemm, tune_cache   # modules: their functions are looked up when called
+from ..runtime.gpu import device_facts
+from ..runtime.split_k import untuned_split
+from . import triton_ref
+from .baseline import entry_key
+from .problem import GemmProblem
 from .shapes import Shape
-from .timing import LOOP_CALLS, MODES, TimingStats, tflops
+from .timing import LOOP_CALLS, MODES, TimingStats, tflops, time_modes
 from .triton_ref import TRITON_MMA
 
 
 def make_runner(spec: KernelSpec) -> Callable:
     """run(a, b, c, trans_a, trans_b, params): asmgemm.gemm with this kernel, alpha 1, beta 0."""
-    from ..runtime.gemm import gemm
 
     def run(a, b, c, trans_a, trans_b, params):
-        return gemm(a, b, c, alpha=1.0, beta=0.0, trans_a=trans_a, trans_b=trans_b, params=params, kernel=spec.name)
+        return runtime_gemm.gemm(a, b, c, alpha=1.0, beta=0.0, trans_a=trans_a, trans_b=trans_b, params=params,
+                                 kernel=spec.name)
 
     return run
 
@@ -79,7 +86,6 @@ class BenchRow:
 
     @property
     def key(self) -> str:
-        from .baseline import entry_key
         return entry_key(self.kernel, self.layout, self.shape.m, self.shape.n, self.shape.k)
 
     def to_json(self) -> dict:
@@ -129,9 +135,6 @@ def bench_one(cp, kernel: KernelSpec, shape: Shape, layout: str, *, reps: int, w
               loop_calls: int = LOOP_CALLS) -> BenchRow:
     """One row: correctness, then the three timings (timing.time_modes; the gpu one with
     `pre_roll` when given, the loop one skipped with loop_calls=0)."""
-    from .problem import GemmProblem
-    from .timing import time_modes
-
     row = BenchRow(kernel.name, kernel.dtypes.c, layout, shape, kernel.rel_err_limit,
                    shown_params if shown_params is not None else params, params_source,
                    a_dtype=kernel.dtypes.a if kernel.dtypes.a != kernel.dtypes.c else None)
@@ -156,20 +159,18 @@ def bench_one(cp, kernel: KernelSpec, shape: Shape, layout: str, *, reps: int, w
         tc = torch.from_dlpack(outs["torch"])
         fns["torch"] = lambda: torch.matmul(top_a, top_b, out=tc)
         if triton:
-            from .triton_ref import make_triton_matmul
             try:
                 outs["triton"] = prob.output()
-                fns["triton"] = make_triton_matmul(top_a, top_b, torch.from_dlpack(outs["triton"]))
+                fns["triton"] = triton_ref.make_triton_matmul(top_a, top_b, torch.from_dlpack(outs["triton"]))
             except Exception as exc:
                 row.notes.append(f"triton not run: {type(exc).__name__}: {exc}")
     if triton_mma and torch_for_refs is not None:
         _add_triton_mma(row, prob, fns, outs, torch_for_refs)
     # correctness, each implementation on a poisoned output, before any timing
     limit = kernel.rel_err_limit
-    from ..runtime.gemm import clear_last_launch
     for impl, fn in list(fns.items()):
         prob.poison(outs[impl])
-        clear_last_launch()             # what asmgemm's call launches, not an earlier call's
+        runtime_gemm.clear_last_launch()    # what asmgemm's call launches, not an earlier call's
         try:
             fn()
             cp.cuda.Device().synchronize()
@@ -206,12 +207,11 @@ def _add_triton_mma(row: BenchRow, prob, fns: dict, outs: dict, torch) -> None:
         row.notes.append(f"{TRITON_MMA} not run: Triton's mma.sync path is timed for 16-bit operands only "
                          f"(not {prob.dtype.name})")
         return
-    from .triton_ref import make_triton_mma_matmul
     out = prob.output()
     try:
         ta, tb = torch.from_dlpack(prob.a), torch.from_dlpack(prob.b)
-        fn, config = make_triton_mma_matmul(ta.t() if prob.trans_a else ta, tb.t() if prob.trans_b else tb,
-                                            torch.from_dlpack(out))
+        fn, config = triton_ref.make_triton_mma_matmul(ta.t() if prob.trans_a else ta,
+                                                       tb.t() if prob.trans_b else tb, torch.from_dlpack(out))
     except Exception as exc:
         text = str(exc).splitlines()[0] if str(exc) else ""
         row.notes.append(f"{TRITON_MMA} not run: {type(exc).__name__}: {text}")
@@ -223,9 +223,7 @@ def _add_triton_mma(row: BenchRow, prob, fns: dict, outs: dict, torch) -> None:
 def _note_route(row: BenchRow, kernel: KernelSpec) -> None:
     """Where the spec's routes sent the call to another kernel (sgemm -> sgemm_skinny), name it in
     the row and show that launch's split instead of the spec's own untuned choice."""
-    from ..kernel_spec import get_spec
-    from ..runtime.gemm import last_launch
-    ran = last_launch()
+    ran = runtime_gemm.last_launch()
     if ran is None or ran["kernel"] == kernel.name:
         return
     row.ran = ran["kernel"]
@@ -245,8 +243,7 @@ def resolve_params(kernel: KernelSpec, gpu: str, layout: str, shape: Shape, defi
         return dict(defines), "-D", dict(defines)
     if use_defaults:
         return None, "defaults", _untuned_split_shown(kernel, shape, layout)
-    from ..runtime.tune_cache import lookup_tuned
-    tuned = lookup_tuned(gpu, kernel.name, layout, shape.m, shape.n, shape.k)
+    tuned = tune_cache.lookup_tuned(gpu, kernel.name, layout, shape.m, shape.n, shape.k)
     if tuned:
         # a tuned entry of tile parameters keeps the rule's split (runtime/split_k.py): show it too
         keeps_rule = kernel.split_k is not None and kernel.split_k.switch not in tuned
@@ -260,8 +257,6 @@ def _untuned_split_shown(kernel: KernelSpec, shape: Shape, layout: str) -> dict 
     never splits) reads it."""
     if kernel.split_k is None:
         return None
-    from ..runtime.gpu import device_facts
-    from ..runtime.split_k import untuned_split
     split = untuned_split(kernel, shape.m, shape.n, shape.k, device_facts().sm_count, layout)
     return {kernel.split_k.switch: split.splits} if split is not None else None
 
@@ -270,7 +265,6 @@ SLOW_LIMITS = (0.9, 0.7)   # issue 12's goal: no shape under 0.9x the faster cuB
 
 
 def _geomean(xs: list[float]) -> float:
-    import math
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
 
 

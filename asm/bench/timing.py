@@ -20,6 +20,7 @@ timer); only `CudaEventTimer`, `GpuPreRoll` and `L2Flusher` touch CuPy, and they
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Protocol
@@ -124,7 +125,6 @@ def make_pre_roll(enabled: bool = True):
     try:
         return GpuPreRoll()
     except Exception as exc:
-        import sys
         print(f"asmgemm: warning: no GPU pre-roll ({type(exc).__name__}: {exc}); host time of each call "
               "may show up in small shapes' timings", file=sys.stderr)
         return None

@@ -2,13 +2,28 @@
 timed three ways (call, gpu, loop: asm/bench/timing.py)."""
 from __future__ import annotations
 
+import contextlib
+import json
 import sys
 from pathlib import Path
 
 import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
-from ..bench.triton_ref import TRITON_MMA
+from ..bench import baseline as bl
+from ..bench.host_overhead import measure_host_overhead
+from ..bench.plot import load_report, peak_tflops, plot_format, render, require_matplotlib
+from ..bench.runner import BenchRow, bench_one, resolve_params, summarize, torch_module
+from ..bench.shapes import LAYOUTS, parse_layouts, parse_shapes
+from ..bench.timing import MODES, L2Flusher, make_pre_roll, tflops
+from ..bench.triton_ref import TRITON_MMA, triton_available
+from ..errors import AsmError
 from ..files import check_outputs, write_files
+from ..kernel_spec import get_spec, load_spec_file, shipped_spec_file
+from ..runtime.gpu import device_facts, gpu_name, require_gpu
+from ..runtime.tune_cache import lookups_off
+from ..version import __version__
 from .common import emit_json, make_console, parse_defines
 
 EXIT_WRONG = 2
@@ -124,10 +139,6 @@ def command(kernels, shapes_spec, layouts_spec, reps, warmup, no_flush, no_pre_r
       asmgemm bench --host-overhead                   # us/call of gemm vs cupy.matmul, 10,000 calls
       asmgemm bench hgemm_mma --triton-mma --no-triton --shapes 4096x4096x4096,8192x8192x8192
     """
-    from ..bench.shapes import parse_layouts, parse_shapes
-    from ..errors import AsmError
-    from ..kernel_spec import get_spec, load_spec_file, shipped_spec_file
-
     if from_json is not None:
         if plot_out is None:
             raise AsmError("--from RESULT.json redraws a stored result: give --plot FILE.png|svg|pdf")
@@ -136,7 +147,6 @@ def command(kernels, shapes_spec, layouts_spec, reps, warmup, no_flush, no_pre_r
     if plot_out is not None:
         if host_overhead:
             raise AsmError("--plot draws the throughput benchmark; --host-overhead has no picture")
-        from ..bench.plot import plot_format, require_matplotlib
         plot_format(plot_out)
         require_matplotlib()            # before the GPU work, not after it
         check_outputs([plot_out])
@@ -162,8 +172,6 @@ def command(kernels, shapes_spec, layouts_spec, reps, warmup, no_flush, no_pre_r
         use_defaults = True
     if json_out not in (None, "-"):
         check_outputs([json_out])          # a missing folder or a typo fails now, not after the whole run
-    import contextlib
-    from ..runtime.tune_cache import lookups_off
     with lookups_off() if use_defaults else contextlib.nullcontext():   # untuned: gemm() ignores the cache
         _bench(bench_kernels, shapes, layouts, reps, warmup, no_flush, no_pre_roll, no_torch, no_triton, overrides,
                use_defaults, json_out, save_baseline, check_baseline, baseline_dir, tolerance, seed, default_set,
@@ -172,7 +180,6 @@ def command(kernels, shapes_spec, layouts_spec, reps, warmup, no_flush, no_pre_r
 
 def _redraw(from_json: str, plot_out: str) -> None:
     """--plot OUT --from RESULT.json: the picture of a stored report, without a GPU."""
-    from ..bench.plot import load_report, plot_format, render
     fmt = plot_format(plot_out)
     report = load_report(from_json)
     write_files([(plot_out, render(report, fmt))], inputs=[from_json])
@@ -181,12 +188,6 @@ def _redraw(from_json: str, plot_out: str) -> None:
 
 def _host_overhead(kernels, shapes_spec, calls, no_torch, json_out, seed) -> None:
     """--host-overhead: us/call of asmgemm.gemm against cupy.matmul on the first shape."""
-    from ..bench.host_overhead import measure_host_overhead
-    from ..bench.runner import torch_module
-    from ..bench.shapes import parse_shapes
-    from ..errors import AsmError
-    from ..kernel_spec import get_spec
-    from ..runtime.gpu import require_gpu
     if len(kernels) > 1:
         raise AsmError("--host-overhead measures one kernel: name at most one")
     spec = get_spec(kernels[0]) if kernels else None
@@ -197,12 +198,10 @@ def _host_overhead(kernels, shapes_spec, calls, no_torch, json_out, seed) -> Non
     torch = None if no_torch else torch_module()
     report = measure_host_overhead(cp, shape.m, shape.n, shape.k, kernel=spec, calls=calls, torch=torch, seed=seed)
     if json_out not in (None, "-"):
-        import json
         write_files([(json_out, json.dumps(report, indent=1) + "\n")])
     if json_out == "-":
         emit_json(report)
         return
-    from rich.table import Table
     t = Table(title=f"asmgemm bench --host-overhead on {report['gpu']}: host time per call (us), {calls} calls of "
                     f"{shape.key} {report['dtype']} each", title_justify="left")
     for col in ("implementation", "mean", "median", "p90", "min", "mean over cuBLAS"):
@@ -235,8 +234,6 @@ def _runnable_here(cp, spec, target: str) -> bool:
 def _bench(bench_kernels, shapes, layouts, reps, warmup, no_flush, no_pre_roll, no_torch, no_triton, overrides,
            use_defaults, json_out, save_baseline, check_baseline, baseline_dir, tolerance, seed, default_set=False,
            plot_out=None, triton_mma=False, loop_calls=200):
-    from ..bench import baseline as bl
-    from ..runtime.gpu import device_facts, gpu_name, require_gpu
     cp = require_gpu("asmgemm bench")
     gpu = gpu_name()
     if default_set:
@@ -244,16 +241,13 @@ def _bench(bench_kernels, shapes, layouts, reps, warmup, no_flush, no_pre_roll, 
         bench_kernels = [s for s in bench_kernels if _runnable_here(cp, s, target)]
     folder = Path(baseline_dir) if baseline_dir else bl.default_baseline_dir()
     old_baseline = bl.load_baseline(folder / bl.baseline_file_name(gpu)) if check_baseline else None
-    from ..bench.timing import MODES, make_pre_roll
     pre_roll = make_pre_roll(not no_pre_roll)
     rows = _run(cp, bench_kernels, shapes, layouts, reps, warmup, no_flush, pre_roll, no_torch, no_triton,
                 overrides, use_defaults, seed, triton_mma, loop_calls)
 
-    from ..bench.plot import peak_tflops
     report = {"gpu": gpu, "reps": reps, "warmup": warmup, "l2_flush": not no_flush, "pre_roll": pre_roll is not None,
               "loop_calls": loop_calls, "modes": list(MODES), "headline": "call",
               "peak_tflops": peak_tflops(gpu), "rows": [r.to_json() for r in rows]}
-    from ..bench.runner import summarize
     report["summary"] = summarize(rows)
     measured = {r.key: r.ratio() for r in rows if r.ratio() is not None}
     comparisons = []
@@ -269,7 +263,6 @@ def _bench(bench_kernels, shapes, layouts, reps, warmup, no_flush, no_pre_roll, 
             _print_summary(report["summary"])
             _print_comparisons(comparisons)
 
-    from ..errors import AsmError
     entries = {}
     try:
         outputs = []          # the baseline and --json OUT: written together at the end, or neither
@@ -279,15 +272,12 @@ def _bench(bench_kernels, shapes, layouts, reps, warmup, no_flush, no_pre_roll, 
                                            spread=round(r.stats["asmgemm"].spread, 4))
                        for r in rows if r.ratio() is not None}
             if entries:
-                from .. import __version__
                 path, text = bl.baseline_update(folder, gpu, entries, {"asmgemm": __version__, "reps": reps})
                 outputs.append((path, text))
                 report["baseline_saved"] = str(path)
         if json_out not in (None, "-"):
-            import json
             outputs.append((json_out, json.dumps(report, indent=1) + "\n"))
         if plot_out is not None and report["rows"]:
-            from ..bench.plot import plot_format, render
             outputs.append((plot_out, render(report, plot_format(plot_out))))
         write_files(outputs)
     except AsmError:
@@ -307,7 +297,6 @@ def _items(bench_kernels, shapes, layouts):
     """(kernel, layout, shape) to run: per kernel, layout by layout (--layouts first, then the
     layouts only shapes of their own carry), the shapes in their order; a shape with its own layout
     (random, linear presets) under that layout alone."""
-    from ..bench.shapes import LAYOUTS
     order = list(layouts) + [lay for lay in LAYOUTS if lay not in layouts and any(s.layout == lay for s in shapes)]
     return [(k, lay, s) for k in bench_kernels for lay in order for s in shapes
             if s.layout == lay or (s.layout is None and lay in layouts)]
@@ -315,14 +304,8 @@ def _items(bench_kernels, shapes, layouts):
 
 def _run(cp, bench_kernels, shapes, layouts, reps, warmup, no_flush, pre_roll, no_torch, no_triton, overrides,
          use_defaults, seed, triton_mma=False, loop_calls=200):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from ..runtime.gpu import gpu_name
-    from ..bench.runner import bench_one, resolve_params, torch_module
-    from ..bench.timing import L2Flusher
 
     gpu = gpu_name()
-    from ..bench.triton_ref import triton_available
     torch = None if no_torch else torch_module()
     use_triton = torch is not None and not no_triton and triton_available()
     use_triton_mma = triton_mma and _triton_mma_available(torch)
@@ -341,7 +324,6 @@ def _run(cp, bench_kernels, shapes, layouts, reps, warmup, no_flush, pre_roll, n
                                 on_rep=lambda r: progress.advance(task), pre_roll=pre_roll, triton=use_triton,
                                 triton_mma=use_triton_mma, loop_calls=loop_calls)
             except cp.cuda.memory.OutOfMemoryError as exc:
-                from ..bench.runner import BenchRow
                 row = BenchRow(kernel.name, kernel.dtypes.c, layout, shape, kernel.rel_err_limit, shown, source,
                                error=f"out of memory: {exc}",
                                a_dtype=kernel.dtypes.a if kernel.dtypes.a != kernel.dtypes.c else None)
@@ -351,7 +333,6 @@ def _run(cp, bench_kernels, shapes, layouts, reps, warmup, no_flush, pre_roll, n
 
 def _triton_mma_available(torch) -> bool:
     """Whether the triton-mma column can run here; a warning on stderr (the run goes on without it) when not."""
-    from ..bench.triton_ref import triton_available
     if torch is not None and triton_available():
         return True
     why = "torch has no CUDA device" if triton_available() else "it needs Triton and torch, which do not import here"
@@ -363,7 +344,6 @@ def _fmt_tflops(row, impl, mode="call"):
     s = row.timings(mode).get(impl)
     if s is None:
         return "-"
-    from ..bench.timing import tflops
     f = row.shape.flops
     # min–max on a line of its own: the table has up to five such columns beside the ratios
     return f"{_num(tflops(f, s.median_ms))}\n[dim]({_num(tflops(f, s.max_ms))}–{_num(tflops(f, s.min_ms))})[/]"
@@ -381,8 +361,6 @@ def _fmt_ratio(r):
 
 
 def _print_table(gpu, rows, reps, no_flush, loop_calls=200):
-    from rich.table import Table
-
     refs = [i for i in ("torch", "triton", TRITON_MMA) if any(i in r.stats for r in rows)]
     best = "asm/best" if "torch" in refs else "asm/cuBLAS"     # the faster cuBLAS path: cupy.matmul or torch.matmul
     loop = any(r.loop_stats for r in rows)

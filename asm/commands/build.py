@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from ..files import write_files
+from ..pipeline import assemble, build_file
 from .common import build_options, emit_json, source_options
 
 
@@ -49,8 +50,6 @@ def command(file, output, cubin, trace, no_schedule, annotate, as_json, defines,
 
 
 def _build(file, output, cubin, trace, no_schedule, annotate, as_json, defines, target, include_dirs):
-    from ..pipeline import assemble, build_file
-
     opts = build_options(defines, target, include_dirs, trace=trace, schedule=not no_schedule, annotate=annotate)
     result = build_file(file, opts)
     cubin_bytes = None

@@ -4,8 +4,10 @@ from __future__ import annotations
 import sys
 
 import click
+from rich.table import Table
 
-from .common import make_console, build_options, emit_json, source_options
+from ..pipeline import assemble, build_file
+from .common import build_options, emit_json, make_console, source_options
 
 
 @click.command("check")
@@ -21,8 +23,6 @@ def command(file, as_json, no_spills, max_registers, defines, target, include_di
     Exits 1 when ptxas rejects the PTX (with the error at the .sasm line), and 2 when a check
     asked for (--no-spills, --max-registers) fails.
     """
-    from ..pipeline import assemble, build_file
-
     result = build_file(file, build_options(defines, target, include_dirs))
     asm = assemble(result)
     failures = []
@@ -36,7 +36,6 @@ def command(file, as_json, no_spills, max_registers, defines, target, include_di
         emit_json({"source": result.source.path, "target": result.target,
                    "kernels": [k.to_json() for k in asm.kernels], "warnings": asm.warnings, "failures": failures})
     else:
-        from rich.table import Table
         t = Table(title=f"ptxas -v: {result.source.path} ({result.target})", title_justify="left")
         # ptxas 13 no longer prints constant-bank usage with -v; show the column only when it did.
         show_cmem = any(k.constant_bytes for k in asm.kernels)

@@ -5,9 +5,12 @@ import json
 import sys
 
 import click
+from rich.console import Console
 
 from ..errors import AsmError
-from ..isa.arch import DEFAULT_TARGET, SUPPORTED_TARGETS
+from ..isa.arch import DEFAULT_TARGET
+from ..pipeline import BuildOptions
+from ..targets import SUPPORTED_TARGETS
 
 
 def parse_defines(values) -> dict[str, str]:
@@ -50,7 +53,6 @@ def source_options(f):
 
 
 def build_options(defines, target, include_dirs, **kw):
-    from ..pipeline import BuildOptions
     return BuildOptions(defines=parse_defines(defines), target=target, include_dirs=list(include_dirs), **kw)
 
 
@@ -61,6 +63,5 @@ def emit_json(obj) -> None:
 def make_console(stderr: bool = False, piped_width: int = 160):
     """A rich Console for reports. Piped output (a file, `less`, `grep`) gets a wide fixed width
     instead of rich's 80 columns, so tables keep one row per line and whole register names."""
-    from rich.console import Console
     stream = sys.stderr if stderr else sys.stdout
     return Console(file=stream, width=None if stream.isatty() else piped_width)

@@ -2,8 +2,15 @@
 from __future__ import annotations
 
 import click
+from rich.table import Table
 
 from ..errors import AsmError
+from ..kernel_spec import DTYPE_ITEMSIZE, get_spec, spec_for_dtype
+from ..runtime import dispatch, dispatch_db
+from ..runtime.cost_model import why_slower
+from ..runtime.gpu import DeviceFacts, device_facts, gpu_available
+from ..runtime.launch_config import build_choice
+from ..runtime.plan import fresh_plan
 from .common import emit_json, make_console
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -46,14 +53,9 @@ def command(m, n, k, dtype, layout, fused, gpu, top, no_build, as_json):
       asmgemm explain 1 4096 14336 --layout nt
       asmgemm explain 305 923 6 --dtype float16 --json
     """
-    from ..kernel_spec import DTYPE_ITEMSIZE, spec_for_dtype
-    from ..runtime import dispatch
-    from ..runtime.plan import fresh_plan
-
     facts = _facts(gpu)
     family = spec_for_dtype(dtype, facts.target)
     if not family.configs and family.in_place:
-        from ..kernel_spec import get_spec
         inner = get_spec(family.in_place)
         note = (f"{family.name} (TMA) has no catalog yet: it runs by its size rules; calls whose operands TMA cannot "
                 f"read may run {inner.name}, explained here")
@@ -93,7 +95,6 @@ def command(m, n, k, dtype, layout, fused, gpu, top, no_build, as_json):
             why = "the pick (" + ("exact database hit" if choice.chosen_by == "database" and
                                   choice.order[0].label == label else "least modelled call time") + ")"
         else:
-            from ..runtime.cost_model import why_slower
             why = why_slower(e, best)
         rows.append({**e.to_json(), "why": why})
     report = {"call": {"m": m, "n": n, "k": k, "dtype": dtype, "layout": layout, "fused": fused},
@@ -111,8 +112,6 @@ def command(m, n, k, dtype, layout, fused, gpu, top, no_build, as_json):
 
 def _check_builds(cands, choice, plan, facts, plain, plan_ct=None) -> None:
     """Build each candidate (cached) and record the kernel's refusals in `choice.refused`."""
-    from ..runtime import dispatch
-
     for cand in cands:
         _, built, why, _ = dispatch.try_build(cand, plan_ct if cand.swap else plan, facts.sm_count, facts.target,
                                               plain)
@@ -124,8 +123,6 @@ def _first_that_builds(choice, plan, facts, plain, plan_ct=None):
     """The candidate gemm() would run: what the runtime's launch_config.build_choice takes, the
     first in order whose build the kernel accepts (builds are cached: ptxas once per variant);
     None when the kernel refuses every one."""
-    from ..runtime.launch_config import build_choice
-
     try:
         return build_choice(choice, plan, facts, plain, plan_ct)[1]
     except AsmError:
@@ -134,9 +131,6 @@ def _first_that_builds(choice, plan, facts, plain, plan_ct=None):
 
 def _facts(gpu_name: str | None):
     """The GPU to explain for: named (its database), else the one here, else the shipped database's."""
-    from ..runtime import dispatch_db
-    from ..runtime.gpu import DeviceFacts, device_facts, gpu_available
-
     if gpu_name is None and gpu_available():
         return device_facts()
     files = dispatch_db._files()
@@ -153,8 +147,6 @@ def _facts(gpu_name: str | None):
 
 
 def _print(r: dict) -> None:
-    from rich.table import Table
-
     console = make_console()
     c, kc = r["call"], r["kernel_call"]
     console.print(f"[bold]{c['m']} x {c['n']} x {c['k']}[/] {c['dtype']} {c['layout']}"

@@ -3,14 +3,17 @@ can launch (their kernel specs)."""
 from __future__ import annotations
 
 import click
+from rich.table import Table
 
+from .. import ast
+from ..files import read_source
+from ..kernel_spec import all_specs
+from ..parse import parse_source
+from ..pipeline import shipped_kernels
 from .common import emit_json, make_console
 
 
 def _parameters(path) -> dict[str, str]:
-    from .. import ast
-    from ..parse import parse_source
-    from ..source import read_source
     return {s.name: s.value.span.text() for s in parse_source(read_source(path)).body
             if isinstance(s, ast.ConstDef) and s.overridable}
 
@@ -31,9 +34,6 @@ def command(as_json):
     """List the shipped kernels (each can be passed by name wherever a FILE is expected) and the
     GEMM kernels with a spec (kernels_ptx/kernels.toml, files in $ASMGEMM_KERNEL_SPECS), which
     asmgemm.gemm, `run`, `bench` and `tune` launch by name."""
-    from ..kernel_spec import all_specs
-    from ..pipeline import shipped_kernels
-
     specs = all_specs()
     by_source: dict = {}            # one source may be several kernels (hgemm.sasm: hgemm, bgemm)
     for spec in specs.values():
@@ -57,7 +57,6 @@ def command(as_json):
     if as_json:
         emit_json(rows)
         return
-    from rich.table import Table
     t = Table("kernel", "GEMM (A/B → C, targets)", "parameters (-D NAME=VALUE)", "summary")
     for r in rows:
         s = r["spec"]

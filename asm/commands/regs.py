@@ -2,8 +2,13 @@
 from __future__ import annotations
 
 import click
+from rich.table import Table
 
-from .common import make_console, build_options, emit_json, source_options
+from ..errors import AsmError
+from ..pipeline import assemble_traced, build_file
+from ..sass.inspect import inspect_build
+from ..sass.plan_compare import compare_plan, render_comparison
+from .common import build_options, emit_json, make_console, source_options
 
 
 @click.command("regs")
@@ -25,9 +30,6 @@ def command(file, as_json, with_sass, only, defines, target, include_dirs):
     planned register ended in and, per FMA, whether the plan's conflict-freedom survived once
     reuse-cache hits are counted. That mapping is inferred, not reported by ptxas.
     """
-    from ..errors import AsmError
-    from ..pipeline import build_file
-
     opts = build_options(defines, target, include_dirs, trace="ptx-lines" if with_sass else "none")
     result = build_file(file, opts)
     plan = result.allocation
@@ -36,9 +38,6 @@ def command(file, as_json, with_sass, only, defines, target, include_dirs):
         raise AsmError(f"no function named '{only}' (functions: {', '.join(plan.functions) or 'none'})")
     comparison = None
     if with_sass:
-        from ..pipeline import assemble_traced
-        from ..sass.inspect import inspect_build
-        from ..sass.plan_compare import compare_plan, render_comparison
         comparison = compare_plan(result, inspect_build(assemble_traced(result)))
     if as_json:
         data = plan.to_json()
@@ -47,7 +46,6 @@ def command(file, as_json, with_sass, only, defines, target, include_dirs):
             data["sass"] = comparison
         emit_json(data)
         return
-    from rich.table import Table
     con = make_console(piped_width=200 if with_sass else 160)
     con.print(f"[bold]register plan[/] for {result.source.path} — target {plan.target}, bank model {plan.model}")
     for fn in functions:

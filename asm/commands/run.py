@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import click
+from rich.table import Table
 
-from ..bench.shapes import MAX_DIM
+from ..bench.run_check import RunConfig, run_gemm
+from ..bench.shapes import MAX_DIM, make_shape
 from .common import emit_json, make_console, parse_defines
 
 # The one bound on M, N and K (bench.shapes.MAX_DIM, also what bench --shapes and tune --shape accept),
@@ -44,9 +46,6 @@ def command(kernel, m, n, k, layout, alpha, beta, defines, reps, warmup, no_flus
       asmgemm run sgemm --m 4096 --n 4096 --k 4096
       asmgemm run sgemm --m 3000 --n 5000 --k 700 --layout tn --alpha 0.5 --beta 2 --json
     """
-    from ..bench.run_check import RunConfig, run_gemm
-    from ..bench.shapes import make_shape
-
     make_shape(m, n, k, where="--m/--n/--k: ")      # the per-matrix element bound, before the GPU
     params = {k_: int(v) if v.lstrip("-").isdigit() else v for k_, v in parse_defines(defines).items()}
     res = run_gemm(RunConfig(kernel, m, n, k, layout, alpha, beta, tuple(params.items()) if params else None,
@@ -54,7 +53,6 @@ def command(kernel, m, n, k, layout, alpha, beta, defines, reps, warmup, no_flus
     if as_json:
         emit_json(res)
     else:
-        from rich.table import Table
         e, t = res["errors"], res["timing"]
         table = Table(title=f"{res['kernel']} ({res['dtype']}) {m}x{n}x{k} {layout} alpha={alpha} beta={beta} "
                             f"on {res['gpu']}")

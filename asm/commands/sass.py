@@ -1,15 +1,20 @@
 """`asmgemm sass`: what ptxas really produced — control codes, register banks, reuse, loops."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
-from .common import make_console, build_options, emit_json, source_options
+from ..errors import AsmError
+from ..pipeline import assemble_traced, build_file, resolve_input
+from ..sass.inspect import check_target, inspect_build, inspect_cubin
+from ..sass.render import render_report
+from .common import build_options, emit_json, make_console, source_options
 
 _ELF_MAGIC = b"\x7fELF"
 
 
 def _is_cubin(path) -> bool:
-    from pathlib import Path
     p = Path(path)
     if p.suffix == ".cubin":
         return True
@@ -58,11 +63,6 @@ def command(file, kernel_name, only_loops, as_json, defines, target, include_dir
       asmgemm sass sgemm_naive --loop
       asmgemm sass kernel.cubin --kernel my_kernel --json > sass.json
     """
-    from pathlib import Path
-
-    from ..errors import AsmError
-    from ..pipeline import resolve_input
-    from ..sass.inspect import check_target, inspect_build, inspect_cubin
 
     if _is_cubin(file):
         path = Path(file)
@@ -72,7 +72,6 @@ def command(file, kernel_name, only_loops, as_json, defines, target, include_dir
             raise AsmError("-D applies to .sasm sources, not to a cubin")
         report = inspect_cubin(path.read_bytes(), target, source=str(file))
     else:
-        from ..pipeline import assemble_traced, build_file
         resolve_input(file)
         if target is not None:
             check_target(target)
@@ -88,6 +87,5 @@ def command(file, kernel_name, only_loops, as_json, defines, target, include_dir
         data["kernels"] = [k.to_json(only_loops) for k in kernels]
         emit_json(data)
         return
-    from ..sass.render import render_report
     console = make_console(piped_width=240)    # piped listings keep one instruction per line
     render_report(report, kernels, only_loops, console)

@@ -2,8 +2,15 @@
 from __future__ import annotations
 
 import click
+from rich.markup import escape
+from rich.table import Table
 
-from .common import make_console, build_options, emit_json, source_options
+from ..errors import AsmError
+from ..pipeline import assemble, build_file
+from ..sass.inspect import inspect_cubin
+from ..scheduler import compare_with_sass
+from ..scheduler.control_codes import ControlCode
+from .common import build_options, emit_json, make_console, source_options
 
 
 @click.command("sched")
@@ -40,14 +47,11 @@ def command(file, as_json, summary, region_filter, show_edges, compare_sass, no_
       asmgemm sched tests/data/sched/kstep.sasm --region 0 --json
       asmgemm sched sgemm --compare-sass
     """
-    from ..pipeline import assemble, build_file
-
     opts = build_options(defines, target, include_dirs, schedule=not no_schedule,
                          trace="ptx-lines" if compare_sass else "none")
     result = build_file(file, opts)
     report = result.schedule_report
     if report is None:
-        from ..errors import AsmError
         raise AsmError("the scheduler is not available in this installation (asmgemm.scheduler failed to import)")
     regions = [r for r in report.regions if region_filter is None or r.index == region_filter]
     comparison = None
@@ -65,8 +69,6 @@ def command(file, as_json, summary, region_filter, show_edges, compare_sass, no_
 
 
 def _compare(result, assemble):
-    from ..scheduler import compare_with_sass
-    from ..sass.inspect import inspect_cubin
     asm = assemble(result)
     sass = inspect_cubin(asm.cubin, result.target)
     return compare_with_sass(result, sass)
@@ -77,8 +79,6 @@ def _ratio(a: int, b: int) -> str:
 
 
 def _print(result, report, regions, summary, show_edges, comparison):
-    from rich.table import Table
-
     console = make_console(piped_width=200)
     console.print(f"[bold]{result.source.path}[/bold]: {len(report.regions)} .schedule region(s); target "
                   f"{report.target} ({report.table_note}); emitted order: "
@@ -108,9 +108,6 @@ def _print(result, report, regions, summary, show_edges, comparison):
 
 
 def _print_orders(console, r):
-    from rich.markup import escape
-    from rich.table import Table
-
     g = r.graph
     t = Table(title=f"{r.function} region {r.index} ({r.location}): source order | scheduled order",
               title_justify="left", show_lines=False)
@@ -132,9 +129,6 @@ def _print_orders(console, r):
 
 
 def _print_edges(console, r):
-    from rich.markup import escape
-    from rich.table import Table
-
     t = Table(title=f"{r.function} region {r.index}: dependency edges", title_justify="left")
     for col in ("from", "to", "kind", "latency", "enforced by", "what"):
         t.add_column(col, justify="right" if col in ("from", "to", "latency") else "left")
@@ -144,10 +138,6 @@ def _print_edges(console, r):
 
 
 def _print_comparison(console, cmp, summary):
-    from rich.markup import escape
-    from rich.table import Table
-
-    from ..scheduler.control_codes import ControlCode
 
     n = len(cmp.rows)
     kept, pairs = cmp.order_kept()

@@ -4,8 +4,16 @@ from __future__ import annotations
 import sys
 
 import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
 
+from ..bench.shapes import parse_shape
+from ..bench.timing import tflops
+from ..runtime.tune_cache import shape_bucket
+from ..tuning.workflow import Progress as Callbacks, TuneConfig, tune
+from .bench import _num
 from .common import emit_json, make_console, parse_defines, source_options
+from .tune_sweep import run_sweep_or_fit
 
 
 @click.command("tune")
@@ -73,11 +81,7 @@ def command(kernel, shape_text, layout, dry_run, jobs, reps, warmup, no_flush, n
       asmgemm tune sgemm --sweep random:1:60 --samples sweep.json     # this GPU's dispatch database
       asmgemm tune sgemm --fit sweep.json --fit more.json --out h100.json
     """
-    from ..bench.shapes import parse_shape
-    from ..tuning.workflow import TuneConfig, tune
-
     if sweep_shapes is not None or fit_files:
-        from .tune_sweep import run_sweep_or_fit
         if shape_text is not None or dry_run:
             raise click.UsageError("--sweep/--fit take no --shape or --dry-run")
         run_sweep_or_fit(kernel, sweep_shapes, fit_files, layout, jobs, reps, warmup, samples_out, db_out, as_json,
@@ -115,9 +119,6 @@ def _reasons(pruned: dict) -> str:
 
 def _run_with_progress(tune, config):
     """tune(config) with one progress bar for the builds, then one for the GPU checks and timing."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from ..tuning.workflow import Progress as Callbacks
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=make_console(stderr=True), transient=True) as bars:
@@ -136,8 +137,6 @@ def _run_with_progress(tune, config):
 
 
 def _print_candidates(cands, target, only_pruned=False):
-    from rich.table import Table
-
     rows = [c for c in cands if not (only_pruned and c.ok)]
     if not rows:
         return
@@ -171,16 +170,12 @@ def _print_prune_summary(cands, pruned):
 
 
 def _print_trials(outcome, shape, top, gpu):
-    from rich.table import Table
-
     timed = sorted([t for t in outcome.trials if t.stats], key=lambda t: t.stats.median_ms)
     failed = [t for t in outcome.trials if t.error]
     t = Table(title=f"timed on {gpu}: {shape.key}, TFLOP/s median (min–max)", title_justify="left")
     for col in ("rank", "candidate", "parameters", "TFLOP/s", "ms", "speed vs default", "rel err"):
         t.add_column(col, justify="left" if col in ("candidate", "parameters") else "right")
     base = outcome.default.stats.median_ms if outcome.default and outcome.default.stats else None
-    from ..bench.timing import tflops
-    from .bench import _num
     for rank, tr in enumerate(timed[:top], 1):
         s = tr.stats
         vs = f"{base / s.median_ms:.3f}×" if base else "-"
@@ -195,7 +190,6 @@ def _print_trials(outcome, shape, top, gpu):
 
 
 def shape_bucket_text(shape):
-    from ..runtime.tune_cache import shape_bucket
     return f"the shape bucket {shape_bucket(shape.m, shape.n, shape.k)}"
 
 

@@ -2,12 +2,18 @@
 write the GPU's dispatch database (asm/tuning/sweep.py, asm/tuning/fit.py)."""
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
 import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from ..bench.shapes import parse_shapes
 from ..errors import AsmError
+from ..runtime import dispatch, dispatch_db
+from ..tuning.fit import make_database
+from ..tuning.sweep import sweep
 from .common import emit_json, make_console
 
 
@@ -15,7 +21,6 @@ def _read_samples(path: str) -> dict:
     try:
         raw = Path(path).read_bytes()
         if path.endswith(".gz"):
-            import gzip
             raw = gzip.decompress(raw)
         doc = json.loads(raw.decode("utf-8"))
     except json.JSONDecodeError as exc:
@@ -29,15 +34,8 @@ def _read_samples(path: str) -> dict:
 
 def run_sweep_or_fit(family, sweep_shapes, fit_files, layout, jobs, reps, warmup, samples_out, db_out, as_json,
                      exhaustive=False):
-    from ..bench.shapes import parse_shapes
-    from ..runtime import dispatch, dispatch_db
-    from ..tuning.fit import make_database
-
     docs = [_read_samples(p) for p in fit_files]
     if sweep_shapes is not None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        from ..tuning.sweep import sweep
         shapes = [(s, getattr(s, "layout", None) or layout) for s in parse_shapes(sweep_shapes)]
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=make_console(stderr=True), transient=True) as bars:

@@ -1,10 +1,12 @@
 """One architecture object per target (sm_50 ... sm_90a): the facts every stage asks about a target,
 in one place. Data, with its sources; the little code here only looks it up.
 
-    arch_for("sm_80")                   -> Arch  (AsmError for an unknown target, listing the supported)
+    arch_for("sm_80")                   -> Arch  (an unmodelled Arch for a newer sm_XX name; AsmError
+                                                  for a malformed name or one older than the tables)
     arch_for_compute_capability("90")   -> Arch  (what the runtime asks for a device: cupy's '90')
-    SUPPORTED_TARGETS, DEFAULT_TARGET    (supported: the modelled targets and what the ptxas in use
-                                         assembles; MODELLED_TARGETS: those asmgemm has data for)
+    MODELLED_TARGETS, DEFAULT_TARGET     (the targets asmgemm has data for; which targets a build
+                                         accepts, these and what the ptxas in use assembles, is
+                                         targets.py's SUPPORTED_TARGETS: it asks the toolchain)
     required_features(module)           -> [(feature, span)]: the features a module uses
     check_features(arch, uses, ...)     -> AsmError at the first use of a feature the target lacks
 
@@ -12,15 +14,13 @@ What an Arch holds, and where each fact comes from:
   bank_model      register-file banks: the BankModel objects of isa/register_banks.py, with their
                   sources there;
   limits          SM resources (SmLimits below, with sources) and `blocks_per_sm`, the occupancy rule;
-  timing_table()  the scheduler's latency table, which lives in scheduler/latencies_sm90.py (the one
-                  place the latency numbers live), looked up when asked so that this module does not
-                  import the scheduler package;
   sass_decodable  whether the SASS inspector decodes its cubins (sm_90/sm_90a only);
   features        named PTX features (FEATURES below) this target has.
+Which latency table serves a target is the scheduler's (scheduler/latencies_sm90.py: timing_table),
+and which targets a build accepts is targets.py's: isa/ imports nothing above it.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .. import ir
@@ -372,22 +372,6 @@ class Arch:
     def blocks_per_sm(self, threads: int, registers: int, shared_bytes: int) -> dict[str, int]:
         return blocks_per_sm(self.limits, threads, registers, shared_bytes)
 
-    def timing_table(self):
-        """(table, note): the scheduler's timing table for this target. Only sm_90 is measured for
-        now; other modelled Volta-or-later targets (the same control-code format) use it with a note
-        saying so; earlier targets and unmodelled ones are refused with a ValueError (the scheduler
-        turns it into an error at the first `.schedule` region)."""
-        if not self.modelled:
-            raise ValueError(f"asmgemm has no latency data for {self.name} (the scheduler's table, "
-                             "measured on sm_90, serves sm_70 to sm_90a)")
-        if self.number < 70:
-            raise ValueError(f"the scheduler models Volta-and-later control codes; {self.name} is older "
-                             "(Maxwell/Pascal use a different control-code format)")
-        from ..scheduler.latencies_sm90 import TABLE
-        if self.number == 90:
-            return TABLE, "sm_90 table"
-        return TABLE, f"sm_90 table used for {self.name} (no {self.name} table yet)"
-
 
 _FAMILIES = ((50, "Maxwell"), (60, "Pascal"), (70, "Volta"), (75, "Turing"), (80, "Ampere"),
              (89, "Ada"), (90, "Hopper"))
@@ -422,76 +406,26 @@ ARCHS: dict[str, Arch] = {name: _make(name) for name in SM_LIMITS}
 # The targets asmgemm has data for (banks, limits, the latency table's reach).
 MODELLED_TARGETS: tuple[str, ...] = tuple(ARCHS)
 
-# What `ptxas --help` of nvidia-cuda-nvcc 13.0.88 (the `cuda-tools` extra) lists for --gpu-name:
-# the accepted targets when no ptxas can be asked. A ptxas that can be asked is the judge.
-PTXAS_FALLBACK_TARGETS: tuple[str, ...] = (
-    "sm_75", "sm_80", "sm_86", "sm_87", "sm_88", "sm_89", "sm_90", "sm_90a",
-    "sm_100", "sm_100a", "sm_100f", "sm_103", "sm_103a", "sm_103f", "sm_110", "sm_110a", "sm_110f",
-    "sm_120", "sm_120a", "sm_120f", "sm_121", "sm_121a", "sm_121f")
-
-
-def _target_order(name: str) -> tuple[int, int]:
-    number, suffix = target_number(name)
-    return number, " af".index(suffix or " ")
-
-
-def supported_targets() -> tuple[str, ...]:
-    """Every `.target` / --target asmgemm accepts, in order: the modelled targets, and every sm_*
-    target the ptxas in use assembles (PTXAS_FALLBACK_TARGETS without a ptxas). Modelled targets a
-    newer ptxas dropped (sm_50 ... sm_72 with ptxas 13) stay: their PTX still builds, and their
-    bank plans still mean something; ptxas says itself that it cannot assemble them."""
-    from ..toolchain import ptxas_targets
-    listed = ptxas_targets()
-    names = set(MODELLED_TARGETS)
-    for t in PTXAS_FALLBACK_TARGETS if listed is None else listed:
-        try:
-            target_number(t)
-        except ValueError:
-            continue
-        names.add(t)
-    return tuple(sorted(names, key=_target_order))
-
-
-class _SupportedTargets(Sequence):
-    """SUPPORTED_TARGETS: supported_targets(), asked when first looked at (not at import: asking
-    means running ptxas) and again when the ptxas in use changes (the query is cached per ptxas)."""
-
-    def _all(self) -> tuple[str, ...]:
-        return supported_targets()
-
-    def __getitem__(self, i):
-        return self._all()[i]
-
-    def __len__(self) -> int:
-        return len(self._all())
-
-    def __iter__(self):
-        return iter(self._all())
-
-    def __contains__(self, name) -> bool:
-        return name in self._all()
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, (tuple, list, Sequence)) and tuple(self) == tuple(other)
-
-    __hash__ = None
-
-    def __repr__(self) -> str:
-        return f"SUPPORTED_TARGETS{self._all()!r}"
-
-
-SUPPORTED_TARGETS: Sequence[str] = _SupportedTargets()
 _UNMODELLED: dict[str, Arch] = {}
 
 
 def arch_for(target: str) -> Arch:
+    """The Arch of a target: a modelled one (ARCHS), or an unmodelled one for any other sm_XX,
+    sm_XXa or sm_XXf name newer than the tables' first target. Whether a build may use a target
+    (the ptxas in use assembles it) is not asked here: that needs the toolchain, which sits above
+    isa/ (targets.py: SUPPORTED_TARGETS, require_supported_target). AsmError for anything else."""
     arch = ARCHS.get(target)
     if arch is not None:
         return arch
     arch = _UNMODELLED.get(target)
     if arch is None:
-        if target not in SUPPORTED_TARGETS:
-            raise AsmError(f"unsupported target '{target}' (supported: {', '.join(SUPPORTED_TARGETS)})")
+        try:
+            number, _ = target_number(target)
+        except ValueError:
+            number = None
+        if number is None or number < ARCHS[MODELLED_TARGETS[0]].number:
+            raise AsmError(f"unsupported target '{target}' (asmgemm models {', '.join(MODELLED_TARGETS)}; "
+                           "a newer sm_XX target builds where the ptxas in use assembles it)")
         arch = _UNMODELLED[target] = _make_unmodelled(target)
     return arch
 

@@ -6,7 +6,7 @@ The tables below list the exceptions; each entry names the ISA section it comes 
 """
 from __future__ import annotations
 
-from ..ir import Instruction, Mem, Pair, Reg, Vector, operand_regs
+from ..ir import Instruction, Mem, Pair, Paren, Reg, Vector, operand_regs
 
 # Instructions whose first operand is not a register destination (stores, barriers, control flow,
 # asynchronous copies whose destination is memory, fences).
@@ -60,7 +60,6 @@ def defs_and_uses(ins: Instruction) -> tuple[list[Reg], list[Reg]]:
     base = ins.base
     if base == "call":
         # call (ret), func, (args): the first parenthesised list is written, the rest read.
-        from ..ir import Paren
         if isinstance(ops[0], Paren) and len(ops) > 1:
             defs.extend(operand_regs(ops[0]))
             ops = ops[1:]

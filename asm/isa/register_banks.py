@@ -44,10 +44,3 @@ class BankModel:
 MAXWELL = BankModel("maxwell-4bank", banks=4, reads_per_bank=1, source="maxas wiki, SGEMM: Register Banks")
 VOLTA_PLUS = BankModel("volta-2bank", banks=2, reads_per_bank=2, source="Jia et al. 2018, arXiv:1804.06826")
 
-
-def bank_model(target: str) -> BankModel:
-    """The bank model of a target: `asmgemm.isa.arch.arch_for(target).bank_model` (the arch table
-    assigns MAXWELL to sm_50..sm_62 and VOLTA_PLUS to sm_70 and later); kept here for the readers
-    that only want the model. AsmError for an unknown target."""
-    from .arch import arch_for  # arch.py imports this module for the models
-    return arch_for(target).bank_model

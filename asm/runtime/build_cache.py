@@ -22,11 +22,12 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import __version__
 from ..errors import AsmError
 from ..files import cache_root, warn_cache, write_files
+from ..isa.arch import arch_for
 from ..kernel_spec import ARGUMENTS, ARRAY_ARGUMENTS, KernelSpec
 from ..toolchain import ptxas_version
+from ..version import __version__
 
 _INCLUDE_RE = re.compile(r'^\s*\.include\s+"([^"]+)"', re.MULTILINE)
 MAX_INCLUDES = 64
@@ -216,8 +217,6 @@ def _int_field(meta: dict, name: str, low: int, high: int) -> int:
 def read_entry(meta_path: Path, key: str, spec: KernelSpec, target: str) -> BuiltKernel:
     """The entry <key>.json in its folder, every field and both digests checked; DamagedEntry when
     anything is off."""
-    from ..isa.arch import arch_for
-
     folder = meta_path.parent
     try:
         meta = json.loads(meta_path.read_bytes().decode("utf-8"))
@@ -284,7 +283,7 @@ def _uncached_folder() -> Path:
 
 
 def _build_kernel(spec: KernelSpec, defines: dict, target: str) -> BuiltKernel:
-    from ..pipeline import BuildOptions, assemble, build_file
+    from ..pipeline import BuildOptions, assemble, build_file    # on a cache miss (test_layers: LAZY_IMPORTS)
 
     key = cache_key(spec.source, defines, target, ptxas_version(), spec.entry)
     hit = _memory.get(key)

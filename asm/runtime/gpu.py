@@ -10,6 +10,7 @@ import sys
 from dataclasses import dataclass
 
 from ..errors import AsmError
+from ..isa.arch import arch_for_compute_capability, target_number
 
 GPU_HINT = ("run it on a machine with an NVIDIA GPU and CuPy (pip install 'asmgemm[gpu]'); "
             "`asmgemm tune --dry-run` builds and lists candidates without a GPU")
@@ -71,7 +72,6 @@ def device_facts(device_id: int | None = None) -> DeviceFacts:
 def _older_target(facts: DeviceFacts, wanted: str) -> DeviceFacts:
     """facts with target `wanted`, which the device must be able to run: the device's own target,
     or an older one without an architecture- or family-specific suffix."""
-    from ..isa.arch import target_number
     try:
         number, suffix = target_number(wanted)
         have, _ = target_number(facts.target)
@@ -89,7 +89,6 @@ def _device_facts(cupy, device_id: int) -> DeviceFacts:
     dev = cupy.cuda.Device(device_id)
     name = cupy.cuda.runtime.getDeviceProperties(dev.id)["name"]
     name = name.decode() if isinstance(name, bytes) else str(name)
-    from ..isa.arch import arch_for_compute_capability
     target = arch_for_compute_capability(dev.compute_capability).name
     attrs = dev.attributes
     clock = float(attrs.get("ClockRate", 0)) * 1e3                  # kHz

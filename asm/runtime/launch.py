@@ -32,7 +32,7 @@ _SCALAR = {".u64": np.uint64, ".b64": np.uint64, ".s64": np.int64, ".u32": np.ui
 
 @functools.lru_cache(maxsize=None)
 def _default_params(name: str, source: str) -> tuple[tuple[str, object], ...]:
-    from ..pipeline import build_file
+    from ..pipeline import build_file    # loaded when first needed, not with the runtime (test_layers)
     result = build_file(source)
     return tuple((n, result.parameters[n]) for n in result.tunables if n in result.parameters)
 

@@ -19,8 +19,10 @@ spec's [[NAME.swap_rule]]; the kernel's (i, j) lands at C + j * ldc + i).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 from ..errors import AsmError
+from ..kernel_spec import BIAS_MODES
 from .tensor_map import addressable
 
 U32_LIMIT = (1 << 31) - 1          # the kernel takes sizes and leading dimensions as 32-bit
@@ -116,7 +118,6 @@ def bias_layout(bias, m: int, n: int, c_dtype: str, ptr_of) -> int:
     """How the fused epilogue's bias vector lines up with the user's M x N C: BIAS_MODES["column"]
     (shape (N,) or (1, N): one value per column, broadcast over the rows, as torch.nn.Linear) or
     BIAS_MODES["row"] (shape (M, 1): one per row). Its elements must be contiguous and of C's dtype."""
-    from ..kernel_spec import BIAS_MODES
     shape = tuple(int(x) for x in bias.shape)
     dtype = getattr(bias.dtype, "name", str(bias.dtype))
     item = int(bias.dtype.itemsize)
@@ -143,7 +144,6 @@ def bias_layout(bias, m: int, n: int, c_dtype: str, ptr_of) -> int:
 def transposed_bias_mode(mode: int) -> int:
     """The bias call value of the swapped launch (C^T): the user's columns are the kernel's rows
     and the other way round; no bias stays none."""
-    from ..kernel_spec import BIAS_MODES
     turned = {BIAS_MODES["column"]: BIAS_MODES["row"], BIAS_MODES["row"]: BIAS_MODES["column"]}
     return turned.get(mode, mode)
 
@@ -238,8 +238,6 @@ def fresh_plan(m: int, n: int, k: int, layout: str, itemsize: int, c_itemsize: i
                c_trans: bool = False) -> LaunchPlan:
     """The launch plan of a call on freshly allocated, contiguous operands of this shape and layout
     (256-byte aligned, as CuPy allocates), with no GPU: what `tune`, the sweep and `explain` plan with."""
-    from types import SimpleNamespace
-
     trans_a, trans_b = layout[0] == "t", layout[1] == "t"
 
     def matrix(rows, cols, size=itemsize):

@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..errors import AsmError
 
 SWIZZLE_BYTES = 128            # the box's row: one 128-byte swizzle span
@@ -120,7 +122,6 @@ def encode(tm: TileMap):
 
 
 def _encode(tm: TileMap):
-    import numpy as np
     try:
         from cuda.bindings import driver
     except ImportError as exc:

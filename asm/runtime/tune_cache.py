@@ -34,8 +34,9 @@ import os
 import re
 from pathlib import Path
 
-from ..files import cache_root, warn_cache
 from ..errors import AsmError, ToolchainError
+from ..files import cache_root, warn_cache
+from ..kernel_spec import all_specs
 from ..toolchain import ptxas_version
 from .build_cache import digest_files, source_files
 
@@ -100,7 +101,6 @@ def current_ptxas_version() -> str | None:
 def kernel_source_path(kernel: str, kernel_path: str | None = None) -> str | None:
     if kernel_path and os.path.isfile(kernel_path):
         return kernel_path
-    from ..kernel_spec import all_specs
     spec = all_specs().get(kernel)
     return str(spec.source) if spec else None
 

@@ -1,6 +1,6 @@
 """Register banks, operand reuse and per-region summaries of decoded SASS.
 
-Bank model: `isa.register_banks.bank_model(target)`, the same table the register planner uses.
+Bank model: `isa.arch.arch_for(target).bank_model`, the same table the register planner uses.
 Per instruction:
   - source_regs: the general-purpose registers each source slot reads (slot A = first source
     operand after the results, B the second, ...); a 64-bit or vector operand (`R2.64`) is

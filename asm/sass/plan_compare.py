@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from pathlib import Path
 
+from rich.table import Table
+
+from ..isa.arch import arch_for
 from ..isa.ptx_operands import THREE_SOURCE_BASES
-from ..isa.register_banks import bank_model
 from .decode import split_operands
 
 SASS_THREE_SOURCE = frozenset({"FFMA", "IMAD", "HFMA2", "DFMA", "HFMA", "IDP", "FFMA2"})
@@ -42,7 +45,7 @@ def _ptx_instruction(line: str) -> tuple[str, list[str]] | None:
 
 def compare_plan(result, report) -> dict:
     """JSON-able comparison of `result.allocation` with the SASS in `report` (from inspect_build)."""
-    model = bank_model(report.target)
+    model = arch_for(report.target).bank_model
     ptx_lines = (report.ptx or result.ptx).splitlines()
     functions = []
     for name, plan in result.allocation.functions.items():
@@ -123,9 +126,6 @@ def compare_plan(result, report) -> dict:
 
 
 def render_comparison(comparison: dict, console) -> None:
-    from pathlib import Path
-
-    from rich.table import Table
 
     console.print(f"\n[bold]plan vs ptxas[/] ({comparison['bank_model']}) — [italic]{comparison['method']}[/]")
     for fn in comparison["functions"]:

@@ -15,9 +15,11 @@ import zlib
 from collections import defaultdict
 
 from ..errors import AsmError
+from ..kernel_spec import DTYPE_ITEMSIZE, get_spec
 from ..runtime.catalog import Candidate
-from ..runtime.cost_model import ConfigFit, DeviceModel, estimate, variant_of
+from ..runtime.cost_model import ConfigFit, DeviceModel, estimate, factor_for, neighbour_factors, variant_of
 from ..runtime.dispatch_db import FORMAT, exact_key, model_to_json
+from ..runtime.plan import fresh_plan
 
 ALONE_GRID = [i / 20 for i in range(21)]
 HELD_OUT_SHARE = 4          # one call in 4 is held out of the fit (by a hash of its key: stable)
@@ -25,7 +27,6 @@ WITHIN = 0.05               # the model's pick "within 5%" of the best measured
 
 
 def _candidate(s: dict) -> Candidate:
-    from ..kernel_spec import get_spec
     fam = get_spec(s["family"])
     entry = next((e for e in fam.configs if e.name == s["config"]), None)
     if entry is None:
@@ -39,8 +40,6 @@ def _variant(s: dict) -> str:
     """The sample's load variant (recorded by the sweep; for older samples, that of fresh operands)."""
     if s.get("variant"):
         return s["variant"]
-    from ..kernel_spec import DTYPE_ITEMSIZE, get_spec
-    from ..runtime.plan import fresh_plan
     size = DTYPE_ITEMSIZE[get_spec(s["family"]).dtypes.a]
     s["variant"] = variant_of(s["layout"], fresh_plan(s["m"], s["n"], s["k"], s["layout"], size).call_values)
     return s["variant"]
@@ -226,7 +225,6 @@ def evaluate(dm: DeviceModel, samples: list[dict], dtype: str = "float32", c_byt
     ratios, misses = [], []
     for key, rows in calls.items():
         best = min(rows, key=lambda s: _call_ms(s, dm))
-        from ..runtime.cost_model import factor_for, neighbour_factors
         s0 = rows[0]
         variant, m, n = _call_sizes(s0)
         factors = neighbour_factors(dm, s0["family"], variant, m, n, s0["k"], True)
@@ -255,7 +253,6 @@ def make_database(docs: list[dict]) -> tuple[dict, dict]:
     families = sorted({d["family"] for d in docs})
     samples = [s for d in docs for s in d["samples"]]
     dtypes = {}
-    from ..kernel_spec import DTYPE_ITEMSIZE, get_spec
     for fam in families:
         spec = get_spec(fam)
         dtypes[fam] = (spec.dtypes.a, DTYPE_ITEMSIZE[spec.dtypes.c], DTYPE_ITEMSIZE[spec.dtypes.a])

@@ -20,6 +20,7 @@ import itertools
 import multiprocessing
 import os
 import re
+import signal
 import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -28,6 +29,7 @@ from typing import Callable
 
 from ..errors import AsmError
 from ..isa.arch import arch_for, blocks_per_sm
+from ..pipeline import BuildOptions, assemble, build_file
 
 MAX_CANDIDATES = 4096
 
@@ -138,8 +140,6 @@ class BuildJob:
 def build_one(job: BuildJob) -> Candidate:
     """Build and ptxas one candidate; never raises for a user error (the error becomes the verdict).
     A top-level function so that worker processes can receive it."""
-    from ..pipeline import BuildOptions, assemble, build_file
-
     cand = Candidate(job.index, dict(job.params))
     t0 = time.perf_counter()
     defines = dict(job.base_defines)
@@ -231,7 +231,6 @@ def _pool_context():
 def _ignore_sigint():
     # Ctrl-C is the parent's to handle (it cancels the pool); workers finish their build quietly
     # instead of each printing a KeyboardInterrupt traceback.
-    import signal
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 

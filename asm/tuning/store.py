@@ -14,6 +14,11 @@ from ..errors import AsmError
 from ..files import write_atomic
 from ..runtime import tune_cache as cache
 
+try:
+    import fcntl            # POSIX only: elsewhere the read-modify-write runs without a lock
+except ImportError:
+    fcntl = None
+
 
 @contextlib.contextmanager
 def _locked(path: Path):
@@ -24,11 +29,8 @@ def _locked(path: Path):
     except OSError as exc:
         raise AsmError(f"cannot lock the tuning cache {path}: {lock_path}: {exc.strerror or exc}") from None
     try:
-        try:
-            import fcntl
+        if fcntl is not None:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        except ImportError:
-            pass
         yield
     finally:
         fh.close()  # closing releases the lock

@@ -15,13 +15,18 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from dataclasses import dataclass
 from typing import Callable
 
+from ..bench.problem import GemmProblem
 from ..bench.shapes import Shape
+from ..bench.timing import L2Flusher, make_pre_roll, time_interleaved
 from ..errors import AsmError
-from ..kernel_spec import DTYPE_ITEMSIZE, KernelSpec, get_spec
+from ..kernel_spec import DTYPE_ITEMSIZE, KernelSpec, all_specs, get_spec
 from ..runtime import dispatch, split_k
+from ..runtime import gemm as runtime_gemm   # the module: gemm is looked up when called
+from ..runtime.build_cache import build_kernel
 from ..runtime.catalog import Candidate, candidates
 from ..runtime.cost_model import variant_of
 from ..runtime.dispatch_db import exact_key
+from ..runtime.gpu import device_facts, require_gpu
 from ..runtime.plan import fresh_plan
 from .space import _ignore_sigint, _pool_context, default_jobs
 
@@ -71,7 +76,6 @@ def plan_calls(family: KernelSpec, shapes: list[tuple[Shape, str]], facts, exhau
 
 
 def _build(job):
-    from ..runtime.build_cache import build_kernel
     spec_name, defines, target = job
     try:
         build_kernel(get_spec(spec_name), dict(defines), target)
@@ -97,7 +101,6 @@ def prebuild(calls: list[SweepCall], facts, jobs: int = 0, on_done: Callable[[in
     jobs = jobs or default_jobs()
     items = [(k, v) for k, v in work.items() if isinstance(v[0], str)]
     # reduce kernels are specs made on the fly (not registered): built here, in this process
-    from ..runtime.build_cache import build_kernel
     for k, (rspec, rdef, target) in ((k, v) for k, v in work.items() if not isinstance(v[0], str)):
         build_kernel(rspec, dict(rdef), target)
     done = 0
@@ -122,9 +125,6 @@ def time_calls(cp, family: KernelSpec, calls: list[SweepCall], facts, *, reps: i
                on_call: Callable[[int, int], None] | None = None) -> list[dict]:
     """GPU-only time of every candidate of every call (module docstring); one sample per candidate
     that ran correctly, and one with "error" for one that did not."""
-    from ..bench.problem import GemmProblem
-    from ..bench.timing import L2Flusher, make_pre_roll, time_interleaved
-    from ..runtime.gemm import clear_last_launch, gemm, last_launch
 
     flush = L2Flusher()
     pre_roll = make_pre_roll(True)
@@ -146,11 +146,11 @@ def time_calls(cp, family: KernelSpec, calls: list[SweepCall], facts, *, reps: i
                     "call": exact_key(family.name, call.plan.layout, call.plan.m, call.plan.n, call.plan.k, True),
                     "call_variant": variant_of(call.plan.layout, call.plan.call_values)}
             try:
-                clear_last_launch()
-                gemm(prob.a, prob.b, out, trans_a=prob.trans_a, trans_b=prob.trans_b, params=params,
+                runtime_gemm.clear_last_launch()
+                runtime_gemm.gemm(prob.a, prob.b, out, trans_a=prob.trans_a, trans_b=prob.trans_b, params=params,
                      kernel=cand.kernel)
                 cp.cuda.Device().synchronize()
-                ran = last_launch() or {}
+                ran = runtime_gemm.last_launch() or {}
             except Exception as exc:  # an AsmError, or a launch failure: the candidate cannot run this call
                 text = exc.message if isinstance(exc, AsmError) else f"{type(exc).__name__}: {exc}"
                 samples.append({**base, "error": str(text).splitlines()[0] if text else "error"})
@@ -163,7 +163,7 @@ def time_calls(cp, family: KernelSpec, calls: list[SweepCall], facts, *, reps: i
             meta[cand.label] = {**base, "rel_err": err, "blocks_per_sm": ran.get("blocks_per_sm"),
                                 "clusters_at_once": ran.get("clusters_at_once"), "grid": list(ran.get("grid", ()))}
             fns[cand.label] = (lambda cand=cand, out=out, params=params:
-                               gemm(prob.a, prob.b, out, trans_a=prob.trans_a, trans_b=prob.trans_b,
+                               runtime_gemm.gemm(prob.a, prob.b, out, trans_a=prob.trans_a, trans_b=prob.trans_b,
                                     params=params, kernel=cand.kernel))
         prob.release_reference()
         if fns:
@@ -181,8 +181,6 @@ def sweep(family_name: str, shapes: list[tuple[Shape, str]], *, reps: int = 5, w
           exhaustive: bool = False, progress: Callable[[str, int, int], None] | None = None) -> dict:
     """The whole sweep on the current GPU: plan, prebuild, time. Returns the samples document
     (fit.py's input): the GPU's facts and one record per timed candidate."""
-    from ..runtime.gpu import device_facts, require_gpu
-
     cp = require_gpu("asmgemm tune --sweep")
     facts = device_facts()
     family = get_spec(family_name)
@@ -201,5 +199,4 @@ def sweep(family_name: str, shapes: list[tuple[Shape, str]], *, reps: int = 5, w
 
 
 def _all_specs():
-    from ..kernel_spec import all_specs
     return all_specs()

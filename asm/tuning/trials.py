@@ -5,11 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..bench.problem import GemmProblem
 from ..bench.runner import make_runner
 from ..bench.shapes import Shape
-from ..bench.timing import TimingStats, tflops
+from ..bench.timing import TimingStats, tflops, time_interleaved
 from ..errors import AsmError
 from ..kernel_spec import KernelSpec
+from ..runtime.tune_cache import lookups_off
 from .space import Candidate
 
 DEFAULT_LABEL = "default"
@@ -67,8 +69,6 @@ def pick_best(trials: list[Trial]) -> Trial | None:
 def tune_on_gpu(cp, kernel: KernelSpec, shape: Shape, layout: str, trials: list[Trial], *, reps: int,
                 warmup: int, flush, on_step: Callable[[str], None] | None = None, seed: int = 0,
                 timer=None, pre_roll=None) -> TuneOutcome:
-    from ..runtime.tune_cache import lookups_off
-
     with lookups_off():   # the 'default' trial (params=None) must be gemm()'s untuned choice
         return _tune_on_gpu(cp, kernel, shape, layout, trials, reps=reps, warmup=warmup, flush=flush,
                             on_step=on_step, seed=seed, timer=timer, pre_roll=pre_roll)
@@ -76,9 +76,6 @@ def tune_on_gpu(cp, kernel: KernelSpec, shape: Shape, layout: str, trials: list[
 
 def _tune_on_gpu(cp, kernel, shape, layout, trials, *, reps, warmup, flush, on_step, seed, timer,
                  pre_roll) -> TuneOutcome:
-    from ..bench.problem import GemmProblem
-    from ..bench.timing import time_interleaved
-
     prob = GemmProblem(cp, shape, layout, kernel.dtypes.a, seed=seed, c_dtype=kernel.dtypes.c)
     run = make_runner(kernel)
     limit = kernel.rel_err_limit

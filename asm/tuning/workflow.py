@@ -9,10 +9,18 @@ from pathlib import Path
 from typing import Callable
 
 from ..bench.shapes import Shape
+from ..bench.timing import L2Flusher, make_pre_roll
 from ..errors import AsmError
-from ..kernel_spec import KernelSpec, all_specs
+from ..kernel_spec import DTYPE_ITEMSIZE, KernelSpec, all_specs
+from ..pipeline import BuildOptions, build_file, resolve_input
+from ..runtime import gemm as runtime_gemm
+from ..runtime.gpu import device_facts, gpu_name, require_gpu
+from ..runtime.launch import call_defines
+from ..runtime.plan import call_values_for
+from ..runtime.split_k import requested_splits
 from .space import MAX_CANDIDATES, BuildJob, Candidate, build_candidates, enumerate_space, summarize_pruning
-from .trials import TuneOutcome
+from .store import make_entry, store_tuned
+from .trials import TuneOutcome, trials_for, tune_on_gpu
 
 
 @dataclass(frozen=True)
@@ -54,7 +62,6 @@ class Progress:
 
 def resolve_kernel(kernel: str) -> tuple[Path, KernelSpec | None]:
     """(source file, its spec or None): a spec's name, or a path whose file some spec builds."""
-    from ..pipeline import resolve_input
     specs = all_specs()
     name = kernel[:-5] if kernel.endswith(".sasm") else kernel
     if name in specs and not Path(kernel).is_file():
@@ -67,10 +74,6 @@ def resolve_kernel(kernel: str) -> tuple[Path, KernelSpec | None]:
 
 
 def tune(config: TuneConfig, progress: Progress | None = None) -> TuneResult:
-    from ..pipeline import BuildOptions, build_file
-    from ..runtime.launch import call_defines
-    from ..runtime.plan import call_values_for
-
     progress = progress or Progress()
     shape, user_defines = config.shape, dict(config.defines)
     source, spec = resolve_kernel(config.kernel)
@@ -80,7 +83,6 @@ def tune(config: TuneConfig, progress: Progress | None = None) -> TuneResult:
         if spec is None:
             raise AsmError(f"{source} has no kernel spec, so gemm() cannot run it on the GPU",
                            hint="add a spec entry (README, 'Adding a kernel'), or use --dry-run to build the space")
-        from ..runtime.gpu import device_facts, require_gpu
         cp = require_gpu("asmgemm tune")
         target = target or spec.build_target(device_facts().target)
         if target is None:
@@ -98,7 +100,6 @@ def tune(config: TuneConfig, progress: Progress | None = None) -> TuneResult:
     # the call-derived parameters (transposes, vector loads) exactly as the runtime will set them
     base_defines: dict[str, str] = {}
     if spec is not None:
-        from ..kernel_spec import DTYPE_ITEMSIZE
         values = call_values_for(shape.m, shape.n, shape.k, config.layout, DTYPE_ITEMSIZE[spec.dtypes.a])
         base_defines = {k: str(v) for k, v in call_defines(spec, values).items() if k in probe.parameters}
     base_defines.update(build_user_defines)
@@ -129,17 +130,11 @@ def _split_k_build_defines(spec, user_defines: dict) -> dict:
     the kernel's switch (1 for S > 1, else 0); everything else as given."""
     if spec is None or spec.split_k is None or spec.split_k.switch not in user_defines:
         return user_defines
-    from ..runtime.split_k import requested_splits
     switch = spec.split_k.switch
     return {**user_defines, switch: "1" if requested_splits(user_defines[switch], switch, "-D") > 1 else "0"}
 
 
 def _time_and_store(config, spec, cp, probe, survivors, user_defines, result: TuneResult, progress: Progress):
-    from ..bench.timing import L2Flusher, make_pre_roll
-    from ..runtime.gpu import gpu_name
-    from .store import make_entry, store_tuned
-    from .trials import trials_for, tune_on_gpu
-
     shape, report = config.shape, result.report
     split_switch = spec.split_k.switch if spec.split_k is not None else None
     for c in survivors:  # the runtime needs the user's fixed values too (and the split count S)
@@ -174,8 +169,7 @@ def _time_and_store(config, spec, cp, probe, survivors, user_defines, result: Tu
                            default_tflops=default.tflops(shape) if default and default.stats else None,
                            layout=config.layout, target=probe.target, reps=config.reps)
         path, moved = store_tuned(gpu, config.layout, (shape.m, shape.n, shape.k), entry)
-        from ..runtime.gemm import forget_tuned_choices
-        forget_tuned_choices()
+        runtime_gemm.forget_tuned_choices()
         report["cache"] = str(path)
         report["stored"] = True
         result.moved_corrupt_cache = moved

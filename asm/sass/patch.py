@@ -1,0 +1,171 @@
+"""Applying a rules file (sass/patch_rules.py) to a cubin: select instructions, set their control
+fields, prove the result safe (sass/hazards.py), and write it only then.
+
+    plan_patch(cubin_bytes, rules, source)  -> PatchPlan   (nothing written; .hazards, .changes)
+    write_patched(plan, path)                               (refuses a plan with hazards)
+
+The instructions, their text and control flow come from the SASS inspector (nvdisasm's listing,
+sass/inspect.py); the words edited are the cubin's own bytes (sass/elf.py). The two are checked
+against each other word by word before anything is selected, so a listing that does not describe
+these bytes stops the patch.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import AsmError
+from ..isa import control_bits as cb
+from ..isa.arch import arch_for
+from .elf import ElfCubin
+from .hazards import CheckReport, Hazard, check_patch
+from .inspect import SassKernel, inspect_cubin
+from .patch_rules import Rule, Rules
+
+
+@dataclass
+class Change:
+    kernel: str
+    index: int
+    address: int
+    text: str
+    before: dict[str, int]
+    after: dict[str, int]
+    rules: list[int]                   # 1-based numbers of the rules that selected it
+
+    def fields(self) -> dict[str, tuple[int, int]]:
+        return {k: (self.before[k], self.after[k]) for k in self.before if self.before[k] != self.after[k]}
+
+    def to_json(self) -> dict:
+        return {"kernel": self.kernel, "address": f"{self.address:#06x}", "instruction": self.text,
+                "rules": self.rules,
+                "fields": {k: {"before": a, "after": b} for k, (a, b) in self.fields().items()}}
+
+
+@dataclass
+class PatchPlan:
+    source: str
+    cubin: bytes                       # the patched bytes (written only when no hazards)
+    changes: list[Change]
+    selected: int                      # instructions the rules selected (changed or not)
+    checks: dict[str, CheckReport] = field(default_factory=dict)
+
+    @property
+    def hazards(self) -> list[Hazard]:
+        return [h for c in self.checks.values() for h in c.hazards]
+
+    def to_json(self) -> dict:
+        return {"source": self.source, "accepted": not self.hazards, "selected": self.selected,
+                "changed": len(self.changes), "changes": [c.to_json() for c in self.changes],
+                "checks": {k: c.to_json() for k, c in self.checks.items()}}
+
+
+def load_kernels(data: bytes, source: str) -> tuple[ElfCubin, dict[str, SassKernel], str]:
+    """The cubin's bytes and its decoded kernels, checked against each other word by word."""
+    elf = ElfCubin(data, source)
+    report = inspect_cubin(data, source=source, line_info=False)
+    for name, kernel in report.kernels.items():
+        text = elf.kernel(name)
+        # nvdisasm lists the function's symbol size; the section may hold NOP padding after it
+        # (ptxas pads code sections to 128 bytes), which no rule can select.
+        if text.count < len(kernel.instructions):
+            raise AsmError(f"{source}: {name}: nvdisasm lists {len(kernel.instructions)} instructions "
+                           f"but .text.{name} holds only {text.count} words")
+        for k, ins in enumerate(kernel.instructions):
+            if ins.address != 16 * k or ins.word != elf.word(name, k):
+                raise AsmError(f"{source}: {name} {ins.address:#06x}: nvdisasm's encoding differs from "
+                               "the bytes of the cubin; refusing to patch")
+    return elf, report.kernels, report.target
+
+
+def _kernels_of(rule: Rule, kernels: dict[str, SassKernel]) -> list[SassKernel]:
+    if rule.kernel is None:
+        if len(kernels) != 1:
+            raise AsmError(f"rule {rule.index + 1}: the cubin has {len(kernels)} kernels "
+                           f"({', '.join(kernels)}); say which with kernel = \"NAME\"", rule.span())
+        return list(kernels.values())
+    if rule.kernel not in kernels:
+        raise AsmError(f"rule {rule.index + 1}: no kernel named '{rule.kernel}' in the cubin "
+                       f"(kernels: {', '.join(kernels)})", rule.span("kernel"))
+    return [kernels[rule.kernel]]
+
+
+def _region(rule: Rule, kernel: SassKernel) -> list[int]:
+    n = len(kernel.instructions)
+    if rule.region_kind is None:
+        return list(range(n))
+    if rule.region_kind == "loop":
+        if rule.region >= len(kernel.loops):
+            raise AsmError(f"rule {rule.index + 1}: {kernel.name} has {len(kernel.loops)} loop(s); "
+                           f"there is no loop {rule.region}", rule.span("loop"))
+        return sorted(kernel.loops[rule.region].instruction_indices(kernel.blocks))
+    if rule.region_kind == "instructions":
+        lo, hi = rule.region
+        if hi > n:
+            raise AsmError(f"rule {rule.index + 1}: {kernel.name} has {n} instructions; the range ends "
+                           f"at {hi}", rule.span("instructions"))
+        return list(range(lo, hi))
+    if rule.region_kind == "addresses":
+        lo, hi = rule.region
+        if lo % 16 or hi % 16 or hi > 16 * n:
+            raise AsmError(f"rule {rule.index + 1}: addresses must be multiples of 0x10 within "
+                           f"{kernel.name}'s 0x0000-{16 * n:#06x}", rule.span("addresses"))
+        return list(range(lo // 16, hi // 16))
+    start, end = rule.region
+    for lab in (start, end):
+        if lab not in kernel.labels:
+            raise AsmError(f"rule {rule.index + 1}: {kernel.name} has no label '{lab}' "
+                           f"(labels: {', '.join(kernel.labels) or 'none'})", rule.span("labels"))
+    return list(range(kernel.labels[start] // 16, kernel.labels[end] // 16))
+
+
+def plan_patch(data: bytes, rules: Rules, source: str = "<cubin>") -> PatchPlan:
+    """Apply `rules` to a copy of the cubin and check the result; nothing is written."""
+    elf, kernels, target = load_kernels(data, source)
+    selected: dict[tuple[str, int], list[int]] = {}
+    for rule in rules.rules:
+        hits = 0
+        for kernel in _kernels_of(rule, kernels):
+            for k in _region(rule, kernel):
+                if rule.opcode.fullmatch(kernel.instructions[k].name):
+                    elf.set_control(kernel.name, k, **rule.fields)
+                    selected.setdefault((kernel.name, k), []).append(rule.index + 1)
+                    hits += 1
+        if not hits:
+            raise AsmError(f"rule {rule.index + 1}: selects no instruction (opcode /{rule.opcode.pattern}/ "
+                           "matched in full against names such as FFMA or LDS.U.128)",
+                           rule.span("opcode"))
+    changes = []
+    for name, k, old, new in elf.changed():
+        ins = kernels[name].instructions[k]
+        changes.append(Change(name, k, ins.address, ins.text, cb.decode_control(old), cb.decode_control(new),
+                              selected.get((name, k), [])))
+    table, _note = arch_for(target).timing_table()
+    checks = {name: check_patch(kernel, elf.words(name)[:len(kernel.instructions)], table)
+              for name, kernel in kernels.items()}
+    return PatchPlan(source, elf.to_bytes(), changes, len(selected), checks)
+
+
+def write_patched(plan: PatchPlan, path: str | Path) -> None:
+    """Write the patched cubin, all at once (a temporary file renamed over `path`), or refuse."""
+    if plan.hazards:
+        raise AsmError(f"refusing to write {path}: the patch has {len(plan.hazards)} hazard(s)")
+    write_atomically(Path(path), plan.cubin)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """No partial file: a reader sees the old file or the whole new one, never a torn write."""
+    folder = path.resolve().parent
+    if not folder.is_dir():
+        raise AsmError(f"cannot write {path}: no folder {folder}")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

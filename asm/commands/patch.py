@@ -1,0 +1,78 @@
+"""`asmgemm patch`: set control codes in a cubin from a rules file, after proving them safe."""
+from __future__ import annotations
+
+import click
+
+from .common import emit_json
+
+SHOWN_HAZARDS = 20
+
+
+@click.command("patch")
+@click.argument("cubin", type=click.Path(dir_okay=False))
+@click.argument("rules", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="The patched cubin to write (only when the check passes; never a partial file).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the plan as JSON: every changed instruction with its fields before and after, "
+                   "and the check (accepted, hazards with their numbers).")
+def command(cubin, rules, output, as_json):
+    """Set the control codes (stall, yield, scoreboards, wait mask, reuse) of chosen instructions
+    of a sm_90/sm_90a CUBIN, as a RULES file (TOML) says, and write the result to -o.
+
+    Before anything is written, the patched code is checked against the input: fixed-latency
+    consumers stay at least their latency away along every path (latencies: the scheduler's
+    measured sm_90 table), consumers of variable-latency results still wait on the producer's
+    scoreboard, reuse flags are set only where the next instruction reads the same register in
+    the same slot, and every loop that had a yield hint keeps one. A patch that fails is refused
+    with each hazard, its instruction and its numbers, and nothing is written (exit status 1).
+
+    \b
+    Rules file:
+      kernel = "sgemm"            # default kernel of every rule
+      [[rule]]
+      opcode = "FFMA"             # regex, matched in full against FFMA, LDS.U.128, ...
+      loop = 0                    # or addresses = [0x400, 0x800], instructions = [a, b],
+                                  #    labels = [".L_x_3", ".L_x_4"]; none: the whole kernel
+      stall = 2                   # fields: stall, yield (true = `Y`), write_barrier, read_barrier
+      reuse = ["A"]               #   ("none" or 0-5), wait = [scoreboards], reuse = [slots]
+
+    Compare the result with `asmgemm sass --diff CUBIN OUT`. The patched cubin is not used by
+    asmgemm.gemm unless a caller loads it explicitly.
+    """
+    from pathlib import Path
+
+    from ..errors import AsmError
+    from ..sass.patch import plan_patch, write_patched
+    from ..sass.patch_rules import load_rules
+
+    path = Path(cubin)
+    if not path.is_file():
+        raise AsmError(f"no such file: {cubin}")
+    if Path(output).resolve() == path.resolve():
+        raise AsmError("-o names the input cubin; write the patched cubin to another file")
+    plan = plan_patch(path.read_bytes(), load_rules(rules), source=str(cubin))
+    if as_json:
+        out = plan.to_json()
+        out["output"] = None if plan.hazards else str(output)
+        if not plan.hazards:
+            write_patched(plan, output)
+        emit_json(out)
+        if plan.hazards:
+            raise click.exceptions.Exit(1)
+        return
+    if plan.hazards:
+        lines = [h.line() for h in plan.hazards[:SHOWN_HAZARDS]]
+        more = len(plan.hazards) - SHOWN_HAZARDS
+        if more > 0:
+            lines.append(f"... and {more} more (--json lists them all)")
+        raise AsmError(f"{cubin}: patch refused, {len(plan.hazards)} hazard(s); nothing written\n"
+                       + "\n".join(lines))
+    write_patched(plan, output)
+    fields: dict[str, int] = {}
+    for change in plan.changes:
+        for name in change.fields():
+            fields[name] = fields.get(name, 0) + 1
+    counts = ", ".join(f"{n} {k}" for k, n in fields.items()) or "no field changed"
+    click.echo(f"{output}: {len(plan.changes)} of {plan.selected} selected instruction(s) changed "
+               f"({counts}); check passed")

@@ -35,10 +35,12 @@ The four rules, each refusing with the instruction, the hazard and the numbers:
     reaches X without an instruction (X included) that waits on P's patched scoreboard. A patch
     may not change the scoreboard of a setter whose scoreboard a `DEPBAR.LE SBk` instruction
     counts (the count would no longer include it).
- 3. reuse: a reuse flag the patch sets on slot s of instruction I is refused unless I is not a
-    branch or terminator, the next instruction I+1 follows I on every path, I+1 reads exactly the
-    same registers in slot s, and I does not itself overwrite them (the cache would hold the old
-    value). Flags ptxas set are not re-judged.
+ 3. reuse: a reuse flag the patch sets on slot s of instruction I is refused unless I's opcode
+    is one ptxas sets reuse flags on (isa/control_bits.py REUSE_OPCODES), I's yield hint is off
+    (REUSE_NEEDS_YIELD_OFF: a yield voids the cache), I is not a branch, the
+    next instruction I+1 follows I on every path, I+1 reads exactly the same registers in slot
+    s, and I does not itself overwrite them (the cache would hold the old value). Flags ptxas
+    set are not re-judged.
  4. yield: every loop that had at least one instruction with the yield hint on (bit 109 = 0) in
     the input keeps at least one, so a warp spinning in a loop still offers the scheduler a switch
     point; this is the rule checked, not a proof of forward progress (the yield bit is a hint).
@@ -68,7 +70,7 @@ class Hazard:
     kernel: str
     address: int
     text: str
-    kind: str                    # latency | scoreboard | reuse | yield | depbar | control-flow
+    kind: str                    # latency | scoreboard | reuse | yield | depbar | control-flow | encoding
     message: str
     numbers: dict = field(default_factory=dict)
 
@@ -352,6 +354,12 @@ def _check_reuse(name: str, code: _Code, report: CheckReport) -> None:
             problem = None
             if not regs or any(space != "R" for space, _ in regs):
                 problem = f"slot {slot_name} reads no general-purpose register"
+            elif i.opcode not in cb.REUSE_OPCODES:
+                problem = (f"ptxas never sets reuse on {i.opcode} in the code examined "
+                           "(isa/control_bits.py REUSE_OPCODES): its effect there is unknown")
+            elif cb.REUSE_NEEDS_YIELD_OFF and code.new[k]["yield"] == 0:
+                problem = ("its yield hint is on, which voids the reuse cache (nvdisasm does not even "
+                           "show the flag; isa/control_bits.py REUSE_NEEDS_YIELD_OFF)")
             elif i.opcode in BRANCHES or i.opcode in TERMINATORS:
                 problem = f"{i.opcode} transfers control: the next instruction is not known"
             elif code.succ[k] != [k + 1]:

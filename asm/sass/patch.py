@@ -7,21 +7,26 @@ fields, prove the result safe (sass/hazards.py), and write it only then.
 The instructions, their text and control flow come from the SASS inspector (nvdisasm's listing,
 sass/inspect.py); the words edited are the cubin's own bytes (sass/elf.py). The two are checked
 against each other word by word before anything is selected, so a listing that does not describe
-these bytes stops the patch.
+these bytes stops the patch. After the edit nvdisasm reads the patched cubin again
+(`verify_encoding`): the same instructions must come back, since some opcodes accept only some
+stall/yield values.
 """
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import AsmError
+from ..errors import AsmError, ToolchainError
 from ..isa import control_bits as cb
 from ..isa.arch import arch_for
+from .decode import text_reuse_slots
 from .elf import ElfCubin
 from .hazards import CheckReport, Hazard, check_patch
 from .inspect import SassKernel, inspect_cubin
+from .listing import disassemble_listing
 from .patch_rules import Rule, Rules
 
 
@@ -68,8 +73,8 @@ def load_kernels(data: bytes, source: str) -> tuple[ElfCubin, dict[str, SassKern
     report = inspect_cubin(data, source=source, line_info=False)
     for name, kernel in report.kernels.items():
         text = elf.kernel(name)
-        # nvdisasm lists the function's symbol size; the section may hold NOP padding after it
-        # (ptxas pads code sections to 128 bytes), which no rule can select.
+        # nvdisasm -c leaves out the NOP padding after a function's last instruction (seen with
+        # nvdisasm 13: ptxas pads .text sections with NOPs); no rule can select those words.
         if text.count < len(kernel.instructions):
             raise AsmError(f"{source}: {name}: nvdisasm lists {len(kernel.instructions)} instructions "
                            f"but .text.{name} holds only {text.count} words")
@@ -145,7 +150,50 @@ def plan_patch(data: bytes, rules: Rules, source: str = "<cubin>") -> PatchPlan:
     table, _note = arch_for(target).timing_table()
     checks = {name: check_patch(kernel, elf.words(name)[:len(kernel.instructions)], table)
               for name, kernel in kernels.items()}
+    if changes:
+        for hazard in verify_encoding(kernels, elf.to_bytes(), source):
+            checks[hazard.kernel].hazards.append(hazard)
     return PatchPlan(source, elf.to_bytes(), changes, len(selected), checks)
+
+
+_NVDISASM_ADDRESS = re.compile(r"at address (0x[0-9a-fA-F]+)")
+
+
+def verify_encoding(kernels: dict[str, SassKernel], patched: bytes, source: str) -> list[Hazard]:
+    """nvdisasm must read the patched words as the same instructions, with `.reuse` exactly on the
+    slots whose flags are set. Not every control value is legal everywhere: nvdisasm 13 decodes the
+    stall and yield bits of some opcodes through a table of allowed values (S2R refuses stall 0
+    and 15: "Opclass 's2r_', undefined value 0x1f for table 'TABLES_opex_0'"), so a patch is
+    disassembled again before it may be written."""
+    try:
+        listing = disassemble_listing(patched, line_info=False)
+    except ToolchainError as exc:
+        m = _NVDISASM_ADDRESS.search(exc.message)
+        address = int(m.group(1), 16) if m else 0
+        name = next(iter(kernels))
+        for kname, kernel in kernels.items():      # nvdisasm names the address, not the kernel
+            if any(i.address == address for i in kernel.instructions):
+                name = kname
+                break
+        text = next((i.text for i in kernels[name].instructions if i.address == address), "?")
+        said = exc.message.removeprefix("nvdisasm failed (exit 1): ").splitlines()[0]
+        return [Hazard(name, address, text, "encoding",
+                       f"nvdisasm cannot decode the patched word ({said}); this opcode does not "
+                       "accept these control values")]
+    out = []
+    for name, kernel in kernels.items():
+        fn = listing.functions.get(name)
+        if fn is None or len(fn.instructions) != len(kernel.instructions):
+            out.append(Hazard(name, 0, "", "encoding", "nvdisasm lists the patched kernel differently"))
+            continue
+        for before, after in zip(kernel.instructions, fn.instructions):
+            reuse = cb.decode_control(cb.word_of(after.lo, after.hi))["reuse"]
+            slots = [i for i in range(len(cb.REUSE_SLOTS)) if reuse >> i & 1]
+            if after.text.replace(".reuse", "") != before.text.replace(".reuse", "") or \
+                    text_reuse_slots(after.text, before.destinations) != slots:
+                out.append(Hazard(name, before.address, before.text, "encoding",
+                                  f"nvdisasm reads the patched word as '{after.text}'"))
+    return out
 
 
 def write_patched(plan: PatchPlan, path: str | Path) -> None:

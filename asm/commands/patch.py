@@ -1,6 +1,8 @@
 """`asmgemm patch`: set control codes in a cubin from a rules file, after proving them safe."""
 from __future__ import annotations
 
+import sys
+
 import click
 
 from .common import emit_json
@@ -59,7 +61,7 @@ def command(cubin, rules, output, as_json):
             write_patched(plan, output)
         emit_json(out)
         if plan.hazards:
-            raise click.exceptions.Exit(1)
+            sys.exit(1)     # the JSON says why; the status says refused (click's Exit is swallowed by cli.main)
         return
     if plan.hazards:
         lines = [h.line() for h in plan.hazards[:SHOWN_HAZARDS]]

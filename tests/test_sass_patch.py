@@ -12,7 +12,7 @@ from asmgemm.isa import control_bits as cb
 from asmgemm.pipeline import BuildOptions, assemble, build_file, shipped_kernels
 from asmgemm.sass.decode import text_reuse_slots
 from asmgemm.sass.elf import ElfCubin
-from asmgemm.sass.hazards import _Code, fixed_latencies
+from asmgemm.sass.hazards import CodeFacts, fixed_latencies
 from asmgemm.sass.inspect import inspect_cubin
 from asmgemm.sass.patch import load_kernels, plan_patch
 from asmgemm.sass.patch_rules import parse_rules
@@ -124,7 +124,7 @@ def _codes(decoded, names=None):
             continue
         for kernel in kernels.values():
             ins = kernel.instructions
-            yield name, kernel, _Code(ins, kernel.blocks, [i.word for i in ins])
+            yield name, kernel, CodeFacts(ins, kernel.blocks, [i.word for i in ins])
 
 
 def _reuse_candidate(decoded):
@@ -297,3 +297,30 @@ def test_checker_accepts_a_valid_new_reuse_flag(decoded, cubins):
     plan = plan_patch(cubins[name], parse_rules(rule(kernel.name, ins.address,
                                                      reuse=[cb.REUSE_SLOTS[s] for s in {slot, *ins.reuse_slots}])), name)
     assert not plan.hazards, [h.line() for h in plan.hazards]
+
+
+# ---- the reuse pass (opt-in, not measured) ---------------------------------------------------------
+
+def test_reuse_pass_output_passes_the_checker_on_every_shipped_kernel(cubins):
+    for name, data in cubins.items():
+        plan = plan_patch(data, None, name, reuse_pass=True)
+        assert not plan.hazards, (name, [h.line() for h in plan.hazards[:3]])
+        assert [r.kernel for r in plan.reuse_pass] == list(ElfCubin(data).kernels)
+
+
+def test_reuse_pass_on_stripped_sgemm_sets_only_flags_ptxas_had(cubins):
+    """Strip every reuse flag from sgemm (always safe), run the pass on the result: each flag it
+    sets is one ptxas set too, and it sets most of them back (the rest ptxas set under a looser
+    rule than the checker's: docs/design/sass-patching.md)."""
+    strip = parse_rules('kernel = "sgemm"\n[[rule]]\nopcode = ".*"\nreuse = []\n')
+    stripped = plan_patch(cubins["sgemm"], strip, "sgemm")
+    assert not stripped.hazards
+    plan = plan_patch(stripped.cubin, None, "sgemm", reuse_pass=True)
+    assert not plan.hazards
+    original, again = ElfCubin(cubins["sgemm"]), ElfCubin(plan.cubin)
+    ptxas = [cb.REUSE.extract(w) for w in original.words("sgemm")]
+    ours = [cb.REUSE.extract(w) for w in again.words("sgemm")]
+    assert all(o & ~p == 0 for o, p in zip(ours, ptxas))
+    restored, had = sum(bin(o).count("1") for o in ours), sum(bin(p).count("1") for p in ptxas)
+    assert plan.reuse_pass[0].flags_added == restored
+    assert restored > had // 2, (restored, had)

@@ -158,3 +158,16 @@ def test_command_line_mistakes(naive_cubin, tmp_path, run_cli):
     assert code == 1 and "use --diff" in err
     code, _, err = run_cli("sass", "--diff", naive_cubin, rules)
     assert code == 1 and "not one" in err
+
+
+@pytest.mark.toolchain
+@TOOLS
+def test_reuse_pass_from_the_command_line(naive_cubin, tmp_path, run_cli):
+    out = tmp_path / "reuse.cubin"
+    code, stdout, err = run_cli("patch", naive_cubin, "--reuse-pass", "-o", out)
+    assert code == 0, err
+    assert "reuse pass, sgemm_naive:" in stdout and "not measured on a GPU" in stdout and out.is_file()
+    code, stdout, err = run_cli("patch", naive_cubin, "--reuse-pass", "-o", out, "--json")
+    assert json.loads(stdout)["reuse_pass"][0]["measured"] is False
+    code, _, err = run_cli("patch", naive_cubin, "-o", out)
+    assert code == 1 and "nothing to do" in err

@@ -12,13 +12,16 @@ SHOWN_HAZARDS = 20
 
 @click.command("patch")
 @click.argument("cubin", type=click.Path(dir_okay=False))
-@click.argument("rules", type=click.Path(dir_okay=False))
+@click.argument("rules", type=click.Path(dir_okay=False), required=False)
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="The patched cubin to write (only when the check passes; never a partial file).")
+@click.option("--reuse-pass", "reuse_pass", is_flag=True,
+              help="Also set every operand-reuse flag the checker can prove valid (maxas-style; after the "
+                   "rules) and report the modelled bank conflicts before/after. Not measured on a GPU.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the plan as JSON: every changed instruction with its fields before and after, "
                    "and the check (accepted, hazards with their numbers).")
-def command(cubin, rules, output, as_json):
+def command(cubin, rules, output, reuse_pass, as_json):
     """Set the control codes (stall, yield, scoreboards, wait mask, reuse) of chosen instructions
     of a sm_90/sm_90a CUBIN, as a RULES file (TOML) says, and write the result to -o.
 
@@ -39,6 +42,10 @@ def command(cubin, rules, output, as_json):
       stall = 2                   # fields: stall, yield (true = `Y`), write_barrier, read_barrier
       reuse = ["A"]               #   ("none" or 0-5), wait = [scoreboards], reuse = [slots]
 
+    --reuse-pass sets, in addition, every reuse flag the checker's reuse rule allows (the next
+    instruction reads the same register in the same slot) and prints the bank conflicts the
+    register-bank model counts before and after; its effect on speed is not measured.
+
     Compare the result with `asmgemm sass --diff CUBIN OUT`. The patched cubin is not used by
     asmgemm.gemm unless a caller loads it explicitly.
     """
@@ -53,7 +60,10 @@ def command(cubin, rules, output, as_json):
         raise AsmError(f"no such file: {cubin}")
     if Path(output).resolve() == path.resolve():
         raise AsmError("-o names the input cubin; write the patched cubin to another file")
-    plan = plan_patch(path.read_bytes(), load_rules(rules), source=str(cubin))
+    if rules is None and not reuse_pass:
+        raise AsmError("nothing to do: give a RULES file, --reuse-pass, or both")
+    plan = plan_patch(path.read_bytes(), load_rules(rules) if rules else None, source=str(cubin),
+                      reuse_pass=reuse_pass)
     if as_json:
         out = plan.to_json()
         out["output"] = None if plan.hazards else str(output)
@@ -76,5 +86,9 @@ def command(cubin, rules, output, as_json):
         for name in change.fields():
             fields[name] = fields.get(name, 0) + 1
     counts = ", ".join(f"{n} {k}" for k, n in fields.items()) or "no field changed"
+    for r in plan.reuse_pass:
+        click.echo(f"reuse pass, {r.kernel}: {r.flags_added} flag(s) added; modelled bank conflicts "
+                   f"{r.conflicts_before} -> {r.conflicts_after} ({r.loop_conflicts_before} -> "
+                   f"{r.loop_conflicts_after} in loops); not measured on a GPU")
     click.echo(f"{output}: {len(plan.changes)} of {plan.selected} selected instruction(s) changed "
                f"({counts}); check passed")

@@ -110,8 +110,9 @@ def _variable_opcodes(table) -> frozenset[str]:
     return frozenset(t.sass.split(".")[0] for t in table.values() if t.variable)
 
 
-class _Code:
-    """Per instruction: registers read and written, successors, and both sets of control fields."""
+class CodeFacts:
+    """Per instruction: registers read and written (per source slot too), successors on the
+    control-flow graph, and the control fields before (the kernel's) and after (`new_words`)."""
 
     def __init__(self, ins: list[SassInstruction], blocks, new_words: list[int]):
         self.ins = ins
@@ -164,7 +165,7 @@ def _waits(fields: dict, sb: int) -> bool:
     return bool(fields["wait_mask"] >> sb & 1)
 
 
-def _exposed(code: _Code, p: int, sb: int | None, controls: list[dict]) -> tuple[set[int], set[int]]:
+def _exposed(code: CodeFacts, p: int, sb: int | None, controls: list[dict]) -> tuple[set[int], set[int]]:
     """From producer p: (instructions reached with no wait on `sb` before or at them,
     instructions that wait on `sb` and are reached with no earlier wait)."""
     exposed: set[int] = set()
@@ -185,7 +186,7 @@ def _exposed(code: _Code, p: int, sb: int | None, controls: list[dict]) -> tuple
     return exposed, waiters
 
 
-def _register_consumers(code: _Code, p: int, regs: set[Register], writers_only: bool) -> set[int]:
+def _register_consumers(code: CodeFacts, p: int, regs: set[Register], writers_only: bool) -> set[int]:
     """Instructions on some path from p that read (or, always, overwrite) one of `regs` before an
     unpredicated instruction has overwritten it."""
     out: set[int] = set()
@@ -224,7 +225,7 @@ def check_patch(kernel, new_words: list[int], table) -> CheckReport:
                                      "the kernel has an indirect branch (BRX/JMX): its paths are unknown, "
                                      "so no control-code patch to it can be checked"))
         return report
-    code = _Code(ins, kernel.blocks, new_words)
+    code = CodeFacts(ins, kernel.blocks, new_words)
     _check_latency(kernel.name, code, table, report)
     _check_scoreboards(kernel.name, code, report)
     _check_reuse(kernel.name, code, report)
@@ -232,7 +233,7 @@ def check_patch(kernel, new_words: list[int], table) -> CheckReport:
     return report
 
 
-def _check_latency(name: str, code: _Code, table, report: CheckReport) -> None:
+def _check_latency(name: str, code: CodeFacts, table, report: CheckReport) -> None:
     if not any(n < o for o, n in zip(code.gap_old, code.gap_new)):
         return          # no stall shortened: no distance can fall below the input's
     fixed = fixed_latencies(table)
@@ -279,7 +280,7 @@ def _check_latency(name: str, code: _Code, table, report: CheckReport) -> None:
                     stack.append((s, d + code.gap_new[x], d0 + code.gap_old[x], live))
 
 
-def _check_scoreboards(name: str, code: _Code, report: CheckReport) -> None:
+def _check_scoreboards(name: str, code: CodeFacts, report: CheckReport) -> None:
     ins = code.ins
     dropped = 0         # scoreboards some instruction no longer waits on
     for o, n in zip(code.old, code.new):
@@ -342,7 +343,7 @@ def _fmt(sb: int | None) -> str:
     return "none" if sb is None else str(sb)
 
 
-def _check_reuse(name: str, code: _Code, report: CheckReport) -> None:
+def _check_reuse(name: str, code: CodeFacts, report: CheckReport) -> None:
     ins = code.ins
     for k, i in enumerate(ins):
         added = code.new[k]["reuse"] & ~code.old[k]["reuse"]
@@ -380,7 +381,7 @@ def _check_reuse(name: str, code: _Code, report: CheckReport) -> None:
                                              {"slot": slot_name}))
 
 
-def _check_yield(kernel, code: _Code, report: CheckReport) -> None:
+def _check_yield(kernel, code: CodeFacts, report: CheckReport) -> None:
     for lp in kernel.loops:
         body = lp.instruction_indices(kernel.blocks)
         had = [k for k in body if code.old[k]["yield"] == 0]

@@ -28,6 +28,7 @@ from .hazards import CheckReport, Hazard, check_patch
 from .inspect import SassKernel, inspect_cubin
 from .listing import disassemble_listing
 from .patch_rules import Rule, Rules
+from .reuse_pass import ReuseSummary, plan_reuse
 
 
 @dataclass
@@ -38,7 +39,7 @@ class Change:
     text: str
     before: dict[str, int]
     after: dict[str, int]
-    rules: list[int]                   # 1-based numbers of the rules that selected it
+    rules: list[int]                   # 1-based numbers of the rules that selected it ([]: the reuse pass)
 
     def fields(self) -> dict[str, tuple[int, int]]:
         return {k: (self.before[k], self.after[k]) for k in self.before if self.before[k] != self.after[k]}
@@ -56,6 +57,7 @@ class PatchPlan:
     changes: list[Change]
     selected: int                      # instructions the rules selected (changed or not)
     checks: dict[str, CheckReport] = field(default_factory=dict)
+    reuse_pass: list[ReuseSummary] = field(default_factory=list)
 
     @property
     def hazards(self) -> list[Hazard]:
@@ -64,7 +66,8 @@ class PatchPlan:
     def to_json(self) -> dict:
         return {"source": self.source, "accepted": not self.hazards, "selected": self.selected,
                 "changed": len(self.changes), "changes": [c.to_json() for c in self.changes],
-                "checks": {k: c.to_json() for k, c in self.checks.items()}}
+                "checks": {k: c.to_json() for k, c in self.checks.items()},
+                "reuse_pass": [r.to_json() for r in self.reuse_pass]}
 
 
 def load_kernels(data: bytes, source: str) -> tuple[ElfCubin, dict[str, SassKernel], str]:
@@ -126,11 +129,13 @@ def _region(rule: Rule, kernel: SassKernel) -> list[int]:
     return list(range(kernel.labels[start] // 16, kernel.labels[end] // 16))
 
 
-def plan_patch(data: bytes, rules: Rules, source: str = "<cubin>") -> PatchPlan:
-    """Apply `rules` to a copy of the cubin and check the result; nothing is written."""
+def plan_patch(data: bytes, rules: Rules | None, source: str = "<cubin>", *,
+               reuse_pass: bool = False) -> PatchPlan:
+    """Apply `rules` (and, when asked, the reuse pass: sass/reuse_pass.py) to a copy of the cubin
+    and check the result; nothing is written."""
     elf, kernels, target = load_kernels(data, source)
     selected: dict[tuple[str, int], list[int]] = {}
-    for rule in rules.rules:
+    for rule in (rules.rules if rules else []):
         hits = 0
         for kernel in _kernels_of(rule, kernels):
             for k in _region(rule, kernel):
@@ -142,6 +147,14 @@ def plan_patch(data: bytes, rules: Rules, source: str = "<cubin>") -> PatchPlan:
             raise AsmError(f"rule {rule.index + 1}: selects no instruction (opcode /{rule.opcode.pattern}/ "
                            "matched in full against names such as FFMA or LDS.U.128)",
                            rule.span("opcode"))
+    reuse_summaries = []
+    if reuse_pass:
+        for name, kernel in kernels.items():
+            flags, summary = plan_reuse(kernel, target)
+            for k, reuse in flags.items():
+                elf.set_control(name, k, reuse=elf.control(name, k)["reuse"] | reuse)
+                selected.setdefault((name, k), [])
+            reuse_summaries.append(summary)
     changes = []
     for name, k, old, new in elf.changed():
         ins = kernels[name].instructions[k]
@@ -153,7 +166,7 @@ def plan_patch(data: bytes, rules: Rules, source: str = "<cubin>") -> PatchPlan:
     if changes:
         for hazard in verify_encoding(kernels, elf.to_bytes(), source):
             checks[hazard.kernel].hazards.append(hazard)
-    return PatchPlan(source, elf.to_bytes(), changes, len(selected), checks)
+    return PatchPlan(source, elf.to_bytes(), changes, len(selected), checks, reuse_summaries)
 
 
 _NVDISASM_ADDRESS = re.compile(r"at address (0x[0-9a-fA-F]+)")

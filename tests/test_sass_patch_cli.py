@@ -82,6 +82,7 @@ def test_patch_writes_a_checked_cubin_and_diff_shows_the_fields(naive_cubin, tmp
     code, stdout, err = run_cli("patch", naive_cubin, rules, "-o", out)
     assert code == 0, err
     assert "check passed" in stdout and out.is_file()
+    assert out.stat().st_mode & 0o044, "the patched cubin must not be left private (mkstemp's 0600)"
     assert len(out.read_bytes()) == len(naive_cubin.read_bytes())
     code, stdout, err = run_cli("sass", "--diff", naive_cubin, out)
     assert code == 0, err

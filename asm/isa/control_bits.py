@@ -123,9 +123,9 @@ TEXT_SOURCE_SLOTS: dict[str, tuple[int, ...]] = {"HADD2": (0, 2)}
 # (sass/hazards.py) accepts a new reuse flag only on these opcodes, since what the hardware does
 # with a flag elsewhere is unknown.
 # [HERE] nvdisasm 13 prints no `.reuse` on an instruction whose yield hint is on (bit 109 = 0),
-# whatever its reuse bits (set bit 0 on ISETP.GT.AND P0, PT, R6, RZ, PT of sgemm with `Y`: no
-# marker; on the same form without `Y`: `R6.reuse`), which agrees with [JIA18]: a yield voids the
-# reuse cache. The patch checker refuses a reuse flag on an instruction with the yield hint on.
+# whatever its reuse bits (bit 0 set on sgemm 0x0430 `ISETP.GT.AND P0, PT, R6, RZ, PT`, which has
+# `Y`: no marker; on gemm_skinny 0x02a0 `ISETP.GE.U32.AND P5, PT, R7, UR4, PT`, no `Y`: `R7.reuse`),
+# which agrees with [JIA18]: a yield voids the reuse cache. The patch checker refuses a reuse flag on an instruction with the yield hint on.
 REUSE_NEEDS_YIELD_OFF = True
 REUSE_OPCODES = frozenset({"FFMA", "ISETP", "HMMA", "PRMT", "IMAD", "VIADD", "IADD3", "SEL", "LEA",
                            "LOP3", "VIADDMNMX", "SHF", "FMUL", "FSETP", "F2FP", "FMNMX", "VABSDIFF4",

@@ -29,8 +29,10 @@ def command(cubin, rules, output, reuse_pass, as_json):
     consumers stay at least their latency away along every path (latencies: the scheduler's
     measured sm_90 table), consumers of variable-latency results still wait on the producer's
     scoreboard, reuse flags are set only where the next instruction reads the same register in
-    the same slot, and every loop that had a yield hint keeps one. A patch that fails is refused
-    with each hazard, its instruction and its numbers, and nothing is written (exit status 1).
+    the same slot with the yield hint off, every loop that had a yield hint keeps one, and
+    nvdisasm reads the patched words back as the same instructions (some opcodes accept only some
+    stall values). A patch that fails is refused with each hazard, its instruction and its
+    numbers, and nothing is written (exit status 1).
 
     \b
     Rules file:

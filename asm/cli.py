@@ -20,6 +20,7 @@ COMMANDS = {
     "check": ("check", "Run ptxas -v on the output: registers, spills, stack, shared memory."),
     "kernels": ("kernels", "List the kernels shipped with asmgemm (buildable by name)."),
     "sass": ("sass", "Disassemble what ptxas produced: control codes, banks, reuse, loops."),
+    "patch": ("patch", "Set control codes in a cubin from a rules file, refused unless proven safe."),
     "sched": ("sched", "Show how .schedule regions are reordered, with estimated cycles."),
     "run": ("run", "Run a GEMM kernel on the GPU: error vs cuBLAS, TFLOP/s, ratio."),
     "bench": ("bench", "Benchmark kernels against cuBLAS on the GPU."),

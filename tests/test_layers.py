@@ -41,8 +41,8 @@ PACKAGES = ["asmgemm", "asmgemm.isa", "asmgemm.commands", "asmgemm.sass", "asmge
 # bottom up: the version, positions (source.py) and the data-only packages; errors; the data models
 # (ast, ir) and reading files; expressions, the parser cache and the ISA facts; the toolchain
 # (ptxas, nvdisasm); the accepted targets, the grammars' shared tree builder and ptxas's names; the
-# fast parser and the stages after expansion (register planner, scheduler, emitter, SASS
-# inspector); the parser; the expander and the kernel specs; the pipeline that runs a build; the
+# fast parser and the stages after expansion (register planner, scheduler, emitter); the parser
+# and the SASS inspector and patcher (whose hazard check reads the scheduler's latencies); the expander and the kernel specs; the pipeline that runs a build; the
 # runtime; the library (benchmark, tuner); the command line.
 STAGE_RANK = {
     "version": 0, "source": 0, "grammar": 0, "kernels_ptx": 0,
@@ -51,8 +51,8 @@ STAGE_RANK = {
     "expr": 3, "parser_cache": 3, "isa": 3,
     "toolchain": 4,
     "targets": 5, "parse_tree": 5, "ptxas_names": 5,
-    "parse_fast": 6, "regalloc": 6, "scheduler": 6, "emit": 6, "sass": 6,
-    "parse": 7,
+    "parse_fast": 6, "regalloc": 6, "scheduler": 6, "emit": 6,
+    "parse": 7, "sass": 7,
     "expand": 8, "kernel_spec": 8,
     "pipeline": 9,
     "runtime": 10,

@@ -7,7 +7,9 @@ import click
 
 from ..errors import AsmError
 from ..pipeline import assemble_traced, build_file, resolve_input
+from ..sass.diff import diff_cubins, render_diff
 from ..sass.inspect import check_target, inspect_build, inspect_cubin
+from ..sass.listing import disassemble_listing
 from ..sass.render import render_report
 from .common import build_options, emit_json, make_console, source_options
 
@@ -25,14 +27,17 @@ def _is_cubin(path) -> bool:
 
 
 @click.command("sass")
-@click.argument("file")
+@click.argument("files", nargs=-1, required=True, metavar="FILE")
+@click.option("--diff", "diff", is_flag=True,
+              help="Compare two cubins (FILE A.cubin B.cubin): every changed instruction with its control "
+                   "fields before and after, and any other section that differs.")
 @click.option("--kernel", "kernel_name", metavar="NAME", help="Only this kernel.")
 @click.option("--loop", "only_loops", is_flag=True, help="Only the loop bodies, each with its summary.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the same data as JSON: per kernel its summary, blocks, loops, and one object "
                    "per instruction with named fields.")
 @source_options
-def command(file, kernel_name, only_loops, as_json, defines, target, include_dirs):
+def command(files, diff, kernel_name, only_loops, as_json, defines, target, include_dirs):
     """Disassemble the SASS of FILE (.sasm, .ptx, a shipped kernel name, or a sm_90/sm_90a .cubin)
     and annotate every instruction.
 
@@ -62,7 +67,14 @@ def command(file, kernel_name, only_loops, as_json, defines, target, include_dir
     Examples:
       asmgemm sass sgemm_naive --loop
       asmgemm sass kernel.cubin --kernel my_kernel --json > sass.json
+      asmgemm sass --diff kernel.cubin patched.cubin
     """
+    if diff:
+        _diff(files, kernel_name, as_json)
+        return
+    if len(files) != 1:
+        raise AsmError(f"give one FILE (got {len(files)}); to compare two cubins use --diff A.cubin B.cubin")
+    file = files[0]
 
     if _is_cubin(file):
         path = Path(file)
@@ -89,3 +101,26 @@ def command(file, kernel_name, only_loops, as_json, defines, target, include_dir
         return
     console = make_console(piped_width=240)    # piped listings keep one instruction per line
     render_report(report, kernels, only_loops, console)
+
+
+def _diff(files, kernel_name, as_json) -> None:
+    if len(files) != 2:
+        raise AsmError(f"--diff compares two cubins: give A.cubin B.cubin (got {len(files)} file(s))")
+    data = []
+    for f in files:
+        p = Path(f)
+        if not p.is_file():
+            raise AsmError(f"no such file: {f}")
+        if not _is_cubin(p):
+            raise AsmError(f"{f}: --diff compares cubins; this is not one",
+                           hint="build one with `asmgemm build FILE --cubin OUT.cubin`")
+        data.append(p.read_bytes())
+    listing = disassemble_listing(data[0], line_info=False)
+    texts = {name: {i.address: i.text for i in fn.instructions} for name, fn in listing.functions.items()}
+    result = diff_cubins(data[0], data[1], files[0], files[1], texts)
+    if kernel_name is not None:
+        result.words = [w for w in result.words if w.kernel == kernel_name]
+    if as_json:
+        emit_json(result.to_json())
+        return
+    click.echo("\n".join(render_diff(result)))

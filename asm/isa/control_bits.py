@@ -115,6 +115,23 @@ REUSE_SLOTS = ("A", "B", "C", "D")
 TEXT_SOURCE_SLOTS: dict[str, tuple[int, ...]] = {"HADD2": (0, 2)}
 
 
+# Opcodes on which ptxas sets reuse flags ([HERE], ptxas 13.0, counted 2026-11-27): in the six
+# shipped kernels' sm_90/sm_90a cubins FFMA 3454, ISETP 241, HMMA 214, PRMT 30, IMAD 27, VIADD 25,
+# IADD3 17, SEL 10, LEA 5, LOP3 4, VIADDMNMX 4, SHF 3; in tests/data + tests/corpus/ptx (the inputs
+# of tests/test_sass_inspect.py) also FMUL 8, FSETP 5, F2FP 3, FMNMX 2, VABSDIFF4, HADD2, DFMA and
+# VIMNMX. Memory, branch and uniform-datapath instructions never carry one there; the patch checker
+# (sass/hazards.py) accepts a new reuse flag only on these opcodes, since what the hardware does
+# with a flag elsewhere is unknown.
+# [HERE] nvdisasm 13 prints no `.reuse` on an instruction whose yield hint is on (bit 109 = 0),
+# whatever its reuse bits (bit 0 set on sgemm 0x0430 `ISETP.GT.AND P0, PT, R6, RZ, PT`, which has
+# `Y`: no marker; on gemm_skinny 0x02a0 `ISETP.GE.U32.AND P5, PT, R7, UR4, PT`, no `Y`: `R7.reuse`),
+# which agrees with [JIA18]: a yield voids the reuse cache. The patch checker refuses a reuse flag on an instruction with the yield hint on.
+REUSE_NEEDS_YIELD_OFF = True
+REUSE_OPCODES = frozenset({"FFMA", "ISETP", "HMMA", "PRMT", "IMAD", "VIADD", "IADD3", "SEL", "LEA",
+                           "LOP3", "VIADDMNMX", "SHF", "FMUL", "FSETP", "F2FP", "FMNMX", "VABSDIFF4",
+                           "HADD2", "DFMA", "VIMNMX"})
+
+
 def source_slot(opcode: str, index: int) -> int:
     """The hardware source slot (0 = A) that text source `index` of `opcode` reads."""
     slots = TEXT_SOURCE_SLOTS.get(opcode)

@@ -8,4 +8,12 @@
   inspect.py       inspect_cubin / inspect_build -> SassReport (the public entry points)
   plan_compare.py  the register plan next to ptxas's allocation (`asmgemm regs --sass`)
   render.py        rich tables for `asmgemm sass`
+
+Patching control codes (issue 35; docs/design/sass-patching.md):
+  elf.py           the cubin as an editable ELF: sections, symbols, .text words, in-place edits
+  patch_rules.py   the TOML rules file of `asmgemm patch`
+  hazards.py       the safety check a patch must pass before it is written
+  patch.py         rules -> edited copy -> check -> nvdisasm re-read -> atomic write
+  reuse_pass.py    the opt-in reuse pass (`asmgemm patch --reuse-pass`), not measured on a GPU
+  diff.py          `asmgemm sass --diff`: changed instructions field by field
 """

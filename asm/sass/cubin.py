@@ -1,9 +1,9 @@
 """Reading what a cubin says about itself: is it a CUDA ELF at all, for which SM, which functions
 it holds and their resources (registers, stack frame, static shared memory).
 
-Only the standard library (`struct`): this runs before nvdisasm, so that a wrong file gets a clear
-error instead of nvdisasm's, and it gives the per-kernel resources that nvdisasm's code listing
-does not print.
+Only the standard library (`struct`; sections and symbols through sass/elf.py): this runs before
+nvdisasm, so that a wrong file gets a clear error instead of nvdisasm's, and it gives the
+per-kernel resources that nvdisasm's code listing does not print.
 
 Sources:
 - ELF64 header and section/symbol tables: the System V ABI (generic ELF), as in
@@ -27,6 +27,7 @@ import struct
 from dataclasses import dataclass, field
 
 from ..errors import AsmError
+from .elf import ElfCubin
 
 EM_CUDA = 190
 _ELF_MAGIC = b"\x7fELF"
@@ -39,10 +40,6 @@ EIATTR_REGCOUNT = 0x2f
 EIFMT_SVAL = 4
 
 _RESERVED_SHARED_BYTES = 1024
-
-STO_CUDA_ENTRY = 0x10
-STT_FUNC = 2
-
 
 @dataclass
 class CubinFunction:
@@ -102,48 +99,18 @@ def _read(data: bytes, source: str) -> CubinInfo:
         raise _bad(f"is an ELF file for machine {e_machine}, not a CUDA cubin (machine {EM_CUDA})",
                    source)
     (e_flags,) = struct.unpack_from("<I", data, 48)
-    (e_shoff,) = struct.unpack_from("<Q", data, 40)
-    e_shentsize, e_shnum, e_shstrndx = struct.unpack_from("<HHH", data, 58)
     sm = (e_flags >> 8) & 0xFF if abi_version >= 8 else e_flags & 0xFF
 
-    shdrs = []
-    for i in range(e_shnum):
-        (name, stype, flags, _addr, offset, size, link, info, _align, entsize) = \
-            struct.unpack_from("<IIQQQQIIQQ", data, e_shoff + i * e_shentsize)
-        shdrs.append(dict(name=name, type=stype, flags=flags, offset=offset, size=size, link=link,
-                          info=info, entsize=entsize))
-    strtab = shdrs[e_shstrndx]
-
-    def cstr(table: dict, off: int) -> str:
-        start = table["offset"] + off
-        end = data.index(b"\0", start)
-        return data[start:end].decode("utf-8")
-
-    names = [cstr(strtab, sh["name"]) for sh in shdrs]
+    # Sections, symbols and kernels: the one ELF reader (sass/elf.py).
+    elf = ElfCubin(data, source)
+    names = [sh.name for sh in elf.sections]
     info = CubinInfo(sm=sm, abi_version=abi_version, sections=names)
-
-    # Symbols: function names and indices (the .nv.info attributes refer to symbol indices).
-    symbols: list[tuple[str, int, int, int]] = []   # (name, info, other, shndx)
-    for sh in shdrs:
-        if sh["type"] != 2:   # SHT_SYMTAB
-            continue
-        strsec = shdrs[sh["link"]]
-        count = sh["size"] // (sh["entsize"] or 24)
-        for i in range(count):
-            st_name, st_info, st_other, st_shndx, _value, _size = \
-                struct.unpack_from("<IBBHQQ", data, sh["offset"] + i * 24)
-            symbols.append((cstr(strsec, st_name) if st_name else "", st_info, st_other, st_shndx))
-
     by_symbol: dict[int, CubinFunction] = {}
-    for idx, (name, st_info, st_other, shndx) in enumerate(symbols):
-        if st_info & 0xF != STT_FUNC or not 0 < shndx < len(shdrs):
-            continue
-        if names[shndx] != f".text.{name}":
-            continue
-        sh = shdrs[shndx]
-        fn = CubinFunction(name=name, symbol_index=idx, entry=bool(st_other & STO_CUDA_ENTRY),
-                           code_bytes=sh["size"], code_offset=sh["offset"], registers=(sh["info"] >> 24) & 0xFF)
-        by_symbol[idx] = fn
+    for name, text in elf.kernels.items():
+        fn = CubinFunction(name=name, symbol_index=text.symbol.index, entry=text.entry,
+                           code_bytes=text.section.size, code_offset=text.section.offset,
+                           registers=(text.section.info >> 24) & 0xFF)
+        by_symbol[text.symbol.index] = fn
         info.functions[name] = fn
     # On sm_90 the first 1 KB of a CTA's shared window is reserved for the system (CUDA C++
     # Programming Guide, "Shared Memory" for compute capability 8.x/9.0); ptxas then marks the
@@ -154,13 +121,13 @@ def _read(data: bytes, source: str) -> CubinInfo:
     reserved = _RESERVED_SHARED_BYTES if ".nv.shared.reserved.0" in names else 0
     for name, fn in info.functions.items():
         if f".nv.shared.{name}" in names:
-            size = shdrs[names.index(f".nv.shared.{name}")]["size"]
+            size = elf.section_named(f".nv.shared.{name}").size
             fn.reserved_shared_bytes = min(reserved, size)
             fn.shared_bytes = size - fn.reserved_shared_bytes
 
-    for sh, name in zip(shdrs, names):
-        if name == ".nv.info" or name.startswith(".nv.info."):
-            _read_nv_info(data[sh["offset"]: sh["offset"] + sh["size"]], by_symbol)
+    for sh in elf.sections:
+        if sh.name == ".nv.info" or sh.name.startswith(".nv.info."):
+            _read_nv_info(data[sh.offset: sh.offset + sh.size], by_symbol)
     return info
 
 

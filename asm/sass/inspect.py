@@ -46,6 +46,7 @@ class SassKernel:
     loop_summaries: list[Summary]
     resources: CubinFunction | None = None
     indirect_branches: bool = False
+    labels: dict[str, int] = field(default_factory=dict)   # nvdisasm label -> address
 
     def loop_instructions(self, loop: Loop) -> list[SassInstruction]:
         return [self.instructions[i] for i in loop.instruction_indices(self.blocks)]
@@ -145,7 +146,8 @@ def inspect_cubin(cubin: bytes, target: str | None = None, *, source: str = "<cu
                              "stack_frame_bytes": fn.frame_bytes, "entry": fn.entry}
         summary.extra["loops"] = len(loops)
         loop_summaries = [summarise([instrs[k] for k in lp.instruction_indices(blocks)]) for lp in loops]
-        kernels[name] = SassKernel(name, real_target, instrs, blocks, loops, summary, loop_summaries, fn, indirect)
+        kernels[name] = SassKernel(name, real_target, instrs, blocks, loops, summary, loop_summaries, fn, indirect,
+                                   dict(raw.labels))
     return SassReport(real_target, kernels, model.name, toolchain.tool_version("nvdisasm"), source)
 
 

@@ -1,0 +1,94 @@
+"""`asmgemm patch`: set control codes in a cubin from a rules file, after proving them safe."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from ..errors import AsmError
+from ..sass.patch import plan_patch, write_patched
+from ..sass.patch_rules import load_rules
+from .common import emit_json
+
+SHOWN_HAZARDS = 20
+
+
+@click.command("patch")
+@click.argument("cubin", type=click.Path(dir_okay=False))
+@click.argument("rules", type=click.Path(dir_okay=False), required=False)
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="The patched cubin to write (only when the check passes; never a partial file).")
+@click.option("--reuse-pass", "reuse_pass", is_flag=True,
+              help="Also set every operand-reuse flag the checker can prove valid (maxas-style; after the "
+                   "rules) and report the modelled bank conflicts before/after. Not measured on a GPU.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the plan as JSON: every changed instruction with its fields before and after, "
+                   "and the check (accepted, hazards with their numbers).")
+def command(cubin, rules, output, reuse_pass, as_json):
+    """Set the control codes (stall, yield, scoreboards, wait mask, reuse) of chosen instructions
+    of a sm_90/sm_90a CUBIN, as a RULES file (TOML) says, and write the result to -o.
+
+    Before anything is written, the patched code is checked against the input: fixed-latency
+    consumers stay at least their latency away along every path (latencies: the scheduler's
+    measured sm_90 table), consumers of variable-latency results still wait on the producer's
+    scoreboard, reuse flags are set only where the next instruction reads the same register in
+    the same slot with the yield hint off, every loop that had a yield hint keeps one, and
+    nvdisasm reads the patched words back as the same instructions (some opcodes accept only some
+    stall values). A patch that fails is refused with each hazard, its instruction and its
+    numbers, and nothing is written (exit status 1).
+
+    \b
+    Rules file:
+      kernel = "sgemm"            # default kernel of every rule
+      [[rule]]
+      opcode = "FFMA"             # regex, matched in full against FFMA, LDS.U.128, ...
+      loop = 0                    # or addresses = [0x400, 0x800], instructions = [a, b],
+                                  #    labels = [".L_x_3", ".L_x_4"]; none: the whole kernel
+      stall = 2                   # fields: stall, yield (true = `Y`), write_barrier, read_barrier
+      reuse = ["A"]               #   ("none" or 0-5), wait = [scoreboards], reuse = [slots]
+
+    --reuse-pass sets, in addition, every reuse flag the checker's reuse rule allows (the next
+    instruction reads the same register in the same slot) and prints the bank conflicts the
+    register-bank model counts before and after; its effect on speed is not measured.
+
+    Compare the result with `asmgemm sass --diff CUBIN OUT`. The patched cubin is not used by
+    asmgemm.gemm unless a caller loads it explicitly.
+    """
+    path = Path(cubin)
+    if not path.is_file():
+        raise AsmError(f"no such file: {cubin}")
+    if Path(output).resolve() == path.resolve():
+        raise AsmError("-o names the input cubin; write the patched cubin to another file")
+    if rules is None and not reuse_pass:
+        raise AsmError("nothing to do: give a RULES file, --reuse-pass, or both")
+    plan = plan_patch(path.read_bytes(), load_rules(rules) if rules else None, source=str(cubin),
+                      reuse_pass=reuse_pass)
+    if as_json:
+        out = plan.to_json()
+        out["output"] = None if plan.hazards else str(output)
+        if not plan.hazards:
+            write_patched(plan, output)
+        emit_json(out)
+        if plan.hazards:
+            sys.exit(1)     # the JSON says why; the status says refused (click's Exit is swallowed by cli.main)
+        return
+    if plan.hazards:
+        lines = [h.line() for h in plan.hazards[:SHOWN_HAZARDS]]
+        more = len(plan.hazards) - SHOWN_HAZARDS
+        if more > 0:
+            lines.append(f"... and {more} more (--json lists them all)")
+        raise AsmError(f"{cubin}: patch refused, {len(plan.hazards)} hazard(s); nothing written\n"
+                       + "\n".join(lines))
+    write_patched(plan, output)
+    fields: dict[str, int] = {}
+    for change in plan.changes:
+        for name in change.fields():
+            fields[name] = fields.get(name, 0) + 1
+    counts = ", ".join(f"{n} {k}" for k, n in fields.items()) or "no field changed"
+    for r in plan.reuse_pass:
+        click.echo(f"reuse pass, {r.kernel}: {r.flags_added} flag(s) added; modelled bank conflicts "
+                   f"{r.conflicts_before} -> {r.conflicts_after} ({r.loop_conflicts_before} -> "
+                   f"{r.loop_conflicts_after} in loops); not measured on a GPU")
+    click.echo(f"{output}: {len(plan.changes)} of {plan.selected} selected instruction(s) changed "
+               f"({counts}); check passed")

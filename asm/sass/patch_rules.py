@@ -24,12 +24,18 @@ did nothing. Every error points at the rules file (`file:line:col` and a caret).
 from __future__ import annotations
 
 import re
-import tomllib
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..errors import AsmError
 from ..isa import control_bits as cb
 from ..source import SourceFile, Span
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:                                  # pyproject's tomli dependency on 3.10
+    import tomli as tomllib
 
 REGION_KEYS = ("loop", "addresses", "instructions", "labels")
 FIELD_KEYS = ("stall", "yield", "write_barrier", "read_barrier", "wait", "reuse")
@@ -96,7 +102,6 @@ class _Locator:
 
 
 def load_rules(path: str) -> Rules:
-    from pathlib import Path
     p = Path(path)
     if not p.is_file():
         raise AsmError(f"no such rules file: {path}")

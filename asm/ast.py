@@ -1,4 +1,4 @@
-"""The .sasm abstract syntax tree: what the parser (parse.py) hands to the expander (expand.py).
+"""The .sasm abstract syntax tree: what the parser (parse.py) hands to the expander (expand/).
 
 Plain dataclasses; every node has a `span` pointing at its source text. Expressions of the macro
 layer and the insides of { } groups are already parsed here, so a syntax error in an untaken

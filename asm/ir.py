@@ -1,4 +1,4 @@
-"""The flat instruction list: what macro/loop expansion (expand.py) produces and every later stage
+"""The flat instruction list: what macro/loop expansion (expand/) produces and every later stage
 (register allocation, scheduling, PTX emission) consumes and returns.
 
 Plain dataclasses. After expansion there are no macros, loops, conditionals or interpolations

@@ -12,6 +12,7 @@ from asmgemm import kernel_spec
 from asmgemm.errors import AsmError
 from fake_cupy import FakeArray
 from test_epilogue_cpu import _check, f32, fake, needs_ptxas  # noqa: F401  (fake: the fixture)
+from sweeps import sample_every
 
 
 def batch(*shape, seed=0):
@@ -75,7 +76,7 @@ CASES = {
 
 @pytest.mark.toolchain
 @needs_ptxas
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", sample_every(2, list(CASES)))
 def test_what_does_not_fold_runs_as_a_batched_launch(fake, case):
     import asmgemm
     cp, torch, launches = fake
@@ -150,8 +151,8 @@ def test_a_spec_mapping_batched_needs_the_stride_arguments(tmp_path):
 
 @pytest.mark.toolchain
 @needs_ptxas
-@pytest.mark.parametrize("variant", [(), ("-D", "RQ=4", "-D", "BK=16", "-D", "LOAD_AHEAD=1", "-D", "LDG_NC=0"),
-                                     ("-D", "THREADS=64", "-D", "BK=16", "-D", "ASYNC=1")],
+@pytest.mark.parametrize("variant", sample_every(3, [(), ("-D", "RQ=4", "-D", "BK=16", "-D", "LOAD_AHEAD=1", "-D", "LDG_NC=0"),
+                                                   ("-D", "THREADS=64", "-D", "BK=16", "-D", "ASYNC=1")]),
                          ids=["default", "rq4_bk16_ahead", "t64_async"])
 @pytest.mark.parametrize("epilogue", [(), ("-D", "BIAS=2", "-D", "ACT=2")], ids=["plain", "bias_rows_gelu"])
 def test_the_batched_builds_have_no_spills(run_cli, variant, epilogue):

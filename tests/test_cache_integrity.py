@@ -278,6 +278,7 @@ def test_an_invalid_tune_json_is_one_line_in_bench(monkeypatch, tmp_path, run_cl
     tune_cache._memo.clear()
 
 
+@pytest.mark.slow
 def test_an_invalid_tune_json_does_not_disturb_tune_dry_run(monkeypatch, tmp_path, run_cli):
     path = tmp_path / "tune.json"
     monkeypatch.setenv("ASMGEMM_TUNE_CACHE", str(path))

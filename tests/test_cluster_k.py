@@ -14,6 +14,7 @@ from asmgemm.kernel_spec import get_spec
 from asmgemm.runtime.launch import grid, untuned_size_rule
 from asmgemm.runtime.split_k import untuned_split
 from asmgemm.toolchain import disassemble, find_tool
+from sweeps import sample_every
 
 HGEMM = get_spec("hgemm")
 needs_tools = pytest.mark.skipif(find_tool("ptxas", required=False) is None
@@ -70,12 +71,12 @@ def _ops(cubin: bytes) -> list[str]:
 
 @pytest.mark.toolchain
 @needs_tools
-@pytest.mark.parametrize("defines", [
+@pytest.mark.parametrize("defines", sample_every(6, [
     {**SPLIT, "CLUSTER_K": 2}, {**SPLIT, "CLUSTER_K": 4, "BIAS": 1, "ACT": 2},
     {**SPLIT, "CLUSTER_K": 8, "TRANS_A": 1, "TRANS_B": 1}, {**SPLIT, "CLUSTER_K": 2, "BN": 256, "STAGES": 4},
     {"CLUSTER_M": 1, "BN": 16, "STAGES": 10, "C_T": 1, "TRANS_B": 1, "CLUSTER_K": 4},
     {**SPLIT, "CLUSTER_K": 4, "C_F32": 1, "BF16": 1},
-], ids=["ck2", "ck4-gelu", "ck8-tt", "ck2-bn256", "ck4-swapped-bn16", "ck4-bf16-f32c"])
+]), ids=["ck2", "ck4-gelu", "ck8-tt", "ck2-bn256", "ck4-swapped-bn16", "ck4-bf16-f32c"])
 def test_cluster_split_builds_send_by_st_async_without_spills(defines):
     from asmgemm.pipeline import assemble
     result = _build(defines)

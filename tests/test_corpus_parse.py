@@ -185,6 +185,7 @@ def _nvcc_release():
     return m.group(0) if m else None
 
 
+@pytest.mark.slow
 def test_corpus_matches_sources():
     """The committed PTX is what tools/regen_corpus.sh makes from the .cu files (only checked where
     the same nvcc release that made the corpus is installed; CI has no nvcc)."""

@@ -22,6 +22,7 @@ from asmgemm.toolchain import find_tool
 from epilogue_reference import epilogue
 from dispatch_helpers import dispatch_dir  # noqa: F401  (the fixture)
 from fake_cupy import FakeArray, install_fakes
+from sweeps import sample_every
 
 TINY = Path(__file__).parent / "data" / "tiny_gemm"
 needs_ptxas = pytest.mark.skipif(find_tool("ptxas", required=False) is None, reason="needs ptxas")
@@ -115,7 +116,7 @@ def _check(c, a, b, c0, alpha, beta, ta=False, tb=False, **epi):
 @pytest.mark.toolchain
 @needs_ptxas
 @pytest.mark.parametrize("c_order", ["C", "F"])
-@pytest.mark.parametrize("where", ["cols", "cols_2d", "rows"])
+@pytest.mark.parametrize("where", sample_every(2, ["cols", "cols_2d", "rows"]))
 def test_bias_lands_on_the_users_columns_or_rows_in_both_c_orders(fake, c_order, where):
     import asmgemm
     cp, torch, launches = fake
@@ -134,7 +135,7 @@ def test_bias_lands_on_the_users_columns_or_rows_in_both_c_orders(fake, c_order,
 
 @pytest.mark.toolchain
 @needs_ptxas
-@pytest.mark.parametrize("layout", ["nn", "tn", "nt", "tt"])
+@pytest.mark.parametrize("layout", sample_every(2, ["nn", "tn", "nt", "tt"]))
 def test_each_activation_in_each_layout_with_a_new_c(fake, layout):
     import asmgemm
     cp, torch, launches = fake
@@ -238,9 +239,9 @@ LARGE = ("-D", "RQ=4", "-D", "BK=16", "-D", "LOAD_AHEAD=1", "-D", "LDG_NC=0")
 
 @pytest.mark.toolchain
 @needs_ptxas
-@pytest.mark.parametrize("variant", [(), LARGE], ids=["default", "rq4_bk16_ahead"])
-@pytest.mark.parametrize("bias", [0, 1, 2])
-@pytest.mark.parametrize("act", [0, 1, 2, 3, 4])
+@pytest.mark.parametrize("variant", sample_every(2, [(), LARGE]), ids=["default", "rq4_bk16_ahead"])
+@pytest.mark.parametrize("bias", sample_every(3, [0, 1, 2]))
+@pytest.mark.parametrize("act", sample_every(2, [0, 1, 2, 3, 4]))
 def test_every_epilogue_builds_without_spills(run_cli, variant, bias, act):
     code, out, err = run_cli("check", "sgemm", "--no-spills", *variant, "-D", f"BIAS={bias}", "-D", f"ACT={act}")
     assert code == 0, err

@@ -3,6 +3,7 @@ expressions either build or raise AsmError (which the CLI prints as FILE:LINE:CO
 Any other exception is a bug and fails here."""
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from asmgemm.errors import AsmError
@@ -42,6 +43,7 @@ def test_token_soup_never_crashes(text):
     _build(text)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(st.integers(min_value=0, max_value=len(TEXTS) - 1), st.floats(min_value=0.0, max_value=1.0))
 def test_truncated_real_files_never_crash(which, fraction):
@@ -49,6 +51,7 @@ def test_truncated_real_files_never_crash(which, fraction):
     _build(text[: int(len(text) * fraction)])
 
 
+@pytest.mark.slow
 @FUZZ
 @given(st.integers(min_value=0, max_value=len(TEXTS) - 1), st.integers(min_value=0, max_value=10**6),
        st.sampled_from(TOKENS))

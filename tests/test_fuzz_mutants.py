@@ -101,18 +101,21 @@ SLOW = settings(max_examples=40, deadline=None, suppress_health_check=[HealthChe
                                                                        HealthCheck.function_scoped_fixture])
 
 
+@pytest.mark.slow
 @FAST
 @given(mutants([p.name for p in SMALL]))
 def test_mutants_of_small_sources_build_or_fail_located(run_cli, tmp_path_factory, mutant):
     _check(run_cli, tmp_path_factory, mutant, with_cubin=False)
 
 
+@pytest.mark.slow
 @SLOW
 @given(mutants([p.name for p in LARGE]))
 def test_mutants_of_the_sgemm_and_wgmma_sources_build_or_fail_located(run_cli, tmp_path_factory, mutant):
     _check(run_cli, tmp_path_factory, mutant, with_cubin=False)
 
 
+@pytest.mark.slow
 @pytest.mark.toolchain
 @pytest.mark.skipif(not HAVE_PTXAS, reason="ptxas not installed")
 @settings(max_examples=90, deadline=None, suppress_health_check=[HealthCheck.too_slow,

@@ -29,6 +29,7 @@ from asmgemm.toolchain import disassemble, find_tool
 from dispatch_helpers import dispatch_dir  # noqa: F401  (the fixture)
 from fake_cupy import FakeArray, forget_loaded, interpreting_kernel, make_cupy, registering_empty, simulating_kernel
 from ptx_sim import Kernel, Memory, SimError
+from sweeps import sample_every
 
 needs_tools = pytest.mark.skipif(
     find_tool("ptxas", required=False) is None or find_tool("nvdisasm", required=False) is None,
@@ -39,12 +40,12 @@ CALLS = {"TRANS_A": 0, "TRANS_B": 0, "VEC_A": 1, "VEC_B": 1, "BIAS": 0, "ACT": 0
 
 # ---- the kernel ------------------------------------------------------------------------------------
 @needs_tools
-@pytest.mark.parametrize("defines", [{"MR": "4"}, {"MR": "8"}, {"MR": "16"}, {"MR": "4", "TRANS_A": "1", "VEC_B": "0"},
+@pytest.mark.parametrize("defines", sample_every(4, [{"MR": "4"}, {"MR": "8"}, {"MR": "16"}, {"MR": "4", "TRANS_A": "1", "VEC_B": "0"},
                                      {"MR": "16", "SPLIT_K": "1"}, {"MR": "8", "BIAS": "1", "ACT": "2"},
                                      {"MR": "4", "BIAS": "2", "ACT": "3"},
                                      {"DTYPE": "1", "MR": "8"}, {"DTYPE": "1", "MR": "4", "BIAS": "2", "ACT": "3"},
                                      {"DTYPE": "2", "MR": "8", "SPLIT_K": "1"}, {"DTYPE": "2", "MR": "4", "TRANS_A": "1"},
-                                     {"DTYPE": "1", "MR": "8", "VEC_B": "0", "BIAS": "1", "ACT": "4"}])
+                                     {"DTYPE": "1", "MR": "8", "VEC_B": "0", "BIAS": "1", "ACT": "4"}]))
 def test_builds_clean_with_b_loads_ahead_of_the_fmas(defines):
     result = build_file("gemm_skinny", BuildOptions(defines=defines, target="sm_90"))
     asm = assemble(result)
@@ -340,7 +341,7 @@ KMAJOR_BUILDS = [("sm_90", {"MR": "1"}), ("sm_90", {"MR": "2", "BIAS": "2", "ACT
 
 
 @needs_tools
-@pytest.mark.parametrize("target, defines", KMAJOR_BUILDS)
+@pytest.mark.parametrize("target, defines", sample_every(7, KMAJOR_BUILDS, unpack=True))
 def test_kmajor_builds_clean_one_16_byte_load_of_b_per_row_and_step(target, defines):
     """Every element of B read once by a 16-byte evict-first load: NR rows x (KU steps ahead +
     STEPS a round) LDG.128 in the SASS, MR x V FMAs per 16 bytes (MR LDS.128 of A a step, two
@@ -472,9 +473,9 @@ def test_the_interpreter_reproduces_the_row_major_path():
         assert np.linalg.norm(c - want) / np.linalg.norm(want) < 1e-6
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
-@pytest.mark.parametrize("m, mr", [(1, 1), (3, 4), (16, 16)])
-@pytest.mark.parametrize("k", [1, 7, 300, 1029])
+@pytest.mark.parametrize("dtype", sample_every(2, ["float32", "float16"]))
+@pytest.mark.parametrize("m, mr", sample_every(2, [(1, 1), (3, 4), (16, 16)], unpack=True))
+@pytest.mark.parametrize("k", sample_every(2, [1, 7, 300, 1029]))
 def test_kmajor_odd_shapes_in_the_interpreter(dtype, m, mr, k):
     """M = 1, 3, 16 (a block of MR rows, M < MR), N = 1, 5, 130 (one row of B, a warp's partial rows,
     a block and 2 more), K = 1, 7, 300, 1029 (less than a vector, tails, one and more rounds at MR =
@@ -486,7 +487,7 @@ def test_kmajor_odd_shapes_in_the_interpreter(dtype, m, mr, k):
         assert err < LIMITS[dtype], (m, n, k, dtype, err)
 
 
-@pytest.mark.parametrize("case", [
+@pytest.mark.parametrize("case", sample_every(2, [
     dict(m=1, n=5, k=7, ldb_pad=5),                                    # 16-byte rows, K = 4 + 3: the lane tail
     dict(m=3, n=130, k=1029, ldb_pad=7),
     dict(m=16, n=37, k=301, mr=16, ldb_pad=7, trans_a=True),
@@ -506,7 +507,7 @@ def test_kmajor_odd_shapes_in_the_interpreter(dtype, m, mr, k):
     dict(m=1, n=9, k=1029, mr=1, dtype="bfloat16", ldb_pad=3),
     dict(m=4, n=40, k=700, mr=4, dtype="bfloat16", b_offset=3, bias=1, act=1, beta=2.0),
     dict(m=8, n=33, k=2000, mr=8, dtype="bfloat16", splits=4, trans_a=True),
-], ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+]), ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
 def test_kmajor_tails_layouts_splits_clusters_epilogues_in_the_interpreter(case):
     case = dict(case)
     dtype = case.pop("dtype", "float32")

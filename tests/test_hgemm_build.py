@@ -16,6 +16,7 @@ import pytest
 from asmgemm.errors import AsmError
 from asmgemm.pipeline import BuildOptions, assemble, build_file
 from asmgemm.toolchain import disassemble, find_tool
+from sweeps import sample_every
 
 HERE = Path(__file__).parent
 KERNELS = HERE.parent / "kernels_ptx"
@@ -89,13 +90,13 @@ def _check_variant(bn, stages, ta, tb, bf16, vec_c, cluster=2, wide=0, cluster_n
 
 
 @needs_tools
-@pytest.mark.parametrize("ta,tb", LAYOUTS)
+@pytest.mark.parametrize("ta,tb", sample_every(3, LAYOUTS, unpack=True))
 def test_layouts_build_clean(ta, tb):
     _check_variant(256, 4, ta, tb, 0, 1)
 
 
 @needs_tools
-@pytest.mark.parametrize("bn,stages", TILES)
+@pytest.mark.parametrize("bn,stages", sample_every(3, TILES, unpack=True))
 def test_tiles_build_clean(bn, stages):
     _check_variant(bn, stages, 0, 0, 0, 1)
 
@@ -107,7 +108,7 @@ def test_bf16_and_scalar_stores_build_clean():
 
 
 @needs_tools
-@pytest.mark.parametrize("ta,tb", LAYOUTS)
+@pytest.mark.parametrize("ta,tb", sample_every(3, LAYOUTS, unpack=True))
 def test_three_chunk_tiles_build_clean(ta, tb):
     """BN=192 (a size rule's choice where 256-wide tiles leave a wave short) in every layout, with
     and without a cluster, staged C included."""
@@ -116,15 +117,15 @@ def test_three_chunk_tiles_build_clean(ta, tb):
 
 
 @needs_tools
-@pytest.mark.parametrize("ta,tb", LAYOUTS)
-@pytest.mark.parametrize("bn,cluster", [(64, 1), (128, 2), (192, 2), (256, 2)])
+@pytest.mark.parametrize("ta,tb", sample_every(3, LAYOUTS, unpack=True))
+@pytest.mark.parametrize("bn,cluster", sample_every(3, [(64, 1), (128, 2), (192, 2), (256, 2)], unpack=True))
 def test_tiles_sharing_a_build_clean(ta, tb, bn, cluster):
     """CLUSTER_N=2 (blocks of a tile row share A by multicast), alone and in 2 x 2 units; staged C."""
     _check_variant(bn, 4, ta, tb, 0, 1, cluster=cluster, wide=1, cluster_n=2)
 
 
 @needs_tools
-@pytest.mark.parametrize("ta,tb", LAYOUTS)
+@pytest.mark.parametrize("ta,tb", sample_every(3, LAYOUTS, unpack=True))
 @pytest.mark.parametrize("cluster", [1, 2])
 def test_96_wide_tiles_build_clean(ta, tb, cluster):
     """BN=96 (size rule 1h): m64n96k16; N-major B in two 64-column chunks (a cluster's blocks one
@@ -136,7 +137,7 @@ def test_96_wide_tiles_build_clean(ta, tb, cluster):
 
 
 @needs_tools
-@pytest.mark.parametrize("ta,tb", LAYOUTS)
+@pytest.mark.parametrize("ta,tb", sample_every(3, LAYOUTS, unpack=True))
 def test_96_wide_tiles_stage_an_fp32_c_in_three_boxes(ta, tb):
     """An fp32 C at BN = 96 is three 64 x 32 boxes of floats a consumer, staged one box a round
     (C_BOXES_ASKED = 2 does not divide 3) and stored by TMA: the 6-stage ring still fits."""
@@ -183,11 +184,11 @@ def test_tiles_sharing_a_refuse_what_they_cannot_share(defines, message):
 
 
 @needs_tools
-@pytest.mark.parametrize("defines", [
+@pytest.mark.parametrize("defines", sample_every(2, [
     {"BN": "64", "STAGES": "8", "CLUSTER_M": "1"}, {"BN": "64", "STAGES": "10", "CLUSTER_M": "2", "TRANS_A": "1"},
     {"BN": "256", "STAGES": "4", "WIDE_C": "1", "BIAS": "1", "ACT": "3", "TRANS_B": "1"},
     {"BN": "128", "CLUSTER_M": "1", "CLUSTER_K": "4"}, {"BN": "128", "C_F32": "1", "WIDE_C": "1", "CLUSTER_M": "1"},
-])
+]))
 def test_64_row_tiles_build_clean(defines):
     """CONSUMERS=1 (size rule 1r): 64 x BN tiles, 256 threads, one consumer's wgmmas; no spills with
     the registers setmaxnreg gives it, one TMA box of A (64 rows, or one M-major chunk) a K tile."""
@@ -220,8 +221,8 @@ def test_64_row_tiles_refuse_what_they_cannot_split(defines, message):
 
 
 @needs_tools
-@pytest.mark.parametrize("ta,tb", LAYOUTS)
-@pytest.mark.parametrize("cluster_m,cluster_n", [(4, 1), (1, 2), (2, 2), (4, 2)])
+@pytest.mark.parametrize("ta,tb", sample_every(3, LAYOUTS, unpack=True))
+@pytest.mark.parametrize("cluster_m,cluster_n", sample_every(2, [(4, 1), (1, 2), (2, 2), (4, 2)], unpack=True))
 def test_64_row_tiles_share_a_and_b_in_clusters_of_up_to_eight(ta, tb, cluster_m, cluster_n):
     """64 x 64 tiles in units of CLUSTER_M x CLUSTER_N: each block multicasts its share of B (a
     quarter with CLUSTER_M = 4: 16 k-rows of N-major B or 16 rows of K-major B, 2 KB at 2 KB steps)
@@ -664,7 +665,7 @@ def test_tmap_c_is_encoded_only_for_whole_16_byte_rows_of_c(monkeypatch):
 
 
 @needs_tools
-@pytest.mark.parametrize("wg_n,in_flight,depbars", [(256, 1, 2), (256, 2, 2), (128, 0, 1), (128, 2, 2)])
+@pytest.mark.parametrize("wg_n,in_flight,depbars", sample_every(2, [(256, 1, 2), (256, 2, 2), (128, 0, 1), (128, 2, 2)], unpack=True))
 def test_wgmma_width_and_waits_build_as_asked(wg_n, in_flight, depbars):
     """WG_N=128 issues two m64n128k16 per k16 step on the two accumulator halves; MMA_IN_FLIGHT=1
     waits for the K tile before (plus a wait after the loop), 2 commits half a K tile before it waits."""
@@ -714,8 +715,8 @@ def _k_loop(sass: str) -> tuple[int, int]:
 
 
 @needs_tools
-@pytest.mark.parametrize("act", [0, 1, 2, 3, 4])
-@pytest.mark.parametrize("bias", [0, 1, 2])
+@pytest.mark.parametrize("act", sample_every(3, [0, 1, 2, 3, 4]))
+@pytest.mark.parametrize("bias", sample_every(2, [0, 1, 2]))
 def test_fused_epilogue_builds_keep_the_main_loop_clean(act, bias):
     """Every BIAS x ACT of the default (staged, TMA-stored) build: no ptxas warning, the main loop as
     without an epilogue (4 HGMMA, one wait per K tile), no spills. (With the activation applied by
@@ -739,8 +740,8 @@ def test_fused_epilogue_builds_keep_the_main_loop_clean(act, bias):
 
 
 @needs_tools
-@pytest.mark.parametrize("defines", [{}, {"BN": "128", "STAGES": "6", "CLUSTER_M": "1"},
-                                     {"TRANS_A": "1", "TRANS_B": "1", "BF16": "1"}, {"C_F32": "1"}])
+@pytest.mark.parametrize("defines", sample_every(2, [{}, {"BN": "128", "STAGES": "6", "CLUSTER_M": "1"},
+                                                  {"TRANS_A": "1", "TRANS_B": "1", "BF16": "1"}, {"C_F32": "1"}]))
 def test_split_k_partial_pass_builds_clean(defines):
     """SPLIT_K=1 (the size rule's decode variant among them): fp32 pair stores only (no staged C,
     no TMA store), the tile walk over S copies, no spills."""
@@ -893,9 +894,9 @@ def test_stream_loads_each_operand_hinted_or_plain(ta, tb):
 
 
 @needs_tools
-@pytest.mark.parametrize("defines", [{}, {"BN": "128", "CLUSTER_M": "2"}, {"C_F32": "1", "BIAS": "1", "ACT": "1"},
-                                     {"BN": "64", "CLUSTER_M": "1", "CLUSTER_K": "2", "BF16": "1"},
-                                     {"WIDE_C": "1", "ACT": "3", "BIAS": "2"}])
+@pytest.mark.parametrize("defines", sample_every(2, [{}, {"BN": "128", "CLUSTER_M": "2"}, {"C_F32": "1", "BIAS": "1", "ACT": "1"},
+                                                  {"BN": "64", "CLUSTER_M": "1", "CLUSTER_K": "2", "BF16": "1"},
+                                                  {"WIDE_C": "1", "ACT": "3", "BIAS": "2"}]))
 def test_a_loaded_by_the_consumers_builds_clean(defines):
     """A_LDG=1 (call value a_ldg: A's rows unaligned for TMA, K <= 64): no A tensor-map load in the
     producer, only B's; each consumer thread's 32 2-byte loads of A in two rounds of 16, four
@@ -927,8 +928,9 @@ def test_a_loaded_by_the_consumers_needs_k_major_a():
 
 
 @needs_tools
-@pytest.mark.parametrize("defines,stores", [({}, 64), ({"BN": "192", "CLUSTER_M": "1"}, 48), ({"BN": "128"}, 32),
-                                            ({"BN": "64", "STAGES": "8"}, 16), ({"BIAS": "2", "BF16": "1"}, 64)])
+@pytest.mark.parametrize("defines,stores", sample_every(2, [({}, 64), ({"BN": "192", "CLUSTER_M": "1"}, 48), ({"BN": "128"}, 32),
+                                                         ({"BN": "64", "STAGES": "8"}, 16), ({"BIAS": "2", "BF16": "1"}, 64)],
+                                                     unpack=True))
 def test_fp32_c_is_staged_for_tma_stores(defines, stores):
     """C_F32 with whole 16-byte rows (WIDE_C): each consumer thread writes its accumulator pairs
     into 64 x 32 boxes of floats (st.shared.v2.f32, one a pair: BN / 4 of them) and one thread

@@ -25,6 +25,7 @@ from asmgemm.parse import parse_source
 from asmgemm.parse_tree import statement_parser
 from asmgemm.pipeline import _feature_sample, build_file, shipped_kernels
 from asmgemm.source import SourceFile
+from sweeps import sample_every
 
 HERE = Path(__file__).parent
 CORPUS = sorted((HERE / "corpus" / "ptx").glob("*.ptx"))
@@ -151,7 +152,7 @@ def _agree(src: SourceFile, label: str) -> bool:
     return fast is not None
 
 
-@pytest.mark.parametrize("name", MUTANT_FILES)
+@pytest.mark.parametrize("name", sample_every(2, MUTANT_FILES))
 def test_mutants_agree(name: str):
     text = (HERE / "corpus" / "ptx" / name).read_text()
     taken = sum(_agree(SourceFile.from_text(name, mutant), f"{name} mutant {k}")
@@ -164,7 +165,7 @@ SASM_DEBRIS = [".endm", ".endfor", ".endif", ".else", ".for i in range(2)", ".if
                ".error \"e\"", "{a, b}", "{or}"]
 
 
-@pytest.mark.parametrize("path", KERNELS, ids=[p.name for p in KERNELS])
+@pytest.mark.parametrize("path", sample_every(5, KERNELS), ids=[p.name for p in KERNELS])
 def test_kernel_mutants_agree(path: Path):
     """The macro layer: recognised lines inside macros, loops, branches and schedule regions, and
     errors in and around them."""

@@ -13,6 +13,7 @@ import pytest
 from asmgemm.errors import AsmError
 from asmgemm.pipeline import BuildOptions, assemble, build_file
 from asmgemm.toolchain import disassemble, find_tool
+from sweeps import sample_every
 
 # (THREADS, RQ, BK): the tuning space of kernels_ptx/sgemm.sasm (`.tune` lines) that builds.
 CONFIGS = [(256, 2, 8), (256, 2, 16), (256, 4, 8), (256, 4, 16), (64, 2, 8), (64, 2, 16)]
@@ -111,15 +112,15 @@ def _check_variant(threads, rq, bk, ta, tb, va, vb, prefetch=0, async_=0):
 
 @toolchain
 @needs_tools
-@pytest.mark.parametrize("ta,tb,va,vb", LAYOUT_FLAGS, ids=lambda *a: None)
+@pytest.mark.parametrize("ta,tb,va,vb", sample_every(4, LAYOUT_FLAGS, unpack=True), ids=lambda *a: None)
 def test_default_config_every_layout(ta, tb, va, vb):
     _check_variant(256, 2, 8, ta, tb, va, vb)
 
 
 @toolchain
 @needs_tools
-@pytest.mark.parametrize("threads,rq,bk", CONFIGS[1:], ids=[f"t{t}-rq{r}-bk{b}" for t, r, b in CONFIGS[1:]])
-@pytest.mark.parametrize("ta,tb,va,vb", [(0, 0, 1, 1), (1, 1, 0, 0)], ids=["nn-vec", "tt-scalar"])
+@pytest.mark.parametrize("threads,rq,bk", sample_every(5, CONFIGS[1:], unpack=True), ids=[f"t{t}-rq{r}-bk{b}" for t, r, b in CONFIGS[1:]])
+@pytest.mark.parametrize("ta,tb,va,vb", sample_every(2, [(0, 0, 1, 1), (1, 1, 0, 0)], unpack=True), ids=["nn-vec", "tt-scalar"])
 def test_tuning_space(threads, rq, bk, ta, tb, va, vb):
     _check_variant(threads, rq, bk, ta, tb, va, vb)
 
@@ -133,7 +134,7 @@ def test_prefetch_variant():
 
 @toolchain
 @needs_tools
-@pytest.mark.parametrize("rq,bk", [(2, 8), (4, 16)])
+@pytest.mark.parametrize("rq,bk", sample_every(2, [(2, 8), (4, 16)], unpack=True))
 def test_async_copy_variant(rq, bk):
     """ASYNC=1: cp.async (LDGSTS) from global straight to shared memory."""
     _check_variant(256, rq, bk, 0, 0, 1, 1, async_=1)
@@ -201,8 +202,8 @@ def _build_defines(**defines):
 
 @toolchain
 @needs_tools
-@pytest.mark.parametrize("rq,bk,ta,tb,va,vb", [(4, 8, 0, 0, 1, 1), (4, 8, 1, 1, 0, 0), (2, 8, 0, 0, 1, 1),
-                                               (2, 8, 0, 1, 0, 1), (4, 16, 0, 0, 1, 1)],
+@pytest.mark.parametrize("rq,bk,ta,tb,va,vb", sample_every(3, [(4, 8, 0, 0, 1, 1), (4, 8, 1, 1, 0, 0), (2, 8, 0, 0, 1, 1),
+                                                                (2, 8, 0, 1, 0, 1), (4, 16, 0, 0, 1, 1)], unpack=True),
                          ids=["rq4-nn-vec", "rq4-tt-scalar", "rq2-nn-vec", "rq2-nt-scalar", "rq4-bk16-nn-vec"])
 def test_load_ahead_pins_global_loads_before_the_barrier(rq, bk, ta, tb, va, vb):
     """LOAD_AHEAD=1 with coherent loads (LDG_NC=0): every global load of the loop is issued before

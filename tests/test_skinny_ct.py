@@ -20,6 +20,7 @@ from asmgemm.errors import AsmError
 from asmgemm.pipeline import BuildOptions, assemble, build_file
 from asmgemm.toolchain import find_tool
 from ptx_sim import Kernel, Memory
+from sweeps import sample_every
 from test_gemm_skinny import LIMITS, _bf16_bits, _values
 
 needs_ptxas = pytest.mark.skipif(find_tool("ptxas", required=False) is None, reason="ptxas not installed")
@@ -44,7 +45,7 @@ def _modes():
 
 
 @needs_ptxas
-@pytest.mark.parametrize("target, defines", list(_modes()), ids=lambda x: x if isinstance(x, str) else
+@pytest.mark.parametrize("target, defines", sample_every(8, list(_modes()), unpack=True), ids=lambda x: x if isinstance(x, str) else
                          ",".join(f"{k}={v}" for k, v in x.items()))
 def test_every_mode_builds_with_c_t_without_spills(target, defines):
     """C_T=1 changes only the epilogue's addressing: no spills, and within the 128 registers of
@@ -169,8 +170,8 @@ def _simulate_ct(m, n, k, dtype="float32", *, trans_b, mr=None, trans_a=False, l
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("trans_b", [0, 1])
-@pytest.mark.parametrize("m", [1, 3, 16])
-@pytest.mark.parametrize("k", [7, 300])
+@pytest.mark.parametrize("m", sample_every(2, [1, 3, 16]))
+@pytest.mark.parametrize("k", sample_every(2, [7, 300]))
 def test_c_t_stores_transposed_at_odd_shapes(dtype, trans_b, m, k):
     """M = 1, 3, 16 (16-bit: 8, its largest block), N = 5 and 130 (partial and more than one
     column block), K = 7 and 300, both layouts of B; C's ldc = M + 3."""
@@ -186,7 +187,7 @@ def test_c_t_stores_transposed_at_odd_shapes(dtype, trans_b, m, k):
         assert err < LIMITS[dtype], (m, n, k, dtype, trans_b, err)
 
 
-@pytest.mark.parametrize("case", [
+@pytest.mark.parametrize("case", sample_every(2, [
     dict(m=3, n=89, k=700, trans_b=1, mr=4, alpha=0.5, beta=-1.5),               # issue 32's shape, smaller K
     dict(m=5, n=70, k=600, trans_b=1, mr=8, bias=1, act=2, beta=0.5, ldc_pad=0),
     dict(m=2, n=70, k=600, trans_b=1, mr=2, bias=2, act=4, trans_a=True),
@@ -203,7 +204,7 @@ def test_c_t_stores_transposed_at_odd_shapes(dtype, trans_b, m, k):
     dict(m=6, n=70, k=2100, trans_b=1, mr=8, dtype="float16", splits=2, beta=0.5),
     dict(m=3, n=130, k=600, trans_b=0, mr=4, splits=2, reduce_vec=0, alpha=0.5),
     dict(m=4, n=256, k=800, trans_b=0, mr=4, dtype="bfloat16", splits=3, reduce_vec=1, beta=1.0),
-], ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+]), ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
 def test_c_t_with_beta_bias_activations_clusters_and_splits(case):
     case = dict(case)
     dtype = case.pop("dtype", "float32")

@@ -24,6 +24,7 @@ from asmgemm.runtime.plan import call_values_for, plan_launch
 from asmgemm.toolchain import find_tool
 from dispatch_helpers import dispatch_dir  # noqa: F401  (the fixture)
 from fake_cupy import FakeArray, forget_loaded, interpreting_kernel, make_cupy, make_torch
+from sweeps import sample_every
 
 needs_ptxas = pytest.mark.skipif(find_tool("ptxas", required=False) is None, reason="ptxas not installed")
 SGEMM = get_spec("sgemm")
@@ -313,10 +314,10 @@ def test_hgemm_splits_k_in_whole_k_tiles_on_a_persistent_grid():
 
 @pytest.mark.toolchain
 @needs_ptxas
-@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
-@pytest.mark.parametrize("variant", [{"THREADS": 64, "BK": 16, "ASYNC": 1}, {"THREADS": 64, "BK": 16}, {},
-                                     {"RQ": 4, "BK": 16, "LOAD_AHEAD": 1, "LDG_NC": 0},
-                                     {"RQ": 4, "BK": 8, "LOAD_AHEAD": 1, "LDG_NC": 0}],
+@pytest.mark.parametrize("layout", sample_every(4, ["nn", "nt", "tn", "tt"]))
+@pytest.mark.parametrize("variant", sample_every(2, [{"THREADS": 64, "BK": 16, "ASYNC": 1}, {"THREADS": 64, "BK": 16}, {},
+                                                  {"RQ": 4, "BK": 16, "LOAD_AHEAD": 1, "LDG_NC": 0},
+                                                  {"RQ": 4, "BK": 8, "LOAD_AHEAD": 1, "LDG_NC": 0}]),
                          ids=["t64-async", "t64", "default", "rq4-bk16-la", "rq4-bk8-la"])     # every size rule's kernel
 def test_split_k_builds_have_no_spills(variant, layout):
     from asmgemm.pipeline import BuildOptions, assemble, build_file
@@ -329,7 +330,7 @@ def test_split_k_builds_have_no_spills(variant, layout):
 
 @pytest.mark.toolchain
 @needs_ptxas
-@pytest.mark.parametrize("layout", ["nn", "tt"])
+@pytest.mark.parametrize("layout", sample_every(2, ["nn", "tt"]))
 @pytest.mark.parametrize("variant,smem", [({"THREADS": 64, "BK": 16, "ASYNC": 1}, 17408), ({"BK": 16}, 67584),
                                           ({"RQ": 4, "BK": 16, "LOAD_AHEAD": 1, "LDG_NC": 0}, 135168)],
                          ids=["t64-async", "t128-bk16", "rq4-bk16-la"])
@@ -554,6 +555,7 @@ def test_bench_shows_a_tuned_entry_with_the_split_it_keeps(fake_gpu, monkeypatch
 
 @pytest.mark.toolchain
 @needs_ptxas
+@pytest.mark.slow
 def test_tune_times_its_candidates_with_the_split_asked(fake_gpu, run_cli):
     """`asmgemm tune -D SPLIT_K=4`: candidates built with the switch on, trials run with S = 4,
     and the stored entry names the split (so gemm() runs it)."""

@@ -32,7 +32,7 @@ except ModuleNotFoundError:           # Python 3.10
 TESTS = Path(__file__).parent
 # The packages of pyproject.toml's [tool.setuptools] packages; each is looked up where it is
 # installed (asmgemm.scheduler and asmgemm.grammar live outside asm/).
-PACKAGES = ["asmgemm", "asmgemm.isa", "asmgemm.commands", "asmgemm.sass", "asmgemm.runtime", "asmgemm.bench",
+PACKAGES = ["asmgemm", "asmgemm.expand", "asmgemm.isa", "asmgemm.commands", "asmgemm.sass", "asmgemm.runtime", "asmgemm.bench",
             "asmgemm.tuning", "asmgemm.grammar", "asmgemm.kernels_ptx", "asmgemm.scheduler"]
 
 # Rank of each stage: a module may import its own stage and stages of a lower rank, nothing else.

@@ -162,12 +162,12 @@ DTYPE_ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}   # b
 SIZE_NAMES = ("M", "N", "K", "SMS")
 # What a size rule sees of the operands besides their sizes: the bytes between consecutive stored rows
 # of the kernel's A and B (after the operand swap; a padded copy's own), since a row pitch that is no
-# multiple of 256 bytes costs TMA loads whole extra L2 lines (tools/HGEMM_NOTES.md, "L2 promotion")
+# multiple of 256 bytes costs TMA loads whole extra L2 lines (docs/log/hgemm.md, "L2 promotion")
 # and can favour another tiling. Fresh contiguous operands where a caller gives none.
 PITCH_NAMES = ("PITCH_A", "PITCH_B")
 # ... and the bytes of one element of C (the spec's C dtype): kernels that share a source and its
 # rules (`like`) may store C in another type, and the epilogue's share of the time with it
-# (hgemm_f32c's fp32 pair stores against hgemm's 16-bit ones: tools/HGEMM_NOTES.md).
+# (hgemm_f32c's fp32 pair stores against hgemm's 16-bit ones: docs/log/hgemm.md).
 C_BYTES_NAME = "C_BYTES"
 
 _TOP_KEYS = {"source", "entry", "summary", "dtypes", "targets", "abi", "call_params", "defines", "rel_err_limit",

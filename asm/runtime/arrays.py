@@ -74,7 +74,7 @@ class CupyArrays:
         if rows and cols and col_stride == item and row_stride >= cols * item:
             # whole rows of elements: one 2-D copy on the current stream, which ran 2-3x the speed of
             # the elementwise kernel `y[...] = x` on the H100 (4099 x 509 halves: 12 against 28 us,
-            # 4097 x 4097: 55 against 96, with a launch's ~9 us in each; tools/HGEMM_NOTES.md)
+            # 4097 x 4097: 55 against 96, with a launch's ~9 us in each; docs/log/hgemm.md)
             runtime = self.cupy.cuda.runtime
             runtime.memcpy2DAsync(y.data.ptr, pitch * item, x.data.ptr, row_stride, cols * item, rows,
                                   runtime.memcpyDeviceToDevice, self.cupy.cuda.get_current_stream().ptr)

@@ -128,7 +128,7 @@ def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 0.0, trans_a: bool =
     torch = sys.modules.get("torch")      # a torch tensor exists only once torch was imported
     if torch is not None:
         # the repeated call on plain tensors, without the per-argument checks below (~3.5 us of
-        # the ~18 us a call cost on the H100's host: tools/MMA_NOTES.md, "Host time")
+        # the ~18 us a call cost on the H100's host: docs/log/mma.md, "Host time")
         tensor = torch.Tensor
         if type(a) is tensor and type(b) is tensor and (c is None or type(c) is tensor) and (
                 bias is None or type(bias) is tensor):

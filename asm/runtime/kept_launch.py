@@ -196,7 +196,7 @@ def _raw_launcher(cupy, fn):
     """(cuLaunchKernel, the function's CUfunction handle) where this CuPy and its loaded function
     offer them, else None (a stand-in CuPy; ASMGEMM_RAW_LAUNCH=0). CuPy's own call of a RawKernel
     converts the argument tuple on every call: ~10 us of host time on the H100's host against
-    ~3.5 us for cuLaunchKernel over kept argument bytes (tools/HGEMM_NOTES.md, "Host time")."""
+    ~3.5 us for cuLaunchKernel over kept argument bytes (docs/log/hgemm.md, "Host time")."""
     if os.environ.get("ASMGEMM_RAW_LAUNCH", "1") == "0":
         return None
     driver = getattr(getattr(cupy, "cuda", None), "driver", None)

@@ -36,9 +36,9 @@ class PathCoefficients:
 
 # NVIDIA H100 80GB HBM3 (nvidia-h100-x1): the copy bandwidth is the workplace's reading of a large
 # device-to-device copy (~3.0 TB/s read + write, /work/.library/device/KINDS.md); the copy's
-# launch and host cost is the padded-copy step in tools/HGEMM_NOTES.md ("Host time": 4099x4093x509
+# launch and host cost is the padded-copy step in docs/log/hgemm.md ("Host time": 4099x4093x509
 # 131 -> 121 us with one cudaMemcpy2DAsync, ~9 us of launch in each copy); the rates are the
-# kernels' measured TFLOP/s at 4096^3-8192^3 (hgemm ~700, mma_gemm: tools/MMA_NOTES.md).
+# kernels' measured TFLOP/s at 4096^3-8192^3 (hgemm ~700, mma_gemm: docs/log/mma.md).
 H100 = PathCoefficients(copy_bytes_per_s=3.0e12, copy_launch_s=9e-6, tma_flops=700e12, in_place_flops=400e12)
 
 # Devices without a measurement of their own scale the H100's by their SM count (rates and

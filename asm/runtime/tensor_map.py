@@ -61,7 +61,7 @@ class TileMap:
     def l2_promotion(self) -> int:
         """Bytes L2 fetches around each request of this map's loads (the driver's L2 promotion):
         256 where every row starts on a 256-byte line, else 128. Measured on the H100 (fp16,
-        interleaved with cuBLAS, tools/HGEMM_NOTES.md "L2 promotion"): with rows 2000 or 4000 bytes
+        interleaved with cuBLAS, docs/log/hgemm.md "L2 promotion"): with rows 2000 or 4000 bytes
         apart, 256-byte promotion ran 1000^3 at 127 TFLOP/s and 2000^3 at 473, 128-byte 134 and 536
         (none: 138 and 537); with aligned rows all were within 1-3% (4096^3 734-738, 1024^3 202-210)."""
         return 256 if self.rows == 1 or self.row_bytes % 256 == 0 else 128

@@ -82,7 +82,7 @@ def tune(config: TuneConfig, progress: Progress | None = None) -> TuneResult:
     if not config.dry_run:
         if spec is None:
             raise AsmError(f"{source} has no kernel spec, so gemm() cannot run it on the GPU",
-                           hint="add a spec entry (README, 'Adding a kernel'), or use --dry-run to build the space")
+                           hint="add a spec entry (docs/adding-a-kernel.md), or use --dry-run to build the space")
         cp = require_gpu("asmgemm tune")
         target = target or spec.build_target(device_facts().target)
         if target is None:

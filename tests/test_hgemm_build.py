@@ -327,7 +327,7 @@ def test_without_clusters_builds_clean(ta, tb):
 def test_too_many_stages_stop_the_build_with_the_kernels_message():
     with pytest.raises(AsmError) as exc:
         build_file("hgemm", BuildOptions(defines={"STAGES": "5"}, target="sm_90a"))
-    assert "227 KB" in exc.value.message and exc.value.span.path.endswith("hgemm.sasm")
+    assert "227 KB" in exc.value.message and exc.value.span.path.endswith("hgemm/guards.inc")
 
 
 def test_geometry_and_abi_from_the_build():

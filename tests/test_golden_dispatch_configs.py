@@ -1,0 +1,68 @@
+"""Digests of hgemm.sasm's PTX for every configuration the untuned dispatch can pick.
+
+tests/hgemm_dispatch_configs.py derives the configurations from kernels.toml (swap, size, split
+rules and call parameters of hgemm, bgemm, hgemm_f32c and bgemm_f32c over a grid of shapes, every
+layout, plain and fused epilogues, fresh and strided C); tests/golden/hgemm_dispatch_ptx_sha256.json
+holds the sha256 of each one's normalized PTX. A rewrite of the kernel's source for readability
+(moving code between include files, renaming, comments) must leave every digest as it is.
+
+The whole sweep (about two thousand builds) is `slow`; the default run rebuilds every 64th
+configuration of the file. A digest that differs is a regression or a deliberate change; for the
+latter regenerate, review the diff and the PTX, and commit both:
+
+    python3 tests/hgemm_dispatch_configs.py && git diff tests/golden
+"""
+import json
+
+import pytest
+
+import hgemm_dispatch_configs as dispatch_configs
+
+STORED: dict[str, str] = json.loads(dispatch_configs.GOLDEN.read_text())
+SAMPLE_EVERY = 64
+CONFIGS = list(STORED)
+SAMPLE = CONFIGS[::SAMPLE_EVERY]
+
+
+def check(configs: list[str]) -> None:
+    built = dispatch_configs.digests(configs)
+    differ = [c for c in configs if built[c] != STORED[c]]
+    assert not differ, (f"{len(differ)} of {len(configs)} configurations build other PTX than the golden digests, "
+                        "e.g.\n  " + "\n  ".join(differ[:10]))
+
+
+def test_sample_matches_golden():
+    """Every 64th configuration, in the default run (about 30 builds)."""
+    assert len(SAMPLE) >= 20, "the golden file lists too few configurations for a sample"
+    check(SAMPLE)
+
+
+@pytest.mark.slow
+def test_every_dispatch_config_matches_golden():
+    check(CONFIGS)
+
+
+@pytest.mark.slow
+def test_golden_lists_what_the_spec_dispatches():
+    """The stored configurations are those kernels.toml dispatches today: a new rule, call
+    parameter or family shows up here until the golden file is regenerated."""
+    ids = dispatch_configs.config_ids()
+    missing, stale = sorted(set(ids) - set(STORED)), sorted(set(STORED) - set(ids))
+    assert not missing and not stale, (f"not in the golden file: {missing[:5]} ({len(missing)}); "
+                                       f"no longer dispatched: {stale[:5]} ({len(stale)})")
+
+
+@pytest.mark.slow
+def test_the_grid_reaches_every_size_rule():
+    """Each size rule (and the source defaults) wins for some call of the walk, in some family:
+    a rule the grid of shapes misses would leave its configurations out of the golden set."""
+    reached = dispatch_configs.rules_reached()
+    for spec in dispatch_configs.families():
+        if spec.name not in reached:
+            continue
+        everywhere = set().union(*(reached[s.name] for s in dispatch_configs.families()
+                                   if s.size_rules == spec.size_rules and s.name in reached))
+        missed = sorted(set(range(-1, len(spec.size_rules))) - everywhere)
+        assert not missed, (f"{spec.name}: size rules {missed} win for no call of the walk "
+                            f"({[spec.size_rules[i].when for i in missed if i >= 0]}); add shapes to "
+                            "SIZES/DEPTHS in tests/hgemm_dispatch_configs.py")

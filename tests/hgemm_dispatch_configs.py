@@ -24,11 +24,9 @@ checked against the spec's own evaluation (RuntimeRules).
 """
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import os
-import re
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -39,7 +37,9 @@ from asmgemm.pipeline import BuildOptions, build_file, resolve_input
 from asmgemm.runtime import split_k, tensor_map
 from asmgemm.runtime.launch import call_defines, default_params
 from asmgemm.runtime.plan import fresh_plan, transposed_bias_mode
-from asmgemm.source import read_source
+from asmgemm.files import read_source
+
+import ptx_digest as golden
 
 SOURCE = "hgemm.sasm"
 SMS = 132                                   # the H100 SXM the size rules were measured on
@@ -210,7 +210,6 @@ def configs() -> list[dict]:
 
 GOLDEN = Path(__file__).parent / "golden" / "hgemm_dispatch_ptx_sha256.json"
 TARGET = "sm_90a"
-REGION_MARKER = re.compile(r"^(\s*// \.schedule region \d+) \(.*\)$", re.MULTILINE)
 
 
 def source_defaults() -> dict[str, int]:
@@ -233,17 +232,14 @@ def defines_of(config: str) -> dict[str, str]:
 
 
 def normalized(ptx: str, path: str) -> str:
-    """The PTX without its records of source positions, which are comments (as
-    test_shipped_ptx_golden.normalized): the header's absolute source path and each
-    `// .schedule region N (file:line:col)` marker's place. Moving code between include files
-    moves those; every instruction, register and immediate is kept."""
-    return REGION_MARKER.sub(r"\1", ptx.replace(path, "hgemm.sasm"))
+    """hgemm's PTX as the golden digests compare it (tests/ptx_digest.py)."""
+    return golden.normalized(ptx, path, "hgemm")
 
 
 def ptx_digest(config: str) -> str:
     """sha256 of the normalized PTX of one configuration (no ptxas: the PTX text is the contract)."""
     result = build_file("hgemm", BuildOptions(defines=defines_of(config), target=TARGET))
-    return hashlib.sha256(normalized(result.ptx, result.source.path).encode()).hexdigest()
+    return golden.digest(result.ptx, result.source.path, "hgemm")
 
 
 def digests(configs: list[str], workers: int | None = None) -> dict[str, str]:

@@ -721,7 +721,7 @@ def test_fused_epilogue_builds_keep_the_main_loop_clean(act, bias):
     """Every BIAS x ACT of the default (staged, TMA-stored) build: no ptxas warning, the main loop as
     without an epilogue (4 HGMMA, one wait per K tile), no spills. (With the activation applied by
     the consumers over the whole tile, gelu spilled 12 bytes and gelu_tanh 224-320; the activation
-    warps took it out of the consumers, tools/HGEMM_NOTES.md.)"""
+    warps took it out of the consumers, docs/log/hgemm.md.)"""
     if act == bias == 0:
         pytest.skip("the plain build: test_staged_wide_stores_build_clean")
     defines = {"WIDE_C": "1", "VEC_C": "1", "BIAS": str(bias), "ACT": str(act)}

@@ -18,11 +18,9 @@ accept a deliberate change, regenerate and review the diff (and the PTX) before 
 
     ASMGEMM_REGEN_GOLDEN=1 python3 -m pytest -q tests/test_shipped_ptx_golden.py && git diff tests/golden
 """
-import hashlib
 import itertools
 import json
 import os
-import re
 from pathlib import Path
 
 import pytest
@@ -32,10 +30,10 @@ from asmgemm.expand import expand
 from asmgemm.parse import parse_source
 from asmgemm.pipeline import BuildOptions, build_file, resolve_input
 from asmgemm.files import read_source
+from ptx_digest import digest
 from sweeps import sample_every
 
 GOLDEN = Path(__file__).parent / "golden" / "shipped_ptx_sha256.json"
-REGION_MARKER = re.compile(r"^(\s*// \.schedule region \d+) \(.*\)$", re.MULTILINE)
 LAYOUTS = [dict(TRANS_A=ta, TRANS_B=tb, VEC_A=va, VEC_B=vb)
            for ta, tb, va, vb in itertools.product((0, 1), repeat=4)]
 LARGE = dict(RQ=4, BK=16, LOAD_AHEAD=1, LDG_NC=0)
@@ -122,16 +120,7 @@ def ptx_digest(name: str, defines: dict) -> str:
                                                target=TARGETS.get(name, "sm_90")))
     except AsmError:
         return "error"
-    return hashlib.sha256(normalized(result.ptx, result.source.path, name).encode()).hexdigest()
-
-
-def normalized(ptx: str, path: str, name: str) -> str:
-    """The PTX without its two records of source positions, which are comments: the header names the
-    source by its absolute path (digests must not depend on the checkout), and each
-    `// .schedule region N (file:line:col)` marker its .sasm line (a new comment line in the source
-    would change every digest). Instructions, registers and immediates are all kept."""
-    ptx = ptx.replace(path, f"{name}.sasm")
-    return REGION_MARKER.sub(r"\1", ptx)
+    return digest(result.ptx, result.source.path, name)
 
 
 TARGETS = {"hgemm": "sm_90a", "mma_gemm": "sm_80"}

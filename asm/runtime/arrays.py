@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..errors import AsmError
-from .tensor_map import ALIGN
+from .tensor_map import ALIGN, padded_pitch
 
 
 class Dtype(NamedTuple):
@@ -177,9 +177,8 @@ def padded_matrix(x: Matrix) -> Matrix:
     """The Matrix a padded copy of x will have (row-major rows at ALIGN-byte multiples, a fresh
     allocation's alignment): what a launch is planned on before the copy is made."""
     rows, cols = x.shape
-    elems = ALIGN // x.dtype.itemsize
-    pitch = -(-cols // elems) * elems
-    return Matrix((rows, cols), (pitch * x.dtype.itemsize, x.dtype.itemsize), x.dtype, FRESH_ALLOCATION, x.device)
+    item = x.dtype.itemsize
+    return Matrix((rows, cols), (padded_pitch(cols * item), item), x.dtype, FRESH_ALLOCATION, x.device)
 
 
 FRESH_ALLOCATION = 256     # the address planning assumes for an array not allocated yet: any multiple of 16

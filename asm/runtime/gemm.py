@@ -241,15 +241,16 @@ def _plan_and_launch(cupy, cache: PlanCache, arrays, a, b, c, alpha, beta, trans
         raise AsmError("A, B and C" + (" and the bias" if mbias is not None else "") + " must be on the same GPU")
     facts = device_facts(ma.device)
     spec = launch_config.pick_spec(kernel, ma.dtype.name, mc.dtype.name if mc is not None else None, facts, bias, act)
+    c_dtype = launch_config.new_c_dtype(spec)
     with cupy.cuda.Device(ma.device):
         if c is None:
             if beta != 0:
                 raise AsmError(f"beta = {beta} needs a C to scale; pass c= or beta=0")
-            c = arrays.empty(a, (batch, m, n) if batched else (m, n), launch_config.new_c_dtype(spec))
+            c = arrays.empty(a, (batch, m, n) if batched else (m, n), c_dtype)
             mc = arrays.matrix(c, "C")
         timed = None
         if os.environ.get(AUTOTUNE_ENV) == "1":
-            c_shape, c_dtype = tuple(mc.shape), launch_config.new_c_dtype(spec)
+            c_shape = tuple(mc.shape)
 
             def timed(choice):
                 _autotune(cupy, arrays, choice, a, b, trans_a, trans_b, bias, act, c_shape, c_dtype)

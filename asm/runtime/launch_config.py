@@ -74,10 +74,6 @@ class LaunchConfig:
     empty: bool = False
     choice: dispatch.Choice | None = field(default=None, repr=False)
 
-    @property
-    def loads_a_itself(self) -> bool:
-        return loads_a_itself(self.spec, self.plan)
-
 
 def pick_spec(kernel: str | None, dtype: str, c_dtype: str | None, facts: DeviceFacts, bias=None,
               act: int = 0) -> KernelSpec:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..errors import AsmError
-from .tensor_map import ALIGN, padded_pitch
+from .tensor_map import padded_pitch
 
 
 class Dtype(NamedTuple):
@@ -65,9 +65,8 @@ class CupyArrays:
     def stream(device: int):
         return None                     # CuPy's current stream: the launch leaves stream= out
 
-    def padded_copy(self, x, elems: int):
+    def padded_copy(self, x, pitch: int):
         rows, cols = x.shape
-        pitch = -(-cols // elems) * elems
         y = self.cupy.empty((rows, pitch), dtype=x.dtype)[:, :cols]
         item = x.dtype.itemsize
         row_stride, col_stride = x.strides
@@ -130,9 +129,9 @@ class TorchArrays:
             hit = self._streams[(ptr, device)] = self.cupy.cuda.ExternalStream(ptr, device)
         return hit
 
-    def padded_copy(self, x, elems: int):
+    def padded_copy(self, x, pitch: int):
         rows, cols = x.shape
-        y = self.torch.empty((rows, -(-cols // elems) * elems), dtype=x.dtype, device=x.device)[:, :cols]
+        y = self.torch.empty((rows, pitch), dtype=x.dtype, device=x.device)[:, :cols]
         y.copy_(x)
         return y
 
@@ -169,8 +168,8 @@ def as_cupy(cupy, x, name: str):
 
 def padded(arrays, x, itemsize: int):
     """x copied into row-major storage whose rows start at multiples of 16 bytes (TMA's rule; its
-    pitch: tensor_map.padded_pitch)."""
-    return arrays.padded_copy(x, ALIGN // itemsize)
+    pitch in elements: tensor_map.padded_pitch, as padded_matrix plans it)."""
+    return arrays.padded_copy(x, padded_pitch(x.shape[1] * itemsize) // itemsize)
 
 
 def padded_matrix(x: Matrix) -> Matrix:

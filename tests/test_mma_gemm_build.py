@@ -293,6 +293,25 @@ def test_main_loop_runs_hmma_ldsm_and_the_copies_of_its_alignment(cfg):
         assert not any(op.startswith("LDGSTS") for op in ops), f"{cfg}: cp.async with 2-byte copies only"
 
 
+@pytest.mark.toolchain
+@needs_tools
+@pytest.mark.parametrize("cfg", PARAMS, ids=str)
+def test_epilogue_stores_c_by_the_width_of_its_rows(cfg):
+    """nvdisasm: the stores of C (the epilogue's straight-line code, WM x WN / 32 elements a thread)
+    are 16-byte pieces where C's rows are (WIDE_C = 1: STG.E.128), else one element a lane
+    (STG.E.U16 for a 16-bit C, STG.E for fp32), each of them a warp's LW consecutive columns of one
+    row (tests/test_mma_swizzle_model.py checks the addresses): issue 32's narrow epilogue, which
+    replaced EV consecutive columns a lane (2 bytes stored in every 16)."""
+    b = _built(cfg)
+    c = b.constants
+    stg = Counter(op for op in (_opcode(t) for _, t in _sass_instructions(b.sass)) if op.startswith("STG"))
+    elements = c["WM"] * c["WN"] // 32
+    if c["WIDE_C"]:
+        assert stg == Counter({"STG.E.128": elements // c["EV"]}), f"{cfg}: {stg}"
+    else:
+        assert stg == Counter({"STG.E" if c["C_F32"] else "STG.E.U16": elements}), f"{cfg}: {stg}"
+
+
 @pytest.mark.parametrize("layout, epilogue", [
     pytest.param("nn", dict(WIDE_C=1, BIAS=1), id="nn WIDE_C=1 BIAS=1"),
     pytest.param("tt", dict(BIAS=1, ACT=2), id="tt BIAS=1 ACT=2"),

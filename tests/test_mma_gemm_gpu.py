@@ -246,3 +246,102 @@ def test_repeated_calls_reuse_the_plan():
     first = asmgemm.gemm(a, b, kernel="hgemm_mma")
     second = asmgemm.gemm(a, b, kernel="hgemm_mma")
     assert bool((first == second).all())
+
+
+# ---- narrow C (issue 32): rows of C not in aligned 16-byte pieces (WIDE_C = 0) -----------------------
+# An odd N or ldc, or a C that starts off a 16-byte boundary: the epilogue stores one element a
+# lane, consecutive lanes at consecutive columns of a row. Tiny K (the epilogue is the whole cost
+# there), beta and a bias, against float64 numpy; the padding between C's rows must stay untouched.
+def _check_narrow_c(m, n, k, layout="nt", dtype="float16", *, c_f32=False, ldc_pad=0, c_offset=0, alpha=1.0,
+                    beta=0.5, bias="column", activation=None, params=None, seed=0):
+    rng = np.random.default_rng(seed)
+    ta, tb = layout[0] == "t", layout[1] == "t"
+    a, av = _matrix(rng, *((k, m) if ta else (m, k)), dtype)
+    b, bv = _matrix(rng, *((n, k) if tb else (k, n)), dtype)
+    opa, opb = cp.asnumpy(av).astype(np.float64), cp.asnumpy(bv).astype(np.float64)
+    ref = alpha * ((opa.T if ta else opa) @ (opb.T if tb else opb))
+    ldc = n + ldc_pad
+    cdt = cp.float32 if c_f32 else (cp.uint16 if dtype == "bfloat16" else cp.float16)
+    nan_bits = 0x7FC00000 if c_f32 else 0x7E00
+    store = cp.full(c_offset + m * ldc, nan_bits, cp.uint32 if c_f32 else cp.uint16).view(cdt)
+    c = store[c_offset:].reshape(m, ldc)[:, :n]
+    c0 = cp.asarray(rng.uniform(-1, 1, (m, n)).astype(np.float32))
+    c[...] = c0 if c_f32 else (_bf16_bits(c0)[0] if dtype == "bfloat16" else c0.astype(cp.float16))
+    if beta:
+        ref = ref + beta * cp.asnumpy(_values(c, dtype, c_f32)).astype(np.float64)
+    bias_arr = None
+    if bias is not None:
+        shape = (n,) if bias == "column" else (m, 1)
+        b32 = cp.asarray(rng.uniform(-1, 1, shape).astype(np.float32))
+        bias_arr = b32 if c_f32 else (_bf16_bits(b32)[0] if dtype == "bfloat16" else b32.astype(cp.float16))
+        ref = ref + cp.asnumpy(_values(bias_arr, dtype, c_f32)).astype(np.float64).reshape(shape)
+    if activation == "gelu":
+        import math
+        ref = 0.5 * ref * (1 + np.vectorize(math.erf)(ref / math.sqrt(2)))
+    elif activation == "relu":
+        ref = np.maximum(ref, 0)
+    out = asmgemm.gemm(a, b, c, alpha=alpha, beta=beta, trans_a=ta, trans_b=tb, kernel=KERNEL[(dtype, c_f32)],
+                       params=params, bias=bias_arr, activation=activation)
+    assert out is c
+    run = last_launch()
+    assert run["params"]["WIDE_C"] == "0", run
+    got = cp.asnumpy(_values(c, dtype, c_f32)).astype(np.float64)
+    rows = store[c_offset:].reshape(m, ldc).view(cp.uint32 if c_f32 else cp.uint16)
+    assert bool((rows[:, n:] == nan_bits).all()), "C's padding between rows (columns N .. ldc) was written"
+    assert not np.isnan(got).any(), "unwritten (NaN) elements in C"
+    # a 16-bit C: within one unit in the last place (the rounding, after fp32 sums of a few terms);
+    # fp32: the sums' own rounding, ~1e-7 of the terms' size, which an element near 0 does not scale
+    tol = 1e-5 if c_f32 else (2.0 ** -7 if dtype == "bfloat16" else 2.0 ** -10)
+    scale = max(float(np.abs(ref).max()), 1e-30)
+    np.testing.assert_allclose(got, ref, rtol=tol, atol=(2e-6 if c_f32 else tol * 1e-2) * scale,
+                               err_msg=f"{m}x{n}x{k} {layout} {dtype} c_f32={c_f32} ldc={ldc} offset={c_offset}")
+    return run
+
+
+NARROW_SHAPES = [(37, 45, 2), (129, 67, 7), (532, 4897, 7), (1377, 7949, 21), (301, 1001, 21), (2049, 3001, 2)]
+
+
+@pytest.mark.parametrize("m,n,k", NARROW_SHAPES)
+@pytest.mark.parametrize("dtype,c_f32", [("float16", False), ("bfloat16", False), ("float16", True),
+                                         ("bfloat16", True)])
+def test_narrow_c_tiny_k_odd_n(m, n, k, dtype, c_f32):
+    """Odd N, C contiguous (ldc = N), beta and a per-column bias: the issue's nt shapes and smaller."""
+    _check_narrow_c(m, n, k, "nt", dtype, c_f32=c_f32, beta=0.5, bias="column")
+
+
+@pytest.mark.parametrize("dtype,c_f32", [("float16", False), ("bfloat16", False), ("float16", True)])
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+@pytest.mark.parametrize("m,n,k,ldc_pad,c_offset", [(129, 67, 7, 2, 0), (300, 520, 21, 3, 0), (77, 64, 2, 0, 1),
+                                                     (1000, 999, 21, 4, 3)])
+def test_narrow_c_odd_ldc(m, n, k, ldc_pad, c_offset, layout, dtype, c_f32):
+    """An odd ldc (N + 3 with an even N: every other row starts at an odd element), a C starting off
+    a 16-byte boundary, or both; beta != 0, a per-row bias, every layout."""
+    _check_narrow_c(m, n, k, layout, dtype, c_f32=c_f32, ldc_pad=ldc_pad, c_offset=c_offset, alpha=-0.75,
+                    beta=-1.0, bias="row")
+
+
+@pytest.mark.parametrize("params", [{}, {"WN": 32}, {"BM": 64, "BN": 64, "WM": 32, "WN": 32}],
+                         ids=["t128x128_w64x64", "t128x128_w64x32", "t64x64_w32x32"])
+@pytest.mark.parametrize("dtype,c_f32", [("float16", False), ("bfloat16", False), ("float16", True)])
+@pytest.mark.parametrize("bias,activation", [("column", "gelu"), ("row", "relu"), (None, None)])
+def test_narrow_c_catalog_tilings(params, dtype, c_f32, bias, activation):
+    """Each catalog tiling's narrow epilogue (WN = 64: two 32-column groups a row; WN = 32: one, with
+    odd staged rows' chunk pairs swapped for a 16-bit C), with and without beta, bias and activation."""
+    # K = 24: rows of A of 48 bytes (16-byte copies), which the 64 x 64 warp tile needs
+    _check_narrow_c(613, 389, 24, "nt", dtype, c_f32=c_f32, ldc_pad=2, beta=0.5 if bias else 0.0, bias=bias,
+                    activation=activation, params={**{"BM": 128, "BN": 128, "WM": 64, "WN": 64}, **params})
+    run = last_launch()
+    assert run["params"].get("WN", "64") == str(params.get("WN", 64)), run
+
+
+def test_narrow_c_beta_zero_never_reads_c():
+    """beta == 0: C holds NaN before the call and none survives (C is not read)."""
+    rng = np.random.default_rng(5)
+    m, n, k = 333, 77, 7
+    a, _ = _matrix(rng, m, k, "float16")
+    b, _ = _matrix(rng, k, n, "float16")
+    store = cp.full(m * (n + 2), 0x7E00, cp.uint16).view(cp.float16)
+    c = store.reshape(m, n + 2)[:, :n]
+    asmgemm.gemm(a, b, c, beta=0.0, kernel="hgemm_mma")
+    assert last_launch()["params"]["WIDE_C"] == "0"
+    assert not bool(cp.isnan(c).any())

@@ -364,6 +364,32 @@ class Staging:
             out.append(lanes)
         return out
 
+    @property
+    def lw(self) -> int:
+        """WIDE_C = 0: lanes a staged row's column group is read by (LW), rows a read covers (RPW),
+        column groups a row (NCW)."""
+        return min(self.wn, 32)
+
+    @property
+    def rpw(self) -> int:
+        return 32 // self.lw
+
+    @property
+    def ncw(self) -> int:
+        return self.wn // self.lw
+
+    def narrow_reads(self):
+        """WIDE_C = 0: [[(row, col, offset)] per lane] per 4-byte load (ld.shared.f32): lane reads
+        row r0 + lane / LW, column LW c + lane % LW, for r0 = 0, RPW, ... and groups c < NCW."""
+        out = []
+        for r0, c in itertools.product(range(0, 16, self.rpw), range(self.ncw)):
+            lanes = []
+            for lane in range(32):
+                row, col = r0 + lane // self.lw, self.lw * c + lane % self.lw
+                lanes.append((row, col, self.offset(row, col)))
+            out.append(lanes)
+        return out
+
     def reads(self):
         """[[(row, first col, offset)] per lane] per 16-byte load: lane reads row lane / LPR (+ q RPI),
         columns EV (lane % LPR) + 4e .. + 3."""
@@ -412,6 +438,32 @@ def test_epilogue_staging_conflicts_are_the_known_ones(st):
     changes, this says by how much."""
     ways = max(conflict_ways(phase, 16) for lanes in st.reads() for phase in phases([o for *_, o in lanes], 16))
     assert ways == KNOWN_READ_CONFLICTS.get(st, 1)
+
+
+# WIDE_C = 0 reads one float a lane: WN = 16 (two rows a read) to 128 (four column groups)
+NARROW_STAGINGS = [Staging(wn, cb) for wn in (16, 32, 64, 128) for cb in (2, 4) if 32 % max(1, wn * cb // 16) == 0]
+
+
+@pytest.mark.parametrize("st", NARROW_STAGINGS, ids=[f"WN{s.wn}-C{8 * s.cb}" for s in NARROW_STAGINGS])
+def test_epilogue_narrow_reads_are_conflict_free_and_whole(st):
+    """WIDE_C = 0: each 4-byte read-back (the warp's 32 lanes, one phase) hits 32 different banks
+    (WN = 16, no catalog or .tune tiling: two rows 96 bytes apart, 2-way), consecutive lanes read
+    consecutive columns of a row (LW of them, the columns the lanes then store side by side in C),
+    and the reads fetch every staged float once, from where its writer put it."""
+    written = {}
+    for lanes in st.writes():
+        for row, col, off in lanes:
+            written[off], written[off + 4] = (row, col), (row, col + 1)
+    read = []
+    for lanes in st.narrow_reads():
+        offsets = [off for *_, off in lanes]
+        assert conflict_ways(offsets, 4) == (2 if st.wn == 16 else 1), (lanes[0], offsets)
+        for lane, (row, col, off) in enumerate(lanes):
+            assert written[off] == (row, col), (lane, row, col, off)
+            if lane % st.lw:
+                assert (row, col) == (lanes[lane - 1][0], lanes[lane - 1][1] + 1)
+            read.append((row, col))
+    assert sorted(read) == [(r, c) for r in range(16) for c in range(st.wn)]
 
 
 @pytest.mark.parametrize("st", STAGINGS, ids=[f"WN{s.wn}-C{8 * s.cb}" for s in STAGINGS])
@@ -662,6 +714,9 @@ TIE_CONFIGS = [
     dict(ALIGN_A=8, ALIGN_B=4, TRANS_B=1), dict(ALIGN_A=4, ALIGN_B=8, TRANS_A=1),
     dict(BK=64, STAGES=3, TRANS_A=1), dict(BM=256, BN=64, WN=32, BK=64, STAGES=3, TRANS_B=1, C_F32=1),
     dict(BM=64, BN=256, WM=32, TRANS_A=1, ALIGN_B=8, STAGES=5),
+    # 16-byte pieces of C (the runtime's wide_c): the configurations above run WIDE_C = 0
+    dict(WIDE_C=1), dict(BM=64, BN=64, WM=32, WN=32, TRANS_B=1, C_F32=1, WIDE_C=1),
+    dict(WN=32, ALIGN_A=2, WIDE_C=1),
 ]
 
 
@@ -673,14 +728,15 @@ def _tie_id(cfg: dict) -> str:
 def kernel_run(items: tuple) -> tuple[dict, BlockRun]:
     """The constants of the build of these -D values and its PTX run for block (0, 0) of an
     interior-tile problem with KT = STAGES + 2 K tiles (the unguarded, the last and the past-K
-    iterations all run; padded leading dimensions)."""
+    iterations all run; padded leading dimensions, an odd ldc where WIDE_C = 0)."""
     result = build_file("mma_gemm", BuildOptions(defines={k: str(v) for k, v in items}, target="sm_80"))
     c = result.constants
     m, n, k = 2 * c["BM"], 2 * c["BN"], c["BK"] * (c["STAGES"] + 2)
     lda = (m if c["TRANS_A"] else k) + 24
     ldb = (k if c["TRANS_B"] else n) + 40
     params = dict(param_A=1 << 32, param_B=2 << 32, param_C=3 << 32, param_bias=4 << 32, param_M=m, param_N=n,
-                  param_K=k, param_lda=lda, param_ldb=ldb, param_ldc=n, param_alpha=1.0, param_beta=0.0)
+                  param_K=k, param_lda=lda, param_ldb=ldb, param_ldc=n + (0 if c["WIDE_C"] else 3), param_alpha=1.0,
+                  param_beta=0.0)
     run = BlockRun(result.ptx, c["THREADS"], params, (2, 2)).run()
     return c, run
 
@@ -846,7 +902,8 @@ def test_kernel_mma_operands_are_the_model_fragments(tie):
 def test_kernel_epilogue_staging_is_the_models(tie):
     """After the last mma, each warp stages its accumulators: the 8-byte stores of tile (i, j)'s
     fragment halves r = 0, 1 (rows g, g + 8) land at the model's EPI_SWIZZLE offsets in the warp's
-    area, and the 16-byte read-backs are the model's, once per m16 pass."""
+    area, and the read-backs are the model's, once per m16 pass: 16-byte ones (WIDE_C = 1), or
+    one float a lane (WIDE_C = 0: Staging.narrow_reads)."""
     c, run, ops = tie
     st = Staging(c["WN"], c["CB"])
     # the accumulators of tile (i, j), from the mmas (as the previous test checks them)
@@ -874,10 +931,379 @@ def test_kernel_epilogue_staging_is_the_models(tie):
     assert set(done.values()) == {1} and len(done) == 2 * len(tile_of)
     mt = c["WM"] // 16
     reads = Counter()
-    model_reads = [stg + np.array([lanes[ln][2] for ln in lane]) for lanes in st.reads()]
+    model = st.reads() if c["WIDE_C"] else st.narrow_reads()
+    model_reads = [stg + np.array([lanes[ln][2] for ln in lane]) for lanes in model]
     for r in loads:
-        assert r["size"] == 16 and r["active"].all()
+        assert r["size"] == (16 if c["WIDE_C"] else 4) and r["active"].all()
         hit = [n for n, want in enumerate(model_reads) if (r["addr"] == want).all()]
         assert hit, f"a read-back the model does not make: {[hex(x) for x in r['addr'][:8].tolist()]}"
         reads[hit[0]] += 1
     assert reads == Counter({n: mt for n in range(len(model_reads))})
+
+
+def test_kernel_stores_of_c_are_the_models(tie):
+    """The epilogue's stores to C cover the block's BM x BN tile once. WIDE_C = 1: 16-byte pieces
+    (EV columns a lane). WIDE_C = 0 (the lane mapping of issue 32): one element a lane, and in every
+    store instruction the lanes of each LW-lane group hold one row's consecutive columns at
+    consecutive addresses (LW x CB contiguous bytes: 64 for a 16-bit C of WN >= 32, 128 for fp32),
+    so a warp's store is 2 to 4 sectors of one row (and WN = 16 two half rows), not 2 bytes of
+    every 16 over 512."""
+    c, run, _ = tie
+    ldc, cb = run.params["param_ldc"], c["CB"]
+    lw = min(c["WN"], 32)
+    seen = Counter()
+    stores = [r for r in run.records if r["kind"] == "st.global"]
+    assert stores
+    for r in stores:
+        assert r["active"].all(), "an interior block stores every element"
+        off = r["addr"] - (3 << 32)
+        assert (off % cb == 0).all()
+        row, col = np.divmod(off // cb, ldc)
+        if c["WIDE_C"]:
+            assert r["size"] == 16 and (off % 16 == 0).all()
+            width = c["EV"]
+        else:
+            assert r["size"] == cb
+            width = 1
+            rows, cols = row.reshape(-1, lw), col.reshape(-1, lw)
+            assert (rows == rows[:, :1]).all(), f"one lane group stores several rows: {rows[0]}"
+            assert (np.diff(cols, axis=1) == 1).all(), f"lanes store columns {cols[0]}"
+            assert (np.diff(off.reshape(-1, lw), axis=1) == cb).all()
+        for rw, cl in zip(row.tolist(), col.tolist()):
+            for e in range(width):
+                seen[(rw, cl + e)] += 1
+    assert set(seen.values()) == {1}, "an element stored twice"
+    assert sorted(seen) == [(m, n) for m in range(c["BM"]) for n in range(c["BN"])]
+
+
+# ---- the kernel's values on the CPU: its whole PTX, executed ----------------------------------------
+class ValueRun(BlockRun):
+    """BlockRun with values: every register holds its bit pattern (fp32 as its 32 bits, halves as
+    16), and global and shared memory are byte arrays, so the PTX of a block computes its tile of
+    C. cp.async copies at once (src-size bytes, the rest zero-filled), ldmatrix.x4 (.trans) and
+    mma.sync.m16n8k16 act per warp as the PTX ISA defines them (9.7.9.22, 9.7.14.5.8), fp32
+    arithmetic rounds as fp32 does (fma through float64: one rounding of an exact product, then
+    fp32), ex2.approx, rcp.approx and div.full are exact fp32 here, cvt.rn to f16/bf16 rounds to
+    nearest even. `globals_` maps the top 32 bits of an address (param_A = 1 << 32, ...) to a byte
+    array; an access outside it by an active lane fails the run (a guard the kernel missed). The
+    threads run in lockstep, so bar.sync and cp.async.wait_group have nothing to wait for."""
+
+    def __init__(self, ptx: str, threads: int, params: dict, grid: tuple[int, int], block: tuple[int, int],
+                 globals_: dict[int, np.ndarray], smem_bytes: int):
+        super().__init__(ptx, threads, params, grid)
+        self.special["%ctaid.x"], self.special["%ctaid.y"] = block
+        self.mem = globals_
+        self.smem = np.zeros(smem_bytes, np.uint8)
+
+    # values --------------------------------------------------------------------------------------
+    def bits(self, x: str, width: int = 64) -> np.ndarray:
+        x = x.strip()
+        if x.startswith("0f"):
+            return np.full(self.threads, int(x[2:], 16), np.int64)
+        return self.ival(x, width)
+
+    def fval(self, x: str) -> np.ndarray:
+        return (self.bits(x, 32) & 0xFFFFFFFF).astype(np.uint32).view(np.float32)
+
+    def fwrite(self, name: str, value, guard) -> None:
+        self.write(name, np.asarray(value, np.float32).view(np.uint32).astype(np.int64), guard)
+
+    # memory --------------------------------------------------------------------------------------
+    def _place(self, space: str, addr: np.ndarray, size: int, active: np.ndarray):
+        """(byte array, offsets) of an access of `size` bytes by each active lane."""
+        if space == "shared":
+            mem, off = self.smem, addr
+        else:
+            (region,) = set((addr[active] >> 32).tolist()) or {None}
+            if region is None:
+                return None, None
+            mem, off = self.mem[region], addr & 0xFFFFFFFF
+        a = off[active]
+        assert (a >= 0).all() and (a + size <= len(mem)).all(), \
+            f"{space} access of {size} bytes outside its array (size {len(mem)}): {a.min()}..{a.max()}"
+        return mem, off
+
+    def load(self, space: str, addr, size: int, active) -> np.ndarray:
+        out = np.zeros(self.threads, np.int64)
+        mem, off = self._place(space, addr, size, active)
+        if mem is not None:
+            for b in range(size):
+                out[active] |= mem[off[active] + b].astype(np.int64) << (8 * b)
+        return out
+
+    def store(self, space: str, addr, size: int, value: np.ndarray, active) -> None:
+        mem, off = self._place(space, addr, size, active)
+        if mem is not None:
+            for b in range(size):
+                mem[off[active] + b] = (value[active] >> (8 * b)) & 0xFF
+
+    # execution -----------------------------------------------------------------------------------
+    def execute(self, parts: list[str], args: list[str], guard, text: str) -> None:  # noqa: C901
+        base, typ = parts[0], parts[-1]
+        active = np.ones(self.threads, bool) if guard is None else np.array(guard, bool)
+        if base == "ld" and parts[1] == "param":
+            v = self.params[args[1].strip()[1:-1]]
+            if typ in FLOAT_TYPES:
+                self.fwrite(args[0], np.full(self.threads, v, np.float32), guard)
+            else:
+                self.write(args[0], np.full(self.threads, v, np.int64), guard)
+        elif base in ("ld", "st") and parts[1] in ("global", "shared"):
+            vec = next((int(p[1:]) for p in parts if re.fullmatch(r"v\d", p)), 1)
+            size = ACCESS_BYTES[typ]
+            where, values = (args[1], args[0]) if base == "ld" else (args[0], args[1])
+            names = _names(values) if values.startswith("{") else [values]
+            addr = self.address(where)
+            self.record(f"{base}.{parts[1]}", guard, addr=addr, size=vec * size, names=names)
+            for n, name in enumerate(names):
+                if base == "ld":
+                    self.write(name, self.load(parts[1], addr + n * size, size, active), guard)
+                else:
+                    self.store(parts[1], addr + n * size, size, self.bits(name, 8 * size), active)
+        elif base == "cp" and parts[1] == "async" and parts[2] not in ("commit_group", "wait_group", "wait_all"):
+            dst, src, size = self.address(args[0]), self.address(args[1]), int(args[2], 0)
+            src_size = self.ival(args[3], 32) if len(args) > 3 else np.full(self.threads, size)
+            self.record("cp", guard, addr=dst, size=size, src=src, src_size=src_size)
+            for b in range(size):
+                got = self.load("global", src + b, 1, active & (src_size > b))
+                self.store("shared", dst + b, 1, got, active)
+        elif base == "ldmatrix":
+            self.ldmatrix(parts, args, guard)
+        elif base == "mma":
+            self.mma(parts, args)
+        elif base == "cvt" and (parts[-1] in FLOAT_TYPES or parts[-2] in FLOAT_TYPES):
+            self.convert(parts, args, guard)
+        elif base == "mov" and (args[0].startswith("{") or args[1].startswith("{")):
+            if args[1].startswith("{"):        # pack: the first element in the low bits
+                v, w = np.zeros(self.threads, np.int64), 32 // len(_names(args[1]))
+                for n, x in enumerate(_names(args[1])):
+                    v |= (self.bits(x, w) & ((1 << w) - 1)) << (w * n)
+                self.write(args[0], v, guard)
+            else:
+                w = 32 // len(_names(args[0]))
+                for n, x in enumerate(_names(args[0])):
+                    self.write(x, (self.bits(args[1], 32) >> (w * n)) & ((1 << w) - 1), guard)
+        elif base == "mov" and typ != "pred":
+            self.write(args[0], self.bits(args[1], 64 if typ[1:] == "64" else 32 if typ != "b16" else 16), guard)
+        elif base == "selp" and typ in FLOAT_TYPES:
+            self.write(args[0], np.where(self.pred(args[3]), self.bits(args[1], 32), self.bits(args[2], 32)), guard)
+        elif typ == "f32" and base not in ("setp", "selp"):
+            self.float_op(base, parts, args, guard, text)
+        else:
+            super().execute(parts, args, guard, text)
+
+    def float_op(self, base: str, parts: list[str], args: list[str], guard, text: str) -> None:
+        x = [self.fval(a) for a in args[1:]]
+        with np.errstate(all="ignore"):
+            if base == "fma":
+                r = (x[0].astype(np.float64) * x[1] + x[2]).astype(np.float32)
+            else:
+                r = {"mul": lambda: x[0] * x[1], "add": lambda: x[0] + x[1], "sub": lambda: x[0] - x[1],
+                     "div": lambda: x[0] / x[1], "rcp": lambda: np.float32(1) / x[0], "ex2": lambda: np.exp2(x[0]),
+                     "abs": lambda: np.abs(x[0]), "neg": lambda: -x[0], "min": lambda: np.minimum(x[0], x[1]),
+                     "max": lambda: np.maximum(x[0], x[1])}[base]()
+        self.fwrite(args[0], r, guard)
+
+    def convert(self, parts: list[str], args: list[str], guard) -> None:
+        dt, st = parts[-2], parts[-1]
+        if st == "f32" and dt in ("f16", "bf16"):
+            self.write(args[0], _to_half(self.fval(args[1]), dt), guard)
+        elif st == "f32" and dt in ("f16x2", "bf16x2"):      # d = {a (upper half), b (lower)}
+            hi, lo = _to_half(self.fval(args[1]), dt[:-2]), _to_half(self.fval(args[2]), dt[:-2])
+            self.write(args[0], (hi << 16) | lo, guard)
+        elif dt == "f32" and st in ("f16", "bf16"):
+            self.fwrite(args[0], _from_half(self.bits(args[1], 16), st), guard)
+        else:
+            raise AssertionError(f"the interpreter does not know: cvt.{dt}.{st}")
+
+    def ldmatrix(self, parts: list[str], args: list[str], guard) -> None:
+        """Matrix q's row j is the 8 halves at the address of lane 8q + j; thread `lane` gets of each
+        matrix q row lane / 4, halves 2 (lane % 4) and +1 (.trans: rows 2 (lane % 4) and +1 of column
+        lane / 4), the lower column (row) in the low half."""
+        assert guard is None
+        addr = self.address(args[1])
+        lane = np.arange(self.threads) % 32
+        warp0 = np.arange(self.threads) - lane
+        g, t = lane // 4, lane % 4
+        for q, name in enumerate(_names(args[0])):
+            halves = []
+            for h in range(2):
+                row, col = (2 * t + h, g) if "trans" in parts else (g, 2 * t + h)
+                rows_addr = addr[warp0 + 8 * q + row]
+                halves.append(self.load("shared", rows_addr + 2 * col, 2, np.ones(self.threads, bool)))
+            self.write(name, halves[0] | (halves[1] << 16), None)
+
+    def mma(self, parts: list[str], args: list[str]) -> None:
+        """mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32, per warp: g = lane / 4,
+        t = lane % 4; a0..a3 hold A (g, 2t..+1), (g + 8, 2t..), (g, 2t + 8..), (g + 8, 2t + 8..); b0, b1
+        B (k 2t..+1, n g), (k 2t + 8.., g); c0..c3 C (g, 2t..+1), (g + 8, 2t..+1)."""
+        ab = parts[-2]
+        d, a, b, c = (_names(x) for x in args)
+        warps = self.threads // 32
+        lane = np.arange(32)
+        g, t = lane // 4, lane % 4
+        A = np.zeros((warps, 16, 16))
+        B = np.zeros((warps, 16, 8))
+        C = np.zeros((warps, 16, 8))
+        for n, name in enumerate(a):
+            v = self.bits(name, 32).reshape(warps, 32)
+            r, k = g + 8 * (n & 1), 2 * t + 8 * (n >> 1)
+            A[:, r, k], A[:, r, k + 1] = _from_half(v & 0xFFFF, ab), _from_half(v >> 16, ab)
+        for n, name in enumerate(b):
+            v = self.bits(name, 32).reshape(warps, 32)
+            k = 2 * t + 8 * n
+            B[:, k, g], B[:, k + 1, g] = _from_half(v & 0xFFFF, ab), _from_half(v >> 16, ab)
+        for n, name in enumerate(c):
+            C[:, g + 8 * (n >> 1), 2 * t + (n & 1)] = self.fval(name).reshape(warps, 32)
+        D = (A @ B + C).astype(np.float32)
+        for n, name in enumerate(d):
+            self.fwrite(name, D[:, g + 8 * (n >> 1), 2 * t + (n & 1)].reshape(-1), None)
+        self.mmas += 1
+
+
+def _to_half(x: np.ndarray, dt: str) -> np.ndarray:
+    """fp32 -> f16 or bf16 bits, rounded to nearest even (finite x)."""
+    if dt == "f16":
+        return np.asarray(x, np.float32).astype(np.float16).view(np.uint16).astype(np.int64)
+    u = np.asarray(x, np.float32).view(np.uint32).astype(np.int64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF
+
+
+def _from_half(h, dt: str) -> np.ndarray:
+    h = np.asarray(h, np.int64) & 0xFFFF
+    if dt == "f16":
+        return h.astype(np.uint16).view(np.float16).astype(np.float32)
+    return (h << 16).astype(np.uint32).view(np.float32)
+
+
+def _halves(x: np.ndarray, bf16: int) -> np.ndarray:
+    """float64 values (exactly representable) -> their 16-bit patterns."""
+    return _to_half(np.asarray(x, np.float32), "bf16" if bf16 else "f16").astype(np.uint16)
+
+
+def _values_of(bits: np.ndarray, bf16: int) -> np.ndarray:
+    return _from_half(bits, "bf16" if bf16 else "f16").astype(np.float64)
+
+
+def _stored(rows: int, cols: int, ld: int, dtype) -> int:
+    """Elements of a rows x cols matrix of leading dimension ld, to its last element exactly."""
+    return (rows - 1) * ld + cols
+
+
+def _activation(x: np.ndarray, act: int) -> np.ndarray:
+    import math
+    if act == 1:
+        return np.maximum(x, 0)
+    if act == 2:
+        return 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
+    if act == 3:
+        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+    if act == 4:
+        return x / (1 + np.exp(-x))
+    return x
+
+
+def run_on_cpu(defines: dict, m: int, n: int, k: int, lda: int, ldb: int, ldc: int, alpha: float, beta: float,
+               seed: int = 0):
+    """Build mma_gemm with these -D values (sm_80 PTX), run every block of the grid in ValueRun on
+    random A, B, C (and bias) of the build's types, and return (C as stored, the float64 reference
+    rounded to C's type, the runs). A and B hold values exact in their 16-bit type; C's ldc
+    padding holds a sentinel, and C is NaN where beta == 0 (it must not be read)."""
+    result = build_file("mma_gemm", BuildOptions(defines={k_: str(v) for k_, v in defines.items()}, target="sm_80"))
+    c = result.constants
+    bf16, cf32, bias_mode, act = c["BF16"], c["C_F32"], c["BIAS"], c["ACT"]
+    rng = np.random.default_rng(seed)
+    ar, ac = (k, m) if c["TRANS_A"] else (m, k)
+    br, bc = (n, k) if c["TRANS_B"] else (k, n)
+    a = _values_of(_halves(rng.uniform(-1, 1, (ar, ac)), bf16), bf16)
+    b = _values_of(_halves(rng.uniform(-1, 1, (br, bc)), bf16), bf16)
+    c0 = rng.uniform(-1, 1, (m, n)).astype(np.float32)
+    if not cf32:
+        c0 = _values_of(_halves(c0, bf16), bf16)
+
+    def lay_out(x, ld, elem_bits, pad):
+        rows, cols = x.shape
+        full = np.full((rows, ld), pad, elem_bits.dtype if hasattr(elem_bits, "dtype") else np.uint16)
+        full[:, :cols] = elem_bits
+        return full.reshape(-1)[:_stored(rows, cols, ld, None)]
+
+    a_mem = lay_out(a, lda, _halves(a, bf16), 0x7E00).view(np.uint8).copy()
+    b_mem = lay_out(b, ldb, _halves(b, bf16), 0x7E00).view(np.uint8).copy()
+    sentinel = 0x7FBADBAD if cf32 else 0x7BAD
+    c_bits = (np.asarray(c0, np.float32).view(np.uint32) if cf32 else _halves(c0, bf16))
+    if beta == 0:
+        c_bits = np.full_like(c_bits, 0x7FC00000 if cf32 else 0x7E00)       # NaN: never read
+    c_mem = lay_out(c0, ldc, c_bits, sentinel).view(np.uint8).copy()
+    bias = np.zeros(0)
+    bias_mem = np.zeros(16, np.uint8)
+    if bias_mode:
+        bias = rng.uniform(-1, 1, n if bias_mode == 1 else m).astype(np.float32)
+        if not cf32:
+            bias = _values_of(_halves(bias, bf16), bf16)
+        bias_mem = (np.asarray(bias, np.float32).view(np.uint32) if cf32 else _halves(bias, bf16)).view(np.uint8).copy()
+    mem = {1: a_mem, 2: b_mem, 3: c_mem, 4: bias_mem}
+    params = dict(param_A=1 << 32, param_B=2 << 32, param_C=3 << 32, param_bias=4 << 32, param_M=m, param_N=n,
+                  param_K=k, param_lda=lda, param_ldb=ldb, param_ldc=ldc, param_alpha=alpha, param_beta=beta)
+    grid = (-(-n // c["BN"]), -(-m // c["BM"]))
+    runs = []
+    for by, bx in itertools.product(range(grid[1]), range(grid[0])):
+        runs.append(ValueRun(result.ptx, c["THREADS"], params, grid, (bx, by), mem, c["SMEM_BYTES"]).run(400_000))
+    # the reference, in float64 from the same inputs
+    ref = alpha * ((a.T if c["TRANS_A"] else a) @ (b.T if c["TRANS_B"] else b))
+    if beta:
+        ref = ref + beta * c0
+    if bias_mode:
+        ref = ref + (bias.reshape(1, n) if bias_mode == 1 else bias.reshape(m, 1))
+    ref = _activation(ref, act)
+    if cf32:
+        got_all = np.frombuffer(c_mem.tobytes(), np.uint32)
+        vals = lambda x: x.view(np.float32).astype(np.float64)          # noqa: E731
+    else:
+        got_all = np.frombuffer(c_mem.tobytes(), np.uint16)
+        vals = lambda x: _values_of(x, bf16)                             # noqa: E731
+    full = np.full(m * ldc, sentinel, got_all.dtype)
+    full[:len(got_all)] = got_all
+    full = full.reshape(m, ldc)
+    assert (full[:, n:] == sentinel).all(), "C's padding (columns N .. ldc) was written"
+    return vals(full[:, :n]), ref, c, runs
+
+
+CPU_CASES = [
+    # (-D values, M, N, K, lda, ldb, ldc, alpha, beta): odd N and ldc (WIDE_C = 0) but where noted
+    pytest.param(dict(BM=64, BN=64, WM=32, WN=32, TRANS_B=1, BIAS=1, ACT=2), 37, 45, 32, 32, 32, 45, 1.25, 0.5,
+                 id="f16-nt-t64x64-37x45x32-colbias-gelu"),
+    pytest.param(dict(WN=32, BF16=1, ALIGN_B=2, BIAS=2, ACT=4), 129, 67, 64, 64, 67, 69, 1.0, -0.75,
+                 id="bf16-nn-t128x128w64x32-129x67x64-ldb67-rowbias-silu"),
+    pytest.param(dict(TRANS_B=1, BIAS=2, ACT=3), 129, 67, 7, 8, 8, 67, 0.5, 1.0,
+                 id="f16-nt-t128x128-129x67x7-rowbias-gelu_tanh"),
+    pytest.param(dict(C_F32=1, TRANS_A=1, TRANS_B=1, BIAS=1, ACT=1), 37, 45, 21, 40, 24, 47, 1.0, 2.0,
+                 id="f16-f32c-tt-t128x128-37x45x21-colbias-relu"),
+    pytest.param(dict(BM=64, BN=64, WM=32, WN=32, BF16=1, C_F32=1, BIAS=1), 70, 33, 2, 8, 33 + 7, 33, -1.0, 0.25,
+                 id="bf16-f32c-nn-t64x64-70x33x2-colbias"),
+    pytest.param(dict(BM=64, BN=64, WM=32, WN=32, TRANS_B=1, BIAS=1, ACT=2), 37, 45, 32, 32, 32, 45, 1.0, 0.0,
+                 id="f16-nt-t64x64-37x45x32-beta0"),
+    pytest.param(dict(BM=64, BN=64, WM=32, WN=32, WIDE_C=1, BIAS=1, ACT=2), 40, 48, 32, 32, 48, 56, 1.0, 0.5,
+                 id="f16-nn-t64x64-40x48x32-WIDE_C"),
+]
+
+
+@pytest.mark.parametrize("defines, m, n, k, lda, ldb, ldc, alpha, beta", CPU_CASES)
+def test_kernel_computes_c_on_the_cpu(defines, m, n, k, lda, ldb, ldc, alpha, beta):
+    """The kernel's PTX, every block of the grid executed by ValueRun, gives C = act(alpha op(A)
+    op(B) + beta C + bias) of float64 numpy within C's rounding: odd M, N and ldc (the narrow
+    epilogue of issue 32: WIDE_C = 0), K of 2 to 64 (one K tile, zero-filled), beta, a bias per
+    column or per row, each activation; every element of C inside M x N written, the padding
+    between rows (ldc > N) never; C never read where beta == 0 (it holds NaN)."""
+    got, ref, c, runs = run_on_cpu(defines, m, n, k, lda, ldb, ldc, alpha, beta)
+    assert not np.isnan(got).any(), "elements of C left unwritten (NaN)"
+    tol = 1e-5 if c["C_F32"] else (2.0 ** -7 if c["BF16"] else 2.0 ** -10)
+    np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * 0.05)
+    c_loads = [r for run in runs for r in run.records
+               if r["kind"] == "ld.global" and (r["addr"][r["active"]] >> 32 == 3).any()]
+    assert bool(c_loads) == (beta != 0), f"{len(c_loads)} loads of C with beta = {beta}"
+    if not c["WIDE_C"]:
+        # each load and store of C: a lane group (LW lanes) at consecutive addresses of one row
+        lw = min(c["WN"], 32)
+        for r in (r for run in runs for r in run.records if r["kind"] in ("st.global", "ld.global")):
+            if (r["addr"] >> 32 == 3).all():
+                assert r["size"] == c["CB"]
+                assert (np.diff(r["addr"].reshape(-1, lw), axis=1) == c["CB"]).all()

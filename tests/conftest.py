@@ -49,6 +49,21 @@ def private_cache(monkeypatch, tmp_path):
 
 
 @pytest.fixture
+def hgemm_own_path(monkeypatch):
+    """The Hopper HGEMM's own route for every call of the test: the path model's in-place choice
+    (an operand TMA cannot read goes to the spec's `in_place` kernel, hgemm_mma, when the model
+    says that beats the padded copy) is turned off, so odd operands take hgemm's padded copies,
+    A_LDG and swap, which these tests cover. The in-place route has its own tests
+    (test_mma_gemm_gpu.py). Kept launches are forgotten before and after: a launch planned
+    without the fixture must not answer a call made with it."""
+    from asmgemm.runtime import gemm, path_model
+    monkeypatch.setattr(path_model, "in_place_wins", lambda *args, **kwargs: False)
+    gemm.clear_plan_cache()
+    yield
+    gemm.clear_plan_cache()
+
+
+@pytest.fixture
 def fake_fp32_gemm(monkeypatch, private_cache):
     """(cupy stand-in, launches): asmgemm.gemm builds for real and its kernels compute in fp32 numpy
     from their packed arguments (fake_cupy.interpreting_kernel); each launch is recorded."""

@@ -121,8 +121,8 @@ def test_untuned_calls_run_it_and_params_keep_sgemm(cuda_gpu):
     _check(cp, 4, 2048, 2048, params={"THREADS": 64, "BK": 16})
     assert _kernels_run() == {"sgemm"}
     gemm_module._cache.plans.clear()
-    _check(cp, 4, 2048, 2048, layout="nt")          # B transposed: not routed
-    assert _kernels_run() == {"sgemm"}
+    _check(cp, 4, 2048, 2048, layout="nt")          # B transposed (nn.Linear's): the K-major skinny build
+    assert _kernels_run() == {"sgemm_skinny"}
     gemm_module._cache.plans.clear()
     _check(cp, 17, 2048, 2048)                       # more than 16 rows: not routed
     assert _kernels_run() == {"sgemm"}

@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.gpu
+# hgemm's own route (conftest.hgemm_own_path): no in-place hgemm_mma for odd operands
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("hgemm_own_path")]
 
 from asmgemm.runtime.gpu import gpu_available  # noqa: E402
 

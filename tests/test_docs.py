@@ -77,3 +77,10 @@ def test_tools_data_holds_only_cited_files():
         if p.name not in corpus and not any(rel.startswith(prefix) for prefix in prefixes):
             uncited.append(rel)
     assert not uncited, f"tools/data files nothing cites (git history keeps them; git rm them): {uncited}"
+
+
+def test_tools_data_stays_under_one_megabyte():
+    """Issue 34: tools/data keeps only what is cited, under 1 MB (larger results gzipped); git
+    history keeps the rest."""
+    total = sum(p.stat().st_size for p in (ROOT / "tools" / "data").rglob("*") if p.is_file())
+    assert total < 1_000_000, f"tools/data holds {total} bytes; gzip (-9 -n) or drop uncited results"

@@ -760,7 +760,7 @@ def test_split_k_and_a_fused_epilogue_do_not_build_together():
         build_file("hgemm", BuildOptions(defines={"SPLIT_K": "1", "ACT": "2"}, target="sm_90a"))
 
 
-# (M, N, K) -> the size rule's choice, from the H100 A/B of 24 shapes (tools/data/hgemm_bn192_ab.json):
+# (M, N, K) -> the size rule's choice, from the H100 A/B of 24 shapes (tools/data/hgemm_bn192_ab.json.gz):
 # 192-wide tiles where 256-wide ones leave the last wave short, 256 where 192 needs a wave more.
 BN_CHOICES = [
     ((512, 12288, 4096), {"BN": 192, "STAGES": 4}),                       # 2 waves either way

@@ -124,7 +124,10 @@ def test_untuned_calls_run_it_and_params_keep_sgemm(cuda_gpu):
     _check(cp, 4, 2048, 2048, layout="nt")          # B transposed (nn.Linear's): the K-major skinny build
     assert _kernels_run() == {"sgemm_skinny"}
     gemm_module._cache.plans.clear()
-    _check(cp, 17, 2048, 2048)                       # more than 16 rows: not routed
+    _check(cp, 17, 2048, 2048)                       # 17-64 rows: the cost model's choice, correct either way
+    assert _kernels_run() <= {"sgemm", "sgemm_skinny"}
+    gemm_module._cache.plans.clear()
+    _check(cp, 65, 2048, 2048)                       # past every skinny entry's max_m (64): the tiled kernel
     assert _kernels_run() == {"sgemm"}
 
 

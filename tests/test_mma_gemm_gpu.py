@@ -350,3 +350,43 @@ def test_narrow_c_beta_zero_never_reads_c():
     asmgemm.gemm(a, b, c, beta=0.0, kernel="hgemm_mma")
     assert last_launch()["params"]["WIDE_C"] == "0"
     assert not bool(cp.isnan(c).any())
+
+
+# ---- split-K (SPLIT_K=1: the partial pass into an fp32 workspace, then splitk_reduce.sasm) -------
+# Forced by params= (S splits asked; the runtime rounds k_chunk up to 64 elements, so S may come out
+# smaller): every layout, odd leading dimensions (each copy width moved by k0 along K), K that is no
+# multiple of the chunk, fp16 / bf16 / fp32 C, alpha and beta, a column-major C (the operand swap).
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+@pytest.mark.parametrize("dtype,c_f32", [("float16", False), ("bfloat16", False), ("float16", True)])
+@pytest.mark.parametrize("m,n,k,splits", [(31, 747, 7681, 11), (2, 306, 933, 4), (130, 70, 4100, 32)])
+def test_split_k(m, n, k, splits, layout, dtype, c_f32):
+    run = _check(m, n, k, layout, dtype, c_f32=c_f32, params={"SPLIT_K": splits, "BM": 64, "BN": 64, "WM": 32,
+                                                               "WN": 32})
+    assert run["splits"] > 1 and run["reduce"] == "kernel", run
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_split_k_alpha_beta_odd_leading_dimensions_column_major_c(dtype):
+    run = _check(77, 500, 3001, "nt", dtype, alpha=-0.5, beta=1.25, lda_pad=3, ldb_pad=5, a_offset=1,
+                 params={"SPLIT_K": 8})
+    assert run["splits"] > 1, run
+    run = _check(300, 45, 2500, "tn", dtype, alpha=0.75, beta=0.5, c_order="F", params={"SPLIT_K": 6, "WN": 32})
+    assert run["splits"] > 1, run
+
+
+def test_the_model_splits_a_few_tiles_over_a_deep_k():
+    """Untuned, a few tiles of C over a deep K (the random benchmark's slowest, 0.09x cuBLAS's GPU
+    time unsplit): the cost model's pick splits K, and the result is right."""
+    run = _check(31, 747, 7681, "tt", kernel="hgemm_mma")
+    assert run["splits"] > 1 and run["chosen_by"] in ("model", "database"), run
+
+
+def test_split_k_is_deterministic():
+    rng = np.random.default_rng(5)
+    a = cp.asarray(rng.uniform(-1, 1, (40, 5001)).astype(np.float16))
+    b = cp.asarray(rng.uniform(-1, 1, (5001, 300)).astype(np.float16))
+    first = asmgemm.gemm(a, b, params={"SPLIT_K": 16}, kernel="hgemm_mma")
+    assert last_launch()["splits"] > 1
+    for _ in range(3):
+        again = asmgemm.gemm(a, b, params={"SPLIT_K": 16}, kernel="hgemm_mma")
+        assert bool((again.view(cp.uint16) == first.view(cp.uint16)).all())

@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 
 from asmgemm.runtime import path_model
-from asmgemm.runtime.path_model import H100, coefficients, copy_path_s, in_place_path_s, in_place_wins
+from asmgemm.runtime.path_model import H100, coefficients, copy_path_s, in_place_path_s, in_place_wins, tma_kernel_s
 
 
 def both_copied(m: int, n: int, k: int, itemsize: int = 2) -> int:
@@ -19,19 +19,20 @@ def both_copied(m: int, n: int, k: int, itemsize: int = 2) -> int:
 
 
 def test_4095_cubed_with_both_operands_copied_takes_the_copy():
-    """The module's own example: 134 MB moved (~45 us of copy and ~9 us launch) against ~340 us of
-    in-place GEMM and ~196 us of TMA kernel."""
+    """The module's own example: 134 MB moved (~45 us of copy and 2 x 20 us of host work) against
+    ~340 us of in-place GEMM and ~196 us of TMA kernel (1024 whole tiles of 128 x 128)."""
     m = n = k = 4095
     copied = both_copied(m, n, k)
-    assert copy_path_s(m, n, k, copied, H100) == pytest.approx(9e-6 + 2 * copied / 3.0e12 + 2 * m * n * k / 700e12)
+    assert copy_path_s(m, n, k, copied, H100, copies=2) == pytest.approx(
+        2 * 20e-6 + 2 * copied / 3.0e12 + 2 * 1024 * 128 * 128 * k / 700e12)
     assert in_place_path_s(m, n, k, H100) == pytest.approx(2 * m * n * k / 400e12)
-    assert 300e-6 < in_place_path_s(m, n, k, H100) and copy_path_s(m, n, k, copied, H100) < 260e-6
-    assert not in_place_wins(m, n, k, copied, H100)
+    assert copy_path_s(m, n, k, copied, H100, copies=2) < 300e-6 < in_place_path_s(m, n, k, H100)
+    assert not in_place_wins(m, n, k, copied, H100, copies=2)
 
 
 def test_1000_cubed_runs_in_place():
-    """At 1000^3 the copy's launch alone costs more than the in-place kernel's whole run."""
-    assert in_place_path_s(1000, 1000, 1000, H100) < H100.copy_launch_s
+    """At 1000^3 one copy's host work alone costs more than the in-place kernel's whole run."""
+    assert in_place_path_s(1000, 1000, 1000, H100) < H100.copy_host_s
     assert in_place_wins(1000, 1000, 1000, both_copied(1000, 1000, 1000), H100)
     assert in_place_wins(1000, 1000, 1000, 1000 * 1000 * 2, H100)           # one operand copied
 
@@ -42,7 +43,7 @@ def test_the_decision_flips_once_from_in_place_to_copy_as_the_problem_grows(oper
     wins = []
     for n in range(64, 8193, 64):
         copied = both_copied(n, n, n) if operands == 2 else n * n * 2
-        wins.append(in_place_wins(n, n, n, copied, H100))
+        wins.append(in_place_wins(n, n, n, copied, H100, copies=operands))
     flips = [i for i in range(1, len(wins)) if wins[i] != wins[i - 1]]
     assert wins[0] and not wins[-1] and len(flips) == 1, flips
     # the flip lies between the two examples of the module docstring
@@ -53,14 +54,16 @@ def test_deep_k_favours_the_copy_and_short_k_in_place():
     """The copy is paid once per operand byte, the kernel's advantage per flop: a long K (more
     flops per copied byte of a K x N B) tips the same M x N towards the copy."""
     m = n = 2048
-    assert in_place_wins(m, n, 64, both_copied(m, n, 64), H100)
-    assert not in_place_wins(m, n, 16384, both_copied(m, n, 16384), H100)
+    assert in_place_wins(m, n, 64, both_copied(m, n, 64), H100, copies=2)
+    assert not in_place_wins(m, n, 16384, both_copied(m, n, 16384), H100, copies=2)
 
 
-def test_no_copied_bytes_still_pays_the_launch():
-    """With nothing to copy the copy path is the TMA kernel plus the launch term (the runtime never
-    asks then: launch_config._in_place_or returns the TMA kernel first)."""
-    assert copy_path_s(1, 1, 1, 0, H100) == pytest.approx(H100.copy_launch_s + 2 / H100.tma_flops)
+def test_no_copied_bytes_still_pays_the_host_work():
+    """With nothing to copy the copy path is the TMA kernel plus one copy's host work (the runtime
+    never asks then: launch_config._in_place_or returns the TMA kernel first)."""
+    assert copy_path_s(1, 1, 1, 0, H100) == pytest.approx(H100.copy_host_s + tma_kernel_s(1, 1, 1, H100))
+    # one whole 128 x 128 tile, at the rate of the one multiprocessor it fills
+    assert tma_kernel_s(1, 1, 1, H100) == pytest.approx(2 * 128 * 128 / (H100.tma_flops / H100.sms))
 
 
 def test_the_h100_has_measured_coefficients():
@@ -76,7 +79,7 @@ def test_an_unknown_device_scales_the_h100s_rates_by_its_sm_count(sms):
     assert c.copy_bytes_per_s == pytest.approx(H100.copy_bytes_per_s * f)
     assert c.tma_flops == pytest.approx(H100.tma_flops * f)
     assert c.in_place_flops == pytest.approx(H100.in_place_flops * f)
-    assert c.copy_launch_s == H100.copy_launch_s
+    assert c.copy_host_s == H100.copy_host_s
     # halving every rate doubles every term but the launch: a smaller GPU copies sooner
     if sms < 132:
         n = next(n for n in range(64, 8193, 64) if not in_place_wins(n, n, n, both_copied(n, n, n), H100))
@@ -94,17 +97,31 @@ def test_coefficients_are_frozen_data():
     assert path_model.PathCoefficients(1, 2, 3, 4) == path_model.PathCoefficients(1, 2, 3, 4)
 
 
-def test_padding_and_an_idle_gpu_send_a_few_rows_to_the_copy():
-    """With the in-place kernel's tile, a 5 x 4096 x 4096 call (64 tiles of 64 x 64, 92% padding,
-    an eighth of the H100's block slots) runs slower in place than the copy of its 40 KB A and the
-    TMA kernel; 652 x 415 x 148 (77 tiles) and 1000 x 1000 x 999 stay in place."""
+def test_padding_and_idle_multiprocessors_are_charged_on_both_paths():
+    """Each path pays for the whole tiles it runs and the slots they leave idle: a 5 x 4096 x 4096
+    call is 92% padding in the in-place kernel's 64 x 64 tiles (64 of its 528 slots) and 96% in the
+    TMA kernel's 128 x 128 (32 of 132 multiprocessors), so neither path runs it at its full rate;
+    652 x 415 x 148 (77 tiles) and 1000 x 1000 x 999 stay in place, 4095^3 takes the copies."""
     from asmgemm.runtime.path_model import blocks_per_sm
     assert blocks_per_sm(128, 128) == 2 and blocks_per_sm(64, 64) == 4
-    assert not in_place_wins(5, 4096, 4096, 5 * 4096 * 2, H100, (64, 64))
-    assert in_place_wins(5, 4096, 4096, 5 * 4096 * 2, H100)          # without the tile: no padding seen
+    assert in_place_path_s(5, 4096, 4096, H100, (64, 64)) == pytest.approx(
+        2 * 64 * 64 * 64 * 4096 / (H100.in_place_flops * 64 / 528))
+    assert tma_kernel_s(5, 4096, 4096, H100) == pytest.approx(2 * 32 * 128 * 128 * 4096 / (H100.tma_flops * 32 / 132))
+    assert in_place_path_s(5, 4096, 4096, H100, (64, 64)) > 10 * in_place_path_s(5, 4096, 4096, H100)
     assert in_place_wins(652, 415, 148, 652 * 148 * 2, H100, (64, 64))
     assert in_place_wins(1000, 1000, 999, 1000 * 999 * 2, H100, (64, 64))
-    assert not in_place_wins(4095, 4095, 4095, both_copied(4095, 4095, 4095), H100, (128, 128))
+    assert not in_place_wins(4095, 4095, 4095, both_copied(4095, 4095, 4095), H100, (128, 128), copies=2)
     # the padded flops of whole tiles, at the rate of the slots they fill
     assert in_place_path_s(64, 64, 64, H100, (64, 64)) == pytest.approx(
         2 * 64 * 64 * 64 / (H100.in_place_flops * 1 / (H100.sms * 4)))
+
+
+def test_the_cost_models_time_replaces_the_tile_estimate():
+    """Where the in-place kernel has a catalog, the runtime passes the cost model's time of its pick
+    (split-K included): a few tiles over a deep K that the tile estimate sends to the copies runs in
+    place once the model's split time says so, and back the other way."""
+    m, n, k = 31, 747, 7681
+    copied = both_copied(m, n, k)
+    assert not in_place_wins(m, n, k, copied, H100, (128, 128), copies=2)
+    assert in_place_wins(m, n, k, copied, H100, (128, 128), copies=2, in_place_s=15e-6)
+    assert not in_place_wins(m, n, k, copied, H100, copies=2, in_place_s=1e-3)

@@ -227,26 +227,33 @@ def _other_kernel(spec: KernelSpec, name: str, relation: str, bias, act: int, de
 def _in_place_or(spec: KernelSpec, plan: LaunchPlan, itemsize: int, facts: DeviceFacts, bias, act: int) -> KernelSpec:
     """The spec's `in_place` kernel where this launch would copy an operand into padded storage
     for `spec` (TMA cannot read its rows) and the path model expects the in-place kernel to finish
-    no later than the copy and `spec`; else `spec` (also where the in-place kernel lacks this
+    no later than the copies and `spec`; else `spec` (also where the in-place kernel lacks this
     call's fused epilogue or the device)."""
-    copied = sum(op.rows * op.cols * itemsize for op in unreadable(spec, plan, itemsize))
+    unread = unreadable(spec, plan, itemsize)
+    copied = sum(op.rows * op.cols * itemsize for op in unread)
     if not copied:
         return spec
     other = _other_kernel(spec, spec.in_place, "names in_place", bias, act, facts.target)
     if other is None:
         return spec
     model = path_model.coefficients(facts.name, facts.sm_count)
-    # the in-place kernel's tile for this call: its catalog's pick (or its size rule over the
-    # source's 128 x 128, for a kernel without a catalog)
+    in_place_s = tile = None
     if other.configs:
-        pick = dispatch.choose(other, plan.layout, plan.m, plan.n, plan.k, call_values=plan.call_values,
-                               gpu=facts.name, target=facts.target, sms=facts.sm_count, plain=False,
-                               clock_hz=facts.clock_hz, dram_bytes_per_s=facts.dram_bytes_per_s).pick
-        tile = pick.tile[:2] if pick is not None else (128, 128)
+        # the in-place kernel's own pick and the cost model's time for it (split-K where the call
+        # is plain), as gemm() would run it
+        choice = dispatch.choose(other, plan.layout, plan.m, plan.n, plan.k, call_values=plan.call_values,
+                                 gpu=facts.name, target=facts.target, sms=facts.sm_count,
+                                 plain=bias is None and act == 0, clock_hz=facts.clock_hz,
+                                 dram_bytes_per_s=facts.dram_bytes_per_s)
+        picked = [e for e in choice.ranked if e.candidate is choice.pick]
+        if picked:
+            in_place_s = picked[0].gpu_s
     else:
         chosen = other.size_rule(plan.m, plan.n, plan.k, facts.sm_count, call_defines(other, plan.call_values))
         tile = (int(chosen.get("BM", 128)), int(chosen.get("BN", 128)))
-    return other if path_model.in_place_wins(plan.m, plan.n, plan.k, copied, model, tile) else spec
+    wins = path_model.in_place_wins(plan.m, plan.n, plan.k, copied, model, tile, copies=len(unread),
+                                    in_place_s=in_place_s)
+    return other if wins else spec
 
 
 def _takes_c_trans(spec: KernelSpec, plan: LaunchPlan, params: dict | None, sm_count: int) -> bool:

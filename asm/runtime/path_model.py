@@ -6,17 +6,19 @@ they are.
 Each path's time is modelled from the problem and a few per-GPU coefficients, never a size
 threshold:
 
-    copy path     = copy_launch_s + copied_bytes * 2 / copy_bytes_per_s + flops / tma_flops
-    in-place path = padded flops / (in_place_flops * fill)
+    copy path     = copies * copy_host_s + copied_bytes * 2 / copy_bytes_per_s + TMA kernel
+    TMA kernel    = padded flops / (tma_flops * fill)          tiles of 128 x 128, one a multiprocessor
+    in-place path = the cost model's GPU time of the in-place kernel's pick (runtime/cost_model.py:
+                    its catalog, split-K included), or, for a kernel without a catalog,
+                    padded flops / (in_place_flops * fill) with its tile
 
-(copied_bytes * 2: the copy reads and writes every byte). Given the in-place kernel's tile (its
-untuned choice for the call), its flops are those of whole tiles and its rate scales with the
-share of the GPU's block slots its tiles fill (fill <= 1): a 5 x 4096 x 4096 call fills 64 of
-528 slots with tiles 92% padding, so the copy and the TMA kernel (which has tilings of its own
-for such shapes) win there. The TMA kernel is modelled at its full rate: a model, to be replaced
-by fitted costs per configuration (the kernel-selection issue). The copy wins where the GEMM is long
-enough for the faster TMA kernel to earn its copy back: at 4095^3 (fp16, both operands copied: 134
-MB moved, ~51 us) against ~340 us of GEMM; at 1000^3 the copy alone costs more than the GEMM.
+(copied_bytes * 2: the copy reads and writes every byte; fill <= 1: the share of the GPU's block
+slots the tiles fill, so a 5 x 4096 x 4096 call whose tiles are 92% padding and fill an eighth of
+the slots is charged for it). copy_host_s is what each copied operand adds to a call besides moving
+bytes: its allocation, the copy's launch and the tensor map made for the new storage. The copy wins
+where the GEMM is long enough for the faster TMA kernel to earn its copy back: at 4095^3 (fp16,
+both operands copied: 134 MB moved, ~45 us) against ~340 us of GEMM; at 1000^3 the copies' host
+work alone costs more than the in-place GEMM.
 
 Pure: the runtime passes the numbers; tests check the decision on the CPU.
 """
@@ -28,18 +30,19 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class PathCoefficients:
     copy_bytes_per_s: float      # a device-to-device copy, counting bytes read plus bytes written
-    copy_launch_s: float         # what one copy adds besides moving bytes: its launch and host work
+    copy_host_s: float           # what each copied operand adds to a call besides moving bytes
     tma_flops: float             # the TMA kernel's sustained rate on large problems
     in_place_flops: float        # the in-place kernel's sustained rate on large problems
     sms: int = 132               # multiprocessors (the fill of a launch's tiles)
 
 
 # NVIDIA H100 80GB HBM3 (nvidia-h100-x1): the copy bandwidth is the workplace's reading of a large
-# device-to-device copy (~3.0 TB/s read + write, /work/.library/device/KINDS.md); the copy's
-# launch and host cost is the padded-copy step in docs/log/hgemm.md ("Host time": 4099x4093x509
-# 131 -> 121 us with one cudaMemcpy2DAsync, ~9 us of launch in each copy); the rates are the
-# kernels' measured TFLOP/s at 4096^3-8192^3 (hgemm ~700, mma_gemm: docs/log/mma.md).
-H100 = PathCoefficients(copy_bytes_per_s=3.0e12, copy_launch_s=9e-6, tma_flops=700e12, in_place_flops=400e12)
+# device-to-device copy (~3.0 TB/s read + write, /work/.library/device/KINDS.md); the host cost per
+# copied operand from `asmgemm bench hgemm|bgemm --shapes random:41:60|random:43:60` (2026-11-27,
+# docs/log/dispatch.md): a call's host time was 12-19 us in place, 29-48 us with one operand
+# copied and 40-78 us with two; the rates are the kernels' measured TFLOP/s at 4096^3-8192^3
+# (hgemm ~700, mma_gemm ~400-450: docs/log/mma.md).
+H100 = PathCoefficients(copy_bytes_per_s=3.0e12, copy_host_s=20e-6, tma_flops=700e12, in_place_flops=400e12)
 
 # Devices without a measurement of their own scale the H100's by their SM count (rates and
 # bandwidth per SM as the H100's): a model, not a reading, until a sweep of that device replaces it.
@@ -53,13 +56,26 @@ def coefficients(device_name: str, sm_count: int) -> PathCoefficients:
     if hit is not None:
         return hit
     f = max(1, sm_count) / _H100_SMS
-    return PathCoefficients(H100.copy_bytes_per_s * f, H100.copy_launch_s, H100.tma_flops * f, H100.in_place_flops * f,
+    return PathCoefficients(H100.copy_bytes_per_s * f, H100.copy_host_s, H100.tma_flops * f, H100.in_place_flops * f,
                             max(1, sm_count))
 
 
-def copy_path_s(m: int, n: int, k: int, copied_bytes: int, c: PathCoefficients) -> float:
-    """Modelled seconds of the padded copy (copied_bytes of operands) and the TMA kernel."""
-    return c.copy_launch_s + 2 * copied_bytes / c.copy_bytes_per_s + 2 * m * n * k / c.tma_flops
+def copy_path_s(m: int, n: int, k: int, copied_bytes: int, c: PathCoefficients, copies: int = 1) -> float:
+    """Modelled seconds of the padded copies (`copies` operands, copied_bytes in all) and the TMA
+    kernel."""
+    return copies * c.copy_host_s + 2 * copied_bytes / c.copy_bytes_per_s + tma_kernel_s(m, n, k, c)
+
+
+TMA_TILE = (128, 128)            # the TMA kernel's tile the fill is counted in (one block a multiprocessor)
+
+
+def tma_kernel_s(m: int, n: int, k: int, c: PathCoefficients) -> float:
+    """Modelled seconds of the TMA kernel: its padded flops at its rate times the share of the
+    multiprocessors its tiles fill."""
+    tm, tn = TMA_TILE
+    tiles = -(-m // tm) * -(-n // tn)
+    fill = min(1.0, tiles / c.sms)
+    return 2 * tiles * tm * tn * k / (c.tma_flops * fill)
 
 
 def blocks_per_sm(tile_m: int, tile_n: int) -> int:
@@ -81,6 +97,10 @@ def in_place_path_s(m: int, n: int, k: int, c: PathCoefficients, tile: tuple[int
 
 
 def in_place_wins(m: int, n: int, k: int, copied_bytes: int, c: PathCoefficients,
-                  tile: tuple[int, int] | None = None) -> bool:
-    """Whether the in-place kernel is expected to finish no later than the copy and the TMA kernel."""
-    return in_place_path_s(m, n, k, c, tile) <= copy_path_s(m, n, k, copied_bytes, c)
+                  tile: tuple[int, int] | None = None, copies: int = 1, in_place_s: float | None = None) -> bool:
+    """Whether the in-place kernel is expected to finish no later than the copies and the TMA
+    kernel; in_place_s: its modelled time where the caller has one (the cost model's), else
+    in_place_path_s with `tile`."""
+    if in_place_s is None:
+        in_place_s = in_place_path_s(m, n, k, c, tile)
+    return in_place_s <= copy_path_s(m, n, k, copied_bytes, c, copies)

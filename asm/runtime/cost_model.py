@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+from ..kernel_spec import DTYPE_ITEMSIZE, get_spec
 from .catalog import Candidate
 
 # Prior rates for a GPU without a fitted database: per SM and clock, the FMA pipes' flops (fp32:
@@ -85,7 +86,24 @@ class DeviceModel:
     def fit_of(self, cand: Candidate, dtype: str, threads_hint: int | None = None) -> ConfigFit:
         """The fitted coefficients of the candidate's configuration, or the prior's."""
         found = self.configs.get(f"{cand.kernel}:{cand.config}")
+        if found is None:
+            found = self._twin_fit(cand)
         return found if found is not None else self.prior(cand, dtype)
+
+    def _twin_fit(self, cand: Candidate) -> ConfigFit | None:
+        """The fit of the same configuration of a twin kernel: the same source and entry built for
+        operands of the same width (bgemm_mma is hgemm_mma with BF16=1: the same loads, the same
+        mma.sync rate), where the sweep timed the twin and not this one."""
+        spec = get_spec(cand.kernel)
+        width = DTYPE_ITEMSIZE[spec.dtypes.a]
+        for key, fit in self.configs.items():
+            kernel, _, config = key.partition(":")
+            if config != cand.config or kernel == cand.kernel:
+                continue
+            other = get_spec(kernel)
+            if (other.source, other.entry) == (spec.source, spec.entry) and DTYPE_ITEMSIZE[other.dtypes.a] == width:
+                return fit
+        return None
 
     def prior(self, cand: Candidate, dtype: str) -> ConfigFit:
         """Peak-rate coefficients: a K step of BM x BN x BK FMAs at the prior share of the SM's

@@ -26,7 +26,7 @@ from typing import Callable, NamedTuple
 
 from ..errors import AsmError
 from ..files import warn_cache
-from ..kernel_spec import KernelSpec, get_spec, spec_for_dtype
+from ..kernel_spec import DTYPE_ITEMSIZE, KernelSpec, get_spec, spec_for_dtype
 from . import dispatch, path_model, split_k
 from .arrays import Matrix, padded_matrix, ptr_of
 from .build_cache import BuiltKernel, build_kernel
@@ -252,7 +252,8 @@ def _in_place_or(spec: KernelSpec, plan: LaunchPlan, itemsize: int, facts: Devic
         chosen = other.size_rule(plan.m, plan.n, plan.k, facts.sm_count, call_defines(other, plan.call_values))
         tile = (int(chosen.get("BM", 128)), int(chosen.get("BN", 128)))
     wins = path_model.in_place_wins(plan.m, plan.n, plan.k, copied, model, tile, copies=len(unread),
-                                    in_place_s=in_place_s)
+                                    in_place_s=in_place_s, c_bytes=plan.m * plan.n * DTYPE_ITEMSIZE[spec.dtypes.c],
+                                    c_pairs=bool(plan.call_values.get("vec_c", 1)))
     return other if wins else spec
 
 

@@ -130,8 +130,9 @@ def configs() -> list[Config]:
     out += [Config(TARGETS[(n + 3) % len(TARGETS)], shape, layout, a, 16, bf16, c_f32, epi)
             for n, ((bf16, c_f32), shape, layout, a, epi) in enumerate(KERNEL_EPILOGUES)]
     # issue 33's launch modes on every target, over the layouts, copy widths and kernels
-    out += [Config(target, LARGE if n % 2 else SMALL, LAYOUTS[(n + m) % 4], (16, 8, 2, 4, 16)[n], (4, 16, 8, 2, 16)[(n + m) % 5],
-                   (n + m) % 2, (n // 2 + m) % 2, ((mode, 1),) + ((("BIAS", 1), ("ACT", 4)) if n == 2 else ()))
+    out += [Config(target, LARGE if n % 2 else SMALL, LAYOUTS[(n + m) % 4], (16, 8, 2, 4, 16)[n],
+                   (4, 16, 8, 2, 16)[(n + m) % 5], (n + m) % 2, (n // 2 + m) % 2,
+                   ((mode, 1),) + ((("BIAS", 1), ("ACT", 4)) if n == 2 else ()))
             for m, mode in enumerate(LAUNCH_MODES) for n, target in enumerate(TARGETS)]
     have = {(c.target, _tiling_key(c)) for c in out}
     for ti, target in enumerate(TARGETS):

@@ -214,3 +214,28 @@ def test_grouped_gemm_list_form_runs_each_ragged_problem(fake16):
         close(c, ref(x, y))
     with pytest.raises(AsmError, match="2 A matrices, 1 B matrices"):
         asmgemm.grouped_gemm(a, b[:1])
+
+
+# ---- the cost model sees the whole launch --------------------------------------------------------------
+def test_the_cost_model_counts_every_batchs_and_experts_tiles():
+    """A batched launch's blocks are the batch's tiles (grid z), a grouped one's its tile rows plus
+    one partial row per expert: a 128 x 128 matrix alone is one 128 x 128 tile, 512 of them fill the
+    GPU, and the database's exact hits (2-D calls) do not stand for them."""
+    from asmgemm.kernel_spec import get_spec
+    from asmgemm.runtime import dispatch
+    spec = get_spec("hgemm_mma")
+
+    def ranked(**launch):
+        choice = dispatch.choose(spec, "nt", 128, 128, 64, gpu="NVIDIA H100 80GB HBM3", target="sm_90", sms=132,
+                                 plain=False, **launch)
+        return choice, {e.candidate.label: e for e in choice.ranked}
+    _, one = ranked()
+    many_choice, many = ranked(batch=512)
+    _, grouped = ranked(extra_tile_rows=8)
+    assert one and set(one) == set(many) == set(grouped)
+    for label, e in one.items():
+        bn = e.candidate.tile[1]
+        assert many[label].tiles == 512 * e.tiles
+        assert grouped[label].tiles == e.tiles + 8 * math.ceil(128 / bn)
+        assert many[label].memory_s == pytest.approx(512 * e.memory_s)
+    assert many_choice.chosen_by == "model"

@@ -141,7 +141,8 @@ def grouped_plan(ma: Matrix, mb: Matrix, mc: Matrix, experts: int, act: int) -> 
 
 def grouped_config(spec: KernelSpec, plan: LaunchPlan, facts: DeviceFacts, params: dict | None) -> LaunchConfig:
     """What runs: params= pin the build; else the family's catalog ranked by the cost model for
-    the whole token count (the grid's tile rows), the first build the kernel's guards accept."""
+    the grid's tile rows (all tokens, plus one partial row per expert), the first build the
+    kernel's guards accept."""
     cfg = LaunchConfig(spec, plan, (plan.m, plan.n), new_c_dtype(spec), chosen_by="params" if params else "model")
     target = spec.build_target(facts.target)
     if params is not None or not spec.configs:
@@ -150,7 +151,8 @@ def grouped_config(spec: KernelSpec, plan: LaunchPlan, facts: DeviceFacts, param
     choice = dispatch.choose(spec, plan.layout, plan.m, plan.n, plan.k, call_values=plan.call_values,
                              gpu=facts.name, target=facts.target, sms=facts.sm_count, plain=False,
                              clock_hz=facts.clock_hz, dram_bytes_per_s=facts.dram_bytes_per_s,
-                             usable=lambda name: get_spec(name).call_value_param("grouped") is not None)
+                             usable=lambda name: get_spec(name).call_value_param("grouped") is not None,
+                             extra_tile_rows=plan.groups)
     cfg.spec, picked, _, _, cfg.built = build_choice(choice, plan, facts, False)
     cfg.config, cfg.chosen_by = picked.label, choice.chosen_by
     return cfg

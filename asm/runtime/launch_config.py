@@ -156,7 +156,8 @@ def configure(spec: KernelSpec, problem: Problem, facts: DeviceFacts,
                                  gpu=facts.name, target=facts.target, sms=facts.sm_count, plain=plain,
                                  clock_hz=facts.clock_hz, dram_bytes_per_s=facts.dram_bytes_per_s,
                                  usable=lambda name: takes_call(get_spec(name), mbias, act, kernel_batch),
-                                 swapped=(plan_ct.layout, plan_ct.call_values) if plan_ct is not None else None)
+                                 swapped=(plan_ct.layout, plan_ct.call_values) if plan_ct is not None else None,
+                                 batch=kernel_batch)
         if choice.chosen_by == "model" and not plan.swapped and autotune is not None:
             autotune(choice)
     if not tuned and _takes_c_trans(spec, plan, params, facts.sm_count):

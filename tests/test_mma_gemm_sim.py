@@ -147,3 +147,35 @@ def test_the_interpreter_catches_an_access_outside_the_arrays():
     args = _args(a, b, c, 4, 24, 16, 16, 24, 24, mem, batch_stride_b=16 * 24, offs=mem.add(offs), groups=2)
     with pytest.raises(SimError, match="outside every array"):
         kern.run((1, 3, 1), (threads, 1, 1), args, mem, smem)
+
+
+def _bf16(*shape, seed=0):
+    """bf16 bit patterns (uint16) of uniform(-1, 1) values, and the values they hold (float64)."""
+    x = np.random.default_rng(seed).uniform(-1, 1, shape).astype(np.float32)
+    bits = _aligned(shape, np.uint16)
+    bits[...] = (x.view(np.uint32) >> 16).astype(np.uint16)          # truncated: exact values below
+    return bits, (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+def test_grouped_mode_with_an_mn_major_a_bf16_fp32_c_and_the_epilogue():
+    """A stored K x tokens (TRANS_A = 1: each expert starts at a column, copies 2 bytes wide, as the
+    runtime sets align_a), bf16, an fp32 C in 16-byte pieces (WIDE_C) with a bias per column, relu,
+    alpha and beta."""
+    kern, threads, smem, bm, bn = _kernel(GROUPED=1, TRANS_A=1, ALIGN_A=2, BF16=1, C_F32=1, WIDE_C=1, BIAS=1, ACT=1)
+    sizes, k, n = [9, 0, 66, 2], 24, 16
+    total = sum(sizes)
+    a_bits, a = _bf16(k, total)
+    b_bits, b = _bf16(len(sizes), k, n, seed=1)
+    bias = _aligned((n,), np.float32)
+    bias[...] = np.linspace(-0.5, 0.5, n)
+    c = _aligned((total, n), np.float32, 1.0)
+    offs = np.cumsum(sizes).astype(np.int32)
+    mem = Memory()
+    args = _args(a_bits, b_bits, c, total, n, k, total, n, n, mem, alpha=0.5, beta=2.0, bias=mem.add(bias),
+                 batch_stride_b=k * n, offs=mem.add(offs), groups=len(sizes))
+    kern.run((math.ceil(n / bn), math.ceil(total / bm) + len(sizes), 1), (threads, 1, 1), args, mem, smem)
+    start = 0
+    for e, end in enumerate(offs.tolist()):
+        want = np.maximum(0.5 * (a[:, start:end].T @ b[e]) + 2.0 + bias, 0.0)
+        np.testing.assert_allclose(c[start:end], want, rtol=1e-4, atol=1e-4)
+        start = end

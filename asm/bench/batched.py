@@ -4,7 +4,8 @@ timed against torch in one process by bench's own method (timing.time_modes: the
 
 `asmgemm bench`'s rows are one 2-D GEMM each (Shape: M, N, K); a batched or grouped call has
 other operands and other anchors, so these sets are their own presets here, run by
-`python3 tools/batched_bench.py --shapes attention|moe` (tools/README.md).
+`asmgemm bench --shapes attention|moe` (each alone: a line per case, the summary per timing mode,
+--json) or `python3 tools/batched_bench.py --shapes attention|moe [--quick]`.
 
 attention  b*h in {32, 128, 512}, s in {128, 512, 2048, 4096}, d in {64, 128}: Q.K^T (s x d . d x s,
            K stored (s, d): layout "nt") and P.V (s x s . s x d, "nn"), fp16 and bf16, as torch

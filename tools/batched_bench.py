@@ -25,13 +25,14 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=20, help="timed repetitions per mode (default 20)")
     parser.add_argument("--quick", action="store_true", help="a few cases of the set only (smoke run)")
     parser.add_argument("--no-flush", action="store_true", help="do not flush L2 between repetitions")
+    parser.add_argument("--loop-calls", type=int, default=200, help="calls per loop measurement (0: no loop column)")
     parser.add_argument("--json", type=Path, help="write the rows and the summary here")
     args = parser.parse_args()
     from asmgemm.bench import batched
     cases = batched.attention_cases() if args.shapes == "attention" else batched.moe_cases()
     if args.quick:
         cases = cases[::max(1, len(cases) // 8)][:8]
-    rows = batched.run_set(args.shapes, args.reps, not args.no_flush, cases)
+    rows = batched.run_set(args.shapes, args.reps, not args.no_flush, cases, loop_calls=args.loop_calls)
     out = {"set": args.shapes, "anchor": rows[0].anchor if rows else None,
            "summary": {m: batched.summary(rows, m) for m in ("call", "gpu", "loop")},
            "rows": [{"label": r.label, "anchor": r.anchor, "rel_err": r.rel_err, "error": r.error,

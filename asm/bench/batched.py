@@ -28,7 +28,7 @@ import random
 from dataclasses import dataclass, field
 
 from ..runtime import gemm as runtime_gemm, grouped as runtime_grouped   # modules: looked up when called
-from .timing import L2Flusher, TimingStats, make_pre_roll, time_modes
+from .timing import LOOP_CALLS, L2Flusher, TimingStats, make_pre_roll, time_modes
 
 ATTENTION_BH = (32, 128, 512)
 ATTENTION_S = (128, 512, 2048, 4096)
@@ -181,8 +181,11 @@ def moe_calls(torch, case: MoeCase, anchor: str):
     return {"asmgemm": ours, anchor: theirs}, (ours, theirs)
 
 
-def run_set(name: str, reps: int = 20, flush: bool = True, cases=None, log=print) -> list[BatchedRow]:
-    """Time every case of set `name` ("attention" or "moe"; `cases`: a subset) against its anchor."""
+def run_set(name: str, reps: int = 20, flush: bool = True, cases=None, log=print,
+            loop_calls: int = LOOP_CALLS) -> list[BatchedRow]:
+    """Time every case of set `name` ("attention" or "moe"; `cases`: a subset) against its anchor
+    (loop_calls: calls per `loop` measurement, 0 for none; the largest attention cases take
+    milliseconds a call)."""
     import cupy
     import torch
     if name not in SETS:
@@ -200,7 +203,7 @@ def run_set(name: str, reps: int = 20, flush: bool = True, cases=None, log=print
             made = attention_calls(torch, case) if name == "attention" else moe_calls(torch, case, anchor)
             fns, (ours, theirs) = made
             row.rel_err = _rel_err(torch, ours(), theirs())
-            row.timings = time_modes(fns, reps, flush=flusher, pre_roll=pre_roll)
+            row.timings = time_modes(fns, reps, flush=flusher, pre_roll=pre_roll, loop_calls=loop_calls)
         except Exception as exc:         # a row that fails says why; the set goes on
             row.error = f"{type(exc).__name__}: {exc}".splitlines()[0]
         rows.append(row)

@@ -164,7 +164,7 @@ def command(kernels, shapes_spec, layouts_spec, reps, warmup, no_flush, no_pre_r
         return
     shapes_spec = shapes_spec or "square"
     if shapes_spec in batched.SETS:
-        _batched_set(shapes_spec, kernels, reps, no_flush, json_out)
+        _batched_set(shapes_spec, kernels, reps, no_flush, json_out, loop_calls)
         return
 
     names = list(kernels) or [s.name for s in load_spec_file(shipped_spec_file())]
@@ -186,7 +186,7 @@ def command(kernels, shapes_spec, layouts_spec, reps, warmup, no_flush, no_pre_r
                plot_out=plot_out, triton_mma=triton_mma, loop_calls=loop_calls)
 
 
-def _batched_set(name: str, kernels, reps: int, no_flush: bool, json_out) -> None:
+def _batched_set(name: str, kernels, reps: int, no_flush: bool, json_out, loop_calls: int) -> None:
     """--shapes attention|moe: issue 33's batched or grouped set against its torch anchor
     (asm/bench/batched.py), a line per case and the summary per timing mode."""
     if kernels:
@@ -196,7 +196,8 @@ def _batched_set(name: str, kernels, reps: int, no_flush: bool, json_out) -> Non
     require_gpu(f"asmgemm bench --shapes {name}")
     if torch_module() is None:
         raise AsmError(f"--shapes {name} times against torch: install torch with CUDA")
-    rows = batched.run_set(name, reps, not no_flush, log=lambda line: click.echo(line, err=json_out == "-"))
+    rows = batched.run_set(name, reps, not no_flush, log=lambda line: click.echo(line, err=json_out == "-"),
+                           loop_calls=loop_calls)
     summary = {mode: batched.summary(rows, mode) for mode in MODES}
     for mode, s in summary.items():
         if s.get("rows"):

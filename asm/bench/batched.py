@@ -119,9 +119,17 @@ class BatchedRow:
         return t[self.anchor].median_ms / t["asmgemm"].median_ms
 
 
+# batches (attention) or rows (moe) compared in float64: the largest attention output is 17 GB in
+# fp16, twice that in float64, so the check reads a leading part of it
+CHECK_BATCHES = 4
+CHECK_ROWS = 4096
+
+
 def _rel_err(torch, got, want) -> float:
-    want = want.double()
-    return float(torch.linalg.norm(got.double() - want) / torch.linalg.norm(want))
+    """||got - want|| / ||want|| in float64 over the leading batches (3-D) or rows (2-D)."""
+    part = CHECK_BATCHES if got.dim() == 3 else CHECK_ROWS
+    got, want = got[:part].double(), want[:part].double()
+    return float(torch.linalg.norm(got - want) / torch.linalg.norm(want))
 
 
 def attention_calls(torch, case: AttentionCase):

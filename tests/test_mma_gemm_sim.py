@@ -179,3 +179,16 @@ def test_grouped_mode_with_an_mn_major_a_bf16_fp32_c_and_the_epilogue():
         want = np.maximum(0.5 * (a[:, start:end].T @ b[e]) + 2.0 + bias, 0.0)
         np.testing.assert_allclose(c[start:end], want, rtol=1e-4, atol=1e-4)
         start = end
+
+
+def test_grouped_mode_deep_k_runs_the_interior_loop_on_the_experts_rows():
+    """K of 5 tiles (more than STAGES): the main loop proper runs, unguarded (k_loop_whole) in a block
+    whose tile lies inside its expert's rows, guarded in the expert's partial tile row: the interior
+    test reads the expert's rows, not all of A's."""
+    sizes = [64, 10, 70]                                 # a whole tile row; a partial one; one of each
+    ends = np.cumsum(sizes).tolist()
+    a, b, c = _grouped(ends, sum(sizes), k=160, n=64)
+    start = 0
+    for e, end in enumerate(ends):
+        _close(c[start:end], a[start:end].astype(np.float64) @ b[e])
+        start = end

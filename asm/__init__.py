@@ -8,4 +8,8 @@ def __getattr__(name):
         from .runtime.gemm import gemm
         globals()["gemm"] = gemm     # found directly from now on: no lookup hook per call
         return gemm
+    if name == "grouped_gemm":
+        from .runtime.grouped import grouped_gemm
+        globals()["grouped_gemm"] = grouped_gemm
+        return grouped_gemm
     raise AttributeError(f"module 'asmgemm' has no attribute '{name}'")

@@ -112,6 +112,9 @@ ARGUMENTS: dict[str, tuple[str, ...]] = {
     # C (after the operand swap); 0 = one matrix shared by every batch
     "batch_stride_a": (".u64", ".b64", ".s64"), "batch_stride_b": (".u64", ".b64", ".s64"),
     "batch_stride_c": (".u64", ".b64", ".s64"),
+    # grouped kernels (call value "grouped", asmgemm.grouped_gemm): the device's int32 end rows of
+    # the problems (a pointer the host never reads) and their count
+    "offs": (".u64", ".b64", ".s64"), "groups": (".u32", ".s32", ".b32"),
     # split-K (runtime/split_k.py): the GEMM's partial pass takes the k extent of one split and the
     # elements between two workspace slices; the reduce kernel takes the workspace W and S.
     "k_chunk": (".u32", ".s32", ".b32"), "split_stride": (".u64", ".s64", ".b64"),
@@ -127,6 +130,8 @@ CALL_VALUES = ("trans_a", "trans_b", "vec_a", "vec_b", "vec_c", "wide_c",
                "bias", "activation",
                # batched: 1 when the launch runs a batch (grid z = batch, batch_stride_* arguments)
                "batched",
+               # grouped: 1 when the launch runs grouped problems along M (offs, groups arguments)
+               "grouped",
                # c_trans: 1 when a row-major C is computed through the operand swap and the kernel
                # stores its M x N result transposed (element (i, j) at C + j * ldc + i; [[NAME.swap_rule]])
                "c_trans",
@@ -153,6 +158,8 @@ def activation_code(activation) -> int:
 # tiles: (ceil(N / tile_n), ceil(M / tile_m), batch), a block per tile of C (batch: 1 unless the
 # kernel maps the call value "batched").
 _BATCH_STRIDES = ("batch_stride_a", "batch_stride_b", "batch_stride_c")
+# what a grouped kernel takes: the problems' end rows, their count, and B's stride between problems
+_GROUPED_ABI = ("offs", "groups", "batch_stride_b")
 # persistent: (min(units, SMs / cluster) * cluster, 1, 1): each cluster walks units (`cluster_rows`,
 # by default `cluster` / `cluster_cols`, tile rows by `cluster_cols`, by default 1, tile columns)
 # clusterid.x, + nclusterid.x, ... itself.
@@ -558,8 +565,13 @@ def _spec(path: Path, loc: "_Locator", name: str, t) -> KernelSpec:
     if "batched" in calls.values() and not set(_BATCH_STRIDES) <= set(abi):
         fail("call_params: maps the call value 'batched' but abi lacks " +
              ", ".join(f"'{x}'" for x in _BATCH_STRIDES if x not in abi))
+    if "grouped" in calls.values() and not set(_GROUPED_ABI) <= set(abi):
+        fail("call_params: maps the call value 'grouped' but abi lacks " +
+             ", ".join(f"'{x}'" for x in _GROUPED_ABI if x not in abi))
     if "batched" in calls.values() and la_grid(t) != "tiles":
         fail("call_params: 'batched' needs launch.grid = \"tiles\" (the batch is the grid's z)")
+    if "grouped" in calls.values() and la_grid(t) != "tiles":
+        fail("call_params: 'grouped' needs launch.grid = \"tiles\" (grid y bounds the problems' tile rows)")
     if "bias" in calls.values() and "bias" not in abi:
         fail("call_params: maps the call value 'bias' but abi has no 'bias' argument to pass the vector in")
     defines = t.get("defines", {})

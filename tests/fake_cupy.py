@@ -82,7 +82,8 @@ def make_cupy(function: Callable[[str, str], Callable], name: str = "Fake GPU") 
     cp = types.ModuleType("cupy")
     cp.ndarray = FakeArray
     cp.empty = lambda shape, dtype=np.float64: np.zeros(shape, dtype).view(FakeArray)
-    cp.asarray = _from_interface
+    # (a host numpy array is copied to the "device", as cupy.asarray copies it)
+    cp.asarray = lambda x: (np.array(x).view(FakeArray) if type(x) is np.ndarray else _from_interface(x))
 
     def from_dlpack(x):
         return np.from_dlpack(_Capsule(x.__dlpack__(stream=None))).view(FakeArray)
@@ -307,11 +308,25 @@ def interpreting_kernel(launches: list, dtype=np.float64) -> Callable[[str, str]
                 assert grid[2] == cluster_k and defines.get("BATCHED", "0") != "1", "a cluster split's grid z is S"
             else:
                 assert grid[2] == 1 or defines.get("BATCHED", "0") == "1", "grid z > 1 without a batch or split"
-            # a batched build (BATCHED=1) runs grid z batches, each pointer stepped by its batch stride
+            # a batched build (BATCHED=1) runs grid z batches, each pointer stepped by its batch stride;
+            # a grouped one (GROUPED=1, mma_gemm.sasm) the problems whose end rows offs holds, each
+            # clamped to 0 .. M as the kernel's EXPERT_TILE clamps them
             batches = int(grid[2]) if defines.get("BATCHED", "0") == "1" else 1
-            for z in range(batches):
+            grouped = defines.get("GROUPED", "0") == "1"
+            problems = []
+            if grouped:
+                ends = view_of(int(v["offs"]), (int(v["groups"]),), (4,), np.int32).astype(np.int64)
+                for e in range(int(v["groups"])):
+                    start = min(max(int(ends[e - 1]) if e else 0, 0), m)
+                    end = max(min(max(int(ends[e]), 0), m), start)
+                    problems.append((e, start, end))
+            for z, row0, row1 in problems if grouped else [(z, 0, m) for z in range(batches)]:
                 def at(name):
+                    if grouped:         # rows row0.. of A (columns, transposed) and C; B of problem z
+                        step = {"A": 1 if ta else int(v["lda"]), "B": 0, "C": int(v["ldc"])}[name] * row0
+                        return int(v[name]) + (step + (z * int(v["batch_stride_b"]) if name == "B" else 0)) * item
                     return int(v[name]) + z * int(v.get("batch_stride_" + name.lower(), 0)) * item
+                m = row1 - row0
                 a = matrix(at("A"), *((k, m) if ta else (m, k)), v["lda"])
                 b = matrix(at("B"), *((n, k) if tb else (k, n)), v["ldb"])
                 # C_T=1 (the c_trans launch): element (i, j) at C + j * ldc + i

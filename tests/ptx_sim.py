@@ -1,7 +1,11 @@
 """A small PTX interpreter for the CPU tests: runs one kernel's PTX, as asmgemm built it, on numpy
 arrays, so that a kernel's arithmetic, indexing, predication, barriers and shuffles are checked
-without a GPU. Made for kernels_ptx/gemm_skinny.sasm (its instructions are the ones handled here;
-anything else is a clear NotImplementedError), not a model of timing or of the memory model.
+without a GPU. Made for kernels_ptx/gemm_skinny.sasm and extended for mma_gemm.sasm (its tensor-core
+path: cp.async, ldmatrix, mma.sync m16n8k16, and the warp scan of its grouped mode: shfl.up/idx,
+vote.ballot, popc); the instructions are the ones handled here, anything else is a clear
+NotImplementedError. Not a model of timing or of the memory model: cp.async copies at once (its
+groups and waits are checked only for their form), mma.sync accumulates in float64 and rounds
+once to fp32.
 
 Execution: the threads of one cluster (one block without clusters) run together, vectorized over
 threads with numpy: each step executes the instruction at the lowest program counter among the
@@ -92,6 +96,20 @@ class Instr:
     op: str
     parts: list[str]        # the opcode split at '.'
     args: list[str]
+
+
+def _bf16_bits(x: np.ndarray) -> np.ndarray:
+    """fp32 -> bf16 bit patterns, round to nearest even (NaN: the canonical quiet NaN)."""
+    u = x.view(np.uint32).astype(np.uint64)
+    r = ((u + _U64(0x7FFF) + ((u >> _U64(16)) & _U64(1))) >> _U64(16)).astype(np.uint16)
+    return np.where(np.isnan(x), np.uint16(0x7FC0), r)
+
+
+def _halves_to_f32(bits: np.ndarray, bf16: bool) -> np.ndarray:
+    """16-bit patterns (fp16 or bf16) as float32 values."""
+    bits = bits.astype(np.uint16)
+    return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32) if bf16 else bits.view(np.float16).astype(
+        np.float32)
 
 
 def _split_args(s: str) -> list[str]:
@@ -317,7 +335,31 @@ class _Run:
             self.pc[sel & ~mask] += 1
             return True
         if op == "bar":
+            if p[1] == "warp":                  # bar.warp.sync: the warp's 32 lanes
+                self._warp_all_here(ins, sel, sel)
+                return None
             self._all_here(sel, ins.text, per_block=True)
+            return None
+        if op == "cp":
+            return self._cp_async(ins, mask)
+        if op == "ldmatrix":
+            return self._ldmatrix(ins, mask, sel)
+        if op == "mma":
+            return self._mma(ins, mask, sel)
+        if op == "vote":
+            return self._vote(ins, mask, sel)
+        if op == "popc":
+            x = self.val(a[1], "u32").astype(np.uint64)
+            count = np.zeros(self.T, np.uint64)
+            for i in range(32):
+                count += (x >> np.uint64(i)) & np.uint64(1)
+            self.put(a[0], count.astype(np.uint32), mask, "u32")
+            return None
+        if op == "bfe" and t == "u32":
+            x = self.val(a[1], "u32").astype(_U64)
+            pos, length = self.val(a[2], "u32").astype(_U64), self.val(a[3], "u32").astype(_U64)
+            r = (x >> np.minimum(pos, _U64(31))) & ((_U64(1) << np.minimum(length, _U64(32))) - _U64(1))
+            self.put(a[0], r.astype(np.uint32), mask, "u32")
             return None
         if op == "barrier":
             if p[1] != "cluster":
@@ -498,17 +540,24 @@ class _Run:
     def _cvt(self, ins: Instr, mask):
         p, a = ins.parts, ins.args
         dst, src = p[-2], p[-1]
+        if dst in ("f16x2", "bf16x2") and src == "f32":      # d = {cvt(a) high, cvt(b) low}
+            halves = []
+            for operand in a[1:3]:
+                v = self.val(operand, "f32")
+                halves.append(v.astype(np.float16).view(np.uint16).astype(_U64) if dst == "f16x2" else
+                              _bf16_bits(v).astype(_U64))
+            self.put(a[0], ((halves[0] << _U64(16)) | halves[1]).astype(np.uint32), mask, "b32")
+            return None
         x = self.val(a[1], src if src != "bf16" else "b16")
+        if dst == "f32" and src == "bf16":
+            self.put(a[0], (x.astype(np.uint32) << np.uint32(16)).view(np.float32), mask, "f32")
+            return None
         if dst == "f32" and src == "f16":
             r = x.astype(np.float32)
         elif dst == "f16" and src == "f32":
             r = x.astype(np.float16)             # round to nearest even
         elif dst == "bf16" and src == "f32":
-            u = x.view(np.uint32).astype(np.uint64)
-            nan = np.isnan(x)
-            r = ((u + _U64(0x7FFF) + ((u >> _U64(16)) & _U64(1))) >> _U64(16)).astype(np.uint16)
-            r = np.where(nan, np.uint16(0x7FC0), r)
-            self.put(a[0], r, mask, "b16")
+            self.put(a[0], _bf16_bits(x), mask, "b16")
             return None
         elif dst in ("u32", "u64", "u16", "s32", "s64") and src in ("u32", "u64", "u16", "s32", "s64", "b16"):
             r = x.astype(np.int64) if src.startswith("s") else x.astype(_U64)
@@ -600,20 +649,142 @@ class _Run:
             raise NotImplementedError(ins.text)
         return None
 
-    def _shfl(self, ins: Instr, mask, sel):
-        p, a = ins.parts, ins.args
-        if p[1] != "sync" or p[2] != "bfly" or p[3] != "b32":
-            raise NotImplementedError(ins.text)
-        if int(a[3], 0) != 0x1F or int(a[4], 0) & 0xFFFFFFFF != 0xFFFFFFFF:
-            raise NotImplementedError(ins.text)
+    def _warp_all_here(self, ins: Instr, sel, mask) -> None:
+        """SimError unless all 32 lanes of every warp at this instruction take part."""
         warps = (self.rank * _U64(self.nt) + self.tid) // _U64(32)
         for w in np.unique(warps[sel]):
             if not (sel[warps == w]).all() or not (mask[warps == w]).all():
                 raise SimError(f"{ins.text}: not all 32 lanes of a warp take part")
+
+    def _shfl(self, ins: Instr, mask, sel):
+        p, a = ins.parts, ins.args
+        if p[1] != "sync" or p[2] not in ("bfly", "up", "idx") or p[3] != "b32":
+            raise NotImplementedError(ins.text)
+        clamp = {"bfly": 0x1F, "idx": 0x1F, "up": 0}[p[2]]
+        if int(a[3], 0) != clamp or int(a[4], 0) & 0xFFFFFFFF != 0xFFFFFFFF:
+            raise NotImplementedError(ins.text)
+        self._warp_all_here(ins, sel, mask)
         src = self.bits(a[1], "b32")
-        b = self.val(a[2], "u32").astype(_U64)
+        b = self.val(a[2], "u32").astype(_U64) & _U64(31)
         gid = self.rank * _U64(self.nt) + self.tid
-        partner = (gid & ~_U64(31)) | ((gid & _U64(31)) ^ (b & _U64(31)))
+        lane = gid & _U64(31)
+        if p[2] == "bfly":
+            partner = (gid & ~_U64(31)) | (lane ^ b)
+        elif p[2] == "idx":
+            partner = (gid & ~_U64(31)) | b
+        else:                                   # up: lanes below b keep their own value
+            partner = np.where(lane >= b, gid - b, gid)
         out = src[partner.astype(np.int64)]
         self.put(a[0], out.astype(np.uint32), mask, "b32")
+        return None
+
+    def _vote(self, ins: Instr, mask, sel):
+        p, a = ins.parts, ins.args
+        if p[1:] != ["sync", "ballot", "b32"] or int(a[2], 0) & 0xFFFFFFFF != 0xFFFFFFFF:
+            raise NotImplementedError(ins.text)
+        self._warp_all_here(ins, sel, mask)
+        pred = self.val(a[1], "pred")
+        gid = (self.rank * _U64(self.nt) + self.tid).astype(np.int64)
+        bits = (pred.astype(_U64) << (gid.astype(_U64) & _U64(31)))
+        out = np.zeros(self.T, _U64)
+        for w in np.unique(gid // 32):
+            lanes = gid // 32 == w
+            out[lanes] = np.bitwise_or.reduce(bits[lanes])
+        self.put(a[0], out.astype(np.uint32), mask, "b32")
+        return None
+
+    def _cp_async(self, ins: Instr, mask):
+        """cp.async.{ca,cg}.shared.global [dst], [src], size[, src_size]: copied at once; the bytes
+        past src_size are zero (not read); commit_group / wait_group: nothing to do."""
+        p, a = ins.parts, ins.args
+        if p[1] != "async":
+            raise NotImplementedError(ins.text)
+        if p[2] in ("commit_group", "wait_group", "wait_all"):
+            return None
+        if p[2] not in ("ca", "cg") or p[3:5] != ["shared", "global"]:
+            raise NotImplementedError(ins.text)
+        size = int(a[2], 0)
+        if (p[2] == "cg" and size != 16) or size not in (4, 8, 16):
+            raise SimError(f"{ins.text}: cp.async.{p[2]} of {size} bytes")
+        idx = np.nonzero(mask)[0]
+        if idx.size == 0:
+            return None
+        dst = self.address(a[0])[idx]
+        src = self.address(a[1])[idx]
+        src_size = self.val(a[3], "u32")[idx].astype(np.int64) if len(a) > 3 else np.full(idx.size, size)
+        if (src_size > size).any() or (src_size < 0).any():
+            raise SimError(f"{ins.text}: src-size outside 0..{size}")
+        if (src % _U64(size)).any():
+            raise SimError(f"{ins.text}: global address not aligned to {size} bytes")
+        data = np.zeros((idx.size, size), np.uint8)
+        for width in sorted(set(src_size.tolist())):
+            if width == 0:
+                continue
+            rows = np.nonzero(src_size == width)[0]
+            data[rows, :width] = self.mem.load(src[rows], width)
+        self._shared(idx, dst, size, data=data)
+        return None
+
+    def _warp_ids(self, sel):
+        gid = (self.rank * _U64(self.nt) + self.tid).astype(np.int64)
+        return [np.nonzero(gid // 32 == w)[0] for w in np.unique(gid[sel] // 32)]
+
+    def _ldmatrix(self, ins: Instr, mask, sel):
+        """ldmatrix.sync.aligned.m8n8.x{1,2,4}[.trans].shared.b16: lanes 8q .. 8q + 7 give the rows of
+        matrix q; lane l gets, in register q, row l / 4's elements 2 (l % 4) and + 1 (of the
+        transpose with .trans), the lower column in the low half."""
+        p, a = ins.parts, ins.args
+        count = int(next(x for x in p if x in ("x1", "x2", "x4"))[1:])
+        trans = "trans" in p
+        self._warp_all_here(ins, sel, mask)
+        dsts = self.vec_regs(a[0])
+        addr = self.address(a[1])
+        for lanes in self._warp_ids(sel):
+            out = [np.zeros(32, _U64) for _ in range(count)]
+            for q in range(count):
+                rows = self._shared(lanes[8 * q: 8 * q + 8], addr[lanes[8 * q: 8 * q + 8]], 16)
+                mat = rows.view(np.uint16).reshape(8, 8)
+                if trans:
+                    mat = mat.T
+                for lane in range(32):
+                    r, c = lane // 4, 2 * (lane % 4)
+                    out[q][lane] = int(mat[r, c]) | (int(mat[r, c + 1]) << 16)
+            for q, d in enumerate(dsts):
+                full = self.regs[d].copy()
+                full[lanes] = out[q]
+                self.regs[d][:] = full
+        return None
+
+    def _mma(self, ins: Instr, mask, sel):
+        """mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32 (PTX ISA, "Matrix Fragments
+        for mma.m16n8k16"): g = lane / 4, t = lane % 4; A: a0 (g, 2t..), a1 (g + 8, 2t..), a2 (g, 2t + 8..),
+        a3 (g + 8, 2t + 8..); B: b0 (k 2t.., n g), b1 (k 2t + 8.., n g); C, D: c0, c1 (g, 2t, 2t + 1),
+        c2, c3 (g + 8, 2t, 2t + 1)."""
+        p, a = ins.parts, ins.args
+        if "m16n8k16" not in p or p[-4] != "f32" or p[-1] != "f32" or p[-3] not in ("f16", "bf16"):
+            raise NotImplementedError(ins.text)
+        bf16 = p[-3] == "bf16"
+        self._warp_all_here(ins, sel, mask)
+        d, ar, br, cr = (self.vec_regs(x) for x in a)
+        for lanes in self._warp_ids(sel):
+            A = np.zeros((16, 16), np.float64)
+            B = np.zeros((16, 8), np.float64)
+            C = np.zeros((16, 8), np.float64)
+            for lane in range(32):
+                g, t = lane // 4, lane % 4
+                th = lanes[lane]
+                for i, (r, c) in enumerate(((g, 2 * t), (g + 8, 2 * t), (g, 2 * t + 8), (g + 8, 2 * t + 8))):
+                    w = np.array([int(self.regs[ar[i]][th]) & 0xFFFF, int(self.regs[ar[i]][th]) >> 16 & 0xFFFF])
+                    A[r, c:c + 2] = _halves_to_f32(w, bf16)
+                for i, k0 in enumerate((2 * t, 2 * t + 8)):
+                    w = np.array([int(self.regs[br[i]][th]) & 0xFFFF, int(self.regs[br[i]][th]) >> 16 & 0xFFFF])
+                    B[k0:k0 + 2, g] = _halves_to_f32(w, bf16)
+                for i, (r, c) in enumerate(((g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1))):
+                    C[r, c] = np.uint32(self.regs[cr[i]][th]).view(np.float32)
+            D = (A @ B + C).astype(np.float32)
+            for lane in range(32):
+                g, t = lane // 4, lane % 4
+                th = lanes[lane]
+                for i, (r, c) in enumerate(((g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1))):
+                    self.regs[d[i]][th] = _U64(int(D[r, c:c + 1].view(np.uint32)[0]))
         return None

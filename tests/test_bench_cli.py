@@ -30,6 +30,7 @@ def test_help_explains_options(run_cli):
     (["-D", "oops"], "expected NAME=VALUE"),
     (["--triton-mma", "--no-torch"], "leave out --no-torch"),
     (["--triton-mma", "--host-overhead"], "--host-overhead times no Triton"),
+    (["hgemm", "--shapes", "attention"], "--shapes attention runs what asmgemm.gemm / grouped_gemm pick"),
 ])
 def test_argument_errors_before_any_gpu_work(run_cli, args, needle):
     code, out, err = run_cli("bench", *args)
@@ -52,6 +53,31 @@ def test_no_gpu_is_a_clear_error_without_traceback(tmp_path):
     assert proc.returncode == 1
     assert "needs a GPU" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "out.json").exists()
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU path")
+@pytest.mark.parametrize("preset", ["attention", "moe"])
+def test_the_batched_sets_need_a_gpu_too(run_cli, preset):
+    """issue 33's sets (asm/bench/batched.py) are bench presets: on this machine a clear no-GPU error."""
+    code, out, err = run_cli("bench", "--shapes", preset)
+    assert code == 1 and "needs a GPU" in err and "Traceback" not in err
+
+
+def test_the_batched_sets_are_the_issues_grids():
+    """The sizes issue 33 names, and skewed tokens that sum to the total with some experts empty."""
+    from asmgemm.bench import batched
+    att = batched.attention_cases()
+    assert {(c.bh, c.s, c.d) for c in att} == {(bh, s, d) for bh in (32, 128, 512) for s in (128, 512, 2048, 4096)
+                                               for d in (64, 128)}
+    assert {(c.which, c.dtype) for c in att} == {(w, t) for w in ("qk", "pv") for t in ("float16", "bfloat16")}
+    moe = batched.moe_cases()
+    assert {(c.experts, c.k, c.n, c.total) for c in moe} == {
+        (e, k, n, t) for e in (8, 64) for k, n in ((4096, 14336), (14336, 4096), (7168, 2048)) for t in (4096, 32768)}
+    for c in moe:
+        tokens = c.tokens
+        assert sum(tokens) == c.total and len(tokens) == c.experts and 0 in tokens
+        assert max(tokens) > 2 * c.total / c.experts                          # skewed
+        assert tokens == batched.skewed_tokens(c.total, c.experts, c.seed)       # the same on every machine
 
 
 # ---- tools/mma_bench.py without a GPU ------------------------------------------------------------

@@ -75,6 +75,8 @@ LAZY_IMPORTS = {
     ("asmgemm", "asmgemm.runtime.gemm"):
         "`asmgemm.gemm` loads the runtime on first use: every submodule import runs asmgemm/__init__.py, "
         "and the command line and the pipeline must not load the runtime",
+    ("asmgemm", "asmgemm.runtime.grouped"):
+        "`asmgemm.grouped_gemm` loads the runtime on first use, as `asmgemm.gemm` does",
     ("asmgemm.runtime.launch", "asmgemm.pipeline"):
         "importing the runtime (`asmgemm.gemm`) does not load the assembler (expander, register planner, "
         "scheduler, emitter: about a third more import time); it loads when a kernel's source defaults "

@@ -6,7 +6,8 @@ Every tiling the untuned dispatch may pick (each entry of the spec's catalog, [[
 is built for every target with the tile the entry names, and a covering set of calls spreads the
 four layouts, the copy widths
 ALIGN_A/ALIGN_B (16, 8, 4 bytes by cp.async, 2 through registers), bf16, an fp32 C and the fused
-epilogue over the targets. Each build: ptxas -v without warnings, spills, stack or local memory,
+epilogue over the targets, and the batched and grouped launch modes (BATCHED=1, GROUPED=1) on
+every target. Each build: ptxas -v without warnings, spills, stack or local memory,
 a block's registers and shared memory within the target's limits. Their SASS (nvdisasm): every
 loop of the main loop runs HMMA.16816 (.BF16 for bf16, MT x NT x BK / 16 of them) and LDSM.x4
 (.MT88 exactly for the MN-major tiles), the loop that copies runs LDGSTS of the operands' copy
@@ -116,6 +117,10 @@ KERNEL_EPILOGUES = [((0, 0), LARGE, "tn", 16, (("WIDE_C", 1), ("BIAS", 1), ("ACT
                     ((1, 1), SMALL, "tt", 16, (("BIAS", 2), ("ACT", 1)))]
 
 
+# the launch modes (call values batched, grouped): grid z over a batch, problems along M from offs
+LAUNCH_MODES = ("BATCHED", "GROUPED")
+
+
 def configs() -> list[Config]:
     """The builds: LAYOUT_ALIGNS on the large problem (the default tiling, or WN = 32 where a copy
     is 2 bytes wide) and KERNEL_EPILOGUES (bf16, fp32 C, bias per column and per row, each
@@ -124,6 +129,11 @@ def configs() -> list[Config]:
     out = [Config(TARGETS[n % len(TARGETS)], LARGE, layout, a, b) for n, (layout, a, b) in enumerate(LAYOUT_ALIGNS)]
     out += [Config(TARGETS[(n + 3) % len(TARGETS)], shape, layout, a, 16, bf16, c_f32, epi)
             for n, ((bf16, c_f32), shape, layout, a, epi) in enumerate(KERNEL_EPILOGUES)]
+    # issue 33's launch modes on every target, over the layouts, copy widths and kernels
+    out += [Config(target, LARGE if n % 2 else SMALL, LAYOUTS[(n + m) % 4], (16, 8, 2, 4, 16)[n],
+                   (4, 16, 8, 2, 16)[(n + m) % 5], (n + m) % 2, (n // 2 + m) % 2,
+                   ((mode, 1),) + ((("BIAS", 1), ("ACT", 4)) if n == 2 else ()))
+            for m, mode in enumerate(LAUNCH_MODES) for n, target in enumerate(TARGETS)]
     have = {(c.target, _tiling_key(c)) for c in out}
     for ti, target in enumerate(TARGETS):
         for n, cfg in enumerate([Config(target, LARGE), Config(target, SMALL), Config(target, LARGE, align_a=2)]):
@@ -229,6 +239,8 @@ def test_the_configs_cover_layouts_aligns_kernels_and_epilogues():
     epi = {kv for c in CONFIGS for kv in c.epilogue}
     assert {("BIAS", 1), ("BIAS", 2), ("WIDE_C", 1)} | {("ACT", a) for a in range(1, 5)} <= epi
     assert set(TARGETS) == {c.target for c in CONFIGS if c.align_a == 2 or c.align_b == 2}
+    for mode in LAUNCH_MODES:
+        assert set(TARGETS) == {c.target for c in CONFIGS if (mode, 1) in c.epilogue}, mode
 
 
 # ---- ptxas ---------------------------------------------------------------------------------------

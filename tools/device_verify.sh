@@ -12,7 +12,8 @@
 #             load-ahead variant gemm() runs at 4096^3 (~3 min)
 #   sanitize  compute-sanitizer memcheck over tools/sgemm_sanitize.py, sgemm and hgemm, and memcheck
 #             plus racecheck over hgemm_mma at three odd shapes (odd leading dimensions: the
-#             2-byte path; 4 layouts x 2 tilings and a strided view each) (~3 min)
+#             2-byte path; 4 layouts x 2 tilings and a strided view each), and both over
+#             tools/batched_sanitize.py (one odd batched shape, one ragged grouped one) (~4 min)
 #   bench     asmgemm bench sgemm against cuBLAS, square + 3000x5000x700 (~1 min)
 #   cli       asmgemm run: odd shape with alpha/beta (tn), 4096^3 as JSON, a tiny 8^3 (~1 min)
 #   ncu       Nsight Compute over tools/sgemm_profile.py, condensed by tools/ncu_summary.py
@@ -68,6 +69,11 @@ if want sanitize; then
           python3 tools/sgemm_sanitize.py hgemm_mma --params null --params '{"BM":128,"BN":128,"WM":64,"WN":32}' \
           --shape "$shape"
     done
+  done
+  # issue 33: the batched (grid z, heads of a strided view) and grouped (experts from offs) launches
+  for tool in memcheck racecheck; do
+    step "sanitize_batched_${tool}" timeout 120 compute-sanitizer --tool "$tool" --report-api-errors no \
+        --error-exitcode 3 python3 tools/batched_sanitize.py
   done
 fi
 if want bench; then

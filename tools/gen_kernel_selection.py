@@ -95,6 +95,16 @@ def _chosen_by(spec: KernelSpec, routed_from: dict[str, list[str]], in_catalog_o
     return "; ".join(how) if how else "by name only"
 
 
+def _batched(spec: KernelSpec, by_name: dict[str, KernelSpec]) -> str:
+    """The support matrix's batched cell: the kernel's own batched (grid z) and grouped modes, else
+    who runs a batch that is not one 2-D GEMM (the in-place kernel, asmgemm.gemm's hand-over)."""
+    if _has_call_value(spec, "batched"):
+        return "yes (grid z)" + ("; grouped_gemm" if _has_call_value(spec, "grouped") else "")
+    if spec.in_place in by_name and _has_call_value(by_name[spec.in_place], "batched"):
+        return f"folded into one GEMM, else `{spec.in_place}`"
+    return "folded into one GEMM only"
+
+
 def support_matrix(specs: list[KernelSpec]) -> str:
     routed_from: dict[str, list[str]] = {}
     in_catalog_of: dict[str, list[str]] = {}
@@ -104,13 +114,14 @@ def support_matrix(specs: list[KernelSpec]) -> str:
         for c in s.configs:
             if c.kernel != s.name and s.name not in in_catalog_of.get(c.kernel, []):
                 in_catalog_of.setdefault(c.kernel, []).append(s.name)
-    rows = ["| kernel (source) | A·B → C | GPU arch | layouts | bias + activation | batched | split-K | chosen by |",
+    rows = ["| kernel (source) | A·B → C | GPU arch | layouts | bias + activation | batched / grouped | split-K "
+            "| chosen by |",
             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for s in specs:
         d = s.dtypes
         types = f"{SHORT_DTYPE[d.a]}·{SHORT_DTYPE[d.b]} → {SHORT_DTYPE[d.c]}"
         epilogue = "yes" if _has_call_value(s, "bias") and _has_call_value(s, "activation") else "no"
-        batched = "yes (grid z)" if _has_call_value(s, "batched") else "folded into one GEMM only"
+        batched = _batched(s, {x.name: x for x in specs})
         rows.append(f"| `{s.name}` ({s.source.name}) | {types} | {_targets(s)} | {_layouts(s)} | {epilogue} "
                     f"| {batched} | {_split_k(s)} | {_chosen_by(s, routed_from, in_catalog_of)} |")
     return "\n".join(rows)

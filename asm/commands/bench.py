@@ -11,7 +11,7 @@ import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..bench import baseline as bl
+from ..bench import baseline as bl, batched
 from ..bench.host_overhead import measure_host_overhead
 from ..bench.plot import load_report, peak_tflops, plot_format, render, require_matplotlib
 from ..bench.runner import BenchRow, bench_one, resolve_params, summarize, torch_module
@@ -38,6 +38,9 @@ EXIT_REGRESSED = 3
                    "each with a random layout; the same for the same SEED), MxNxK shapes, comma-separated "
                    "('square,3000x5000x700'); or a file with one 'M N K [label]' per line or a JSON list. "
                    "Shapes of 'linear' (nt) and 'random' carry their own layout: --layouts does not apply to them. "
+                   "'attention' and 'moe' are issue 33's batched and grouped sets (asm/bench/batched.py: "
+                   "attention's Q.K^T and P.V against torch.matmul, a mixture of experts' grouped GEMM against "
+                   "torch._grouped_mm or a loop of torch.matmul), each alone. "
                    "Default: square (with --host-overhead: 128x128x128).")
 @click.option("--layouts", "layouts_spec", default="nn", show_default=True, metavar="nn,nt,tn,tt|all",
               help="Storage of A and B: first letter A, second B; n = as is, t = stored transposed.")
@@ -133,6 +136,8 @@ def command(kernels, shapes_spec, layouts_spec, reps, warmup, no_flush, no_pre_r
       asmgemm bench --shapes transformer --json out.json
       asmgemm bench sgemm hgemm --shapes random:11:60 --json out.json   # 60 random shapes and layouts
       asmgemm bench hgemm --shapes linear             # Llama nn.Linear layers, X·W^T (nt), T = 1..4096
+      asmgemm bench --shapes attention --json att.json   # issue 33: batched Q.K^T, P.V vs torch.matmul
+      asmgemm bench --shapes moe                      # issue 33: grouped_gemm vs torch._grouped_mm
       asmgemm bench --shapes square,3000x5000x700 --save-baseline
       asmgemm bench --json out.json --plot out.png    # the table, the JSON and a picture
       asmgemm bench --plot out.svg --from out.json    # redraw a stored result (no GPU)
@@ -158,6 +163,9 @@ def command(kernels, shapes_spec, layouts_spec, reps, warmup, no_flush, no_pre_r
         _host_overhead(kernels, shapes_spec or "128x128x128", calls, no_torch, json_out, seed)
         return
     shapes_spec = shapes_spec or "square"
+    if shapes_spec in batched.SETS:
+        _batched_set(shapes_spec, kernels, reps, no_flush, json_out, loop_calls)
+        return
 
     names = list(kernels) or [s.name for s in load_spec_file(shipped_spec_file())]
     bench_kernels = list({s.name: s for s in (get_spec(n) for n in names)}.values())
@@ -176,6 +184,38 @@ def command(kernels, shapes_spec, layouts_spec, reps, warmup, no_flush, no_pre_r
         _bench(bench_kernels, shapes, layouts, reps, warmup, no_flush, no_pre_roll, no_torch, no_triton, overrides,
                use_defaults, json_out, save_baseline, check_baseline, baseline_dir, tolerance, seed, default_set,
                plot_out=plot_out, triton_mma=triton_mma, loop_calls=loop_calls)
+
+
+def _batched_set(name: str, kernels, reps: int, no_flush: bool, json_out, loop_calls: int) -> None:
+    """--shapes attention|moe: issue 33's batched or grouped set against its torch anchor
+    (asm/bench/batched.py), a line per case and the summary per timing mode."""
+    if kernels:
+        raise AsmError(f"--shapes {name} runs what asmgemm.gemm / grouped_gemm pick for each call: name no kernel")
+    if json_out not in (None, "-"):
+        check_outputs([json_out])
+    require_gpu(f"asmgemm bench --shapes {name}")
+    if torch_module() is None:
+        raise AsmError(f"--shapes {name} times against torch: install torch with CUDA")
+    rows = batched.run_set(name, reps, not no_flush, log=lambda line: click.echo(line, err=json_out == "-"),
+                           loop_calls=loop_calls)
+    summary = {mode: batched.summary(rows, mode) for mode in MODES}
+    for mode, s in summary.items():
+        if s.get("rows"):
+            click.echo(f"{mode}: geomean {s['geomean']:.3f}x {rows[0].anchor} over {s['rows']} rows, lowest "
+                       f"{s['min'][0]:.3f}x ({s['min'][1]}), {len(s['under_0.85'])} under 0.85x",
+                       err=json_out == "-")
+    if json_out is not None:
+        report = {"set": name, "anchor": rows[0].anchor if rows else None, "summary": summary,
+                  "rows": [{"label": r.label, "rel_err": r.rel_err, "error": r.error,
+                            "ratio": {m: r.ratio(m) for m in MODES},
+                            "ms": {m: {impl: st.median_ms for impl, st in t.items()} for m, t in r.timings.items()}}
+                           for r in rows]}
+        if json_out == "-":
+            emit_json(report)
+        else:
+            write_files([(json_out, json.dumps(report, indent=1) + "\n")])
+    if any(r.error for r in rows):
+        sys.exit(EXIT_WRONG)
 
 
 def _redraw(from_json: str, plot_out: str) -> None:

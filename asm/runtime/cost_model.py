@@ -4,7 +4,9 @@ every term kept so `asmgemm explain` can say why one lost.
 For a candidate with blocks of BM x BN x BK, S splits, r blocks resident per SM and P = SMs x r
 slots (cluster candidates: the slots the driver says their clusters fill):
 
-    tiles      T = ceil(M / BM) ceil(N / BN) S
+    tiles      T = (ceil(M / BM) G + E) ceil(N / BN) S      G: a batched launch's batch (grid z), E: a
+                                                          grouped launch's experts (each at most one
+                                                          partial tile row more); 1 and 0 otherwise
     steps      s = ceil(ceil(K / S) / BK)                 K steps of one block
     block      t = (a + b s) v                            one block's time while r share its SM; v the
                                                           factor of the call's load variant (variant_of)
@@ -162,13 +164,15 @@ def ceil_div(a: int, b: int) -> int:
 
 
 def estimate(cand: Candidate, m: int, n: int, k: int, dm: DeviceModel, dtype: str, c_bytes: int,
-             ab_bytes: int, variant: str | None = None) -> Estimate:
+             ab_bytes: int, variant: str | None = None, batch: int = 1, extra_tile_rows: int = 0) -> Estimate:
     """The modelled time of one candidate for a kernel-level M x N x K call (the module docstring)
-    whose operands load as `variant` (variant_of)."""
+    whose operands load as `variant` (variant_of); batch: the matrices of a batched launch (each
+    M x N x K; the memory floor counts every batch's operands, shared ones too: a floor kept low
+    only by L2); extra_tile_rows: a grouped launch's experts (M is all of them)."""
     fit = dm.fit_of(cand, dtype)
     bm, bn, bk = cand.tile
     s = cand.splits
-    tiles = ceil_div(m, bm) * ceil_div(n, bn) * s
+    tiles = (ceil_div(m, bm) * batch + extra_tile_rows) * ceil_div(n, bn) * s
     r = max(1, fit.blocks_per_sm)
     slots = dm.sms * r
     if cand.reduce == "cluster":
@@ -181,7 +185,7 @@ def estimate(cand: Candidate, m: int, n: int, k: int, dm: DeviceModel, dtype: st
         # the busiest SM of the last wave: its blocks, at most r
         j = min(r, ceil_div(rest, min(dm.sms, slots)))
         compute += block * (fit.alone + (1.0 - fit.alone) * j / r)
-    memory = ((m * k + k * n) * ab_bytes + m * n * c_bytes) / dm.dram_bytes_per_s
+    memory = ((m * k + k * n) * ab_bytes + m * n * c_bytes) * batch / dm.dram_bytes_per_s
     split = 0.0
     host = dm.host_s
     if cand.reduce == "kernel":
@@ -247,13 +251,15 @@ def factor_for(factors: dict[str, float], label: str) -> float:
 
 def rank(cands: list[Candidate], m: int, n: int, k: int, dm: DeviceModel, dtype: str, c_bytes: int,
          ab_bytes: int, variant: str | None = None, family: str | None = None,
-         plain: bool = True, neighbours_of: tuple | None = None) -> list[Estimate]:
+         plain: bool = True, neighbours_of: tuple | None = None, batch: int = 1,
+         extra_tile_rows: int = 0) -> list[Estimate]:
     """The candidates' estimates, fastest call first (a tie keeps catalog order), each scaled by
     its neighbours' factor where the sweep measured calls near this one (neighbours_of: (variant,
-    m, n) of the call as the sweep keys it, where these sizes are a swapped launch's)."""
+    m, n) of the call as the sweep keys it, where these sizes are a swapped launch's); batch,
+    extra_tile_rows: a batched or grouped launch's (estimate)."""
     nv, nm, nn = neighbours_of or (variant, m, n)
     factors = neighbour_factors(dm, family or (cands[0].family if cands else ""), nv, nm, nn, k, plain)
-    ests = [estimate(c, m, n, k, dm, dtype, c_bytes, ab_bytes, variant) for c in cands]
+    ests = [estimate(c, m, n, k, dm, dtype, c_bytes, ab_bytes, variant, batch, extra_tile_rows) for c in cands]
     if factors:
         ests = [replace(e, correction=factor_for(factors, e.candidate.label)) for e in ests]
     return sorted(ests, key=lambda e: e.call_s)

@@ -65,12 +65,15 @@ def refuse(key: tuple, why: str) -> None:
 
 def choose(family: KernelSpec, layout: str, m: int, n: int, k: int, *, gpu: str, target: str, sms: int,
            plain: bool, usable=lambda kernel: True, clock_hz: float = 0.0, dram_bytes_per_s: float = 0.0,
-           exact: bool = True, call_values: dict | None = None, swapped=None) -> Choice:
+           exact: bool = True, call_values: dict | None = None, swapped=None, batch: int = 1,
+           extra_tile_rows: int = 0) -> Choice:
     """The candidates of a kernel-level M x N x K call of `family` in the order to try them.
     call_values: the plan's (they give the load variant the model prices); swapped: where the call
     may run as C^T, (layout, call values) of that launch, whose M and N are n and m (the catalog's
     swap entries run so); exact=False leaves the database's exact hits out (the model alone: the
-    held-out check)."""
+    held-out check); batch, extra_tile_rows: a batched launch's batch, a grouped launch's experts
+    (the model counts their tiles; the database's exact hits are 2-D calls, so they are left out)."""
+    exact = exact and batch == 1 and extra_tile_rows == 0
     dm, best = model_for(gpu, target, sms, clock_hz, dram_bytes_per_s)
     cands = candidates(family, m, k, target, plain=plain, usable=usable,
                        swapped_m=n if swapped is not None else None,
@@ -78,7 +81,8 @@ def choose(family: KernelSpec, layout: str, m: int, n: int, k: int, *, gpu: str,
                                 int(swapped[1].get("trans_b", 0)) if swapped is not None else 0))
     sizes = (DTYPE_ITEMSIZE[family.dtypes.c], DTYPE_ITEMSIZE[family.dtypes.a])
     variant = variant_of(layout, call_values or {})
-    ranked = rank([c for c in cands if not c.swap], m, n, k, dm, family.dtypes.a, *sizes, variant, family.name, plain)
+    ranked = rank([c for c in cands if not c.swap], m, n, k, dm, family.dtypes.a, *sizes, variant, family.name, plain,
+                  batch=batch, extra_tile_rows=extra_tile_rows)
     if swapped is not None:
         # priced at the launch's own sizes and loads; corrected by the call's neighbours (the sweep
         # keeps what it measured under the call, whichever way a candidate ran it)

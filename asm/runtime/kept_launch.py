@@ -86,9 +86,10 @@ class KeptLaunch:
                 and (s is None or build_cache._memory.get(s.built.key) is s.built and _functions.get(s.fn_key) is s.fn))
 
     def launch(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha, beta, stream, bias_ptr: int = 0,
-               workspace_ptr: int = 0) -> None:
+               workspace_ptr: int = 0, offs_ptr: int = 0) -> None:
         """The kernel on the kernel's A, B and C (and the epilogue's bias) at these addresses
-        (split-K: the partial pass into the workspace at workspace_ptr, then the reduce into C)."""
+        (split-K: the partial pass into the workspace at workspace_ptr, then the reduce into C;
+        a grouped launch: the problems' end rows at offs_ptr)."""
         _last_launch[0] = self
         raw = self.raw
         stream_ptr = 0 if raw is None else stream.ptr if stream is not None else self.current_stream().ptr
@@ -97,9 +98,10 @@ class KeptLaunch:
                               stream, workspace_ptr, raw, stream_ptr)
             return
         if raw is not None:
-            launch_block(raw, self.grid, self.block, self.smem, stream_ptr, a_ptr, b_ptr, c_ptr, alpha, beta, bias_ptr)
+            launch_block(raw, self.grid, self.block, self.smem, stream_ptr, a_ptr, b_ptr, c_ptr, alpha, beta, bias_ptr,
+                         offs_ptr)
             return
-        args = self.packer.pack(a_ptr, b_ptr, c_ptr, alpha, beta, bias_ptr)
+        args = self.packer.pack(a_ptr, b_ptr, c_ptr, alpha, beta, bias_ptr, offs_ptr)
         if stream is None:
             self.fn(self.grid, self.block, args, shared_mem=self.smem)
         else:

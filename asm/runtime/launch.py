@@ -133,6 +133,10 @@ def grid(spec: KernelSpec, built: BuiltKernel, plan: LaunchPlan, sm_count: int =
     a persistent kernel walks its units; `cluster_capacity`: the clusters the device runs at once
     (cluster_capacity.max_active_clusters; None: unknown), which a persistent grid does not exceed."""
     gx, gy = math.ceil(plan.n / built.tile_n), math.ceil(plan.m / built.tile_m)
+    if plan.groups:
+        # grouped problems along M: each has at most one partial tile row, so the problems' tile
+        # rows are at most ceil(M / tile_m) + groups; the blocks past the last one return
+        gy += plan.groups
     if spec.launch.grid == "tiles":
         if gy > MAX_GRID_Y:
             raise AsmError(f"M = {plan.m} needs {gy} block rows, more than the grid allows ({MAX_GRID_Y})")
@@ -154,9 +158,9 @@ def grid(spec: KernelSpec, built: BuiltKernel, plan: LaunchPlan, sm_count: int =
 # Per-call values of a launch: the pointers (kernel A, kernel B, C: after the operand swap) and the
 # scalars. Everything else in the argument tuple is fixed by the plan.
 # The split-K reduce kernel's workspace W takes the first pointer (its C the third); the fused
-# epilogue's bias vector the fourth.
+# epilogue's bias vector the fourth, a grouped launch's offsets (on the device, new per call) the fifth.
 _CALL_SLOTS = {"A": 0, "B": 1, "C": 2, "alpha": 3, "beta": 4, "tmap_a": 0, "tmap_b": 1, "tmap_c": 2, "bias": 3,
-               "W": 0}
+               "W": 0, "offs": 4}
 # A tensor-map argument the kernel does not read in this launch (tmap_c without 16-byte rows of C)
 _NO_MAP = np.zeros((), dtype="V128")
 
@@ -183,7 +187,8 @@ class ArgPacker:
         # split-K pass ignores them); runtime/split_k.py passes its own in `extra`.
         values = {"M": plan.m, "N": plan.n, "K": plan.k, "lda": plan.a.ld, "ldb": plan.b.ld, "ldc": plan.ldc,
                   "batch_stride_a": plan.batch_strides[0], "batch_stride_b": plan.batch_strides[1],
-                  "batch_stride_c": plan.batch_strides[2], "k_chunk": plan.k, "split_stride": 0, **(extra or {})}
+                  "batch_stride_c": plan.batch_strides[2], "k_chunk": plan.k, "split_stride": 0,
+                  "groups": plan.groups, **(extra or {})}
         template, pointers, scalars = [], [], []
         for i, (name, ptype) in enumerate(built.params):
             if name == "tmap_c" and not (plan.call_values.get("wide_c") and c_map):
@@ -210,12 +215,13 @@ class ArgPacker:
         self.scalar_slots = tuple(scalars)
         self._scalars = (None, None, ())      # (alpha, beta, ((position, converted), ...)) of the last call
 
-    def pack(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha: float, beta: float, bias_ptr: int = 0) -> tuple:
+    def pack(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha: float, beta: float, bias_ptr: int = 0,
+             offs_ptr: int = 0) -> tuple:
         """The arguments for kernel operands at these addresses (same shapes, strides and 16-byte
         alignment as the plan's: the caller's cache key guarantees it); bias_ptr: the fused
-        epilogue's vector, 0 without one."""
+        epilogue's vector, 0 without one; offs_ptr: a grouped launch's end rows, 0 otherwise."""
         out = list(self.template)
-        ptrs = (a_ptr, b_ptr, c_ptr, bias_ptr)
+        ptrs = (a_ptr, b_ptr, c_ptr, bias_ptr, offs_ptr)
         for i, which, convert in self.pointer_slots:
             out[i] = convert(ptrs[which])
         memo = self._scalars            # one read and one write: threads sharing a plan never mix two calls
@@ -267,9 +273,10 @@ class ParamBlock:
         """Argument i's buffer as the ctypes scalar of its PTX type (its `.value` writes the bytes)."""
         return np.ctypeslib.as_ctypes_type(_SCALAR[params[i][1]]).from_buffer(self._buffers[i])
 
-    def write(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha: float, beta: float, bias_ptr: int = 0) -> None:
+    def write(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha: float, beta: float, bias_ptr: int = 0,
+              offs_ptr: int = 0) -> None:
         """The per-call arguments into the block (what ArgPacker.pack would return, in place)."""
-        ptrs = (a_ptr, b_ptr, c_ptr, bias_ptr)
+        ptrs = (a_ptr, b_ptr, c_ptr, bias_ptr, offs_ptr)
         for slot, which in self._ints:
             slot.value = ptrs[which]
         for i, which, encode in self._maps:
@@ -290,12 +297,12 @@ class ParamBlock:
 
 
 def launch_block(raw, grid_: tuple, block: tuple, smem: int, stream_ptr: int, a_ptr: int, b_ptr: int, c_ptr: int,
-                 alpha: float, beta: float, bias_ptr: int = 0) -> None:
+                 alpha: float, beta: float, bias_ptr: int = 0, offs_ptr: int = 0) -> None:
     """One launch through cuLaunchKernel: raw = (the driver's launch function, the CUfunction
     handle, the plan's ParamBlock); the block is written and launched under its lock."""
     launch, function, params = raw
     with params.lock:
-        params.write(a_ptr, b_ptr, c_ptr, alpha, beta, bias_ptr)
+        params.write(a_ptr, b_ptr, c_ptr, alpha, beta, bias_ptr, offs_ptr)
         launch(function, grid_[0], grid_[1], grid_[2], block[0], block[1], block[2], smem, stream_ptr,
                params.address, 0)
 

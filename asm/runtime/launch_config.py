@@ -112,12 +112,22 @@ def configure(spec: KernelSpec, problem: Problem, facts: DeviceFacts,
     c_shape = (batch, m, n) if batched else (m, n)
     kernel_batch, batch_strides = 1, (0, 0, 0)
     if batched:
-        ma, mb, mc, kernel_batch, batch_strides = fold_batch(spec, ma, mb, mc, batch, m, n, trans_a, mbias)
-        if takes_tensor_maps(spec) and not all(addressable(x.ptr, x.shape[0], x.strides[0] // x.dtype.itemsize,
-                                                            x.dtype.itemsize) for x in (ma, mb)):
-            # (the TMA padding copies 2-D operands only)
-            raise AsmError(f"kernel '{spec.name}' reads A and B through TMA, which needs 16-byte aligned rows; "
-                           "a batched call gets no padded copies", hint="pass operands whose rows are 16-byte aligned")
+        # a kernel without a batched mode hands a batch it cannot take to its family's in-place
+        # kernel where that has one (hgemm -> hgemm_mma: grid z, any batch strides, any leading
+        # dimension); params= pin the kernel asked for
+        batch_spec = spec if params is not None else batched_kernel(spec, facts, mbias, act)
+        ma, mb, mc, kernel_batch, batch_strides = fold_batch(batch_spec, ma, mb, mc, batch, m, n, trans_a, mbias)
+        if kernel_batch > 1:
+            spec = batch_spec
+        elif takes_tensor_maps(spec) and not all(addressable(x.ptr, x.shape[0], x.strides[0] // x.dtype.itemsize,
+                                                              x.dtype.itemsize) for x in (ma, mb)):
+            # one 2-D GEMM over views of the batch, whose rows TMA cannot read: the TMA padding
+            # copies 2-D operands only, the in-place kernel reads them as they are
+            if batch_spec is spec:
+                raise AsmError(f"kernel '{spec.name}' reads A and B through TMA, which needs 16-byte aligned rows; "
+                               "a batched call gets no padded copies",
+                               hint="pass operands whose rows are 16-byte aligned")
+            spec = batch_spec
 
     def planned(a: Matrix, b: Matrix, c_trans: bool = False) -> LaunchPlan:
         return plan_launch(a, b, mc, trans_a=trans_a, trans_b=trans_b, ptr_of=ptr_of, bias=mbias, activation=act,
@@ -146,7 +156,8 @@ def configure(spec: KernelSpec, problem: Problem, facts: DeviceFacts,
                                  gpu=facts.name, target=facts.target, sms=facts.sm_count, plain=plain,
                                  clock_hz=facts.clock_hz, dram_bytes_per_s=facts.dram_bytes_per_s,
                                  usable=lambda name: takes_call(get_spec(name), mbias, act, kernel_batch),
-                                 swapped=(plan_ct.layout, plan_ct.call_values) if plan_ct is not None else None)
+                                 swapped=(plan_ct.layout, plan_ct.call_values) if plan_ct is not None else None,
+                                 batch=kernel_batch)
         if choice.chosen_by == "model" and not plan.swapped and autotune is not None:
             autotune(choice)
     if not tuned and _takes_c_trans(spec, plan, params, facts.sm_count):
@@ -338,6 +349,17 @@ def build_choice(choice: dispatch.Choice, plan: LaunchPlan, facts: DeviceFacts, 
 
 
 # ---- batches (3-D operands) ---------------------------------------------------------------------
+def batched_kernel(spec: KernelSpec, facts: DeviceFacts, bias, act: int) -> KernelSpec:
+    """The kernel that runs a batch `spec` cannot run as one 2-D GEMM: `spec` where it has a
+    batched mode (call value "batched"); else its `in_place` kernel where that has one and takes
+    this call's fused epilogue and the device (the Hopper kernels' portable twins); else `spec`
+    (fold_batch then names what is missing)."""
+    if spec.call_value_param("batched") is not None or not spec.in_place:
+        return spec
+    other = _other_kernel(spec, spec.in_place, "names in_place", bias, act, facts.target)
+    return other if other is not None and other.call_value_param("batched") is not None else spec
+
+
 def batch_shape(ma: Matrix, mb: Matrix, trans_a: bool, trans_b: bool) -> tuple[int, bool, int, int]:
     """(batch, batched, M, N) of a call: A and B are matrices or batches (batch, rows, cols) of
     them; a batch of 1 or a 2-D operand is shared by every batch (torch.matmul's broadcast of one

@@ -61,6 +61,7 @@ class LaunchPlan:
     bias_ptr: int = 0  # the fused epilogue's bias vector (0: none)
     batch: int = 1     # matrices in the batch (grid z of a batched kernel)
     batch_strides: tuple = (0, 0, 0)   # elements between batches of kernel A, kernel B, C (0: shared)
+    groups: int = 0    # grouped problems along M (asmgemm.grouped_gemm; 0: not a grouped launch)
 
     @property
     def layout(self) -> str:
@@ -192,37 +193,42 @@ def plan_launch(a, b, c, *, trans_a: bool, trans_b: bool, ptr_of=lambda x: x.dat
         raise AsmError(f"ldc = {ldc} is too large for the kernel (ldc * {itemsize} bytes must fit 32 bits)")
     elems = max(1, VECTOR_BYTES // itemsize)
     ab_elems = max(1, VECTOR_BYTES // int(a.dtype.itemsize))     # A and B may be narrower than C
+    # (every batch's matrix must be aligned as the first one is: a batch stride counts as a pitch)
     values = {
         "trans_a": int(A.trans),
         "trans_b": int(B.trans),
         # A is K-contiguous unless transposed; B is K-contiguous only when transposed.
-        "vec_a": int(_aligned(A.ptr, A.ld, ab_elems) and (not A.trans or m % ab_elems == 0)),
-        "vec_b": int(_aligned(B.ptr, B.ld, ab_elems) and (B.trans or n % ab_elems == 0)),
+        "vec_a": int(_aligned(A.ptr, A.ld, ab_elems) and (not A.trans or m % ab_elems == 0) and sa % ab_elems == 0),
+        "vec_b": int(_aligned(B.ptr, B.ld, ab_elems) and (B.trans or n % ab_elems == 0) and sb % ab_elems == 0),
         # C written in pairs of elements (one 2-element store): both columns of every pair in
         # C and aligned, which takes an even N and ldc and a pair-aligned base.
         # (c_trans: a pair's two elements lie in two rows of C, so neither applies)
-        "vec_c": int(n % 2 == 0 and ldc % 2 == 0 and ptr_of(c) % (2 * itemsize) == 0 and not c_trans),
+        "vec_c": int(n % 2 == 0 and ldc % 2 == 0 and ptr_of(c) % (2 * itemsize) == 0 and not c_trans and sc % 2 == 0),
         # C written in 16-byte pieces: every row of C a whole number of them, all aligned
-        "wide_c": int(n % elems == 0 and ldc % elems == 0 and ptr_of(c) % VECTOR_BYTES == 0 and not c_trans),
+        "wide_c": int(n % elems == 0 and ldc % elems == 0 and ptr_of(c) % VECTOR_BYTES == 0 and not c_trans
+                      and sc % elems == 0),
         "bias": bias_mode,
         "activation": int(activation),
         "batched": int(batch > 1),
+        "grouped": 0,         # (grouped.py plans a grouped launch on this plan)
         "c_trans": int(c_trans),
         "a_ldg": int(not A.trans and not addressable(A.ptr, A.rows, A.ld, int(a.dtype.itemsize)) and k <= LDG_A_MAX_K),
-        "align_a": copy_alignment(A, int(a.dtype.itemsize)),
-        "align_b": copy_alignment(B, int(b.dtype.itemsize)),
+        "align_a": copy_alignment(A, int(a.dtype.itemsize), sa),
+        "align_b": copy_alignment(B, int(b.dtype.itemsize), sb),
     }
     return LaunchPlan(A, B, ptr_of(c), m, n, k, ldc, swap, itemsize, values,
                       ptr_of(bias) if bias is not None else 0, int(batch), (sa, sb, sc))
 
 
-def copy_alignment(op: Operand, itemsize: int) -> int:
+def copy_alignment(op: Operand, itemsize: int, batch_stride: int = 0) -> int:
     """The widest copy, 16, 8, 4 or 2 bytes (at least one element), that every row of `op` can be
     read by from a multiple of that many bytes into the row: the largest that divides the base
-    address and, for more than one row, the row pitch (call values align_a, align_b)."""
+    address, for more than one row the row pitch, and the elements between batches (call values
+    align_a, align_b; a grouped launch's problems start at rows only its device knows)."""
     pitch = op.ld * itemsize if op.rows > 1 else 0
+    step = batch_stride * itemsize
     for width in (16, 8, 4, 2):
-        if width >= itemsize and op.ptr % width == 0 and pitch % width == 0:
+        if width >= itemsize and op.ptr % width == 0 and pitch % width == 0 and step % width == 0:
             return width
     return itemsize
 

@@ -1,0 +1,260 @@
+"""`asmgemm.grouped_gemm`: a mixture of experts' grouped GEMM in one launch.
+
+The contiguous form follows torch._grouped_mm: A is (total_tokens, K) with each expert's rows one
+after the other, `offs` holds each expert's END row (int32, on the device: offs[e - 1] .. offs[e]
+are expert e's rows, offs[-1] = 0), B is (E, K, N) (or a transposed (E, N, K) tensor viewed as
+(E, K, N): each expert's matrix in either storage order, any stride between experts) and out is
+(total_tokens, N): out[offs[e-1]:offs[e]] = act(alpha * A[offs[e-1]:offs[e]] @ B[e] + beta * out[...]).
+
+It runs the family's portable kernel in its grouped mode (mma_gemm.sasm, GROUPED=1): grid y is an
+upper bound on the experts' tile rows (ceil(total_tokens / BM) + E: each expert has at most one
+partial tile row), and each block finds its (expert, tile row) from offs on the device, so the
+host never reads offs (no synchronisation; the call can be captured in a CUDA graph). Empty
+experts and experts with fewer rows than a tile need nothing special. Rows of out past offs[-1]
+are not written. Offsets on the device cannot be checked without reading them: the kernel clamps
+them to 0 .. total_tokens (an end below its start is an empty expert), so bad offsets give wrong
+rows, never an access outside A or out; offsets given as a host sequence are checked (AsmError).
+
+The list form (`grouped_gemm([a0, a1, ...], [b0, b1, ...])`) is for ragged problems whose
+operands do not lie one after the other: each problem is one asmgemm.gemm launch (E launches).
+
+The checks (`check_grouped`, `check_offsets`) are pure functions of arrays.Matrix descriptions,
+tested on the CPU (tests/test_grouped_cpu.py).
+"""
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+import numpy as np
+
+from ..errors import AsmError
+from ..kernel_spec import KernelSpec, activation_code, get_spec, specs_version
+from . import dispatch, kept_launch, overlap
+from .arrays import Matrix, as_cupy, ptr_of
+from .build_cache import build_kernel
+from .gemm import gemm
+from .gpu import DeviceFacts, device_facts, require_gpu
+from .launch import choose_params
+from .launch_config import LaunchConfig, build_choice, new_c_dtype, pick_spec
+from .plan import LaunchPlan, plan_launch
+from .plan_cache import PlanCache
+
+# (CuPy has no bfloat16: its bf16 data travels as 16-bit patterns, to a kernel named with kernel=)
+_DTYPES = ("float16", "bfloat16", "uint16", "int16")
+_cache = PlanCache()               # the kept grouped launches of this process, by call key
+
+
+def _matrix_of(x: Matrix) -> Matrix:
+    """Expert 0's matrix of a 3-D B (its storage order and leading dimension are every expert's)."""
+    return x._replace(shape=tuple(x.shape[1:]), strides=tuple(x.strides[1:]))
+
+
+def check_grouped(ma: Matrix, mb: Matrix, mc: Matrix | None, moffs: Matrix) -> tuple[int, int, int, int]:
+    """(E, total_tokens, K, N) of a contiguous grouped call, or AsmError naming what does not fit:
+    A 2-D and B 3-D of one 16-bit dtype with the same K, offs a 1-D int32 array of E values, out
+    (total_tokens, N) with its rows contiguous (row-major: each expert's rows are a block of them),
+    everything on one device."""
+    if ma.ndim != 2:
+        raise AsmError(f"grouped_gemm: A must be 2-D (total_tokens, K), the experts' rows one after the other; "
+                       f"got shape {ma.shape}")
+    if mb.ndim != 3:
+        raise AsmError(f"grouped_gemm: B must be 3-D (E, K, N), one matrix per expert (a transposed (E, N, K) "
+                       f"tensor as .transpose(1, 2)); got shape {mb.shape}")
+    if ma.dtype.name != mb.dtype.name:
+        raise AsmError(f"grouped_gemm: A and B must share one dtype, got {ma.dtype.name} and {mb.dtype.name}")
+    if ma.dtype.name not in _DTYPES:
+        raise AsmError(f"grouped_gemm: A and B are {ma.dtype.name}; the grouped kernels take {' or '.join(_DTYPES)}",
+                       hint="convert them (torch: x.to(torch.bfloat16))")
+    total, k = ma.shape
+    experts, k_b, n = mb.shape
+    if k != k_b:
+        raise AsmError(f"grouped_gemm: inner dimensions differ: A is {total} x {k}, each expert's B is {k_b} x {n}")
+    if moffs.ndim != 1 or moffs.dtype.name != "int32":
+        raise AsmError(f"grouped_gemm: offs must be a 1-D int32 array (each expert's end row); got shape "
+                       f"{moffs.shape} of {moffs.dtype.name}", hint="torch: offs.to(torch.int32)")
+    if moffs.shape[0] != experts:
+        raise AsmError(f"grouped_gemm: offs has {moffs.shape[0]} end rows, but B has {experts} experts")
+    if experts and moffs.shape[0] > 1 and moffs.strides[0] != 4:
+        raise AsmError("grouped_gemm: offs must be contiguous", hint="pass offs.contiguous()")
+    if mb.strides[0] < 0 or mb.strides[0] % mb.dtype.itemsize:
+        raise AsmError(f"grouped_gemm: B's experts are {mb.strides[0]} bytes apart: not a non-negative whole number "
+                       f"of {mb.dtype.itemsize}-byte elements")
+    if mc is not None:
+        if tuple(mc.shape) != (total, n):
+            raise AsmError(f"grouped_gemm: out has shape {tuple(mc.shape)}, expected ({total}, {n}) = "
+                           "(total_tokens, N)")
+        if n > 1 and mc.strides[1] != mc.dtype.itemsize:
+            raise AsmError(f"grouped_gemm: out's rows must be contiguous (strides {mc.strides} bytes): each expert "
+                           "writes a block of its rows", hint="pass a row-major out, or leave it out")
+    devices = {x.device for x in (ma, mb, moffs) + ((mc,) if mc is not None else ())}
+    if len(devices) != 1:
+        raise AsmError("grouped_gemm: A, B, offs and out must be on the same GPU")
+    return experts, total, k, n
+
+
+def check_offsets(offs, experts: int, total: int) -> np.ndarray:
+    """Offsets given on the host (a sequence or numpy array): as int32, or AsmError when there are
+    not E of them, one is negative, one is below the one before, or one passes total_tokens."""
+    values = np.asarray(offs)
+    if values.ndim != 1 or values.shape[0] != experts or (values.size and values.dtype.kind not in "iu"):
+        raise AsmError(f"grouped_gemm: offs must be {experts} integer end rows (one per expert), got "
+                       f"{values.shape[0] if values.ndim == 1 else values.shape} of {values.dtype}")
+    values = values.astype(np.int64)
+    if values.size and values[0] < 0:
+        raise AsmError(f"grouped_gemm: offs[0] = {values[0]} is negative")
+    down = np.nonzero(np.diff(values) < 0)[0]
+    if down.size:
+        i = int(down[0]) + 1
+        raise AsmError(f"grouped_gemm: offsets must not decrease: offs[{i}] = {values[i]} < offs[{i - 1}] = "
+                       f"{values[i - 1]}")
+    if values.size and values[-1] > total:
+        raise AsmError(f"grouped_gemm: offs[{experts - 1}] = {values[-1]} passes A's {total} rows")
+    return values.astype(np.int32)
+
+
+def grouped_kernel(spec: KernelSpec, facts: DeviceFacts, act: int) -> KernelSpec:
+    """The kernel of `spec`'s family with a grouped mode: `spec` itself, else its `in_place`
+    kernel (the Hopper kernels' portable twin); AsmError when neither has one."""
+    for cand in (spec, get_spec(spec.in_place) if spec.in_place else None):
+        if cand is not None and cand.call_value_param("grouped") is not None \
+                and cand.build_target(facts.target) is not None and (act == 0 or cand.call_value_param("activation")):
+            return cand
+    raise AsmError(f"kernel '{spec.name}' has no grouped mode (nor has its in-place kernel)",
+                   hint="the grouped kernels are hgemm_mma / bgemm_mma and their _f32c twins")
+
+
+def grouped_plan(ma: Matrix, mb: Matrix, mc: Matrix, experts: int, act: int) -> LaunchPlan:
+    """The launch plan of a grouped call: expert 0's problem over all of A's rows (M = total_tokens:
+    what the kernel clamps offsets to and the grid's bound counts), B's stride between experts, the
+    call value grouped. An MN-major A (a transposed view) starts each expert at a column only the
+    device knows, so its copies are 2 bytes wide."""
+    mb0 = _matrix_of(mb)
+    sb = mb.strides[0] // mb.dtype.itemsize if experts > 1 else 0
+    plan = plan_launch(ma, mb0, mc, trans_a=False, trans_b=False, ptr_of=ptr_of, activation=act,
+                       batch_strides=(0, sb, 0))
+    values = dict(plan.call_values, grouped=1)
+    if plan.a.trans:
+        values["align_a"] = 2
+    return dataclasses.replace(plan, call_values=values, groups=experts)
+
+
+def grouped_config(spec: KernelSpec, plan: LaunchPlan, facts: DeviceFacts, params: dict | None) -> LaunchConfig:
+    """What runs: params= pin the build; else the family's catalog ranked by the cost model for
+    the grid's tile rows (all tokens, plus one partial row per expert), the first build the
+    kernel's guards accept."""
+    cfg = LaunchConfig(spec, plan, (plan.m, plan.n), new_c_dtype(spec), chosen_by="params" if params else "model")
+    target = spec.build_target(facts.target)
+    if params is not None or not spec.configs:
+        cfg.built = build_kernel(spec, choose_params(spec, plan, params, None, facts.sm_count), target)
+        return cfg
+    choice = dispatch.choose(spec, plan.layout, plan.m, plan.n, plan.k, call_values=plan.call_values,
+                             gpu=facts.name, target=facts.target, sms=facts.sm_count, plain=False,
+                             clock_hz=facts.clock_hz, dram_bytes_per_s=facts.dram_bytes_per_s,
+                             usable=lambda name: get_spec(name).call_value_param("grouped") is not None,
+                             extra_tile_rows=plan.groups)
+    cfg.spec, picked, _, _, cfg.built = build_choice(choice, plan, facts, False)
+    cfg.config, cfg.chosen_by = picked.label, choice.chosen_by
+    return cfg
+
+
+def grouped_gemm(a, b, offs=None, out=None, *, alpha: float = 1.0, beta: float = 0.0, activation: str | None = None,
+                 params: dict | None = None, kernel: str | None = None):
+    """out[offs[e-1]:offs[e]] = act(alpha * a[offs[e-1]:offs[e]] @ b[e] + beta * out[...]) for every
+    expert e, in one launch; returns out (module docstring). a: (total_tokens, K); b: (E, K, N) (a
+    transposed (E, N, K) weight as w.transpose(1, 2)); offs: each expert's end row, int32 on the
+    device (or a host sequence, checked, then copied to the device); out: (total_tokens, N),
+    row-major, None for a new one of the kernel's C dtype (16-bit, or float32 for an fp32 out).
+    activation: as gemm's. torch tensors or CuPy arrays (bfloat16: torch tensors, or CuPy
+    uint16/int16 bit patterns with kernel='bgemm_mma').
+    List form: a and b lists of 2-D operands (problem i: a[i] @ b[i], shapes free), offs None, out
+    None or a list: one asmgemm.gemm launch per problem."""
+    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
+        return _grouped_list(a, b, offs, out, alpha, beta, activation, params, kernel)
+    if offs is None:
+        raise AsmError("grouped_gemm: the contiguous form needs offs (each expert's end row in A)",
+                       hint="or pass lists of matrices for the list form")
+    act = activation_code(activation)
+    cupy = require_gpu("asmgemm.grouped_gemm")
+    cache = _cache.current(cupy)
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(a, torch.Tensor):
+        arrays = cache.torch(cupy, torch)
+    else:
+        arrays = cache.cupy_arrays
+        a, b = as_cupy(cupy, a, "A"), as_cupy(cupy, b, "B")
+        out = as_cupy(cupy, out, "out") if out is not None else None
+    ma, mb = arrays.matrix(a, "A"), arrays.matrix(b, "B")
+    # on the device: a CuPy array, a torch tensor, anything exposing __cuda_array_interface__;
+    # else host values (a sequence, a numpy array), checked and copied over
+    host_offs = not (isinstance(offs, cupy.ndarray) or hasattr(offs, "__cuda_array_interface__")
+                     or torch is not None and isinstance(offs, torch.Tensor))
+    if host_offs:
+        values = check_offsets(offs, mb.shape[0] if mb.ndim == 3 else -1, ma.shape[0] if ma.ndim == 2 else -1)
+        offs = (torch.tensor(values, dtype=torch.int32, device=a.device) if arrays is not cache.cupy_arrays
+                else cupy.asarray(values))
+    elif arrays is cache.cupy_arrays:
+        offs = as_cupy(cupy, offs, "offs")
+    moffs = arrays.matrix(offs, "offs")
+    mc = arrays.matrix(out, "out") if out is not None else None
+    experts, total, k, n = check_grouped(ma, mb, mc, moffs)
+    if mc is not None:
+        def named(name, x):
+            return (name, x.ptr, x.shape, x.strides, x.dtype.itemsize)
+        overlap.check_output(named("out", mc), [named("A", ma), named("B", mb), named("offs", moffs)])
+    elif beta != 0:
+        raise AsmError(f"beta = {beta} needs an out to scale; pass out= or beta=0")
+    key = (arrays.key(a), arrays.key(b), arrays.key(out) if out is not None else None, arrays.key(offs), act,
+           kernel, tuple(sorted(params.items())) if params else None, specs_version())
+    kept = cache.get(key)
+    with cupy.cuda.Device(ma.device):
+        if kept is None or not kept.current():
+            facts = device_facts(ma.device)
+            spec = pick_spec(kernel, ma.dtype.name, mc.dtype.name if mc is not None else None, facts, None, act)
+            spec = grouped_kernel(spec, facts, act) if kernel is None else _named_grouped(spec)
+            if out is None:
+                out = arrays.empty(a, (total, n), new_c_dtype(spec))
+                mc = arrays.matrix(out, "out")
+            if experts == 0 or total == 0 or n == 0:
+                return out
+            cfg = grouped_config(spec, grouped_plan(ma, mb, mc, experts, act), facts, params)
+            kept = kept_launch.make(cupy, cfg, facts, mc.ptr & 15, ma.device)
+            cache.keep(key, kept)
+        elif out is None:
+            out = arrays.empty(a, kept.c_shape, kept.c_dtype)
+            if arrays.ptr(out) & 15 != kept.c_align:
+                cache.plans.pop(key, None)
+                return grouped_gemm(a, b, offs, out, alpha=alpha, beta=beta, activation=activation, params=params,
+                                    kernel=kernel)
+        if experts == 0 or total == 0 or n == 0:
+            return out
+        kept.launch(arrays.ptr(a), arrays.ptr(b), arrays.ptr(out), alpha, beta, arrays.stream(ma.device), 0, 0,
+                    arrays.ptr(offs))
+    return out
+
+
+def _named_grouped(spec: KernelSpec) -> KernelSpec:
+    if spec.call_value_param("grouped") is None:
+        raise AsmError(f"kernel '{spec.name}' has no grouped mode (its spec maps no parameter to the call value "
+                       "'grouped')", hint="leave kernel= out, or name hgemm_mma / bgemm_mma (or their _f32c twins)")
+    return spec
+
+
+def _grouped_list(a, b, offs, out, alpha, beta, activation, params, kernel):
+    """The list form: problem i is a[i] @ b[i] into out[i] (a new C where out is None), one
+    asmgemm.gemm launch each."""
+    if not isinstance(a, (list, tuple)) or not isinstance(b, (list, tuple)):
+        raise AsmError("grouped_gemm: the list form takes lists of A and of B matrices (one of each per problem)")
+    if offs is not None:
+        raise AsmError("grouped_gemm: the list form takes no offs (each problem is its own pair of matrices)")
+    if len(a) != len(b) or (out is not None and len(out) != len(a)):
+        raise AsmError(f"grouped_gemm: {len(a)} A matrices, {len(b)} B matrices"
+                       + (f" and {len(out)} outputs" if out is not None else "") + ": one of each per problem")
+    results = []
+    for i, (ai, bi) in enumerate(zip(a, b)):
+        if getattr(ai, "ndim", 2) != 2 or getattr(bi, "ndim", 2) != 2:
+            raise AsmError(f"grouped_gemm: problem {i}: A and B must be 2-D, got {tuple(ai.shape)} and "
+                           f"{tuple(bi.shape)}")
+        results.append(gemm(ai, bi, out[i] if out is not None else None, alpha=alpha, beta=beta,
+                            activation=activation, params=params, kernel=kernel))
+    return results

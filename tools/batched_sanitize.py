@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""Issue 33's compute-sanitizer workload: one odd batched 16-bit shape (a B per batch, odd s and d,
+heads as the batch of a (b, s, h, d) view: row stride h * d, batch stride d) and one ragged grouped
+shape (empty experts, an expert of one row, one of several tile rows, odd K, B as a transposed
+(E, N, K) view), fp16 and bf16, each checked against float64. Prints one line per case and
+`SANITIZE_RESULTS OK` (exit 0) or `SANITIZE_RESULTS WRONG` (exit 1) last; compute-sanitizer exits 3
+on a memory error. Needs a GPU, CuPy and torch with CUDA.
+
+Usage (GPU):
+    compute-sanitizer --tool memcheck --error-exitcode 3 python3 tools/batched_sanitize.py
+    compute-sanitizer --tool racecheck --error-exitcode 3 python3 tools/batched_sanitize.py
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from asmgemm.kernel_spec import get_spec
+from asmgemm.runtime.gemm import gemm, last_launch
+from asmgemm.runtime.gpu import require_gpu
+from asmgemm.runtime.grouped import grouped_gemm
+
+
+def _err(torch, got, want) -> float:
+    return float(torch.linalg.norm(got.double() - want) / torch.linalg.norm(want))
+
+
+def main() -> int:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+    require_gpu("tools/batched_sanitize.py")
+    import torch
+    ok = True
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for dtype, kernel in ((torch.float16, "hgemm_mma"), (torch.bfloat16, "bgemm_mma")):
+        limit = get_spec(kernel).rel_err_limit
+        q = torch.randn(2, 77, 3, 65, device="cuda", generator=g).to(dtype)          # (b, s, h, d)
+        k = torch.randn(2, 77, 3, 65, device="cuda", generator=g).to(dtype)
+        qh, kh = q.transpose(1, 2)[1], k.transpose(1, 2)[1]                          # (h, s, d) views
+        scores = gemm(qh, kh, trans_b=True)
+        err = _err(torch, scores, qh.double() @ kh.double().transpose(1, 2))
+        ran = last_launch()
+        print(f"batched {dtype} Q.K^T 3x77x77x65: {ran['kernel']} {ran['params']} rel err {err:.2e}")
+        ok &= err < limit
+        sizes = [5, 0, 1, 150, 0, 33]
+        a = torch.randn(sum(sizes), 45, device="cuda", generator=g).to(dtype)
+        b = torch.randn(len(sizes), 70, 45, device="cuda", generator=g).to(dtype).transpose(1, 2)
+        offs = torch.tensor(sizes, device="cuda").cumsum(0).to(torch.int32)
+        out = grouped_gemm(a, b, offs)
+        want, start = [], 0
+        for e, end in enumerate(offs.tolist()):
+            want.append(a[start:end].double() @ b[e].double())
+            start = end
+        err = _err(torch, out, torch.cat(want))
+        print(f"grouped {dtype} experts {sizes} K=45 N=70: rel err {err:.2e}")
+        ok &= err < limit
+    torch.cuda.synchronize()
+    print("SANITIZE_RESULTS " + ("OK" if ok else "WRONG"))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

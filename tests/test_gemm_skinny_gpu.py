@@ -224,7 +224,9 @@ def test_hgemm_untuned_calls_run_it(cuda_gpu):
     _check_half(cuda_gpu, 4, 4096, 4096, "bfloat16", layout="tn")
     assert last_launch()["kernel"] == "bgemm_skinny"
     _check_half(cuda_gpu, 5, 4096, 4096, layout="tn")
-    assert last_launch()["kernel"] == "hgemm"
+    # five rows, past the route's four: a tiled kernel, hgemm on a padded copy of A (rows of 5 halves)
+    # or hgemm_mma reading it in place, as the path model decides
+    assert last_launch()["kernel"] in ("hgemm", "hgemm_mma")
     _check_half(cuda_gpu, 4, 4096, 4096)
     assert last_launch()["kernel"] == "hgemm" and last_launch()["c_trans"]
 

@@ -176,8 +176,9 @@ def test_fused_epilogue(dtype, bias, activation):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_fused_epilogue_on_the_default_tiling(dtype, layout):
     """128 x 128 tiles (144 of them), a per-column bias and gelu into 16-byte pieces of a 16-bit C:
-    the build that once ran out of room in the register plan (tests/test_mma_gemm_build.py)."""
-    run = _check(1536, 1536, 200, layout, dtype, bias="column", activation="gelu", beta=0.0)
+    the build that once ran out of room in the register plan (tests/test_mma_gemm_build.py). Pinned
+    (params={}: the source defaults), since the cost model may pick another tiling for the shape."""
+    run = _check(1536, 1536, 200, layout, dtype, bias="column", activation="gelu", beta=0.0, params={})
     assert run["tile"] == (128, 128) and run["params"]["WIDE_C"] == "1", run
 
 

@@ -127,31 +127,40 @@ def _codes(decoded, names=None):
             yield name, kernel, CodeFacts(ins, kernel.blocks, [i.word for i in ins])
 
 
-def _reuse_candidate(decoded):
-    """(cubin, kernel, instruction, slot): a flag ptxas left off where the next instruction reads the
-    same register in the same slot, on an opcode ptxas sets reuse on, with the yield hint off."""
+def _reuse_candidate(decoded, cubins):
+    """(cubin, kernel, instruction, slot): an instruction whose reuse flag in `slot` is off and valid
+    to set: the next instruction reads the same register in the same slot, on an opcode ptxas sets
+    reuse on, with the yield hint off. ptxas sets every such flag in today's shipped kernels, so the
+    case is made: one it set is cleared (always safe) by a patch of that one instruction, and the
+    patched cubin is the one returned (the kernel's other flags stay as ptxas set them)."""
     for name, kernel, code in _codes(decoded):
         for k, i in enumerate(kernel.instructions[:-1]):
-            if not i.reachable or i.opcode not in cb.REUSE_OPCODES or code.succ[k] != [k + 1]:
+            if not i.reachable or i.opcode not in cb.REUSE_OPCODES or code.succ[k] != [k + 1] or i.yield_:
                 continue
             for slot, regs in code.slot_regs[k].items():
-                if slot < 4 and regs and all(r[0] == "R" for r in regs) and not i.reuse >> slot & 1 and not i.yield_ \
-                        and code.slot_regs[k + 1].get(slot) == regs and not regs & code.writes[k]:
-                    return name, kernel, i, slot
-    raise AssertionError("no reuse candidate in the shipped kernels")
+                if slot < 4 and regs and all(r[0] == "R" for r in regs) and code.slot_regs[k + 1].get(slot) == regs \
+                        and not regs & code.writes[k]:
+                    if not i.reuse >> slot & 1:
+                        return cubins[name], kernel, i, slot
+                    cleared = plan_patch(cubins[name], parse_rules(rule(kernel.name, i.address, reuse=[])), name)
+                    assert not cleared.hazards
+                    kernels = load_kernels(cleared.cubin, name)[1]
+                    again = kernels[kernel.name]
+                    return cleared.cubin, again, next(x for x in again.instructions if x.address == i.address), slot
+    raise AssertionError("no instruction in the shipped kernels reads a register its predecessor read in the same slot")
 
 
 # ---- edits checked against nvdisasm's rendering --------------------------------------------------
 
 def test_field_edits_show_in_nvdisasm_rendering_of_the_patched_cubin(decoded, cubins):
-    name, kernel, ins, slot = _reuse_candidate(decoded)
+    data, kernel, ins, slot = _reuse_candidate(decoded, cubins)
     flagged = next(i for i in kernel.instructions if i.reuse and i.reachable)
     load = next(i for i in kernel.instructions if i.reachable and i.write_sb is not None and i.opcode in ("LDG", "LDS"))
     stall = min(load.stall + 2, 14)
     rules = (rule(kernel.name, ins.address, reuse=[cb.REUSE_SLOTS[s] for s in sorted({slot, *ins.reuse_slots})])
              + rule(kernel.name, flagged.address, reuse=[]).split("\n", 1)[1]
              + rule(kernel.name, load.address, stall=stall, wait=sorted({*load.wait_scoreboards, 5})).split("\n", 1)[1])
-    plan = plan_patch(cubins[name], parse_rules(rules), name)
+    plan = plan_patch(data, parse_rules(rules), kernel.name)
     assert not plan.hazards, [h.line() for h in plan.hazards]
     assert len(plan.changes) == 3
     report = inspect_cubin(plan.cubin, line_info=False)
@@ -265,7 +274,7 @@ def test_checker_refuses_taking_the_last_yield_out_of_a_loop(decoded, cubins):
     kernel = kernels["sgemm"]
     loop = kernel.loops[0]
     assert any(kernel.instructions[k].yield_ for k in loop.instruction_indices(kernel.blocks))
-    rules = f'kernel = "sgemm"\n[[rule]]\nopcode = ".*"\nloop = 0\nyield = false\n'
+    rules = 'kernel = "sgemm"\n[[rule]]\nopcode = ".*"\nloop = 0\nyield = false\n'
     plan = plan_patch(cubins["sgemm"], parse_rules(rules), "sgemm")
     assert [h.kind for h in plan.hazards] == ["yield"]
 
@@ -293,9 +302,9 @@ def test_checker_accepts_longer_stalls_added_waits_and_cleared_reuse(decoded, cu
 
 
 def test_checker_accepts_a_valid_new_reuse_flag(decoded, cubins):
-    name, kernel, ins, slot = _reuse_candidate(decoded)
-    plan = plan_patch(cubins[name], parse_rules(rule(kernel.name, ins.address,
-                                                     reuse=[cb.REUSE_SLOTS[s] for s in {slot, *ins.reuse_slots}])), name)
+    data, kernel, ins, slot = _reuse_candidate(decoded, cubins)
+    plan = plan_patch(data, parse_rules(rule(kernel.name, ins.address,
+                                             reuse=[cb.REUSE_SLOTS[s] for s in {slot, *ins.reuse_slots}])), kernel.name)
     assert not plan.hazards, [h.line() for h in plan.hazards]
 
 

@@ -23,7 +23,7 @@ from .files import read_source
 from .isa.arch import (DEFAULT_TARGET, FEATURE_USES, arch_for, check_features, instruction_features,
                        required_features)
 from .parse import parse_source
-from .parse_fast import PLAIN_PTX_NODES
+from .parse_fast import PLAIN_PTX_NODES, Statements
 from .ptxas_names import locate as locate_named
 from .regalloc import Allocation, allocate
 from .scheduler import schedule_module
@@ -48,11 +48,10 @@ class BuildResult:
     source: SourceFile
     options: BuildOptions
     ast: ast.Module                    # its top level: functions without their bodies (_top_level)
-    expanded: ir.Module
     parameters: dict[str, object]
     tunables: dict[str, list]
     constants: dict[str, object]       # top-level constants after -D: the build's metadata (tile sizes...)
-    allocated: ir.Module
+    allocated: ir.Module               # the expanded module, its named registers renamed by the plan
     allocation: Allocation
     scheduled: ir.Module
     schedule_report: object | None
@@ -64,6 +63,14 @@ class BuildResult:
     def input_files(self) -> list[Path]:
         """The source and every file it included: what the build read, and no output may replace."""
         return [Path(self.source.path), *self.includes]
+
+    @property
+    def expanded(self) -> ir.Module:
+        """The module as expansion left it, before the register plan renamed its registers in
+        place: expanded again from the source when asked (a large kernel's instructions twice
+        over, expanded and planned, were a third of its build's memory)."""
+        result = expand(parse_source(self.source), self.options.defines, self.options.include_dirs)
+        return _without_unit_clusters(result.module)
 
     @property
     def ptx(self) -> str:
@@ -145,7 +152,7 @@ def _build(source: SourceFile, options: BuildOptions | None) -> BuildResult:
     scheduled, report = _schedule(allocated, target, options)
     emitted = emit_ptx(scheduled, target, trace=options.trace, source_name=source.path,
                        ptx_name=Path(source.path).with_suffix(".ptx").name, layout=layout)
-    return BuildResult(source, options, tree, module, result.parameters, result.tunables, result.constants,
+    return BuildResult(source, options, tree, result.parameters, result.tunables, result.constants,
                        allocated, allocation, scheduled, report, target, emitted, result.includes)
 
 
@@ -170,7 +177,11 @@ def plain_ptx_layout(tree: ast.Module) -> LineLayout | None:
             if type(s) not in PLAIN_PTX_NODES or type(s) is ast.Instr and s.pinned:
                 return None
             if type(s) is ast.Function:
-                if s.body is not None:
+                # a body's recognised lines are plain PTX: only what the grammar built is asked
+                # (reading them all would build every line's node again)
+                if type(s.body) is Statements:
+                    todo.append(s.body.grammar_nodes)
+                elif s.body is not None:
                     todo.append(s.body)
             elif type(s) is ast.Scope:
                 todo.append(s.body)

@@ -52,16 +52,23 @@ class PlannedReg:
 class BankConflict:
     """A three-source instruction whose sources the bank model says conflict. Its text and
     location are worked out when asked for: a large kernel can have hundreds of thousands, which
-    a build never shows (`asmgemm regs` does)."""
+    a build never shows (`asmgemm regs` does). The instruction as written, with its named
+    registers: the plan renames them in place afterwards, so the conflict keeps the operands
+    it had (a list expansion shares among instructions that read the same, as does the plan)."""
 
-    __slots__ = ("position", "instruction", "sources", "banks")
+    __slots__ = ("position", "opcode", "guard", "operands", "span", "sources", "banks")
 
     def __init__(self, position: int, instruction: ir.Instruction, sources: list[dict],
                  banks: dict[int, list[str]]):
         self.position = position
-        self.instruction = instruction
+        self.opcode, self.guard, self.operands, self.span = (instruction.opcode, instruction.guard,
+                                                             instruction.operands, instruction.span)
         self.sources = sources      # [{name, ptx_name, index, bank}]
         self.banks = banks
+
+    @property
+    def instruction(self) -> ir.Instruction:
+        return ir.Instruction(self.opcode, self.operands, self.guard, self.span)
 
     @property
     def text(self) -> str:
@@ -69,7 +76,7 @@ class BankConflict:
 
     @property
     def location(self) -> str:
-        return self.instruction.span.location() if self.instruction.span else ""
+        return self.span.location() if self.span else ""
 
     def to_json(self) -> dict:
         return {"position": self.position, "text": self.text, "location": self.location,
@@ -121,20 +128,19 @@ def ptx_name_for(reg: ir.NamedReg, index: int) -> str:
 
 
 def allocate(module: ir.Module, target: str) -> tuple[ir.Module, Allocation]:
+    """The module with its named registers renamed to the plan's, and the plan. The module's
+    instructions are rewritten in place (a function's body gets the plan's declarations in front),
+    so the module passed in is the one returned: a second copy of a large kernel's instructions
+    was a third of its build's memory. The pipeline hands its expanded module over; a caller that
+    wants the expanded module as well expands again (pipeline.BuildResult.expanded)."""
     arch = arch_for(target)
     model = arch.banks                 # None: no register-bank data for this target
     alloc = Allocation(target, model.name if model is not None else "none", note=arch.unmodelled_note)
-    items = []
     for item in module.items:
-        if isinstance(item, ir.Function) and item.body is not None and item.named_regs:
-            new_fn, plan = _allocate_function(item, model, arch.max_registers_per_thread, target)
-            alloc.functions[item.name] = plan
-            items.append(new_fn)
-        else:
-            if isinstance(item, ir.Function) and item.body is not None:
-                alloc.functions[item.name] = _plan_without_named(item, model)
-            items.append(item)
-    return module.copy_with(items=items), alloc
+        if isinstance(item, ir.Function) and item.body is not None:
+            alloc.functions[item.name] = (_allocate_function(item, model, arch.max_registers_per_thread, target)
+                                          if item.named_regs else _plan_without_named(item, model))
+    return module, alloc
 
 
 def _program(fn: ir.Function) -> list:
@@ -147,7 +153,8 @@ def _plan_without_named(fn: ir.Function, model: BankModel | None) -> FunctionPla
 
 
 def _allocate_function(fn: ir.Function, model: BankModel | None, max_registers: int,
-                       target: str = "") -> tuple[ir.Function, FunctionPlan]:
+                       target: str = "") -> FunctionPlan:
+    """The plan of one function's named registers; its body renamed to it in place."""
     program = _program(fn)
     named = {r.name: r for r in fn.named_regs}
     if model is None:
@@ -251,9 +258,11 @@ def _allocate_function(fn: ir.Function, model: BankModel | None, max_registers: 
             return out
         return r
 
-    new_body = _rewrite(fn.body, rn)
-    decls = _declarations(named, index_of, rename)
-    new_fn = ir.Function(fn.kind, fn.name, fn.header, fn.perf, decls + new_body, fn.named_regs, fn.span, fn.params)
+    # the conflicts keep the instructions' operands as written: found before the renaming
+    conflicts, checked = _bank_conflicts(program, index_of, named, rename, model)
+    del program
+    _rewrite(fn.body, rn)
+    fn.body[:0] = _declarations(named, index_of, rename)
 
     planned = []
     for reg in fn.named_regs:
@@ -263,9 +272,8 @@ def _allocate_function(fn: ir.Function, model: BankModel | None, max_registers: 
                                   None if is_pred or model is None else model.bank_of(idx), reg.temp, reg.bank,
                                   first.get(reg.name), last.get(reg.name), count.get(reg.name, 0),
                                   reg.span.location() if reg.span else ""))
-    conflicts, checked = _bank_conflicts(program, index_of, named, rename, model)
     used = max((p.index + p.width for p in planned if p.ptx_type != ".pred"), default=0)
-    return new_fn, FunctionPlan(fn.name, planned, conflicts, checked, used)
+    return FunctionPlan(fn.name, planned, conflicts, checked, used)
 
 
 def _use_positions(program, named):
@@ -376,25 +384,33 @@ def _interference(program, tracked: set[str]) -> dict[str, set[str]]:
     return graph
 
 
-def _rewrite(items, rn, done: dict | None = None):
-    # `done`: each operand object rewritten once (id -> rewritten), shared as expansion shares it
+def _rewrite(items, rn, done: dict | None = None, lists: dict | None = None) -> None:
+    """Every instruction's guard and operands renamed by `rn`, in place. An instruction gets a
+    new operand list, never its list changed: lists may be shared (by instructions that read the
+    same operands, and by a BankConflict that keeps them as written)."""
+    # `done`: each operand object rewritten once (id -> rewritten), shared as expansion shares it;
+    # `lists`: each operand list once (id -> (list, rewritten)), the list kept so its id stays its own
     done = {} if done is None else done
-    out = []
+    lists = {} if lists is None else lists
     for item in items:
         if type(item) is ir.Instruction:
-            guard = ir.Guard(rn(item.guard.reg), item.guard.negated) if item.guard else None
+            if item.guard is not None:
+                item.guard = ir.Guard(rn(item.guard.reg), item.guard.negated)
+            old = item.operands
+            seen = lists.get(id(old))
+            if seen is not None:
+                item.operands = seen[1]
+                continue
             ops = []
-            for o in item.operands:
+            for o in old:
                 new = done.get(id(o))
                 if new is None:
                     new = done[id(o)] = ir.map_regs(o, rn)
                 ops.append(new)
-            out.append(ir.Instruction(item.opcode, ops, guard, item.span, item.pinned, item.expanded_from, item.note))
+            lists[id(old)] = (old, ops)
+            item.operands = ops
         elif isinstance(item, ir.ScheduleRegion):
-            out.append(ir.ScheduleRegion(_rewrite(item.items, rn, done), item.span, item.index))
-        else:
-            out.append(item)
-    return out
+            _rewrite(item.items, rn, done, lists)
 
 
 def _declarations(named, index_of, rename) -> list[ir.Directive]:

@@ -44,8 +44,16 @@ class LineLayout:
 
 
 class _Writer:
+    """The PTX's lines, in order. Finished lines are joined a few thousand at a time (`blocks`),
+    so that a large kernel's text is never also held as a string per line (three times its
+    size). Only the last line is ever changed after it was added: `lines` keeps it."""
+
+    FLUSH_LINES = 4096
+
     def __init__(self, layout: LineLayout | None = None):
-        self.lines: list[str] = []
+        self.blocks: list[str] = []        # finished lines, "\n".join-ed, in order
+        self.joined = 0                    # how many lines the blocks hold
+        self.lines: list[str] = []         # the lines after them
         self.spans: list[Span | None] = [None]
         self.layout = layout
 
@@ -53,14 +61,29 @@ class _Writer:
         if "\n" not in text:
             self.lines.append(text)
             self.spans.append(span)
-            return
-        for piece in text.split("\n"):
-            self.lines.append(piece)
-            self.spans.append(span)
+        else:
+            for piece in text.split("\n"):
+                self.lines.append(piece)
+                self.spans.append(span)
+        if len(self.lines) > self.FLUSH_LINES:
+            self.blocks.append("\n".join(self.lines[:-1]))
+            self.joined += len(self.lines) - 1
+            del self.lines[:-1]
 
     @property
     def next_line(self) -> int:
-        return len(self.lines) + 1
+        return self.joined + len(self.lines) + 1
+
+    def text(self) -> str:
+        """Every line, each ending in a newline, with no blank lines at the end (none when empty)."""
+        parts = self.blocks + self.lines
+        while parts and not parts[-1].rstrip("\n"):
+            parts.pop()
+        if not parts:
+            return "\n"
+        parts[-1] = parts[-1].rstrip("\n")     # a block whose last lines were blank
+        parts.append("")
+        return "\n".join(parts)
 
     def line_of(self, span: Span | None, end: bool = False) -> int | None:
         """The source line an item belongs on (its last character's line with end=True), or None
@@ -125,8 +148,7 @@ def emit_ptx(module: ir.Module, target: str, *, trace: str = "none", source_name
             if trace in ("loc", "ptx-lines") and item.kind in ("loc", "file"):
                 continue  # our own line table replaces the source's
             w.add(item.render(), item.span)
-    text = "\n".join(w.lines).rstrip("\n") + "\n"
-    return EmittedPtx(text, w.spans)
+    return EmittedPtx(w.text(), w.spans)
 
 
 def _banner(w: _Writer, source_name: str):
@@ -169,8 +191,7 @@ def _emit_line_preserving(module: ir.Module, target: str, source_name: str, layo
     if not top:
         w.add("")
         _banner(w, source_name)
-    text = "\n".join(w.lines).rstrip("\n") + "\n"
-    return EmittedPtx(text, w.spans)
+    return EmittedPtx(w.text(), w.spans)
 
 
 def _item_span(item) -> Span | None:

@@ -593,7 +593,7 @@ class Statements:
         nodes, source = self.grammar_nodes, self.source
         match, text = _LINE.match, source.text
         for k in self.order:
-            yield nodes[-1 - k] if k < 0 else _node(match(text, k), source)
+            yield nodes[-1 - k] if k < 0 else _node(match(text, k), source, True)
 
     def __len__(self) -> int:
         return len(self.order)
@@ -621,13 +621,15 @@ class Statements:
 def _line_node(source: SourceFile, start: int):
     """The node of the recognised line that starts at `start`: _LINE matches there as it did
     when the line was recognised."""
-    return _node(_LINE.match(source.text, start), source)
+    return _node(_LINE.match(source.text, start), source, True)
 
 
 # ---- building nodes --------------------------------------------------------------------------
-def _node(m: re.Match, src: SourceFile):
+def _node(m: re.Match, src: SourceFile, checked: bool = False):
+    """The node of a line _LINE matched; _Unrecognised where the fast path leaves it to the
+    grammar (`checked`: known to be recognised, by _recognised, when the source was parsed)."""
     if m.group("op") is not None:
-        return _instruction(m, src)
+        return _instruction(m, src, checked)
     if m.group("quals") is not None:
         return _declaration(m, src)
     if m.group("label") is not None:
@@ -637,7 +639,7 @@ def _node(m: re.Match, src: SourceFile):
     return ast.RawDirective(".loc", m.group("loc").strip(), Span(src, a, m.end("loc")))
 
 
-def _instruction(m: re.Match, src: SourceFile) -> ast.Instr:
+def _instruction(m: re.Match, src: SourceFile, checked: bool = False) -> ast.Instr:
     guard = None
     g = m.group("guard")
     if g is not None:
@@ -652,8 +654,9 @@ def _instruction(m: re.Match, src: SourceFile) -> ast.Instr:
         first = ga
     end = m.end("semi")
     operands = []
-    if _has_operands(m.string, ob, end - 1):
-        if not _operands_recognised(m.string, ob, end - 1):
+    args = m.group("args")
+    if args and not args.isspace():
+        if not checked and not _args_recognised(args, ob, m.string):
             raise _Unrecognised
         # recognised now, built when first used (expansion mostly never needs them built)
         # (the positions are the spans' own int objects: a 20 MB source has millions)
@@ -676,29 +679,26 @@ def _recognised(m: re.Match) -> bool:
     found without building it: only an instruction's operands can fail."""
     if m.group("op") is None:
         return True
-    a, b = m.end("op"), m.end("semi") - 1
-    return not _has_operands(m.string, a, b) or _operands_recognised(m.string, a, b)
+    args = m.group("args")
+    return not args or args.isspace() or _args_recognised(args, m.end("op"), m.string)
 
 
-def _has_operands(text: str, a: int, b: int) -> bool:
-    return not text[a:b].isspace() and a < b
-
-
-def _operands_recognised(text: str, a: int, b: int) -> bool:
-    """Whether the operands between a and b (blanks around them allowed) are all of the kinds
-    the fast path builds."""
-    while a < b and text[a] in " \t":
-        a += 1
-    while b > a and text[b - 1] in " \t":
-        b -= 1
-    if text.find("[", a, b) >= 0 or text.find("{", a, b) >= 0 or text.find("|", a, b) >= 0:
+def _args_recognised(args: str, at: int, text: str) -> bool:
+    """Whether an instruction's operands (`args`, found at `at` in `text`, blanks around them
+    allowed) are all of the kinds the fast path builds."""
+    if "[" in args or "{" in args or "|" in args:
+        a, b = at, at + len(args)
+        while a < b and text[a] in " \t":
+            a += 1
+        while b > a and text[b - 1] in " \t":
+            b -= 1
         try:
             _operands_matched(text, a, b, None, build=False)
         except _Unrecognised:
             return False
         return True
     kinds = _KINDS
-    for raw in text[a:b].split(","):
+    for raw in args.split(","):
         if not (kinds.get(raw) or _known(raw))[0]:
             return False
     return True

@@ -277,29 +277,57 @@ def _allocate_function(fn: ir.Function, model: BankModel | None, max_registers: 
 
 
 def _use_positions(program, named):
-    first: dict[str, int] = {}
-    last: dict[str, int] = {}
-    count: dict[str, int] = {}
-    # the named registers of each operand object, once per object: expansion shares the operands
-    # of a name among all its uses
-    regs_of: dict[int, tuple[str, ...]] = {}
+    """Per named register: the position of its first and last use (instructions in program
+    order) and how many uses. Worked out per operand list, then per register: expansion shares
+    one list among the instructions that read the same operands, so a large kernel has far
+    fewer lists than instructions (a list's position range and count, then its registers')."""
+    # per operand list (by id: every list lives in the module meanwhile) and per guard register
+    seen: dict[int, list] = {}          # id -> [first position, last position, uses, the list]
+    guards: dict[str, list] = {}        # name -> [first, last, uses]
     pos = 0
     for item in program:
         if type(item) is not ir.Instruction:
             continue
         ops = item.operands
+        at = seen.get(id(ops))
+        if at is None:
+            seen[id(ops)] = [pos, pos, 1, ops]
+        else:
+            at[1] = pos
+            at[2] += 1
         if item.guard is not None:
-            ops = [item.guard.reg, *ops]
+            g = item.guard.reg
+            if g.named and g.name in named:
+                at = guards.get(g.name)
+                if at is None:
+                    guards[g.name] = [pos, pos, 1]
+                else:
+                    at[1] = pos
+                    at[2] += 1
+        pos += 1
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    count: dict[str, int] = {}
+
+    def used(name: str, lo: int, hi: int, n: int) -> None:
+        if name not in first or lo < first[name]:
+            first[name] = lo
+        if name not in last or hi > last[name]:
+            last[name] = hi
+        count[name] = count.get(name, 0) + n
+
+    # the named registers of each operand object, once per object: expansion shares the operands
+    # of a name among all its uses
+    regs_of: dict[int, tuple[str, ...]] = {}
+    for lo, hi, n, ops in seen.values():
         for op in ops:
             names = regs_of.get(id(op))
             if names is None:
                 names = regs_of[id(op)] = tuple(r.name for r in ir.operand_regs(op) if r.named and r.name in named)
             for name in names:
-                if name not in first:
-                    first[name] = pos
-                last[name] = pos
-                count[name] = count.get(name, 0) + 1
-        pos += 1
+                used(name, lo, hi, n)
+    for name, (lo, hi, n) in guards.items():
+        used(name, lo, hi, n)
     return first, last, count
 
 
@@ -432,9 +460,11 @@ def _bank_conflicts(program, index_of, named, rename, model: BankModel | None):
     if model is None:                   # no banks, no conflicts to name
         return conflicts, checked
     pos = -1
-    # what a large program repeats, worked out once: per opcode whether it reads three sources,
-    # per operand object its (name, index) as a banked source, per index tuple the model's verdict
-    three: dict[str, bool] = {}
+    # what a large program repeats, worked out once: per opcode and operand list (expansion shares
+    # a list among the instructions that read the same operands) whether it is checked and what
+    # conflicts; per operand object its (name, index) as a banked source, per index tuple the
+    # model's verdict, per source tuple the conflict's description
+    per_opcode: dict[str, dict[int, tuple] | None] = {}
     source: dict[int, tuple | None] = {}
     verdicts: dict[tuple, dict] = {}
     descriptions: dict[tuple, tuple] = {}
@@ -443,32 +473,51 @@ def _bank_conflicts(program, index_of, named, rename, model: BankModel | None):
             continue
         pos += 1
         ops = item.operands
-        is_three = three.get(item.opcode)
-        if is_three is None:
-            is_three = three[item.opcode] = is_three_source(item)
-        if not is_three or len(ops) < 4:
+        known = per_opcode.get(item.opcode, False)
+        if known is False:
+            known = per_opcode[item.opcode] = {} if is_three_source(item) else None
+        if known is None:               # not a three-source instruction
+            continue
+        found = known.get(id(ops))
+        if found is None:
+            found = known[id(ops)] = _conflict_of(ops, index_of, named, rename, model, source, verdicts,
+                                                  descriptions)
+        if found is _UNCHECKED:
             continue
         checked += 1
-        srcs = []
-        for op in ops[1:4]:
-            src = source.get(id(op), False)
-            if src is False:
-                src = source[id(op)] = ((op.name, index_of[op.name]) if type(op) is ir.Reg and op.named
-                                        and op.name in index_of and named[op.name].ptx_type != ".pred" else None)
-            if src is not None:
-                srcs.append(src)
-        if len(srcs) < 2:
-            continue
-        key = tuple(i for _, i in srcs)
-        bad = verdicts.get(key)
-        if bad is None:
-            bad = verdicts[key] = model.conflicts(list(key))
-        if bad:
-            # the same sources conflict the same way: one description shared by every such instruction
-            described = descriptions.get(tuple(srcs))
-            if described is None:
-                described = descriptions[tuple(srcs)] = (
-                    [{"name": n, "ptx_name": rename[n], "index": i, "bank": model.bank_of(i)} for n, i in srcs],
-                    {b: [n for n, i in srcs if i in regs] for b, regs in bad.items()})
-            conflicts.append(BankConflict(pos, item, *described))
+        if found is not _NO_CONFLICT:
+            conflicts.append(BankConflict(pos, item, *found))
     return conflicts, checked
+
+
+_UNCHECKED, _NO_CONFLICT = ("unchecked",), ("no conflict",)
+
+
+def _conflict_of(ops, index_of, named, rename, model, source, verdicts, descriptions):
+    """What a three-source instruction with these operands is to the bank model: _UNCHECKED
+    (fewer than four operands), _NO_CONFLICT, or the conflict's (sources, banks)."""
+    if len(ops) < 4:
+        return _UNCHECKED
+    srcs = []
+    for op in ops[1:4]:
+        src = source.get(id(op), False)
+        if src is False:
+            src = source[id(op)] = ((op.name, index_of[op.name]) if type(op) is ir.Reg and op.named
+                                    and op.name in index_of and named[op.name].ptx_type != ".pred" else None)
+        if src is not None:
+            srcs.append(src)
+    if len(srcs) < 2:
+        return _NO_CONFLICT
+    key = tuple(i for _, i in srcs)
+    bad = verdicts.get(key)
+    if bad is None:
+        bad = verdicts[key] = model.conflicts(list(key))
+    if not bad:
+        return _NO_CONFLICT
+    # the same sources conflict the same way: one description shared by every such instruction
+    described = descriptions.get(tuple(srcs))
+    if described is None:
+        described = descriptions[tuple(srcs)] = (
+            [{"name": n, "ptx_name": rename[n], "index": i, "bank": model.bank_of(i)} for n, i in srcs],
+            {b: [n for n, i in srcs if i in regs] for b, regs in bad.items()})
+    return described

@@ -44,15 +44,16 @@ class LineLayout:
 
 
 class _Writer:
-    """The PTX's lines, in order. Finished lines are joined a few thousand at a time (`blocks`),
-    so that a large kernel's text is never also held as a string per line (three times its
-    size). Only the last line is ever changed after it was added: `lines` keeps it."""
+    """The PTX's lines, in order. Finished lines are appended to the text a few thousand at a
+    time (`done`, `_finish`), so that a large kernel's text is never also held as a string per
+    line (three times its size), nor as blocks while they are joined. Only the last line is ever
+    changed after it was added: `lines` keeps it."""
 
     FLUSH_LINES = 4096
 
     def __init__(self, layout: LineLayout | None = None):
-        self.blocks: list[str] = []        # finished lines, "\n".join-ed, in order
-        self.joined = 0                    # how many lines the blocks hold
+        self.done = ""                     # the finished lines, each followed by "\n"
+        self.joined = 0                    # how many lines `done` holds
         self.lines: list[str] = []         # the lines after them
         self.spans: list[Span | None] = [None]
         self.layout = layout
@@ -66,24 +67,38 @@ class _Writer:
                 self.lines.append(piece)
                 self.spans.append(span)
         if len(self.lines) > self.FLUSH_LINES:
-            self.blocks.append("\n".join(self.lines[:-1]))
+            self._finish(self.lines[:-1])
             self.joined += len(self.lines) - 1
             del self.lines[:-1]
+
+    def _finish(self, lines: list[str]) -> None:
+        """`lines` appended to `done`, each followed by a newline. `done += ...` grows the one
+        string in place (its memory resized, a large block moved by the kernel, not copied) where
+        CPython can: a string held by one local variable alone, at an addition it has run often
+        enough to specialise (3.11 and later, BINARY_OP_INPLACE_ADD_UNICODE). So every addition
+        to the text is this one, the final one included; elsewhere it is a copy, as a join is."""
+        done, self.done = self.done, ""
+        done += "\n".join(lines)
+        done += "\n"
+        self.done = done
 
     @property
     def next_line(self) -> int:
         return self.joined + len(self.lines) + 1
 
     def text(self) -> str:
-        """Every line, each ending in a newline, with no blank lines at the end (none when empty)."""
-        parts = self.blocks + self.lines
-        while parts and not parts[-1].rstrip("\n"):
-            parts.pop()
-        if not parts:
-            return "\n"
-        parts[-1] = parts[-1].rstrip("\n")     # a block whose last lines were blank
-        parts.append("")
-        return "\n".join(parts)
+        """Every line, each ending in a newline, with no blank lines at the end (one newline when
+        there is nothing else). The writer is spent afterwards."""
+        lines = self.lines
+        while lines and not lines[-1]:
+            lines.pop()
+        if lines:
+            self._finish(lines)
+            self.lines = []
+        text, self.done = self.done, ""
+        if not lines and text.endswith("\n\n"):      # blank lines at the end, among the finished ones
+            text = text.rstrip("\n") + "\n"
+        return text or "\n"
 
     def line_of(self, span: Span | None, end: bool = False) -> int | None:
         """The source line an item belongs on (its last character's line with end=True), or None

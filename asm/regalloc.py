@@ -19,6 +19,7 @@ Rules, in order:
 """
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field, asdict, replace
 
 from . import ir
@@ -50,29 +51,29 @@ class PlannedReg:
 
 
 class BankConflict:
-    """A three-source instruction whose sources the bank model says conflict. Its text and
-    location are worked out when asked for: a large kernel can have hundreds of thousands, which
-    a build never shows (`asmgemm regs` does). The instruction as written, with its named
-    registers: the plan renames them in place afterwards, so the conflict keeps the operands
-    it had (a list expansion shares among instructions that read the same, as does the plan)."""
+    """A three-source instruction whose sources the bank model says conflict: where it is
+    (`position` among the function's instructions, `span`), the instruction as written, with its
+    named registers (the plan renames the build's instructions in place afterwards), and what
+    conflicts. Its text and location are worked out when asked for."""
 
-    __slots__ = ("position", "opcode", "guard", "operands", "span", "sources", "banks")
+    __slots__ = ("position", "written", "span", "sources", "banks")
 
-    def __init__(self, position: int, instruction: ir.Instruction, sources: list[dict],
+    def __init__(self, position: int, written: ir.Instruction, span, sources: list[dict],
                  banks: dict[int, list[str]]):
         self.position = position
-        self.opcode, self.guard, self.operands, self.span = (instruction.opcode, instruction.guard,
-                                                             instruction.operands, instruction.span)
+        self.written = written      # opcode, guard and operands as written (no span: shared)
+        self.span = span
         self.sources = sources      # [{name, ptx_name, index, bank}]
         self.banks = banks
 
     @property
     def instruction(self) -> ir.Instruction:
-        return ir.Instruction(self.opcode, self.operands, self.guard, self.span)
+        w = self.written
+        return ir.Instruction(w.opcode, w.operands, w.guard, self.span)
 
     @property
     def text(self) -> str:
-        return self.instruction.render()
+        return self.written.render()
 
     @property
     def location(self) -> str:
@@ -86,11 +87,64 @@ class BankConflict:
         return f"BankConflict({self.position}, {self.text!r}, {self.location!r})"
 
 
+class BankConflicts:
+    """A function's bank conflicts in program order, read as a list of BankConflict, each made
+    when read. A large kernel can have hundreds of thousands (the benchmark of issue 36 has one
+    in a third of its FMAs), which a build never shows (`asmgemm regs` does): kept as a position,
+    the instruction (for its span) and a record shared by the conflicts of the same written
+    instruction, 24 bytes a conflict where an object each was 130."""
+
+    __slots__ = ("positions", "instructions", "records")
+
+    def __init__(self):
+        self.positions = array("q")
+        self.instructions: list[ir.Instruction] = []
+        self.records: list[tuple] = []   # (written instruction, sources, banks)
+
+    def append(self, position: int, instruction: ir.Instruction, record: tuple) -> None:
+        self.positions.append(position)
+        self.instructions.append(instruction)
+        self.records.append(record)
+
+    def _at(self, i: int) -> BankConflict:
+        return BankConflict(self.positions[i], self.records[i][0], self.instructions[i].span, *self.records[i][1:])
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self._at(k) for k in range(len(self))[i]]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError("bank conflict index out of range")
+        return self._at(i)
+
+    def __iter__(self):
+        for i in range(len(self.positions)):
+            yield self._at(i)
+
+    def __eq__(self, other):
+        if isinstance(other, (list, BankConflicts)):
+            return list(self) == list(other)
+        return NotImplemented
+
+    def __ne__(self, other):
+        same = self.__eq__(other)
+        return same if same is NotImplemented else not same
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return repr(list(self))
+
+
 @dataclass
 class FunctionPlan:
     name: str
     regs: list[PlannedReg]
-    conflicts: list[BankConflict]
+    conflicts: BankConflicts | list[BankConflict]
     three_source_checked: int
     registers_used: int        # highest planned index + width
 
@@ -455,7 +509,7 @@ def _declarations(named, index_of, rename) -> list[ir.Directive]:
 
 
 def _bank_conflicts(program, index_of, named, rename, model: BankModel | None):
-    conflicts = []
+    conflicts = BankConflicts()
     checked = 0
     if model is None:                   # no banks, no conflicts to name
         return conflicts, checked
@@ -463,8 +517,10 @@ def _bank_conflicts(program, index_of, named, rename, model: BankModel | None):
     # what a large program repeats, worked out once: per opcode and operand list (expansion shares
     # a list among the instructions that read the same operands) whether it is checked and what
     # conflicts; per operand object its (name, index) as a banked source, per index tuple the
-    # model's verdict, per source tuple the conflict's description
+    # model's verdict, per source tuple the conflict's description; per written instruction
+    # (opcode, operand list, guard) the record its conflicts share
     per_opcode: dict[str, dict[int, tuple] | None] = {}
+    records: dict[tuple, tuple] = {}
     source: dict[int, tuple | None] = {}
     verdicts: dict[tuple, dict] = {}
     descriptions: dict[tuple, tuple] = {}
@@ -486,7 +542,11 @@ def _bank_conflicts(program, index_of, named, rename, model: BankModel | None):
             continue
         checked += 1
         if found is not _NO_CONFLICT:
-            conflicts.append(BankConflict(pos, item, *found))
+            key = (item.opcode, id(ops), item.guard)
+            record = records.get(key)
+            if record is None:
+                record = records[key] = (ir.Instruction(item.opcode, ops, item.guard), *found)
+            conflicts.append(pos, item, record)
     return conflicts, checked
 
 

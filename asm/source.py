@@ -7,6 +7,7 @@ the .sasm text the user wrote. Reading a file from disk is files.py's `read_sour
 from __future__ import annotations
 
 import bisect
+import operator
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -37,6 +38,14 @@ class SourceFile:
         offset = max(0, min(offset, len(self.text)))
         line = bisect.bisect_right(self._line_starts, offset) - 1
         return line + 1, offset - self._line_starts[line] + 1
+
+    def longest_line(self) -> int:
+        """The length of its longest line, newline excluded (from the line starts, no scan)."""
+        starts = self._line_starts
+        last = len(self.text) - starts[-1] if starts else len(self.text)
+        if len(starts) < 2:
+            return last
+        return max(max(map(operator.sub, starts[1:], starts)) - 1, last)
 
     def line_text(self, line: int) -> str:
         if line < 1 or line > len(self._line_starts):

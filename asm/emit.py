@@ -105,7 +105,7 @@ class _Writer:
         when not line-preserving or the item comes from another file."""
         if self.layout is None or span is None or span.source.path != self.layout.path:
             return None
-        return span.source.line_col(span.end - 1 if end and span.end > span.start else span.start)[0]
+        return span.source.line_of(span.end - 1 if end and span.end > span.start else span.start)
 
     def put(self, text: str, span: Span | None, line: int | None):
         """`text` on source line `line`: blank lines fill the gap up to it; a line already written
@@ -240,7 +240,7 @@ def _function_placed(w: _Writer, fn: ir.Function):
     if fn.body is None:
         return
     depth = 1
-    rendered: dict[int, str] = {}
+    rendered = _Rendered()
     for item in fn.body:
         for it in (item.items if isinstance(item, ir.ScheduleRegion) else (item,)):
             ind = "\t" * depth
@@ -285,7 +285,7 @@ def _body(w: _Writer, items, trace, state):
             w.add(f"{ind}// .endschedule", item.span)
         elif isinstance(item, ir.Instruction):
             _trace(w, item, trace, state, ind)
-            text = ind + _render(item, state.setdefault("rendered", {}))
+            text = ind + _render(item, state.setdefault("rendered", _Rendered()))
             if item.note:
                 text = f"{text:<72} // {item.note}"
             w.add(text, item.span)
@@ -303,20 +303,40 @@ def _body(w: _Writer, items, trace, state):
             w.add(ind + item.render(), item.span)
 
 
-def _render(item: ir.Instruction, rendered: dict[int, str]) -> str:
-    """item.render(), each operand object rendered once (`rendered`: by id; expansion and the
-    register plan share an operand object among all its uses)."""
+class _Rendered:
+    """What _render has rendered: each operand object (by id; expansion and the register plan
+    share an operand object among all its uses), and the operand lists most recently met (by id;
+    expansion shares a list among the instructions that read the same operands). Both live as
+    long as the module being emitted, so their ids are theirs."""
+
+    LISTS_KEPT = 20_000            # a source whose lists are all different keeps no more than this
+
+    def __init__(self):
+        self.operands: dict[int, str] = {}
+        self.lists: dict[int, str] = {}
+
+
+def _render(item: ir.Instruction, rendered: _Rendered) -> str:
+    """item.render(), from what was rendered before."""
     head = (item.guard.render() + " " if item.guard else "") + item.opcode
     ops = item.operands
     if not ops:
         return head + ";"
-    texts = []
-    for o in ops:
-        t = rendered.get(id(o))
-        if t is None:
-            t = rendered[id(o)] = o.render()
-        texts.append(t)
-    return head + " " + ", ".join(texts) + ";"
+    lists = rendered.lists
+    text = lists.get(id(ops))
+    if text is None:
+        done = rendered.operands
+        texts = []
+        for o in ops:
+            t = done.get(id(o))
+            if t is None:
+                t = done[id(o)] = o.render()
+            texts.append(t)
+        text = ", ".join(texts)
+        if len(lists) >= rendered.LISTS_KEPT:
+            lists.clear()
+        lists[id(ops)] = text
+    return head + " " + text + ";"
 
 
 def _trace(w: _Writer, item: ir.Instruction, trace: str, state, ind: str):

@@ -163,9 +163,12 @@ def parse(source: SourceFile) -> ast.Module | None:
     fast: list = []
     bstart, bend = array("q"), array("q")
     h = 0
+    hs, n_heads = 0, len(head_spans)      # the first header that ends after the line (lines come in order)
     for m in _LINE.finditer(text):
         a = m.start()
-        if sections and _inside(sections, a) or head_spans and _inside(head_spans, a):
+        while hs < n_heads and head_spans[hs][1] <= a:
+            hs += 1
+        if hs < n_heads and head_spans[hs][0] <= a or sections and _inside(sections, a):
             continue
         if not _recognised(m):    # (its node is built where it is read: Statements)
             continue

@@ -226,19 +226,25 @@ def _feature_sample(module: ir.Module) -> ir.Module:
     seen: set = set()
     items = []
     sregs_of: dict[int, frozenset] = {}        # per operand object (expansion shares them)
+    of_list: dict[int, frozenset] = {}         # per operand list (shared too), the last few thousand
     none = frozenset()
     for item in module.items:
         if isinstance(item, ir.Function) and item.body is not None:
             body = []
             for ins in item.instructions():
-                found = none
-                for op in ins.operands:
-                    sregs = sregs_of.get(id(op))
-                    if sregs is None:
-                        sregs = sregs_of[id(op)] = frozenset(
-                            r.name.split(".", 1)[0] for r in ir.operand_regs(op)) & _FEATURE_SREGS
-                    if sregs:
-                        found = found | sregs
+                found = of_list.get(id(ins.operands))
+                if found is None:
+                    found = none
+                    for op in ins.operands:
+                        sregs = sregs_of.get(id(op))
+                        if sregs is None:
+                            sregs = sregs_of[id(op)] = frozenset(
+                                r.name.split(".", 1)[0] for r in ir.operand_regs(op)) & _FEATURE_SREGS
+                        if sregs:
+                            found = found | sregs
+                    if len(of_list) >= 20_000:
+                        of_list.clear()
+                    of_list[id(ins.operands)] = found
                 if ins.guard is not None and ins.guard.reg.name.split(".", 1)[0] in _FEATURE_SREGS:
                     found = found | {ins.guard.reg.name.split(".", 1)[0]}
                 key = (ins.opcode, found)

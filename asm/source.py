@@ -39,6 +39,11 @@ class SourceFile:
         line = bisect.bisect_right(self._line_starts, offset) - 1
         return line + 1, offset - self._line_starts[line] + 1
 
+    def line_of(self, offset: int) -> int:
+        """1-based line of a character offset: line_col's line, for a caller that asks it of
+        every item of a large source."""
+        return bisect.bisect_right(self._line_starts, max(0, min(offset, len(self.text))))
+
     def longest_line(self) -> int:
         """The length of its longest line, newline excluded (from the line starts, no scan)."""
         starts = self._line_starts

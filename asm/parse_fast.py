@@ -662,7 +662,7 @@ def _instruction(m: re.Match, src: SourceFile, checked: bool = False) -> ast.Ins
         if not checked and not _args_recognised(args, ob, m.string):
             raise _Unrecognised
         # recognised now, built when first used (expansion mostly never needs them built)
-        # (the positions are the spans' own int objects: a 20 MB source has millions)
+        # (the positions are the int objects the match made: a 20 MB source has millions)
         operands = LazyOperands(src, ob, end)
     op = m.group("op")
     parts = _OPCODE_PARTS.get(op)

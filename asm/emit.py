@@ -24,10 +24,27 @@ TRACE_MODES = ("none", "comments", "loc", "ptx-lines")
 DEFAULT_VERSION = "9.0"
 
 
-@dataclass
 class EmittedPtx:
-    text: str
-    line_spans: list[Span | None] = field(default_factory=list)   # 1-based PTX line -> source span (index 0 unused)
+    """The PTX and where each of its lines came from. The text is kept as the pieces the emitter
+    made (`pieces`; one after another, they are the text) until it is asked for whole (`text`,
+    joined then and kept): the command line writes the pieces, so that a large kernel's PTX is
+    never held twice, joined and in pieces, nor grown by copies."""
+
+    def __init__(self, text: str | list[str], line_spans: list[Span | None] | None = None):
+        self._pieces = [text] if isinstance(text, str) else list(text)
+        self.line_spans = line_spans if line_spans is not None else []   # 1-based PTX line -> span (0 unused)
+
+    @property
+    def text(self) -> str:
+        if len(self._pieces) != 1:
+            self._pieces = ["".join(self._pieces)]
+        return self._pieces[0]
+
+    def pieces(self) -> tuple[str, ...]:
+        return tuple(self._pieces)
+
+    def __repr__(self) -> str:
+        return f"EmittedPtx({sum(map(len, self._pieces))} characters, {len(self.line_spans) - 1} lines)"
 
     def span_for_line(self, line: int) -> Span | None:
         if 0 < line < len(self.line_spans):
@@ -44,16 +61,15 @@ class LineLayout:
 
 
 class _Writer:
-    """The PTX's lines, in order. Finished lines are appended to the text a few thousand at a
-    time (`done`, `_finish`), so that a large kernel's text is never also held as a string per
-    line (three times its size), nor as blocks while they are joined. Only the last line is ever
-    changed after it was added: `lines` keeps it."""
+    """The PTX's lines, in order. Finished lines are joined a few thousand at a time into blocks
+    (`blocks`), so that a large kernel's text is never held as a string per line (three times its
+    size). Only the last line is ever changed after it was added: `lines` keeps it."""
 
     FLUSH_LINES = 4096
 
     def __init__(self, layout: LineLayout | None = None):
-        self.done = ""                     # the finished lines, each followed by "\n"
-        self.joined = 0                    # how many lines `done` holds
+        self.blocks: list[str] = []        # the finished lines, each followed by "\n"
+        self.joined = 0                    # how many lines the blocks hold
         self.lines: list[str] = []         # the lines after them
         self.spans: list[Span | None] = [None]
         self.layout = layout
@@ -72,33 +88,29 @@ class _Writer:
             del self.lines[:-1]
 
     def _finish(self, lines: list[str]) -> None:
-        """`lines` appended to `done`, each followed by a newline. `done += ...` grows the one
-        string in place (its memory resized, a large block moved by the kernel, not copied) where
-        CPython can: a string held by one local variable alone, at an addition it has run often
-        enough to specialise (3.11 and later, BINARY_OP_INPLACE_ADD_UNICODE). So every addition
-        to the text is this one, the final one included; elsewhere it is a copy, as a join is."""
-        done, self.done = self.done, ""
-        done += "\n".join(lines)
-        done += "\n"
-        self.done = done
+        """`lines` as one more block, each followed by a newline."""
+        lines.append("")
+        self.blocks.append("\n".join(lines))
 
     @property
     def next_line(self) -> int:
         return self.joined + len(self.lines) + 1
 
-    def text(self) -> str:
+    def pieces(self) -> list[str]:
         """Every line, each ending in a newline, with no blank lines at the end (one newline when
-        there is nothing else). The writer is spent afterwards."""
-        lines = self.lines
+        there is nothing else), as blocks of lines. The writer is spent afterwards."""
+        lines, blocks = self.lines, self.blocks
         while lines and not lines[-1]:
             lines.pop()
         if lines:
             self._finish(lines)
-            self.lines = []
-        text, self.done = self.done, ""
-        if not lines and text.endswith("\n\n"):      # blank lines at the end, among the finished ones
-            text = text.rstrip("\n") + "\n"
-        return text or "\n"
+        else:
+            while blocks and not blocks[-1].rstrip("\n"):     # blocks of blank lines only
+                blocks.pop()
+            if blocks and blocks[-1].endswith("\n\n"):      # a block ending in blank lines
+                blocks[-1] = blocks[-1].rstrip("\n") + "\n"
+        self.lines, self.blocks = [], []
+        return blocks or ["\n"]
 
     def line_of(self, span: Span | None, end: bool = False) -> int | None:
         """The source line an item belongs on (its last character's line with end=True), or None
@@ -163,7 +175,7 @@ def emit_ptx(module: ir.Module, target: str, *, trace: str = "none", source_name
             if trace in ("loc", "ptx-lines") and item.kind in ("loc", "file"):
                 continue  # our own line table replaces the source's
             w.add(item.render(), item.span)
-    return EmittedPtx(w.text(), w.spans)
+    return EmittedPtx(w.pieces(), w.spans)
 
 
 def _banner(w: _Writer, source_name: str):
@@ -206,7 +218,7 @@ def _emit_line_preserving(module: ir.Module, target: str, source_name: str, layo
     if not top:
         w.add("")
         _banner(w, source_name)
-    return EmittedPtx(w.text(), w.spans)
+    return EmittedPtx(w.pieces(), w.spans)
 
 
 def _item_span(item) -> Span | None:

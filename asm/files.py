@@ -115,7 +115,7 @@ def _mode_for(path: Path) -> int:
 class _Dest:
     shown: str                 # the path as the caller spelled it
     target: Path               # where the bytes go: a file by its real path (links followed), a device by its name
-    data: bytes | str          # str: ASCII text, encoded a piece at a time as it is written (_write_data)
+    data: bytes | tuple[str, ...]   # ASCII text in pieces, encoded a piece at a time as written (_write_data)
     identity: tuple | None     # (st_dev, st_ino) of the existing file, None for a new one
     in_place: bool             # an existing character device or FIFO: opened and written, no rename
     char_device: bool = False
@@ -141,9 +141,11 @@ def _plan(path, data, inputs: dict[tuple, str]) -> _Dest:
         raise AsmError("cannot write to an empty path")
     # ASCII text (PTX) is encoded as it is written, a piece at a time: encoded whole, a large
     # kernel's PTX was held twice at the build's peak. Other text is encoded here, so that one that
-    # cannot be is refused before anything is written.
-    if isinstance(data, str):
-        raw = data if data.isascii() else data.encode("utf-8")
+    # cannot be is refused before anything is written. Text may come in pieces (a str each), written
+    # one after another: the emitter's (emit.EmittedPtx.pieces), never joined.
+    if isinstance(data, (str, list, tuple)):
+        pieces = (data,) if isinstance(data, str) else tuple(data)
+        raw = pieces if all(p.isascii() for p in pieces) else "".join(pieces).encode("utf-8")
     else:
         raw = bytes(data)
     try:
@@ -241,15 +243,16 @@ def _write_in_place(d: _Dest) -> None:
 _WRITE_CHARS = 1 << 20
 
 
-def _write_data(fh, data: bytes | str) -> None:
+def _write_data(fh, data: bytes | tuple[str, ...]) -> None:
     if isinstance(data, bytes):
         fh.write(data)
         return
-    for at in range(0, len(data), _WRITE_CHARS):
-        fh.write(data[at:at + _WRITE_CHARS].encode("ascii"))
+    for piece in data:
+        for at in range(0, len(piece), _WRITE_CHARS):
+            fh.write(piece[at:at + _WRITE_CHARS].encode("ascii"))
 
 
-def write_files(outputs: Iterable[tuple[str | os.PathLike, str | bytes]], *, inputs: Iterable = (),
+def write_files(outputs: Iterable[tuple[str | os.PathLike, str | bytes | tuple[str, ...]]], *, inputs: Iterable = (),
                 durable: bool = False) -> None:
     """Write several outputs of one command as one commit: every destination is checked first
     (folder exists and is writable, not a folder, not one of `inputs`, no two outputs on one file),

@@ -15,7 +15,9 @@ a label, a `.loc` line, a directive's expression, `.endm`, `.else`, a macro call
 must not lie in a block comment. A function header is blanked up to its body's `{`, so that the
 grammar parses the body as a `{ }` scope, which then becomes the function's body. Recognised nodes
 are put into the skeleton's parse tree by position, in whichever block holds them (a function, a
-macro, a `.for`, an `.if` branch), and the tree is built into the AST as usual.
+macro, a `.for`, an `.if` branch), and the tree is built into the AST as usual; a function's body
+keeps its recognised lines by position and builds each one's node when the body is read
+(`Statements`), so that a large source's AST is never whole.
 
 Recognised lines the grammar refuses are put back and the skeleton parsed again. A syntax error in
 the skeleton is reported from the skeleton, with no parse of the whole text: once every recognised

@@ -24,10 +24,27 @@ TRACE_MODES = ("none", "comments", "loc", "ptx-lines")
 DEFAULT_VERSION = "9.0"
 
 
-@dataclass
 class EmittedPtx:
-    text: str
-    line_spans: list[Span | None] = field(default_factory=list)   # 1-based PTX line -> source span (index 0 unused)
+    """The PTX and where each of its lines came from. The text is kept as the pieces the emitter
+    made (`pieces`; one after another, they are the text) until it is asked for whole (`text`,
+    joined then and kept): the command line writes the pieces, so that a large kernel's PTX is
+    never held twice, joined and in pieces, nor grown by copies."""
+
+    def __init__(self, text: str | list[str], line_spans: list[Span | None] | None = None):
+        self._pieces = [text] if isinstance(text, str) else list(text)
+        self.line_spans = line_spans if line_spans is not None else []   # 1-based PTX line -> span (0 unused)
+
+    @property
+    def text(self) -> str:
+        if len(self._pieces) != 1:
+            self._pieces = ["".join(self._pieces)]
+        return self._pieces[0]
+
+    def pieces(self) -> tuple[str, ...]:
+        return tuple(self._pieces)
+
+    def __repr__(self) -> str:
+        return f"EmittedPtx({sum(map(len, self._pieces))} characters, {len(self.line_spans) - 1} lines)"
 
     def span_for_line(self, line: int) -> Span | None:
         if 0 < line < len(self.line_spans):
@@ -44,8 +61,16 @@ class LineLayout:
 
 
 class _Writer:
+    """The PTX's lines, in order. Finished lines are joined a few thousand at a time into blocks
+    (`blocks`), so that a large kernel's text is never held as a string per line (three times its
+    size). Only the last line is ever changed after it was added: `lines` keeps it."""
+
+    FLUSH_LINES = 4096
+
     def __init__(self, layout: LineLayout | None = None):
-        self.lines: list[str] = []
+        self.blocks: list[str] = []        # the finished lines, each followed by "\n"
+        self.joined = 0                    # how many lines the blocks hold
+        self.lines: list[str] = []         # the lines after them
         self.spans: list[Span | None] = [None]
         self.layout = layout
 
@@ -53,21 +78,46 @@ class _Writer:
         if "\n" not in text:
             self.lines.append(text)
             self.spans.append(span)
-            return
-        for piece in text.split("\n"):
-            self.lines.append(piece)
-            self.spans.append(span)
+        else:
+            for piece in text.split("\n"):
+                self.lines.append(piece)
+                self.spans.append(span)
+        if len(self.lines) > self.FLUSH_LINES:
+            self._finish(self.lines[:-1])
+            self.joined += len(self.lines) - 1
+            del self.lines[:-1]
+
+    def _finish(self, lines: list[str]) -> None:
+        """`lines` as one more block, each followed by a newline."""
+        lines.append("")
+        self.blocks.append("\n".join(lines))
 
     @property
     def next_line(self) -> int:
-        return len(self.lines) + 1
+        return self.joined + len(self.lines) + 1
+
+    def pieces(self) -> list[str]:
+        """Every line, each ending in a newline, with no blank lines at the end (one newline when
+        there is nothing else), as blocks of lines. The writer is spent afterwards."""
+        lines, blocks = self.lines, self.blocks
+        while lines and not lines[-1]:
+            lines.pop()
+        if lines:
+            self._finish(lines)
+        else:
+            while blocks and not blocks[-1].rstrip("\n"):     # blocks of blank lines only
+                blocks.pop()
+            if blocks and blocks[-1].endswith("\n\n"):      # a block ending in blank lines
+                blocks[-1] = blocks[-1].rstrip("\n") + "\n"
+        self.lines, self.blocks = [], []
+        return blocks or ["\n"]
 
     def line_of(self, span: Span | None, end: bool = False) -> int | None:
         """The source line an item belongs on (its last character's line with end=True), or None
         when not line-preserving or the item comes from another file."""
         if self.layout is None or span is None or span.source.path != self.layout.path:
             return None
-        return span.source.line_col(span.end - 1 if end and span.end > span.start else span.start)[0]
+        return span.source.line_of(span.end - 1 if end and span.end > span.start else span.start)
 
     def put(self, text: str, span: Span | None, line: int | None):
         """`text` on source line `line`: blank lines fill the gap up to it; a line already written
@@ -125,8 +175,7 @@ def emit_ptx(module: ir.Module, target: str, *, trace: str = "none", source_name
             if trace in ("loc", "ptx-lines") and item.kind in ("loc", "file"):
                 continue  # our own line table replaces the source's
             w.add(item.render(), item.span)
-    text = "\n".join(w.lines).rstrip("\n") + "\n"
-    return EmittedPtx(text, w.spans)
+    return EmittedPtx(w.pieces(), w.spans)
 
 
 def _banner(w: _Writer, source_name: str):
@@ -169,8 +218,7 @@ def _emit_line_preserving(module: ir.Module, target: str, source_name: str, layo
     if not top:
         w.add("")
         _banner(w, source_name)
-    text = "\n".join(w.lines).rstrip("\n") + "\n"
-    return EmittedPtx(text, w.spans)
+    return EmittedPtx(w.pieces(), w.spans)
 
 
 def _item_span(item) -> Span | None:
@@ -204,7 +252,7 @@ def _function_placed(w: _Writer, fn: ir.Function):
     if fn.body is None:
         return
     depth = 1
-    rendered: dict[int, str] = {}
+    rendered = _Rendered()
     for item in fn.body:
         for it in (item.items if isinstance(item, ir.ScheduleRegion) else (item,)):
             ind = "\t" * depth
@@ -249,7 +297,7 @@ def _body(w: _Writer, items, trace, state):
             w.add(f"{ind}// .endschedule", item.span)
         elif isinstance(item, ir.Instruction):
             _trace(w, item, trace, state, ind)
-            text = ind + _render(item, state.setdefault("rendered", {}))
+            text = ind + _render(item, state.setdefault("rendered", _Rendered()))
             if item.note:
                 text = f"{text:<72} // {item.note}"
             w.add(text, item.span)
@@ -267,20 +315,40 @@ def _body(w: _Writer, items, trace, state):
             w.add(ind + item.render(), item.span)
 
 
-def _render(item: ir.Instruction, rendered: dict[int, str]) -> str:
-    """item.render(), each operand object rendered once (`rendered`: by id; expansion and the
-    register plan share an operand object among all its uses)."""
+class _Rendered:
+    """What _render has rendered: each operand object (by id; expansion and the register plan
+    share an operand object among all its uses), and the operand lists most recently met (by id;
+    expansion shares a list among the instructions that read the same operands). Both live as
+    long as the module being emitted, so their ids are theirs."""
+
+    LISTS_KEPT = 20_000            # a source whose lists are all different keeps no more than this
+
+    def __init__(self):
+        self.operands: dict[int, str] = {}
+        self.lists: dict[int, str] = {}
+
+
+def _render(item: ir.Instruction, rendered: _Rendered) -> str:
+    """item.render(), from what was rendered before."""
     head = (item.guard.render() + " " if item.guard else "") + item.opcode
     ops = item.operands
     if not ops:
         return head + ";"
-    texts = []
-    for o in ops:
-        t = rendered.get(id(o))
-        if t is None:
-            t = rendered[id(o)] = o.render()
-        texts.append(t)
-    return head + " " + ", ".join(texts) + ";"
+    lists = rendered.lists
+    text = lists.get(id(ops))
+    if text is None:
+        done = rendered.operands
+        texts = []
+        for o in ops:
+            t = done.get(id(o))
+            if t is None:
+                t = done[id(o)] = o.render()
+            texts.append(t)
+        text = ", ".join(texts)
+        if len(lists) >= rendered.LISTS_KEPT:
+            lists.clear()
+        lists[id(ops)] = text
+    return head + " " + text + ";"
 
 
 def _trace(w: _Writer, item: ir.Instruction, trace: str, state, ind: str):

@@ -115,7 +115,7 @@ def _mode_for(path: Path) -> int:
 class _Dest:
     shown: str                 # the path as the caller spelled it
     target: Path               # where the bytes go: a file by its real path (links followed), a device by its name
-    data: bytes
+    data: bytes | tuple[str, ...]   # ASCII text in pieces, encoded a piece at a time as written (_write_data)
     identity: tuple | None     # (st_dev, st_ino) of the existing file, None for a new one
     in_place: bool             # an existing character device or FIFO: opened and written, no rename
     char_device: bool = False
@@ -139,7 +139,15 @@ def _plan(path, data, inputs: dict[tuple, str]) -> _Dest:
     shown = os.fspath(path)
     if shown == "":
         raise AsmError("cannot write to an empty path")
-    raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    # ASCII text (PTX) is encoded as it is written, a piece at a time: encoded whole, a large
+    # kernel's PTX was held twice at the build's peak. Other text is encoded here, so that one that
+    # cannot be is refused before anything is written. Text may come in pieces (a str each), written
+    # one after another: the emitter's (emit.EmittedPtx.pieces), never joined.
+    if isinstance(data, (str, list, tuple)):
+        pieces = (data,) if isinstance(data, str) else tuple(data)
+        raw = pieces if all(p.isascii() for p in pieces) else "".join(pieces).encode("utf-8")
+    else:
+        raw = bytes(data)
     try:
         st = os.stat(shown)            # follows symbolic links (and /dev/stdout's /proc link)
     except FileNotFoundError:
@@ -203,7 +211,7 @@ def check_outputs(paths: Iterable, *, inputs: Iterable = ()) -> None:
 def _write_temp(d: _Dest, durable: bool) -> None:
     fd, d.tmp = tempfile.mkstemp(prefix=f".{d.target.name}.", suffix=".tmp", dir=d.target.parent)
     with os.fdopen(fd, "wb") as fh:
-        fh.write(d.data)
+        _write_data(fh, d.data)
         if durable:
             fh.flush()
             os.fsync(fh.fileno())
@@ -229,10 +237,22 @@ def _link_backup(d: _Dest) -> None:
 
 def _write_in_place(d: _Dest) -> None:
     with open(d.target, "wb") as fh:
-        fh.write(d.data)
+        _write_data(fh, d.data)
 
 
-def write_files(outputs: Iterable[tuple[str | os.PathLike, str | bytes]], *, inputs: Iterable = (),
+_WRITE_CHARS = 1 << 20
+
+
+def _write_data(fh, data: bytes | tuple[str, ...]) -> None:
+    if isinstance(data, bytes):
+        fh.write(data)
+        return
+    for piece in data:
+        for at in range(0, len(piece), _WRITE_CHARS):
+            fh.write(piece[at:at + _WRITE_CHARS].encode("ascii"))
+
+
+def write_files(outputs: Iterable[tuple[str | os.PathLike, str | bytes | tuple[str, ...]]], *, inputs: Iterable = (),
                 durable: bool = False) -> None:
     """Write several outputs of one command as one commit: every destination is checked first
     (folder exists and is writable, not a folder, not one of `inputs`, no two outputs on one file),

@@ -15,7 +15,9 @@ a label, a `.loc` line, a directive's expression, `.endm`, `.else`, a macro call
 must not lie in a block comment. A function header is blanked up to its body's `{`, so that the
 grammar parses the body as a `{ }` scope, which then becomes the function's body. Recognised nodes
 are put into the skeleton's parse tree by position, in whichever block holds them (a function, a
-macro, a `.for`, an `.if` branch), and the tree is built into the AST as usual.
+macro, a `.for`, an `.if` branch), and the tree is built into the AST as usual; a function's body
+keeps its recognised lines by position and builds each one's node when the body is read
+(`Statements`), so that a large source's AST is never whole.
 
 Recognised lines the grammar refuses are put back and the skeleton parsed again. A syntax error in
 the skeleton is reported from the skeleton, with no parse of the whole text: once every recognised
@@ -163,13 +165,14 @@ def parse(source: SourceFile) -> ast.Module | None:
     fast: list = []
     bstart, bend = array("q"), array("q")
     h = 0
+    hs, n_heads = 0, len(head_spans)      # the first header that ends after the line (lines come in order)
     for m in _LINE.finditer(text):
         a = m.start()
-        if sections and _inside(sections, a) or head_spans and _inside(head_spans, a):
+        while hs < n_heads and head_spans[hs][1] <= a:
+            hs += 1
+        if hs < n_heads and head_spans[hs][0] <= a or sections and _inside(sections, a):
             continue
-        try:
-            node = _node(m, source)
-        except _Unrecognised:
+        if not _recognised(m):    # (its node is built where it is read: Statements)
             continue
         while h < len(heads) and heads[h][0] < a:
             bstart.append(heads[h][0])
@@ -178,7 +181,7 @@ def parse(source: SourceFile) -> ast.Module | None:
             h += 1
         bstart.append(a)
         bend.append(m.end())
-        fast.append(node)
+        fast.append(None)          # a recognised line: its node is built from the text at bstart
     for a, b, head in heads[h:]:
         bstart.append(a)
         bend.append(b)
@@ -290,10 +293,10 @@ def _skeleton_module(source: SourceFile, skeleton: str, blanks, fast: list):
     if refused:
         return refused
     del starts, ends, types
-    orphans = _put_in(tree, fast, blanks)
+    orphans = _put_in(tree, fast, blanks, source)
     if orphans:
         return orphans
-    builder = _FastBuilder(source)
+    builder = _FastBuilder(source, blanks)
     try:
         return ast.Module(builder.stmts(tree.children), source)
     except RecursionError:
@@ -393,14 +396,14 @@ class _Pre(Tree):
         return self
 
 
-def _put_in(tree, fast: list, blanks: list) -> set[int]:
+def _put_in(tree, fast: list, blanks: list, source: SourceFile) -> set[int]:
     """Put the recognised nodes into the skeleton's parse tree, each among the children of the
     innermost rule whose text holds it (a body, scope, macro, `.for`, `.if` branch or the file),
     as `prebuilt` trees; a function header and the scope at its `{` become one `fast_function`.
     Returns the indices of headers without such a scope (the grammar saw something else there)."""
     orphans: set[int] = set()
     # (a blank starts where its node does, but for blanks before it: the same place among tokens)
-    _put_children(tree, blanks, 0, fast, orphans, 1 << 62)    # the file: what follows its last token too
+    _put_children(tree, blanks, 0, fast, orphans, source, 1 << 62)    # the file: what follows its last token too
     return orphans
 
 
@@ -420,14 +423,24 @@ def _next_start(children: list, j: int, end: int) -> int:
     return end
 
 
-def _put_children(tree, blanks: list, i: int, fast: list, orphans: set, end: int | None = None) -> int:
+def _put_children(tree, blanks: list, i: int, fast: list, orphans: set, source: SourceFile,
+                  end: int | None = None) -> int:
     out = []
     n = len(blanks)
     if end is None:
         end = tree.meta.end_pos if not tree.meta.empty else 1 << 62
-    # the builder takes a plain statement list's nodes as they are (Builder.stmts); the other
-    # blocks' rules keep only Trees of their children, so there a node goes in wrapped
-    wrap = _wrap if tree.data not in _STATEMENT_LISTS else _wrap_head
+    # The builder takes a plain statement list's entries as they are (_FastBuilder.stmts): a
+    # recognised line goes in as its index, and its node is built when the list is built (or,
+    # in a function's body, each time the body is read: Statements). The other blocks' rules
+    # keep only Trees of their children, so there a node goes in built and wrapped.
+    if tree.data in _STATEMENT_LISTS:
+        def wrap(k):
+            f = fast[k]
+            return k if f is None else _wrap_head(f)
+    else:
+        def wrap(k):
+            f = fast[k]
+            return _wrap(_line_node(source, blanks[k]) if f is None else f)
     children = tree.children
     for j, c in enumerate(children):
         if c is not None:
@@ -442,13 +455,13 @@ def _put_children(tree, blanks: list, i: int, fast: list, orphans: set, end: int
                 if c.data in _OPEN_ENDED:
                     stop = _next_start(children, j + 1, end)
             while i < n and blanks[i] < start:
-                out.append(wrap(fast[i]))
+                out.append(wrap(i))
                 i += 1
             if type(c) is Tree and i < n and blanks[i] < stop:
-                i = _put_children(c, blanks, i, fast, orphans, stop)
+                i = _put_children(c, blanks, i, fast, orphans, source, stop)
         out.append(c)
     while i < n and blanks[i] < end:
-        out.append(wrap(fast[i]))
+        out.append(wrap(i))
         i += 1
     if any(type(c) is _Pre and type(c.children[0]) is _Head for c in out):
         out = _join_heads(out, fast, orphans)
@@ -490,7 +503,12 @@ def _join_heads(out: list, fast: list, orphans: set) -> list:
 
 
 class _FastBuilder(AstBuilder):
-    """The grammar path's builder, taking the fast path's nodes as they are."""
+    """The grammar path's builder, taking the fast path's nodes as they are, and its recognised
+    lines (their indices among `blanks`, where each starts) built from the text."""
+
+    def __init__(self, source: SourceFile, blanks):
+        super().__init__(source)
+        self.blanks = blanks
 
     def s_prebuilt(self, t):
         return t.children[0]
@@ -498,8 +516,8 @@ class _FastBuilder(AstBuilder):
     def stmts(self, children) -> list:
         # as the grammar path's, with the fast path's nodes taken as they are, bare or wrapped
         if self.depth + 1 > MAX_NESTING:
-            return super().stmts([c if c is None or isinstance(c, (Tree, Token)) else
-                                  _prebuilt("prebuilt", (c,), c.span.start, c.span.end) for c in children])
+            return super().stmts([c if c is None or isinstance(c, (Tree, Token)) else _wrap(self._built(c))
+                                  for c in children])
         self.depth += 1
         out = []
         pre = _Pre
@@ -507,7 +525,9 @@ class _FastBuilder(AstBuilder):
             if c is None:
                 continue
             t = type(c)
-            if t is pre:
+            if t is int:
+                out.append(_line_node(self.source, self.blanks[c]))
+            elif t is pre:
                 out.append(c.children[0] if c.data == "prebuilt" else self.stmt(c))
             elif t is Tree or t is Token:
                 out.append(self.stmt(c))
@@ -516,18 +536,105 @@ class _FastBuilder(AstBuilder):
         self.depth -= 1
         return out
 
+    def _built(self, c):
+        return _line_node(self.source, self.blanks[c]) if type(c) is int else c
+
+    def body(self, children) -> "Statements | list":
+        """A function's body: its recognised lines by position only (Statements), the rest built."""
+        if self.depth + 1 > MAX_NESTING:
+            return self.stmts(children)
+        self.depth += 1
+        nodes: list = []
+        order = array("q")
+        pre = _Pre
+        blanks = self.blanks
+        for c in children:
+            if c is None:
+                continue
+            t = type(c)
+            if t is int:
+                order.append(blanks[c])
+                continue
+            if t is pre:
+                node = c.children[0] if c.data == "prebuilt" else self.stmt(c)
+            elif t is Tree or t is Token:
+                node = self.stmt(c)
+            else:
+                node = c
+            order.append(-1 - len(nodes))
+            nodes.append(node)
+        self.depth -= 1
+        return Statements(self.source, nodes, order)
+
     def s_fast_function(self, t):
         head, scope = t.children
         fn = head.fn
-        fn.body = self.stmts(scope.children)
+        fn.body = self.body(scope.children)
         fn.span = Span(fn.span.source, fn.span.start, scope.meta.end_pos)
         return fn
 
 
+class Statements:
+    """A function's body as the fast path leaves it: the statements the grammar built, and the
+    recognised lines (instructions, labels, declarations, `.loc`) by where they start, each built
+    into its node whenever the body is read and never kept. A large source is almost all such
+    lines, and their nodes (an Instr, its spans, its opcode's Name, its operands) were 13x the
+    source's size, all alive at once; read once by expansion, they now live one at a time. Reads
+    as the list of nodes the grammar path builds: iteration, len, indexing, comparison."""
+
+    __slots__ = ("source", "grammar_nodes", "order")
+
+    def __init__(self, source: SourceFile, grammar_nodes: list, order: array):
+        self.source = source
+        # every statement not from a recognised line, in order; each of those lines is plain PTX
+        # (PLAIN_PTX_NODES, never `.pin`ned), which pipeline.plain_ptx_layout relies on
+        self.grammar_nodes = grammar_nodes
+        self.order = order              # >= 0: a recognised line's start; < 0: -1 - index in grammar_nodes
+
+    def _at(self, k: int):
+        return self.grammar_nodes[-1 - k] if k < 0 else _line_node(self.source, k)
+
+    def __iter__(self):
+        nodes, source = self.grammar_nodes, self.source
+        match, text = _LINE.match, source.text
+        for k in self.order:
+            yield nodes[-1 - k] if k < 0 else _node(match(text, k), source, True)
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self._at(k) for k in self.order[i]]
+        return self._at(self.order[i])
+
+    def __eq__(self, other):
+        if isinstance(other, (list, Statements)):
+            return list(self) == list(other)
+        return NotImplemented
+
+    def __ne__(self, other):
+        same = self.__eq__(other)
+        return same if same is NotImplemented else not same
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return repr(list(self))
+
+
+def _line_node(source: SourceFile, start: int):
+    """The node of the recognised line that starts at `start`: _LINE matches there as it did
+    when the line was recognised."""
+    return _node(_LINE.match(source.text, start), source, True)
+
+
 # ---- building nodes --------------------------------------------------------------------------
-def _node(m: re.Match, src: SourceFile):
+def _node(m: re.Match, src: SourceFile, checked: bool = False):
+    """The node of a line _LINE matched; _Unrecognised where the fast path leaves it to the
+    grammar (`checked`: known to be recognised, by _recognised, when the source was parsed)."""
     if m.group("op") is not None:
-        return _instruction(m, src)
+        return _instruction(m, src, checked)
     if m.group("quals") is not None:
         return _declaration(m, src)
     if m.group("label") is not None:
@@ -537,7 +644,7 @@ def _node(m: re.Match, src: SourceFile):
     return ast.RawDirective(".loc", m.group("loc").strip(), Span(src, a, m.end("loc")))
 
 
-def _instruction(m: re.Match, src: SourceFile) -> ast.Instr:
+def _instruction(m: re.Match, src: SourceFile, checked: bool = False) -> ast.Instr:
     guard = None
     g = m.group("guard")
     if g is not None:
@@ -552,22 +659,12 @@ def _instruction(m: re.Match, src: SourceFile) -> ast.Instr:
         first = ga
     end = m.end("semi")
     operands = []
-    text = m.string
-    a, b = ob, end - 1
-    while a < b and text[a] in " \t":
-        a += 1
-    while b > a and text[b - 1] in " \t":
-        b -= 1
-    if a < b:
+    args = m.group("args")
+    if args and not args.isspace():
+        if not checked and not _args_recognised(args, ob, m.string):
+            raise _Unrecognised
         # recognised now, built when first used (expansion mostly never needs them built)
-        if text.find("[", a, b) >= 0 or text.find("{", a, b) >= 0 or text.find("|", a, b) >= 0:
-            _operands_matched(text, a, b, src, build=False)
-        else:
-            kinds = _KINDS
-            for raw in text[a:b].split(","):
-                if not (kinds.get(raw) or _known(raw))[0]:
-                    raise _Unrecognised
-        # (the positions are the spans' own int objects: a 20 MB source has millions)
+        # (the positions are the int objects the match made: a 20 MB source has millions)
         operands = LazyOperands(src, ob, end)
     op = m.group("op")
     parts = _OPCODE_PARTS.get(op)
@@ -580,6 +677,36 @@ def _instruction(m: re.Match, src: SourceFile) -> ast.Instr:
 
 
 _OPCODE_PARTS: dict[str, list] = {}
+
+
+def _recognised(m: re.Match) -> bool:
+    """Whether _node(m) builds a node (it raises _Unrecognised exactly where this is False),
+    found without building it: only an instruction's operands can fail."""
+    if m.group("op") is None:
+        return True
+    args = m.group("args")
+    return not args or args.isspace() or _args_recognised(args, m.end("op"), m.string)
+
+
+def _args_recognised(args: str, at: int, text: str) -> bool:
+    """Whether an instruction's operands (`args`, found at `at` in `text`, blanks around them
+    allowed) are all of the kinds the fast path builds."""
+    if "[" in args or "{" in args or "|" in args:
+        a, b = at, at + len(args)
+        while a < b and text[a] in " \t":
+            a += 1
+        while b > a and text[b - 1] in " \t":
+            b -= 1
+        try:
+            _operands_matched(text, a, b, None, build=False)
+        except _Unrecognised:
+            return False
+        return True
+    kinds = _KINDS
+    for raw in args.split(","):
+        if not (kinds.get(raw) or _known(raw))[0]:
+            return False
+    return True
 
 
 class LazyOperands(list):

@@ -23,7 +23,7 @@ from .files import read_source
 from .isa.arch import (DEFAULT_TARGET, FEATURE_USES, arch_for, check_features, instruction_features,
                        required_features)
 from .parse import parse_source
-from .parse_fast import PLAIN_PTX_NODES
+from .parse_fast import PLAIN_PTX_NODES, Statements
 from .ptxas_names import locate as locate_named
 from .regalloc import Allocation, allocate
 from .scheduler import schedule_module
@@ -48,11 +48,10 @@ class BuildResult:
     source: SourceFile
     options: BuildOptions
     ast: ast.Module                    # its top level: functions without their bodies (_top_level)
-    expanded: ir.Module
     parameters: dict[str, object]
     tunables: dict[str, list]
     constants: dict[str, object]       # top-level constants after -D: the build's metadata (tile sizes...)
-    allocated: ir.Module
+    allocated: ir.Module               # the expanded module, its named registers renamed by the plan
     allocation: Allocation
     scheduled: ir.Module
     schedule_report: object | None
@@ -64,6 +63,14 @@ class BuildResult:
     def input_files(self) -> list[Path]:
         """The source and every file it included: what the build read, and no output may replace."""
         return [Path(self.source.path), *self.includes]
+
+    @property
+    def expanded(self) -> ir.Module:
+        """The module as expansion left it, before the register plan renamed its registers in
+        place: expanded again from the source when asked (a large kernel's instructions twice
+        over, expanded and planned, were a third of its build's memory)."""
+        result = expand(parse_source(self.source), self.options.defines, self.options.include_dirs)
+        return _without_unit_clusters(result.module)
 
     @property
     def ptx(self) -> str:
@@ -145,7 +152,7 @@ def _build(source: SourceFile, options: BuildOptions | None) -> BuildResult:
     scheduled, report = _schedule(allocated, target, options)
     emitted = emit_ptx(scheduled, target, trace=options.trace, source_name=source.path,
                        ptx_name=Path(source.path).with_suffix(".ptx").name, layout=layout)
-    return BuildResult(source, options, tree, module, result.parameters, result.tunables, result.constants,
+    return BuildResult(source, options, tree, result.parameters, result.tunables, result.constants,
                        allocated, allocation, scheduled, report, target, emitted, result.includes)
 
 
@@ -170,7 +177,11 @@ def plain_ptx_layout(tree: ast.Module) -> LineLayout | None:
             if type(s) not in PLAIN_PTX_NODES or type(s) is ast.Instr and s.pinned:
                 return None
             if type(s) is ast.Function:
-                if s.body is not None:
+                # a body's recognised lines are plain PTX: only what the grammar built is asked
+                # (reading them all would build every line's node again)
+                if type(s.body) is Statements:
+                    todo.append(s.body.grammar_nodes)
+                elif s.body is not None:
                     todo.append(s.body)
             elif type(s) is ast.Scope:
                 todo.append(s.body)
@@ -215,19 +226,25 @@ def _feature_sample(module: ir.Module) -> ir.Module:
     seen: set = set()
     items = []
     sregs_of: dict[int, frozenset] = {}        # per operand object (expansion shares them)
+    of_list: dict[int, frozenset] = {}         # per operand list (shared too), the last few thousand
     none = frozenset()
     for item in module.items:
         if isinstance(item, ir.Function) and item.body is not None:
             body = []
             for ins in item.instructions():
-                found = none
-                for op in ins.operands:
-                    sregs = sregs_of.get(id(op))
-                    if sregs is None:
-                        sregs = sregs_of[id(op)] = frozenset(
-                            r.name.split(".", 1)[0] for r in ir.operand_regs(op)) & _FEATURE_SREGS
-                    if sregs:
-                        found = found | sregs
+                found = of_list.get(id(ins.operands))
+                if found is None:
+                    found = none
+                    for op in ins.operands:
+                        sregs = sregs_of.get(id(op))
+                        if sregs is None:
+                            sregs = sregs_of[id(op)] = frozenset(
+                                r.name.split(".", 1)[0] for r in ir.operand_regs(op)) & _FEATURE_SREGS
+                        if sregs:
+                            found = found | sregs
+                    if len(of_list) >= 20_000:
+                        of_list.clear()
+                    of_list[id(ins.operands)] = found
                 if ins.guard is not None and ins.guard.reg.name.split(".", 1)[0] in _FEATURE_SREGS:
                     found = found | {ins.guard.reg.name.split(".", 1)[0]}
                 key = (ins.opcode, found)

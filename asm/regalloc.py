@@ -19,6 +19,7 @@ Rules, in order:
 """
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field, asdict, replace
 
 from . import ir
@@ -50,26 +51,33 @@ class PlannedReg:
 
 
 class BankConflict:
-    """A three-source instruction whose sources the bank model says conflict. Its text and
-    location are worked out when asked for: a large kernel can have hundreds of thousands, which
-    a build never shows (`asmgemm regs` does)."""
+    """A three-source instruction whose sources the bank model says conflict: where it is
+    (`position` among the function's instructions, `span`), the instruction as written, with its
+    named registers (the plan renames the build's instructions in place afterwards), and what
+    conflicts. Its text and location are worked out when asked for."""
 
-    __slots__ = ("position", "instruction", "sources", "banks")
+    __slots__ = ("position", "written", "span", "sources", "banks")
 
-    def __init__(self, position: int, instruction: ir.Instruction, sources: list[dict],
+    def __init__(self, position: int, written: ir.Instruction, span, sources: list[dict],
                  banks: dict[int, list[str]]):
         self.position = position
-        self.instruction = instruction
+        self.written = written      # opcode, guard and operands as written (no span: shared)
+        self.span = span
         self.sources = sources      # [{name, ptx_name, index, bank}]
         self.banks = banks
 
     @property
+    def instruction(self) -> ir.Instruction:
+        w = self.written
+        return ir.Instruction(w.opcode, w.operands, w.guard, self.span)
+
+    @property
     def text(self) -> str:
-        return self.instruction.render()
+        return self.written.render()
 
     @property
     def location(self) -> str:
-        return self.instruction.span.location() if self.instruction.span else ""
+        return self.span.location() if self.span else ""
 
     def to_json(self) -> dict:
         return {"position": self.position, "text": self.text, "location": self.location,
@@ -79,11 +87,64 @@ class BankConflict:
         return f"BankConflict({self.position}, {self.text!r}, {self.location!r})"
 
 
+class BankConflicts:
+    """A function's bank conflicts in program order, read as a list of BankConflict, each made
+    when read. A large kernel can have hundreds of thousands (the benchmark of issue 36 has one
+    in a third of its FMAs), which a build never shows (`asmgemm regs` does): kept as a position,
+    the instruction (for its span) and a record shared by the conflicts of the same written
+    instruction, 24 bytes a conflict where an object each was 130."""
+
+    __slots__ = ("positions", "instructions", "records")
+
+    def __init__(self):
+        self.positions = array("q")
+        self.instructions: list[ir.Instruction] = []
+        self.records: list[tuple] = []   # (written instruction, sources, banks)
+
+    def append(self, position: int, instruction: ir.Instruction, record: tuple) -> None:
+        self.positions.append(position)
+        self.instructions.append(instruction)
+        self.records.append(record)
+
+    def _at(self, i: int) -> BankConflict:
+        return BankConflict(self.positions[i], self.records[i][0], self.instructions[i].span, *self.records[i][1:])
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self._at(k) for k in range(len(self))[i]]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError("bank conflict index out of range")
+        return self._at(i)
+
+    def __iter__(self):
+        for i in range(len(self.positions)):
+            yield self._at(i)
+
+    def __eq__(self, other):
+        if isinstance(other, (list, BankConflicts)):
+            return list(self) == list(other)
+        return NotImplemented
+
+    def __ne__(self, other):
+        same = self.__eq__(other)
+        return same if same is NotImplemented else not same
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return repr(list(self))
+
+
 @dataclass
 class FunctionPlan:
     name: str
     regs: list[PlannedReg]
-    conflicts: list[BankConflict]
+    conflicts: BankConflicts | list[BankConflict]
     three_source_checked: int
     registers_used: int        # highest planned index + width
 
@@ -121,20 +182,19 @@ def ptx_name_for(reg: ir.NamedReg, index: int) -> str:
 
 
 def allocate(module: ir.Module, target: str) -> tuple[ir.Module, Allocation]:
+    """The module with its named registers renamed to the plan's, and the plan. The module's
+    instructions are rewritten in place (a function's body gets the plan's declarations in front),
+    so the module passed in is the one returned: a second copy of a large kernel's instructions
+    was a third of its build's memory. The pipeline hands its expanded module over; a caller that
+    wants the expanded module as well expands again (pipeline.BuildResult.expanded)."""
     arch = arch_for(target)
     model = arch.banks                 # None: no register-bank data for this target
     alloc = Allocation(target, model.name if model is not None else "none", note=arch.unmodelled_note)
-    items = []
     for item in module.items:
-        if isinstance(item, ir.Function) and item.body is not None and item.named_regs:
-            new_fn, plan = _allocate_function(item, model, arch.max_registers_per_thread, target)
-            alloc.functions[item.name] = plan
-            items.append(new_fn)
-        else:
-            if isinstance(item, ir.Function) and item.body is not None:
-                alloc.functions[item.name] = _plan_without_named(item, model)
-            items.append(item)
-    return module.copy_with(items=items), alloc
+        if isinstance(item, ir.Function) and item.body is not None:
+            alloc.functions[item.name] = (_allocate_function(item, model, arch.max_registers_per_thread, target)
+                                          if item.named_regs else _plan_without_named(item, model))
+    return module, alloc
 
 
 def _program(fn: ir.Function) -> list:
@@ -147,7 +207,8 @@ def _plan_without_named(fn: ir.Function, model: BankModel | None) -> FunctionPla
 
 
 def _allocate_function(fn: ir.Function, model: BankModel | None, max_registers: int,
-                       target: str = "") -> tuple[ir.Function, FunctionPlan]:
+                       target: str = "") -> FunctionPlan:
+    """The plan of one function's named registers; its body renamed to it in place."""
     program = _program(fn)
     named = {r.name: r for r in fn.named_regs}
     if model is None:
@@ -251,9 +312,11 @@ def _allocate_function(fn: ir.Function, model: BankModel | None, max_registers: 
             return out
         return r
 
-    new_body = _rewrite(fn.body, rn)
-    decls = _declarations(named, index_of, rename)
-    new_fn = ir.Function(fn.kind, fn.name, fn.header, fn.perf, decls + new_body, fn.named_regs, fn.span, fn.params)
+    # the conflicts keep the instructions' operands as written: found before the renaming
+    conflicts, checked = _bank_conflicts(program, index_of, named, rename, model)
+    del program
+    _rewrite(fn.body, rn)
+    fn.body[:0] = _declarations(named, index_of, rename)
 
     planned = []
     for reg in fn.named_regs:
@@ -263,35 +326,62 @@ def _allocate_function(fn: ir.Function, model: BankModel | None, max_registers: 
                                   None if is_pred or model is None else model.bank_of(idx), reg.temp, reg.bank,
                                   first.get(reg.name), last.get(reg.name), count.get(reg.name, 0),
                                   reg.span.location() if reg.span else ""))
-    conflicts, checked = _bank_conflicts(program, index_of, named, rename, model)
     used = max((p.index + p.width for p in planned if p.ptx_type != ".pred"), default=0)
-    return new_fn, FunctionPlan(fn.name, planned, conflicts, checked, used)
+    return FunctionPlan(fn.name, planned, conflicts, checked, used)
 
 
 def _use_positions(program, named):
-    first: dict[str, int] = {}
-    last: dict[str, int] = {}
-    count: dict[str, int] = {}
-    # the named registers of each operand object, once per object: expansion shares the operands
-    # of a name among all its uses
-    regs_of: dict[int, tuple[str, ...]] = {}
+    """Per named register: the position of its first and last use (instructions in program
+    order) and how many uses. Worked out per operand list, then per register: expansion shares
+    one list among the instructions that read the same operands, so a large kernel has far
+    fewer lists than instructions (a list's position range and count, then its registers')."""
+    # per operand list (by id: every list lives in the module meanwhile) and per guard register
+    seen: dict[int, list] = {}          # id -> [first position, last position, uses, the list]
+    guards: dict[str, list] = {}        # name -> [first, last, uses]
     pos = 0
     for item in program:
         if type(item) is not ir.Instruction:
             continue
         ops = item.operands
+        at = seen.get(id(ops))
+        if at is None:
+            seen[id(ops)] = [pos, pos, 1, ops]
+        else:
+            at[1] = pos
+            at[2] += 1
         if item.guard is not None:
-            ops = [item.guard.reg, *ops]
+            g = item.guard.reg
+            if g.named and g.name in named:
+                at = guards.get(g.name)
+                if at is None:
+                    guards[g.name] = [pos, pos, 1]
+                else:
+                    at[1] = pos
+                    at[2] += 1
+        pos += 1
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    count: dict[str, int] = {}
+
+    def used(name: str, lo: int, hi: int, n: int) -> None:
+        if name not in first or lo < first[name]:
+            first[name] = lo
+        if name not in last or hi > last[name]:
+            last[name] = hi
+        count[name] = count.get(name, 0) + n
+
+    # the named registers of each operand object, once per object: expansion shares the operands
+    # of a name among all its uses
+    regs_of: dict[int, tuple[str, ...]] = {}
+    for lo, hi, n, ops in seen.values():
         for op in ops:
             names = regs_of.get(id(op))
             if names is None:
                 names = regs_of[id(op)] = tuple(r.name for r in ir.operand_regs(op) if r.named and r.name in named)
             for name in names:
-                if name not in first:
-                    first[name] = pos
-                last[name] = pos
-                count[name] = count.get(name, 0) + 1
-        pos += 1
+                used(name, lo, hi, n)
+    for name, (lo, hi, n) in guards.items():
+        used(name, lo, hi, n)
     return first, last, count
 
 
@@ -376,25 +466,33 @@ def _interference(program, tracked: set[str]) -> dict[str, set[str]]:
     return graph
 
 
-def _rewrite(items, rn, done: dict | None = None):
-    # `done`: each operand object rewritten once (id -> rewritten), shared as expansion shares it
+def _rewrite(items, rn, done: dict | None = None, lists: dict | None = None) -> None:
+    """Every instruction's guard and operands renamed by `rn`, in place. An instruction gets a
+    new operand list, never its list changed: lists may be shared (by instructions that read the
+    same operands, and by a BankConflict that keeps them as written)."""
+    # `done`: each operand object rewritten once (id -> rewritten), shared as expansion shares it;
+    # `lists`: each operand list once (id -> (list, rewritten)), the list kept so its id stays its own
     done = {} if done is None else done
-    out = []
+    lists = {} if lists is None else lists
     for item in items:
         if type(item) is ir.Instruction:
-            guard = ir.Guard(rn(item.guard.reg), item.guard.negated) if item.guard else None
+            if item.guard is not None:
+                item.guard = ir.Guard(rn(item.guard.reg), item.guard.negated)
+            old = item.operands
+            seen = lists.get(id(old))
+            if seen is not None:
+                item.operands = seen[1]
+                continue
             ops = []
-            for o in item.operands:
+            for o in old:
                 new = done.get(id(o))
                 if new is None:
                     new = done[id(o)] = ir.map_regs(o, rn)
                 ops.append(new)
-            out.append(ir.Instruction(item.opcode, ops, guard, item.span, item.pinned, item.expanded_from, item.note))
+            lists[id(old)] = (old, ops)
+            item.operands = ops
         elif isinstance(item, ir.ScheduleRegion):
-            out.append(ir.ScheduleRegion(_rewrite(item.items, rn, done), item.span, item.index))
-        else:
-            out.append(item)
-    return out
+            _rewrite(item.items, rn, done, lists)
 
 
 def _declarations(named, index_of, rename) -> list[ir.Directive]:
@@ -411,14 +509,18 @@ def _declarations(named, index_of, rename) -> list[ir.Directive]:
 
 
 def _bank_conflicts(program, index_of, named, rename, model: BankModel | None):
-    conflicts = []
+    conflicts = BankConflicts()
     checked = 0
     if model is None:                   # no banks, no conflicts to name
         return conflicts, checked
     pos = -1
-    # what a large program repeats, worked out once: per opcode whether it reads three sources,
-    # per operand object its (name, index) as a banked source, per index tuple the model's verdict
-    three: dict[str, bool] = {}
+    # what a large program repeats, worked out once: per opcode and operand list (expansion shares
+    # a list among the instructions that read the same operands) whether it is checked and what
+    # conflicts; per operand object its (name, index) as a banked source, per index tuple the
+    # model's verdict, per source tuple the conflict's description; per written instruction
+    # (opcode, operand list, guard) the record its conflicts share
+    per_opcode: dict[str, dict[int, tuple] | None] = {}
+    records: dict[tuple, tuple] = {}
     source: dict[int, tuple | None] = {}
     verdicts: dict[tuple, dict] = {}
     descriptions: dict[tuple, tuple] = {}
@@ -427,32 +529,55 @@ def _bank_conflicts(program, index_of, named, rename, model: BankModel | None):
             continue
         pos += 1
         ops = item.operands
-        is_three = three.get(item.opcode)
-        if is_three is None:
-            is_three = three[item.opcode] = is_three_source(item)
-        if not is_three or len(ops) < 4:
+        known = per_opcode.get(item.opcode, False)
+        if known is False:
+            known = per_opcode[item.opcode] = {} if is_three_source(item) else None
+        if known is None:               # not a three-source instruction
+            continue
+        found = known.get(id(ops))
+        if found is None:
+            found = known[id(ops)] = _conflict_of(ops, index_of, named, rename, model, source, verdicts,
+                                                  descriptions)
+        if found is _UNCHECKED:
             continue
         checked += 1
-        srcs = []
-        for op in ops[1:4]:
-            src = source.get(id(op), False)
-            if src is False:
-                src = source[id(op)] = ((op.name, index_of[op.name]) if type(op) is ir.Reg and op.named
-                                        and op.name in index_of and named[op.name].ptx_type != ".pred" else None)
-            if src is not None:
-                srcs.append(src)
-        if len(srcs) < 2:
-            continue
-        key = tuple(i for _, i in srcs)
-        bad = verdicts.get(key)
-        if bad is None:
-            bad = verdicts[key] = model.conflicts(list(key))
-        if bad:
-            # the same sources conflict the same way: one description shared by every such instruction
-            described = descriptions.get(tuple(srcs))
-            if described is None:
-                described = descriptions[tuple(srcs)] = (
-                    [{"name": n, "ptx_name": rename[n], "index": i, "bank": model.bank_of(i)} for n, i in srcs],
-                    {b: [n for n, i in srcs if i in regs] for b, regs in bad.items()})
-            conflicts.append(BankConflict(pos, item, *described))
+        if found is not _NO_CONFLICT:
+            key = (item.opcode, id(ops), item.guard)
+            record = records.get(key)
+            if record is None:
+                record = records[key] = (ir.Instruction(item.opcode, ops, item.guard), *found)
+            conflicts.append(pos, item, record)
     return conflicts, checked
+
+
+_UNCHECKED, _NO_CONFLICT = ("unchecked",), ("no conflict",)
+
+
+def _conflict_of(ops, index_of, named, rename, model, source, verdicts, descriptions):
+    """What a three-source instruction with these operands is to the bank model: _UNCHECKED
+    (fewer than four operands), _NO_CONFLICT, or the conflict's (sources, banks)."""
+    if len(ops) < 4:
+        return _UNCHECKED
+    srcs = []
+    for op in ops[1:4]:
+        src = source.get(id(op), False)
+        if src is False:
+            src = source[id(op)] = ((op.name, index_of[op.name]) if type(op) is ir.Reg and op.named
+                                    and op.name in index_of and named[op.name].ptx_type != ".pred" else None)
+        if src is not None:
+            srcs.append(src)
+    if len(srcs) < 2:
+        return _NO_CONFLICT
+    key = tuple(i for _, i in srcs)
+    bad = verdicts.get(key)
+    if bad is None:
+        bad = verdicts[key] = model.conflicts(list(key))
+    if not bad:
+        return _NO_CONFLICT
+    # the same sources conflict the same way: one description shared by every such instruction
+    described = descriptions.get(tuple(srcs))
+    if described is None:
+        described = descriptions[tuple(srcs)] = (
+            [{"name": n, "ptx_name": rename[n], "index": i, "bank": model.bank_of(i)} for n, i in srcs],
+            {b: [n for n, i in srcs if i in regs] for b, regs in bad.items()})
+    return described

@@ -7,6 +7,7 @@ the .sasm text the user wrote. Reading a file from disk is files.py's `read_sour
 from __future__ import annotations
 
 import bisect
+import operator
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -38,6 +39,19 @@ class SourceFile:
         line = bisect.bisect_right(self._line_starts, offset) - 1
         return line + 1, offset - self._line_starts[line] + 1
 
+    def line_of(self, offset: int) -> int:
+        """1-based line of a character offset: line_col's line, for a caller that asks it of
+        every item of a large source."""
+        return bisect.bisect_right(self._line_starts, max(0, min(offset, len(self.text))))
+
+    def longest_line(self) -> int:
+        """The length of its longest line, newline excluded (from the line starts, no scan)."""
+        starts = self._line_starts
+        last = len(self.text) - starts[-1] if starts else len(self.text)
+        if len(starts) < 2:
+            return last
+        return max(max(map(operator.sub, starts[1:], starts)) - 1, last)
+
     def line_text(self, line: int) -> str:
         if line < 1 or line > len(self._line_starts):
             return ""
@@ -62,22 +76,29 @@ class Span:
 
     A plain class with slots, compared and hashed by value as a frozen dataclass would be: every
     AST node and instruction carries one, and a 20 MB source makes millions; a dataclass's
-    dictionary and frozen __init__ made them a third of a large build's memory and time."""
+    dictionary and frozen __init__ made them a third of a large build's memory and time. It keeps
+    its length rather than its end: a length is almost always a small int, one object CPython
+    shares, where an end is an int object of its own (a large build's instructions keep their
+    spans to the end: 32 bytes each)."""
 
-    __slots__ = ("source", "start", "end")
+    __slots__ = ("source", "start", "length")
 
     def __init__(self, source: SourceFile, start: int, end: int):
         self.source = source
         self.start = start
-        self.end = end
+        self.length = end - start
+
+    @property
+    def end(self) -> int:
+        return self.start + self.length
 
     def __eq__(self, other) -> bool:
         if type(other) is not Span:
             return NotImplemented
-        return self.start == other.start and self.end == other.end and self.source == other.source
+        return self.start == other.start and self.length == other.length and self.source == other.source
 
     def __hash__(self) -> int:
-        return hash((self.source, self.start, self.end))
+        return hash((self.source, self.start, self.start + self.length))
 
     @property
     def line(self) -> int:
@@ -92,7 +113,7 @@ class Span:
         return self.source.path
 
     def text(self) -> str:
-        return self.source.text[self.start:self.end]
+        return self.source.text[self.start:self.start + self.length]
 
     def location(self) -> str:
         return f"{self.path}:{self.line}:{self.col}"

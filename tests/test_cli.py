@@ -174,6 +174,8 @@ def test_regs_reports_plan_and_conflicts(tmp_path):
     assert banks["x"] == banks["y"] == banks["z"] == 0
     assert len(fn["conflicts"]) == 1
     assert fn["conflicts"][0]["location"].endswith(":12:5")
+    # the instruction as written: the plan renames the build's instructions in place afterwards
+    assert fn["conflicts"][0]["text"] == "fma.rn.f32 z, x, y, z;"
     # Without constraints the planner separates the FMA's sources, so nothing conflicts.
     q = tmp_path / "free.sasm"
     q.write_text(KERNEL)

@@ -271,3 +271,21 @@ def test_hostile_lines_cost_linear_time(shape: str):
     t0 = time.process_time()
     outcome(parse_source, src)
     assert time.process_time() - t0 < 3.0
+
+
+def test_function_body_keeps_its_recognised_lines_by_position_only():
+    # A large source's function body is almost all recognised lines: their nodes are built when
+    # the body is read and not kept (parse_fast.Statements), so its AST is never whole at once.
+    text = (".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry k(.param .u64 p)\n{\n"
+            "    .reg .b32 %r<4>;\n    .reg .u64 %rd<2>;\n    ld.param.u64 %rd1, [p];\nL0:\n"
+            "    add.u32 %r1, %r2, 3;\n    { mov.b32 %r3, %r1; }\n    @%p1 bra L0;\n    ret;\n}\n")
+    src = SourceFile.from_text("k.ptx", text)
+    fn = next(s for s in parse_fast.parse(src).body if isinstance(s, ast.Function))
+    body = fn.body
+    assert type(body) is parse_fast.Statements
+    assert [type(s) for s in body.grammar_nodes] == [ast.Scope]       # the `{ }` only
+    first, again = list(body), list(body)
+    assert first == again and all(a is not b for a, b in zip(first, again) if type(a) is not ast.Scope)
+    assert len(body) == 8 and body[3] == first[3] and body[2:5] == first[2:5] and body[-1] == first[-1]
+    # the same statements as the grammar path builds, in order
+    assert body == grammar_path(src).body[3].body

@@ -15,6 +15,11 @@ ru_maxrss of that child alone). `MB/s` divides the input size by the wall time, 
 `x source` is the peak memory over the start-up's (a 1-line kernel), divided by the source size.
 An error run must exit 1 and name the error's line and column.
 
+The children keep compiled bytecode, as an installed package has it (pip compiles it at install):
+a PYTHONDONTWRITEBYTECODE=1 in the environment (the CPU machine sets it) is dropped for them and
+their bytecode goes to a folder of the run's own (PYTHONPYCACHEPREFIX), filled by the first,
+warming-up run. Without it every start compiled asmgemm's modules again: 0.2 s of a 0.6 s start.
+
 Usage:
     python3 tools/big_source_bench.py                         # 2 and 20 MB, both kinds, both variants
     python3 tools/big_source_bench.py --sizes 2 --kinds sasm
@@ -24,6 +29,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 import tempfile
@@ -89,6 +95,8 @@ def main(argv=None) -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="big_source_") as tmp:
         tmp = Path(tmp)
+        os.environ.pop("PYTHONDONTWRITEBYTECODE", None)      # (the children inherit this environment)
+        os.environ["PYTHONPYCACHEPREFIX"] = str(tmp / "bytecode")
         small = tmp / "startup.ptx"
         small.write_text(".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry k()\n{\n\tret;\n}\n")
         _measure(_build(small, tmp / "warm.ptx"))       # the parser tables' cache, as after any first run

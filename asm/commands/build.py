@@ -62,7 +62,8 @@ def _build(file, output, cubin, trace, no_schedule, annotate, as_json, defines, 
             click.echo(f"ptxas warning: {w}", err=True)
     if output is None:
         output = Path(Path(result.source.path).name).with_suffix(".ptx").name
-    outputs = [] if output == "-" else [(output, result.ptx)]
+    # the PTX in the pieces the emitter made: written one after another, never joined
+    outputs = [] if output == "-" else [(output, result.emitted.pieces())]
     if cubin_bytes is not None:
         outputs.append((cubin, cubin_bytes))
     # One commit: every output after everything succeeded, or none; never onto the source or an include.

@@ -80,6 +80,9 @@ class Expander(Preprocessor, RegisterDeclarations, OperandLowering):
         # (most of a 20 MB build's expansion was resolving them again). Emptied whenever a
         # binding or a register declaration changes (_forget_operands) or the scope is another.
         self._operands: dict[str, ir.Operand] = {}
+        # ... and whole operand lists by the text of all of them, shared by the instructions
+        # that read them (a list per instruction was a fifth of a large build's memory)
+        self._operand_lists: dict[str, list] = {}
         self._operands_scope: Scope | None = None
 
     # ---- entry point ---------------------------------------------------------------------------

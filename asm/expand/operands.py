@@ -21,6 +21,7 @@ from .scope import Scope
 # a PTX identifier (PTX ISA 4.4): what a string computed in { } may name
 _IDENTIFIER = re.compile(r"[A-Za-z_$%][A-Za-z0-9_$]*")
 _OPERANDS_KEPT = 100_000          # resolved operands kept per scope (Expander._operands)
+_OPERAND_LISTS_KEPT = 20_000      # operand lists kept per scope (Expander._operand_lists)
 
 # Vector components: PTX ISA "Vectors" (5.4.2): .x .y .z .w, or .r .g .b .a, select elements 0-3.
 _COMPONENT_INDEX = {"x": 0, "y": 1, "z": 2, "w": 3, "r": 0, "g": 1, "b": 2, "a": 3}
@@ -48,6 +49,7 @@ class OperandLowering:
     # function's registers only; `self._operands` keeps them by text for `self._operands_scope`.
     def _forget_operands(self) -> None:
         self._operands.clear()
+        self._operand_lists.clear()
 
     def _instruction_guard(self, s: ast.Instr, scope: Scope) -> ir.Guard:
         """The `@p` / `@!p` of an instruction that has one."""
@@ -62,15 +64,23 @@ class OperandLowering:
         """The operands of one instruction, each resolved once per scope by its source text (its
         operand nodes may not be built yet: parse_fast.LazyOperands)."""
         cached = self._operands
+        lists = self._operand_lists
         if scope is not self._operands_scope or len(cached) > _OPERANDS_KEPT:
             cached.clear()
+            lists.clear()
             self._operands_scope = scope
         text = s.span.source.text
         ops = None
         nodes = s.operands
         lazy = type(nodes) is LazyOperands and not nodes.built
         if lazy:
-            ops = _known_operands(nodes, cached)
+            # the same operand text, the same list: instructions share it (no stage changes an
+            # instruction's list, they give it a new one: regalloc._rewrite)
+            seg = nodes.text()
+            ops = lists.get(seg)
+            if ops is not None:
+                return ops
+            ops = _known_operands(seg, cached)
         if ops is None:
             ops = []
             for o in nodes:
@@ -82,6 +92,10 @@ class OperandLowering:
                 ops.append(op)
             if lazy:
                 nodes.forget()
+        if lazy:
+            if len(lists) >= _OPERAND_LISTS_KEPT:
+                lists.clear()
+            lists[seg] = ops
         return ops
 
     def _cached_operand(self, o, scope: Scope) -> ir.Operand:
@@ -358,10 +372,10 @@ class OperandLowering:
         return None, value
 
 
-def _known_operands(nodes: LazyOperands, cached: dict) -> list | None:
-    """The operands of an instruction whose operand nodes were never built, when every one of
-    them was resolved before (by its text: what the nodes' spans would cover); else None."""
-    seg = nodes.text()
+def _known_operands(seg: str, cached: dict) -> list | None:
+    """The operands of an instruction whose operand nodes were never built (`seg`: their text),
+    when every one of them was resolved before (by its text: what the nodes' spans would cover);
+    else None."""
     if "{" in seg or "|" in seg:             # commas inside an operand
         return None
     ops = []

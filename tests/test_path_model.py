@@ -128,14 +128,15 @@ def test_the_cost_models_time_replaces_the_tile_estimate():
 
 
 def test_an_unaligned_c_is_charged_at_the_tma_kernels_element_store_rate():
-    """A large C over a tiny K: the TMA kernel writes an unaligned C one element at a time (measured
-    0.3-0.6 TB/s on the H100), so that store, not its flops, sets its time; pairs store faster."""
+    """A large C over a tiny K: the TMA kernel writes C in elements or pairs where its rows are not
+    whole 16-byte pieces (measured 0.3-0.6 TB/s on the H100), so that store, not its flops, sets its
+    time; whole pieces store faster."""
     m, n, k = 3658, 15588, 20
     c_bytes = m * n * 2
-    scalar = tma_kernel_s(m, n, k, H100, c_bytes, c_pairs=False)
-    assert scalar == pytest.approx(c_bytes / H100.c_scalar_store_bytes_per_s)
-    assert tma_kernel_s(m, n, k, H100, c_bytes, c_pairs=True) < scalar
-    assert tma_kernel_s(m, n, k, H100) < tma_kernel_s(m, n, k, H100, c_bytes, c_pairs=True)
+    scalar = tma_kernel_s(m, n, k, H100, c_bytes, c_wide=False)
+    assert scalar == pytest.approx(c_bytes / H100.c_narrow_store_bytes_per_s)
+    assert tma_kernel_s(m, n, k, H100, c_bytes, c_wide=True) < scalar
+    assert tma_kernel_s(m, n, k, H100) < tma_kernel_s(m, n, k, H100, c_bytes, c_wide=True)
     # 40 us of in-place kernel (the C write at DRAM speed) beats the copies and the element stores
     assert in_place_wins(m, n, k, (m * k + k * n) * 2, H100, copies=2, in_place_s=40e-6, c_bytes=c_bytes,
-                         c_pairs=False)
+                         c_wide=False)

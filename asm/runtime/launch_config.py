@@ -264,7 +264,7 @@ def _in_place_or(spec: KernelSpec, plan: LaunchPlan, itemsize: int, facts: Devic
         tile = (int(chosen.get("BM", 128)), int(chosen.get("BN", 128)))
     wins = path_model.in_place_wins(plan.m, plan.n, plan.k, copied, model, tile, copies=len(unread),
                                     in_place_s=in_place_s, c_bytes=plan.m * plan.n * DTYPE_ITEMSIZE[spec.dtypes.c],
-                                    c_pairs=bool(plan.call_values.get("vec_c", 1)))
+                                    c_wide=bool(plan.call_values.get("wide_c", 1)))
     return other if wins else spec
 
 

@@ -8,8 +8,9 @@ threshold:
 
     copy path     = copies * copy_host_s + copied_bytes * 2 / copy_bytes_per_s + TMA kernel
     TMA kernel    = max(padded flops / (tma_flops * fill),     tiles of 128 x 128, one a multiprocessor
-                        C bytes / the kernel's C store rate)   element by element where C's pairs are
-                                                               unaligned (vec_c = 0), far below DRAM's
+                        C bytes / the kernel's C store rate)   in elements or pairs where C's rows are
+                                                               not whole 16-byte pieces (wide_c = 0),
+                                                               far below DRAM's
     in-place path = the cost model's GPU time of the in-place kernel's pick (runtime/cost_model.py:
                     its catalog, split-K included), or, for a kernel without a catalog,
                     padded flops / (in_place_flops * fill) with its tile
@@ -36,8 +37,8 @@ class PathCoefficients:
     tma_flops: float             # the TMA kernel's sustained rate on large problems
     in_place_flops: float        # the in-place kernel's sustained rate on large problems
     sms: int = 132               # multiprocessors (the fill of a launch's tiles)
-    c_store_bytes_per_s: float = 1.5e12         # the TMA kernel writing C in pairs or wider
-    c_scalar_store_bytes_per_s: float = 0.45e12  # ... one element at a time (vec_c = 0)
+    c_store_bytes_per_s: float = 1.5e12         # the TMA kernel writing C in 16-byte pieces (wide_c)
+    c_narrow_store_bytes_per_s: float = 0.45e12  # ... in elements or pairs (rows not whole pieces)
 
 
 # NVIDIA H100 80GB HBM3 (nvidia-h100-x1): the copy bandwidth is the workplace's reading of a large
@@ -45,9 +46,9 @@ class PathCoefficients:
 # copied operand from `asmgemm bench hgemm|bgemm --shapes random:41:60|random:43:60` (2026-11-27,
 # docs/log/dispatch.md): a call's host time was 12-19 us in place, 29-48 us with one operand
 # copied and 40-78 us with two; the rates are the kernels' measured TFLOP/s at 4096^3-8192^3
-# (hgemm ~700, mma_gemm ~400-450: docs/log/mma.md); C one element at a time: hgemm's GPU time on
-# large M x N at K <= 98 with an odd ldc in the same benchmark, 0.32-0.61 TB/s of C written
-# (3658x15588x20 nt 187 us, 9152x3028x2 97 us, 3112x8147x5 bf16 147 us).
+# (hgemm ~700, mma_gemm ~400-450: docs/log/mma.md); C in elements or pairs: hgemm's GPU time on
+# large M x N at K <= 98 with rows of C not whole 16-byte pieces in the same benchmark, 0.32-0.61
+# TB/s of C written (3658x15588x20 nt 187 us, 9152x3028x2 97 us, 3112x8147x5 bf16 147 us).
 H100 = PathCoefficients(copy_bytes_per_s=3.0e12, copy_host_s=20e-6, tma_flops=700e12, in_place_flops=400e12)
 
 # Devices without a measurement of their own scale the H100's by their SM count (rates and
@@ -67,23 +68,23 @@ def coefficients(device_name: str, sm_count: int) -> PathCoefficients:
 
 
 def copy_path_s(m: int, n: int, k: int, copied_bytes: int, c: PathCoefficients, copies: int = 1,
-                c_bytes: int = 0, c_pairs: bool = True) -> float:
+                c_bytes: int = 0, c_wide: bool = True) -> float:
     """Modelled seconds of the padded copies (`copies` operands, copied_bytes in all) and the TMA
-    kernel (writing c_bytes of C, in pairs or element by element)."""
+    kernel (writing c_bytes of C, in 16-byte pieces or narrower)."""
     return (copies * c.copy_host_s + 2 * copied_bytes / c.copy_bytes_per_s
-            + tma_kernel_s(m, n, k, c, c_bytes, c_pairs))
+            + tma_kernel_s(m, n, k, c, c_bytes, c_wide))
 
 
 TMA_TILE = (128, 128)            # the TMA kernel's tile the fill is counted in (one block a multiprocessor)
 
 
-def tma_kernel_s(m: int, n: int, k: int, c: PathCoefficients, c_bytes: int = 0, c_pairs: bool = True) -> float:
+def tma_kernel_s(m: int, n: int, k: int, c: PathCoefficients, c_bytes: int = 0, c_wide: bool = True) -> float:
     """Modelled seconds of the TMA kernel: its padded flops at its rate times the share of the
     multiprocessors its tiles fill, or writing C (c_bytes) where that takes longer."""
     tm, tn = TMA_TILE
     tiles = -(-m // tm) * -(-n // tn)
     fill = min(1.0, tiles / c.sms)
-    store = c_bytes / (c.c_store_bytes_per_s if c_pairs else c.c_scalar_store_bytes_per_s)
+    store = c_bytes / (c.c_store_bytes_per_s if c_wide else c.c_narrow_store_bytes_per_s)
     return max(2 * tiles * tm * tn * k / (c.tma_flops * fill), store)
 
 
@@ -107,10 +108,10 @@ def in_place_path_s(m: int, n: int, k: int, c: PathCoefficients, tile: tuple[int
 
 def in_place_wins(m: int, n: int, k: int, copied_bytes: int, c: PathCoefficients,
                   tile: tuple[int, int] | None = None, copies: int = 1, in_place_s: float | None = None,
-                  c_bytes: int = 0, c_pairs: bool = True) -> bool:
+                  c_bytes: int = 0, c_wide: bool = True) -> bool:
     """Whether the in-place kernel is expected to finish no later than the copies and the TMA
     kernel; in_place_s: its modelled time where the caller has one (the cost model's), else
     in_place_path_s with `tile`."""
     if in_place_s is None:
         in_place_s = in_place_path_s(m, n, k, c, tile)
-    return in_place_s <= copy_path_s(m, n, k, copied_bytes, c, copies, c_bytes, c_pairs)
+    return in_place_s <= copy_path_s(m, n, k, copied_bytes, c, copies, c_bytes, c_wide)

@@ -562,7 +562,7 @@ def test_persistent_grid_walks_units_of_the_cluster():
         return SimpleNamespace(tile_m=128, tile_n=256, cluster=cluster, cluster_rows=cluster if rows is None else rows, cluster_cols=1)
 
     def plan(m, n):
-        return SimpleNamespace(m=m, n=n)
+        return SimpleNamespace(m=m, n=n, groups=0)
     assert grid(spec, built(2), plan(4096, 4096), 132) == (132, 1, 1)      # 256 units, 66 clusters
     assert grid(spec, built(2), plan(300, 300), 132) == (8, 1, 1)          # 3 tile rows -> 2 units, x 2 columns
     assert grid(spec, built(1), plan(300, 300), 132) == (6, 1, 1)

@@ -40,6 +40,7 @@ from lark import Token, Tree
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
 from . import ast
+from .list_view import ListView
 from .parse_tree import MAX_NESTING, AstBuilder, statement_parser, syntax_error
 from .source import SourceFile, Span
 
@@ -574,7 +575,7 @@ class _FastBuilder(AstBuilder):
         return fn
 
 
-class Statements:
+class Statements(ListView):
     """A function's body as the fast path leaves it: the statements the grammar built, and the
     recognised lines (instructions, labels, declarations, `.loc`) by where they start, each built
     into its node whenever the body is read and never kept. A large source is almost all such
@@ -607,20 +608,6 @@ class Statements:
         if isinstance(i, slice):
             return [self._at(k) for k in self.order[i]]
         return self._at(self.order[i])
-
-    def __eq__(self, other):
-        if isinstance(other, (list, Statements)):
-            return list(self) == list(other)
-        return NotImplemented
-
-    def __ne__(self, other):
-        same = self.__eq__(other)
-        return same if same is NotImplemented else not same
-
-    __hash__ = None
-
-    def __repr__(self) -> str:
-        return repr(list(self))
 
 
 def _line_node(source: SourceFile, start: int):

@@ -27,6 +27,7 @@ from .errors import AsmError
 from .isa.ptx_operands import defs_and_uses, is_three_source
 from .isa.arch import arch_for
 from .isa.register_banks import BankModel
+from .list_view import ListView
 
 MAX_PREDICATES = 7  # P0..P6; PT is the constant true predicate
 
@@ -87,7 +88,7 @@ class BankConflict:
         return f"BankConflict({self.position}, {self.text!r}, {self.location!r})"
 
 
-class BankConflicts:
+class BankConflicts(ListView):
     """A function's bank conflicts in program order, read as a list of BankConflict, each made
     when read. A large kernel can have hundreds of thousands (the benchmark of issue 36 has one
     in a third of its FMAs), which a build never shows (`asmgemm regs` does): kept as a position,
@@ -124,20 +125,6 @@ class BankConflicts:
     def __iter__(self):
         for i in range(len(self.positions)):
             yield self._at(i)
-
-    def __eq__(self, other):
-        if isinstance(other, (list, BankConflicts)):
-            return list(self) == list(other)
-        return NotImplemented
-
-    def __ne__(self, other):
-        same = self.__eq__(other)
-        return same if same is NotImplemented else not same
-
-    __hash__ = None
-
-    def __repr__(self) -> str:
-        return repr(list(self))
 
 
 @dataclass

@@ -110,6 +110,14 @@ def test_split_k_partial_pass_writes_each_splits_fp32_sums(trans):
     np.testing.assert_allclose(ws.astype(np.float64).sum(axis=0), op_a @ op_b, rtol=1e-5, atol=1e-5)
 
 
+
+def _check_experts(a, b, c, ends, trans_b=False):
+    """Each expert's rows of C (rows ends[e - 1] .. ends[e]) against its rows of A times its B."""
+    start = 0
+    for e, end in enumerate(ends):
+        _close(c[start:end], a[start:end].astype(np.float64) @ (b[e].T if trans_b else b[e]))
+        start = end
+
 def _grouped(ends, total, k=16, n=24, trans_b=False, defines=None):
     kern, threads, smem, bm, bn = _kernel(GROUPED=1, TRANS_B=int(trans_b), **(defines or {}))
     experts = len(ends)
@@ -130,11 +138,7 @@ def test_grouped_mode_finds_each_blocks_expert_from_the_offsets(trans_b):
     sizes = [3, 0, 70, 1, 0, 5]                          # empty experts; one of two tile rows
     ends = np.cumsum(sizes).tolist()
     a, b, c = _grouped(ends, sum(sizes), trans_b=trans_b)
-    start = 0
-    for e, end in enumerate(ends):
-        be = b[e].T if trans_b else b[e]
-        _close(c[start:end], a[start:end].astype(np.float64) @ be)
-        start = end
+    _check_experts(a, b, c, ends, trans_b)
 
 
 def test_grouped_mode_past_32_experts():
@@ -142,10 +146,7 @@ def test_grouped_mode_past_32_experts():
     sizes = [0] * 30 + [2, 0, 1, 66, 0, 0, 3, 0, 0, 1]  # 40 experts: the block of 66 rows is in the second chunk
     ends = np.cumsum(sizes).tolist()
     a, b, c = _grouped(ends, sum(sizes), k=8, n=8)
-    start = 0
-    for e, end in enumerate(ends):
-        _close(c[start:end], a[start:end].astype(np.float64) @ b[e])
-        start = end
+    _check_experts(a, b, c, ends)
 
 
 def test_grouped_mode_rows_past_the_last_offset_are_not_written():
@@ -213,7 +214,4 @@ def test_grouped_mode_deep_k_runs_the_interior_loop_on_the_experts_rows():
     sizes = [64, 10, 70]                                 # a whole tile row; a partial one; one of each
     ends = np.cumsum(sizes).tolist()
     a, b, c = _grouped(ends, sum(sizes), k=160, n=64)
-    start = 0
-    for e, end in enumerate(ends):
-        _close(c[start:end], a[start:end].astype(np.float64) @ b[e])
-        start = end
+    _check_experts(a, b, c, ends)

@@ -6,10 +6,17 @@ Search order, so that a user's own CUDA install wins over the pip wheels:
   3. the pip packages' bin folders (`site-packages/nvidia/cu13/bin`, and the older
      `nvidia/cuda_nvcc/bin` / `nvidia/cuda_nvdisasm/bin` layouts),
   4. CUDA_HOME/bin and /usr/local/cuda/bin.
+
+ASMGEMM_TOOL_MEMO=DIR keeps every successful ptxas and nvdisasm run in DIR, by the tool (its path,
+size and modification time), its arguments and its input, and answers the same run again from there
+instead of starting the tool: both are pure functions of those. The test suite sets it for one
+session (tests/conftest.py), where the same kernels are assembled and disassembled by many tests
+and by both workers of `pytest -n 2`. A failed run is never kept.
 """
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import re
 import shutil
@@ -284,10 +291,41 @@ def parse_resource_usage(log: str) -> list[KernelResources]:
     return [kernels[n] for n in order]
 
 
+TOOL_MEMO_ENV = "ASMGEMM_TOOL_MEMO"
+
+
+def _memo_key(tool: str, exe: str, args: list[str], data: bytes) -> Path | None:
+    """Where ASMGEMM_TOOL_MEMO keeps this run (module docstring), or None when it is not set."""
+    folder = os.environ.get(TOOL_MEMO_ENV)
+    if not folder:
+        return None
+    try:
+        st = os.stat(exe)
+    except OSError:
+        return None
+    h = hashlib.sha256(f"{exe}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    for a in args:
+        h.update(a.encode() + b"\0")
+    h.update(data)
+    return Path(folder) / f"{tool}-{h.hexdigest()}"
+
+
+def _memo_write(path: Path, suffix: str, data: bytes) -> None:
+    """One file of a kept run, written whole (another process may read the folder at any time)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path.with_suffix(suffix))
+
+
 def run_ptxas(ptx: str, target: str = "sm_90", extra_args: list[str] | None = None,
               ptx_name: str = "input.ptx") -> tuple[int, str, bytes | None]:
     """Assemble PTX text; returns (exit code, combined log, cubin bytes or None)."""
     exe = find_tool("ptxas")
+    memo = _memo_key("ptxas", exe, [f"-arch={target}", ptx_name, *(extra_args or [])], ptx.encode("utf-8"))
+    if memo is not None and memo.with_suffix(".log").exists():
+        return 0, memo.with_suffix(".log").read_text(encoding="utf-8"), memo.with_suffix(".cubin").read_bytes()
     with tempfile.TemporaryDirectory(prefix="asmgemm-") as tmp:
         src = Path(tmp) / ptx_name
         out = Path(tmp) / "out.cubin"
@@ -296,16 +334,22 @@ def run_ptxas(ptx: str, target: str = "sm_90", extra_args: list[str] | None = No
         proc = _run_tool("ptxas", exe, cmd)
         log = proc.stdout + proc.stderr
         cubin = out.read_bytes() if proc.returncode == 0 and out.exists() else None
+        if memo is not None and cubin is not None:
+            _memo_write(memo, ".cubin", cubin)          # the cubin first: the log marks the run kept
+            _memo_write(memo, ".log", log.encode("utf-8"))
         return proc.returncode, log, cubin
 
 
 def disassemble(cubin: bytes, extra_args: list[str] | None = None) -> str:
     """nvdisasm text for a cubin (default flags: -hex for encodings, -c for code only)."""
     exe = find_tool("nvdisasm")
+    args = extra_args if extra_args is not None else ["-hex", "-c"]
+    memo = _memo_key("nvdisasm", exe, list(args), cubin)
+    if memo is not None and memo.with_suffix(".txt").exists():
+        return memo.with_suffix(".txt").read_text(encoding="utf-8")
     with tempfile.TemporaryDirectory(prefix="asmgemm-") as tmp:
         path = Path(tmp) / "in.cubin"
         path.write_bytes(cubin)
-        args = extra_args if extra_args is not None else ["-hex", "-c"]
         proc = _run_tool("nvdisasm", exe, [*args, str(path)])
         code = proc.returncode
         if code < 0:
@@ -313,4 +357,6 @@ def disassemble(cubin: bytes, extra_args: list[str] | None = None) -> str:
         if code != 0:
             said = proc.stderr.strip() or proc.stdout.strip()
             raise ToolchainError(f"nvdisasm failed (exit {code})" + (f": {said}" if said else " and printed nothing"))
+        if memo is not None:
+            _memo_write(memo, ".txt", proc.stdout.encode("utf-8"))
         return proc.stdout

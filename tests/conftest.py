@@ -1,6 +1,9 @@
 """Fixtures shared by the test modules: the GPU gate, the in-process CLI runner, a private build
 cache and asmgemm.gemm through a stand-in CuPy that computes what a kernel's packed arguments ask."""
+import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -8,6 +11,25 @@ import pytest
 
 from asmgemm.runtime.gpu import require_gpu
 from asmgemm.errors import AsmError
+
+
+def pytest_configure(config):
+    """One ptxas/nvdisasm memo for the whole run (asmgemm.toolchain, ASMGEMM_TOOL_MEMO): the suite
+    assembles and disassembles the same kernels in many tests; each distinct run still happens once.
+    Set by the process that starts the run, so `pytest -n 2`'s workers (started after this, with its
+    environment) share it; removed when that process ends. A caller's own setting is kept."""
+    if hasattr(config, "workerinput") or os.environ.get("ASMGEMM_TOOL_MEMO"):
+        return
+    folder = tempfile.mkdtemp(prefix="asmgemm-tool-memo-")
+    os.environ["ASMGEMM_TOOL_MEMO"] = folder
+    config._asmgemm_tool_memo = folder
+
+
+def pytest_unconfigure(config):
+    folder = getattr(config, "_asmgemm_tool_memo", None)
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
+        os.environ.pop("ASMGEMM_TOOL_MEMO", None)
 
 
 @pytest.fixture(scope="session")

@@ -239,3 +239,25 @@ def test_the_cost_model_counts_every_batchs_and_experts_tiles():
         assert grouped[label].tiles == e.tiles + 8 * math.ceil(128 / bn)
         assert many[label].memory_s == pytest.approx(512 * e.memory_s)
     assert many_choice.chosen_by == "model"
+
+
+def test_the_batched_sets_report_is_one_document_for_the_command_and_the_tool():
+    """asm/bench/batched.report: the summary per mode and each row's ratios and times, what both
+    `asmgemm bench --shapes moe --json` and tools/batched_bench.py write; a failed row is named."""
+    from asmgemm.bench.batched import BatchedRow, report, summary_lines
+    from asmgemm.bench.timing import TimingStats
+
+    def stats(ms):
+        return TimingStats(ms, ms, ms, ms, 1)
+    fast = BatchedRow("moe a", 10, "torch._grouped_mm", rel_err=1e-3,
+                      timings={"call": {"asmgemm": stats(1.0), "torch._grouped_mm": stats(2.0)}})
+    failed = BatchedRow("moe b", 10, "torch._grouped_mm", error="AsmError: no")
+    doc = report("moe", [fast, failed])
+    assert doc["set"] == "moe" and doc["anchor"] == "torch._grouped_mm"
+    assert doc["summary"]["call"]["geomean"] == pytest.approx(2.0) and doc["summary"]["call"]["failed"] == ["moe b"]
+    assert doc["summary"]["gpu"] == {"mode": "gpu", "rows": 0}
+    assert doc["rows"][0]["ratio"] == {"call": 2.0, "gpu": None, "loop": None}
+    assert doc["rows"][0]["ms"] == {"call": {"asmgemm": 1.0, "torch._grouped_mm": 2.0}}
+    assert doc["rows"][1]["error"] == "AsmError: no"
+    assert summary_lines(doc) == ["call: geomean 2.000x torch._grouped_mm over 1 rows, lowest 2.000x (moe a), "
+                                  "0 under 0.85x, 1 failed"]

@@ -33,16 +33,9 @@ def main() -> int:
     if args.quick:
         cases = cases[::max(1, len(cases) // 8)][:8]
     rows = batched.run_set(args.shapes, args.reps, not args.no_flush, cases, loop_calls=args.loop_calls)
-    out = {"set": args.shapes, "anchor": rows[0].anchor if rows else None,
-           "summary": {m: batched.summary(rows, m) for m in ("call", "gpu", "loop")},
-           "rows": [{"label": r.label, "anchor": r.anchor, "rel_err": r.rel_err, "error": r.error,
-                     "ratio": {m: r.ratio(m) for m in ("call", "gpu", "loop")},
-                     "ms": {m: {impl: s.median_ms for impl, s in t.items()} for m, t in r.timings.items()}}
-                    for r in rows]}
-    for mode, s in out["summary"].items():
-        if s.get("rows"):
-            print(f"{mode}: geomean {s['geomean']:.3f}x over {s['rows']} rows, lowest {s['min'][0]:.3f}x "
-                  f"({s['min'][1]}), {len(s['under_0.85'])} under 0.85x, {len(s['failed'])} failed")
+    out = batched.report(args.shapes, rows)
+    for line in batched.summary_lines(out):
+        print(line)
     if args.json:
         args.json.write_text(json.dumps(out, indent=1) + "\n")
     return 0 if all(r.error is None for r in rows) else 1

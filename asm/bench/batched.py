@@ -28,7 +28,7 @@ import random
 from dataclasses import dataclass, field
 
 from ..runtime import gemm as runtime_gemm, grouped as runtime_grouped   # modules: looked up when called
-from .timing import LOOP_CALLS, L2Flusher, TimingStats, make_pre_roll, time_modes
+from .timing import LOOP_CALLS, MODES, L2Flusher, TimingStats, make_pre_roll, time_modes
 
 ATTENTION_BH = (32, 128, 512)
 ATTENTION_S = (128, 512, 2048, 4096)
@@ -215,7 +215,7 @@ def run_set(name: str, reps: int = 20, flush: bool = True, cases=None, log=print
         except Exception as exc:         # a row that fails says why; the set goes on
             row.error = f"{type(exc).__name__}: {exc}".splitlines()[0]
         rows.append(row)
-        shown = " ".join(f"{m} {row.ratio(m):.2f}x" for m in ("call", "gpu", "loop") if row.ratio(m)) or row.error
+        shown = " ".join(f"{m} {row.ratio(m):.2f}x" for m in MODES if row.ratio(m)) or row.error
         log(f"{row.label:52s} err {row.rel_err if row.rel_err is not None else float('nan'):.1e}  {shown}")
         del fns
         torch.cuda.empty_cache()
@@ -231,3 +231,23 @@ def summary(rows: list[BatchedRow], mode: str = "call") -> dict:
     geo = math.exp(sum(math.log(x) for x, _ in ratios) / len(ratios))
     return {"mode": mode, "rows": len(ratios), "geomean": geo, "min": min(ratios),
             "under_0.85": [label for x, label in ratios if x < 0.85], "failed": [r.label for r in rows if r.error]}
+
+
+
+def report(name: str, rows: list[BatchedRow]) -> dict:
+    """The set's JSON document: its anchor, the summary per timing mode and each row's error,
+    ratios and median times (what `asmgemm bench --shapes attention|moe --json` and
+    tools/batched_bench.py write)."""
+    return {"set": name, "anchor": rows[0].anchor if rows else None,
+            "summary": {mode: summary(rows, mode) for mode in MODES},
+            "rows": [{"label": r.label, "anchor": r.anchor, "rel_err": r.rel_err, "error": r.error,
+                      "ratio": {m: r.ratio(m) for m in MODES},
+                      "ms": {m: {impl: s.median_ms for impl, s in t.items()} for m, t in r.timings.items()}}
+                     for r in rows]}
+
+
+def summary_lines(doc: dict) -> list[str]:
+    """A line per timing mode of a report's summary (modes without a ratio left out)."""
+    return [f"{mode}: geomean {s['geomean']:.3f}x {doc['anchor']} over {s['rows']} rows, lowest {s['min'][0]:.3f}x "
+            f"({s['min'][1]}), {len(s['under_0.85'])} under 0.85x, {len(s['failed'])} failed"
+            for mode, s in doc["summary"].items() if s.get("rows")]

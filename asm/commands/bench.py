@@ -198,18 +198,10 @@ def _batched_set(name: str, kernels, reps: int, no_flush: bool, json_out, loop_c
         raise AsmError(f"--shapes {name} times against torch: install torch with CUDA")
     rows = batched.run_set(name, reps, not no_flush, log=lambda line: click.echo(line, err=json_out == "-"),
                            loop_calls=loop_calls)
-    summary = {mode: batched.summary(rows, mode) for mode in MODES}
-    for mode, s in summary.items():
-        if s.get("rows"):
-            click.echo(f"{mode}: geomean {s['geomean']:.3f}x {rows[0].anchor} over {s['rows']} rows, lowest "
-                       f"{s['min'][0]:.3f}x ({s['min'][1]}), {len(s['under_0.85'])} under 0.85x",
-                       err=json_out == "-")
+    report = batched.report(name, rows)
+    for line in batched.summary_lines(report):
+        click.echo(line, err=json_out == "-")
     if json_out is not None:
-        report = {"set": name, "anchor": rows[0].anchor if rows else None, "summary": summary,
-                  "rows": [{"label": r.label, "rel_err": r.rel_err, "error": r.error,
-                            "ratio": {m: r.ratio(m) for m in MODES},
-                            "ms": {m: {impl: st.median_ms for impl, st in t.items()} for m, t in r.timings.items()}}
-                           for r in rows]}
         if json_out == "-":
             emit_json(report)
         else:

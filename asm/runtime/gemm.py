@@ -179,9 +179,8 @@ def _gemm(cupy, cache: PlanCache, arrays, a, b, c, alpha, beta, trans_a, trans_b
 def _check_alias(mc: Matrix, ma: Matrix, mb: Matrix, mbias: Matrix | None) -> tuple[int, ...]:
     """AsmError when the caller's C shares memory with A, B or the bias (runtime/overlap.py);
     else the bounds a kept plan tests a repeated call's pointers against."""
-    def named(name, x):
-        return None if x is None else (name, x.ptr, x.shape, x.strides, x.dtype.itemsize)
-    overlap.check_output(named("C", mc), [named("A", ma), named("B", mb), named("bias", mbias)])
+    overlap.check_output(overlap.described("C", mc), [overlap.described("A", ma), overlap.described("B", mb),
+                                                      overlap.described("bias", mbias)])
     return overlap.kept_bounds((mc.shape, mc.strides, mc.dtype.itemsize),
                                [None if x is None else (x.shape, x.strides, x.dtype.itemsize) for x in (ma, mb, mbias)])
 

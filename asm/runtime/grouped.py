@@ -199,9 +199,8 @@ def grouped_gemm(a, b, offs=None, out=None, *, alpha: float = 1.0, beta: float =
     mc = arrays.matrix(out, "out") if out is not None else None
     experts, total, k, n = check_grouped(ma, mb, mc, moffs)
     if mc is not None:
-        def named(name, x):
-            return (name, x.ptr, x.shape, x.strides, x.dtype.itemsize)
-        overlap.check_output(named("out", mc), [named("A", ma), named("B", mb), named("offs", moffs)])
+        overlap.check_output(overlap.described("out", mc), [overlap.described("A", ma), overlap.described("B", mb),
+                                                            overlap.described("offs", moffs)])
     elif beta != 0:
         raise AsmError(f"beta = {beta} needs an out to scale; pass out= or beta=0")
     key = (arrays.key(a), arrays.key(b), arrays.key(out) if out is not None else None, arrays.key(offs), act,

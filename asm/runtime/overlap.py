@@ -42,6 +42,12 @@ def overlap(x: tuple[int, int] | None, y: tuple[int, int] | None) -> bool:
     return x is not None and y is not None and x[0] < y[1] and y[0] < x[1]
 
 
+def described(name: str, x) -> tuple | None:
+    """(name, ptr, shape, strides, itemsize) of an array description (runtime/arrays.Matrix: ptr,
+    shape, strides in bytes, dtype), as check_output takes them; None for None (no bias)."""
+    return None if x is None else (name, x.ptr, x.shape, x.strides, x.dtype.itemsize)
+
+
 def check_output(c, inputs) -> None:
     """AsmError when the output's range meets an input's. `c` and each input are (name, ptr,
     shape, strides, itemsize); an input may be None (no bias)."""

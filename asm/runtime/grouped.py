@@ -36,7 +36,7 @@ from .build_cache import build_kernel
 from .gemm import gemm
 from .gpu import DeviceFacts, device_facts, require_gpu
 from .launch import choose_params
-from .launch_config import LaunchConfig, build_choice, new_c_dtype, pick_spec
+from .launch_config import LaunchConfig, build_choice, mode_kernel, new_c_dtype, pick_spec
 from .plan import LaunchPlan, plan_launch
 from .plan_cache import PlanCache
 
@@ -114,14 +114,13 @@ def check_offsets(offs, experts: int, total: int) -> np.ndarray:
 
 
 def grouped_kernel(spec: KernelSpec, facts: DeviceFacts, act: int) -> KernelSpec:
-    """The kernel of `spec`'s family with a grouped mode: `spec` itself, else its `in_place`
-    kernel (the Hopper kernels' portable twin); AsmError when neither has one."""
-    for cand in (spec, get_spec(spec.in_place) if spec.in_place else None):
-        if cand is not None and cand.call_value_param("grouped") is not None \
-                and cand.build_target(facts.target) is not None and (act == 0 or cand.call_value_param("activation")):
-            return cand
-    raise AsmError(f"kernel '{spec.name}' has no grouped mode (nor has its in-place kernel)",
-                   hint="the grouped kernels are hgemm_mma / bgemm_mma and their _f32c twins")
+    """The kernel of `spec`'s family with a grouped mode (launch_config.mode_kernel: `spec` itself,
+    else its `in_place` kernel, the Hopper kernels' portable twin); AsmError when neither has one."""
+    cand = mode_kernel(spec, "grouped", facts, None, act)
+    if cand.call_value_param("grouped") is None or cand.build_target(facts.target) is None:
+        raise AsmError(f"kernel '{spec.name}' has no grouped mode (nor has its in-place kernel)",
+                       hint="the grouped kernels are hgemm_mma / bgemm_mma and their _f32c twins")
+    return cand
 
 
 def grouped_plan(ma: Matrix, mb: Matrix, mc: Matrix, experts: int, act: int) -> LaunchPlan:

@@ -115,7 +115,7 @@ def configure(spec: KernelSpec, problem: Problem, facts: DeviceFacts,
         # a kernel without a batched mode hands a batch it cannot take to its family's in-place
         # kernel where that has one (hgemm -> hgemm_mma: grid z, any batch strides, any leading
         # dimension); params= pin the kernel asked for
-        batch_spec = spec if params is not None else batched_kernel(spec, facts, mbias, act)
+        batch_spec = spec if params is not None else mode_kernel(spec, "batched", facts, mbias, act)
         ma, mb, mc, kernel_batch, batch_strides = fold_batch(batch_spec, ma, mb, mc, batch, m, n, trans_a, mbias)
         if kernel_batch > 1:
             spec = batch_spec
@@ -349,15 +349,15 @@ def build_choice(choice: dispatch.Choice, plan: LaunchPlan, facts: DeviceFacts, 
 
 
 # ---- batches (3-D operands) ---------------------------------------------------------------------
-def batched_kernel(spec: KernelSpec, facts: DeviceFacts, bias, act: int) -> KernelSpec:
-    """The kernel that runs a batch `spec` cannot run as one 2-D GEMM: `spec` where it has a
-    batched mode (call value "batched"); else its `in_place` kernel where that has one and takes
-    this call's fused epilogue and the device (the Hopper kernels' portable twins); else `spec`
-    (fold_batch then names what is missing)."""
-    if spec.call_value_param("batched") is not None or not spec.in_place:
+def mode_kernel(spec: KernelSpec, mode: str, facts: DeviceFacts, bias, act: int) -> KernelSpec:
+    """The kernel that runs a launch mode (call value `mode`: "batched", "grouped") of `spec`'s
+    family: `spec` where it maps that call value; else its `in_place` kernel where that maps it and
+    takes this call's fused epilogue and the device (the Hopper kernels' portable twins); else
+    `spec` (the caller then names what is missing)."""
+    if spec.call_value_param(mode) is not None or not spec.in_place:
         return spec
     other = _other_kernel(spec, spec.in_place, "names in_place", bias, act, facts.target)
-    return other if other is not None and other.call_value_param("batched") is not None else spec
+    return other if other is not None and other.call_value_param(mode) is not None else spec
 
 
 def batch_shape(ma: Matrix, mb: Matrix, trans_a: bool, trans_b: bool) -> tuple[int, bool, int, int]:

@@ -74,6 +74,7 @@ Pure data and checks: nothing here builds, imports CuPy or touches a GPU.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import re
@@ -178,7 +179,15 @@ PITCH_NAMES = ("PITCH_A", "PITCH_B")
 C_BYTES_NAME = "C_BYTES"
 
 _TOP_KEYS = {"source", "entry", "summary", "dtypes", "targets", "abi", "call_params", "defines", "rel_err_limit",
-             "launch", "terms", "size_rule", "like", "split_k", "route", "swap_rule", "in_place", "config"}
+             "launch", "terms", "size_rule", "like", "split_k", "route", "swap_rule", "in_place", "config",
+             "sass_patch"}
+# `sass_patch = { ... }`: control-code passes applied to the cubin after ptxas (issue 35,
+# docs/design/sass-patching.md), opt-in: a kernel table that has it is its own kernel name, run only
+# where a call says kernel="NAME" (the cost model never picks it). key -> (the keyword of
+# asmgemm.sass.patch.plan_patch it sets, the value type it takes). "rules" names a rules file
+# (asmgemm patch's format) relative to the spec file.
+SASS_PATCH_KEYS = {"reuse": ("reuse_pass", bool), "stall": ("stall_pass", bool), "yield_every": ("yield_every", int),
+                   "reorder": ("reorder_pass", bool), "rules": ("rules", str)}
 _CONFIG_KEYS = {"name", "kernel", "set", "tile", "tile_kmajor_b", "splits", "max_m", "note", "swap"}
 _SPLIT_K_KEYS = {"switch", "reduce", "rule", "k_multiple", "cluster_switch", "cluster_when", "c_trans"}
 # what a kernel with a split_k table must take: the partial pass's k extent and slice distance
@@ -394,6 +403,9 @@ class KernelSpec:
     terms: tuple[Term, ...] = ()                 # named subexpressions of the size rules ([NAME.terms])
     in_place: str | None = None                  # a kernel reading any operand in place (`in_place`)
     configs: tuple[ConfigEntry, ...] = ()        # the family's catalog ([[NAME.config]]): the cost model picks
+    # control-code passes after ptxas (`sass_patch`, SASS_PATCH_KEYS order), "rules" as a resolved
+    # path; () for ptxas's own code
+    sass_patch: tuple[tuple[str, object], ...] = ()
 
     def route_for(self, m: int, n: int, k: int, sms: int, call_defines: dict) -> str | None:
         """The kernel the first route that holds names for this launch, or None (run this one)."""
@@ -465,7 +477,8 @@ class KernelSpec:
                              "splits": list(c.splits), "max_m": c.max_m, "note": c.note, "swap": c.swap,
                              "tile_kmajor_b": list(c.tile_kmajor_b) if c.tile_kmajor_b else None}
                             for c in self.configs],
-                "swap_rules": [{"when": r.when} for r in self.swap_rules]}
+                "swap_rules": [{"when": r.when} for r in self.swap_rules],
+                "sass_patch": {k: str(v) if k == "rules" else v for k, v in self.sass_patch} or None}
 
 
 def _split_rule_json(r: SplitRule) -> dict:
@@ -639,7 +652,49 @@ def _spec(path: Path, loc: "_Locator", name: str, t) -> KernelSpec:
              "split_k.rule tables would never be read (remove them)")
     return KernelSpec(name, src, _str(t.get("entry", name), f"{where} entry"), str(t.get("summary", "")),
                       Dtypes(**d), tuple(targets), tuple(abi), tuple(calls.items()), float(limit), launch,
-                      size_rules, path, tuple(defines.items()), split_k, routes, swaps, terms, in_place, configs)
+                      size_rules, path, tuple(defines.items()), split_k, routes, swaps, terms, in_place, configs,
+                      _sass_patch(path, where, t.get("sass_patch")))
+
+
+def with_sass_patch(spec: KernelSpec, name: str, options: dict) -> KernelSpec:
+    """A copy of `spec` named `name` whose cubin gets the control-code passes `options` (the keys of
+    a `sass_patch` table; a rules file relative to the working folder), checked as in a spec file.
+    For A/B scripts that time ptxas's code against a patch without writing a spec file
+    (tools/variant_ab.py); register() it to launch it by name."""
+    if not name.isidentifier():
+        raise AsmError(f"'{name}' is not a kernel name (letters, digits, '_')")
+    patch = _sass_patch(Path.cwd() / "<command line>", f"[{name}]", dict(options))
+    # the catalog's own entries run the copy (as `like` gives a table's configs its own name);
+    # entries naming another kernel (sgemm's skinny ones) keep it
+    configs = tuple(dataclasses.replace(c, kernel=name) if c.kernel == spec.name else c for c in spec.configs)
+    return dataclasses.replace(spec, name=name, entry=spec.entry, sass_patch=patch, configs=configs)
+
+
+def _sass_patch(path: Path, where: str, t) -> tuple[tuple[str, object], ...]:
+    """The checked `sass_patch` table, in SASS_PATCH_KEYS order; () when absent."""
+    if t is None:
+        return ()
+    if not isinstance(t, dict) or not t:
+        raise AsmError(f"{where} sass_patch: a table of passes, e.g. {{ reuse = true, yield_every = 4 }} "
+                       f"(keys: {', '.join(SASS_PATCH_KEYS)})")
+    out = []
+    for key, (_keyword, kind) in SASS_PATCH_KEYS.items():
+        if key not in t:
+            continue
+        v = t[key]
+        if kind is int and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise AsmError(f"{where} sass_patch.{key}: a whole number >= 0 (0: off), not {v!r}")
+        if kind is not int and not isinstance(v, kind):
+            raise AsmError(f"{where} sass_patch.{key}: {'true or false' if kind is bool else 'a file name'}, not {v!r}")
+        if key == "rules":
+            v = path.parent / v
+            if not v.is_file():
+                raise AsmError(f"{where} sass_patch.rules: no such file {v}")
+        out.append((key, v))
+    unknown = sorted(set(t) - set(SASS_PATCH_KEYS))
+    if unknown:
+        raise AsmError(f"{where} sass_patch: unknown key '{unknown[0]}' (known: {', '.join(SASS_PATCH_KEYS)})")
+    return tuple(out)
 
 
 _CONFIG_NAME = re.compile(r"[A-Za-z0-9_]+")
@@ -1009,9 +1064,11 @@ def get_spec(name: str) -> KernelSpec:
 
 def spec_for_dtype(dtype: str, device_target: str | None = None, c_dtype: str | None = None) -> KernelSpec:
     """The first spec (in file order) whose A/B dtype is `dtype`, whose C dtype is `c_dtype` (default:
-    `dtype`) and that supports the device."""
+    `dtype`) and that supports the device. A table with sass_patch is never chosen by dtype: its
+    control codes run only where a call names it (kernel="NAME")."""
     c_dtype = c_dtype or dtype
-    candidates = [s for s in all_specs().values() if s.dtypes.a == s.dtypes.b == dtype and s.dtypes.c == c_dtype]
+    candidates = [s for s in all_specs().values()
+                  if s.dtypes.a == s.dtypes.b == dtype and s.dtypes.c == c_dtype and not s.sass_patch]
     for s in candidates:
         if device_target is None or s.build_target(device_target) is not None:
             return s

@@ -83,6 +83,11 @@ LAZY_IMPORTS = {
         "are first read",
     ("asmgemm.runtime.build_cache", "asmgemm.pipeline"):
         "as runtime.launch: the assembler loads when a kernel is first built (a kernel-cache miss)",
+    ("asmgemm.runtime.build_cache", "asmgemm.sass.patch"):
+        "the control-code patcher (nvdisasm listings, the safety check) loads only when a kernel table with "
+        "sass_patch is built, which no default call does",
+    ("asmgemm.runtime.build_cache", "asmgemm.sass.patch_rules"):
+        "as asmgemm.sass.patch: only a sass_patch kernel with a rules file reads one",
 }
 
 

@@ -2,8 +2,13 @@
 """Time -D variants of one spec'd kernel against each other and cuBLAS, interleaved in one process.
 
 Each variant is a name and a set of -D overrides laid over what `asmgemm.gemm` would run untuned at
-that shape with this kernel (its defaults, its spec's size rule and split rule: SPLIT_K=S), so `--variant old:DEFER_C_ASKED=0`
-changes one knob and nothing else. Per shape the script checks every variant against an fp32
+that shape with this kernel (its defaults, its spec's size rule and split rule: SPLIT_K=S; with
+--from-dispatch, the configuration gemm's dispatch runs for the plain kernel, database or cost
+model, as last_launch() names it), so `--variant old:DEFER_C_ASKED=0` changes one knob and nothing
+else. A variant may also patch the cubin's control codes (issue 35): `NAME:K=V@reuse,stall,
+yield_every=4,rules=FILE` runs the same build through a copy of the kernel's table with that
+`sass_patch` (kernel_spec.SASS_PATCH_KEYS; docs/design/sass-patching.md), so ptxas's code and the
+patched code are timed side by side with the same -D parameters. Per shape the script checks every variant against an fp32
 reference (fresh random-normal inputs, C poisoned with NaN first; the spec's rel_err_limit), then
 times the variants, cupy.matmul and torch.matmul (when importable) with asmgemm's benchmark timer
 (CUDA events around one call each, interleaved rep by rep, L2 flushed, a GPU pre-roll hiding the
@@ -12,6 +17,8 @@ host time; medians). The table gives TFLOP/s and each variant's ratio to the fas
 Usage (GPU, from the project root after `source tools/device_setup.sh`):
     python3 tools/variant_ab.py hgemm --shape 4096,4096,4096 --variant new: --variant old:DEFER_C_ASKED=0
     python3 tools/variant_ab.py sgemm --shape 1024,1024,1024 --variant bk8:BK=8 --variant bk16:BK=16 --json $OUT/ab.json
+    python3 tools/variant_ab.py sgemm --from-dispatch --shape 4096,4096,4096 --variant ptxas: \
+        --variant noreuse:@rules=tools/sass_rules/sgemm_strip_loop_reuse.toml --variant y2:@yield_every=2
 
 Exit status: 0 done; 1 usage error, build error or no GPU; 2 a variant gave a wrong result.
 """
@@ -27,22 +34,51 @@ from asmgemm.bench.timing import L2Flusher, make_pre_roll, tflops, time_interlea
 from asmgemm.commands.common import integer_defines
 from asmgemm.errors import AsmError
 from asmgemm.files import write_atomic
-from asmgemm.kernel_spec import get_spec
-from asmgemm.runtime.gemm import gemm
+from asmgemm.kernel_spec import SASS_PATCH_KEYS, get_spec, register, with_sass_patch
+from asmgemm.runtime.gemm import gemm, last_launch
 from asmgemm.runtime.gpu import device_facts, require_gpu
 from asmgemm.runtime.launch import untuned_size_rule
 from asmgemm.runtime.split_k import untuned_split
 
 
-def parse_variant(text: str) -> tuple[str, dict[str, int]]:
-    """'name:K=V,K=V' (or 'name:' for no overrides) -> (name, {K: V})."""
+def parse_variant(text: str) -> tuple[str, dict[str, int], dict[str, object]]:
+    """'name:K=V,K=V[@pass,pass=V,...]' (or 'name:' for no overrides) -> (name, {K: V}, sass_patch
+    options): a bare pass name is true, yield_every takes a number, rules a file name."""
     name, sep, rest = text.partition(":")
     if not sep or not name:
-        raise ValueError(f"--variant {text!r}: expected NAME:K=V,K=V (or NAME: for none)")
+        raise ValueError(f"--variant {text!r}: expected NAME:K=V,K=V[@PASS,...] (or NAME: for none)")
+    rest, _, patch_text = rest.partition("@")
+    patch: dict[str, object] = {}
+    for item in filter(None, patch_text.split(",")):
+        key, eq, value = item.partition("=")
+        if key not in SASS_PATCH_KEYS:
+            raise ValueError(f"--variant {text!r}: '{key}' is not a sass_patch key ({', '.join(SASS_PATCH_KEYS)})")
+        kind = SASS_PATCH_KEYS[key][1]
+        if kind is bool:
+            if eq:
+                raise ValueError(f"--variant {text!r}: '{key}' takes no value")
+            patch[key] = True
+        elif kind is int:
+            if not value.isdigit():
+                raise ValueError(f"--variant {text!r}: '{key}' takes a whole number")
+            patch[key] = int(value)
+        else:
+            if not value:
+                raise ValueError(f"--variant {text!r}: '{key}' takes a file name")
+            patch[key] = value
     try:
-        return name, integer_defines(rest.split(","))
+        return name, integer_defines(list(filter(None, rest.split(",")))), patch
     except AsmError as exc:
         raise ValueError(f"--variant {text!r}: {exc.message}") from None
+
+
+def variant_kernel(spec, name: str, patch: dict) -> str:
+    """The kernel a variant runs: the spec itself, or a registered copy with `patch` as sass_patch."""
+    if not patch:
+        return spec.name
+    copy = with_sass_patch(spec, f"{spec.name}__{name}", patch)
+    register(copy)
+    return copy.name
 
 
 
@@ -58,25 +94,56 @@ def _operands(cp, spec, m: int, n: int, k: int, layout: str, seed: int):
     return a, b, ta, tb
 
 
-def run_shape(cp, torch, spec, sms: int, shape, layout: str, variants, reps: int, flush, pre_roll) -> dict:
+def dispatch_params(spec, a, b, c, ta: bool, tb: bool) -> dict:
+    """The -D parameters gemm's own choice runs for this call of the plain kernel (database, cost
+    model or size rule), with split-K's S as the switch's value the way params= name a split."""
+    gemm(a, b, c, trans_a=ta, trans_b=tb, kernel=spec.name)
+    ran = last_launch()
+    params = {k: int(v) for k, v in ran["params"].items()}
+    if spec.split_k is not None:
+        # params= name a split by its count (the switch's 0 in a plain build means none)
+        params.pop(spec.split_k.switch, None)
+        if ran["splits"] > 1 and ran["reduce"] == "kernel":
+            params[spec.split_k.switch] = ran["splits"]
+    return params
+
+
+def run_shape(cp, torch, spec, sms: int, shape, layout: str, variants, reps: int, flush, pre_roll,
+              from_dispatch: bool = False) -> dict:
     m, n, k = shape.m, shape.n, shape.k
     a, b, ta, tb = _operands(cp, spec, m, n, k, layout, seed=m * 7 + n * 3 + k)
     op_a, op_b = (a.T if ta else a), (b.T if tb else b)
     c_dtype = cp.dtype(spec.dtypes.c)
     ref = cp.matmul(op_a.astype(cp.float32), op_b.astype(cp.float32))
-    untuned = untuned_size_rule(spec, m, n, k, layout, sms)
-    split = untuned_split(spec, m, n, k, sms, layout)
-    if split is not None:           # params= turn the rule's split off unless they name it
-        untuned[spec.split_k.switch] = split.splits
-    fns, outs, errors = {}, {}, {}
-    for name, defines in variants:
+    if from_dispatch:
+        untuned = dispatch_params(spec, a, b, cp.empty((m, n), dtype=c_dtype), ta, tb)
+    else:
+        untuned = untuned_size_rule(spec, m, n, k, layout, sms)
+        split = untuned_split(spec, m, n, k, sms, layout)
+        if split is not None:           # params= turn the rule's split off unless they name it
+            untuned[spec.split_k.switch] = split.splits
+    fns, outs, errors, refused = {}, {}, {}, {}
+    for name, defines, patch in variants:
         params = {**untuned, **defines}
+        kernel = variant_kernel(spec, name, patch)
         c = cp.full((m, n), cp.nan, dtype=c_dtype)
-        gemm(a, b, c, trans_a=ta, trans_b=tb, params=params, kernel=spec.name)
+        try:
+            gemm(a, b, c, trans_a=ta, trans_b=tb, params=params, kernel=kernel)
+        except AsmError as exc:
+            if not patch:
+                raise
+            # a patch the safety check refuses for this build (another configuration at another
+            # shape): reported as such, the other variants still timed
+            refused[name] = exc.message
+            print(f"{m}x{n}x{k}: variant {name} refused: {exc.message.splitlines()[0]}", file=sys.stderr)
+            continue
+        ran = last_launch()["sass_patch"]
+        if bool(ran) != bool(patch):
+            raise AsmError(f"variant {name}: asked for sass_patch {patch or None}, the launch ran {ran}")
         err = float(cp.linalg.norm(c.astype(cp.float32) - ref) / cp.linalg.norm(ref))
         errors[name] = err
         outs[name] = c
-        fns[name] = (lambda c=c, p=params: gemm(a, b, c, trans_a=ta, trans_b=tb, params=p, kernel=spec.name))
+        fns[name] = (lambda c=c, p=params, kn=kernel: gemm(a, b, c, trans_a=ta, trans_b=tb, params=p, kernel=kn))
     cub = cp.empty((m, n), dtype=c_dtype)
     if c_dtype == a.dtype:
         fns["cupy"] = lambda: cp.matmul(op_a, op_b, out=cub)
@@ -92,8 +159,8 @@ def run_shape(cp, torch, spec, sms: int, shape, layout: str, variants, reps: int
     rate = {name: tflops(flops, st.median_ms) for name, st in stats.items()}
     cublas = max(rate[x] for x in ("cupy", "torch") if x in rate)
     return {"shape": [m, n, k], "layout": layout, "untuned": untuned, "tflops": rate,
-            "ratio": {name: rate[name] / cublas for name, _ in variants},
-            "rel_err": errors, "ok": all(e < spec.rel_err_limit for e in errors.values())}
+            "ratio": {name: rate[name] / cublas for name, *_ in variants if name in rate},
+            "rel_err": errors, "refused": refused, "ok": all(e < spec.rel_err_limit for e in errors.values())}
 
 
 def main(argv=None) -> int:
@@ -101,7 +168,12 @@ def main(argv=None) -> int:
     ap.add_argument("kernel", help="kernel spec name (`asmgemm kernels`)")
     ap.add_argument("--shape", action="append", required=True, help="M,N,K (repeatable)")
     ap.add_argument("--variant", action="append", required=True,
-                    help="NAME:K=V,K=V -D overrides over the untuned choice (repeatable; NAME: for none)")
+                    help="NAME:K=V,K=V[@PASS,...] -D overrides over the untuned choice, and control-code passes "
+                         "(reuse, stall, reorder, yield_every=N, rules=FILE) applied to its cubin (repeatable; "
+                         "NAME: for none)")
+    ap.add_argument("--from-dispatch", action="store_true",
+                    help="lay the overrides over what gemm's dispatch runs (database or cost model) instead of "
+                         "the source defaults and size rules")
     ap.add_argument("--layout", choices=("nn", "nt", "tn", "tt"), default="nn")
     ap.add_argument("--reps", type=int, default=15, help="timed repetitions per implementation (default 15)")
     ap.add_argument("--no-torch", action="store_true", help="leave torch.matmul out")
@@ -112,7 +184,7 @@ def main(argv=None) -> int:
         shapes = [parse_shape(s.replace(",", "x")) for s in args.shape]
     except (ValueError, AsmError) as exc:
         ap.error(str(exc))
-    if len({name for name, _ in variants}) != len(variants) or {"cupy", "torch"} & {n for n, _ in variants}:
+    if len({name for name, *_ in variants}) != len(variants) or {"cupy", "torch"} & {n for n, *_ in variants}:
         ap.error("variant names must be distinct and not 'cupy' or 'torch'")
     try:
         cp = require_gpu("variant_ab.py")
@@ -128,10 +200,12 @@ def main(argv=None) -> int:
         flush, pre_roll = L2Flusher(), make_pre_roll(True)
         results = []
         for shape in shapes:
-            r = run_shape(cp, torch, spec, sms, shape, args.layout, variants, args.reps, flush, pre_roll)
+            r = run_shape(cp, torch, spec, sms, shape, args.layout, variants, args.reps, flush, pre_roll,
+                          args.from_dispatch)
             results.append(r)
             m, n, k = r["shape"]
-            cells = "  ".join(f"{name} {r['tflops'][name]:6.1f} ({r['ratio'][name]:.3f})" for name, _ in variants)
+            cells = "  ".join(f"{name} {r['tflops'][name]:6.1f} ({r['ratio'][name]:.3f})" if name in r["tflops"]
+                              else f"{name} refused" for name, *_ in variants)
             ref = "  ".join(f"{x} {r['tflops'][x]:6.1f}" for x in ("cupy", "torch") if x in r["tflops"])
             bad = "" if r["ok"] else "  WRONG: " + ", ".join(f"{n}={e:.1e}" for n, e in r["rel_err"].items())
             print(f"{m}x{n}x{k} {args.layout}: {cells}  | {ref}{bad}", flush=True)
@@ -139,8 +213,9 @@ def main(argv=None) -> int:
         print(exc.format(), file=sys.stderr)
         return 1
     if args.json:
-        write_atomic(args.json, json.dumps({"kernel": args.kernel, "variants": dict(variants), "results": results},
-                                           indent=1))
+        write_atomic(args.json, json.dumps({"kernel": args.kernel,
+                                            "variants": {n: {"params": d, "sass_patch": p} for n, d, p in variants},
+                                            "results": results}, indent=1))
     return 0 if all(r["ok"] for r in results) else 2
 
 

@@ -15,6 +15,7 @@ and the pipeline returns their values; the parameter list is the entry's `.param
 from __future__ import annotations
 
 import atexit
+import functools
 import hashlib
 import json
 import re
@@ -25,13 +26,13 @@ from pathlib import Path
 from ..errors import AsmError
 from ..files import cache_root, warn_cache, write_files
 from ..isa.arch import arch_for
-from ..kernel_spec import ARGUMENTS, ARRAY_ARGUMENTS, KernelSpec
+from ..kernel_spec import ARGUMENTS, ARRAY_ARGUMENTS, SASS_PATCH_KEYS, KernelSpec
 from ..toolchain import ptxas_version
 from ..version import __version__
 
 _INCLUDE_RE = re.compile(r'^\s*\.include\s+"([^"]+)"', re.MULTILINE)
 MAX_INCLUDES = 64
-META_FORMAT = 7          # of <key>.json (see read_entry); part of the key, so older entries are never read
+META_FORMAT = 8          # of <key>.json (see read_entry); part of the key, so older entries are never read
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,10 @@ class BuiltKernel:
     cluster: int = 1                       # blocks per cluster along the grid's x
     cluster_rows: int = 1                  # tile rows of the unit a persistent cluster walks
     cluster_cols: int = 1                  # tile columns of that unit
+    # control-code passes applied after ptxas (spec.sass_patch, "rules" as a path string); () for
+    # ptxas's own code. A patched kernel loads from its cubin only (no PTX fallback: ptxas would
+    # schedule it again and the launch would silently run ptxas's codes).
+    sass_patch: tuple[tuple[str, object], ...] = ()
 
 
 def cache_dir() -> Path:
@@ -94,12 +99,39 @@ def source_digest(source_path: Path) -> str:
     return digest_files(source_files(source_path))
 
 
-def cache_key(source_path: Path, defines: dict, target: str, ptxas: str, entry: str = "") -> str:
+def cache_key(source_path: Path, defines: dict, target: str, ptxas: str, entry: str = "",
+              sass_patch: tuple = ()) -> str:
     h = hashlib.sha256(source_digest(source_path).encode() + b"\0")
     for k in sorted(defines):
         h.update(f"-D{k}={defines[k]}\0".encode())
     h.update(f"target={target}\0ptxas={ptxas}\0asmgemm={__version__}\0entry={entry}\0meta={META_FORMAT}".encode())
+    if sass_patch:
+        h.update(b"\0sass=" + json.dumps(_patch_json(sass_patch)).encode() + _sass_code_digest().encode())
+        rules = dict(sass_patch).get("rules")
+        if rules is not None:
+            h.update(b"\0rules=" + digest_files([(Path(rules), _read_or_none(Path(rules)))]).encode())
     return h.hexdigest()[:32]
+
+
+def _patch_json(sass_patch: tuple) -> dict:
+    return {k: str(v) if k == "rules" else v for k, v in sass_patch}
+
+
+def _read_or_none(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
+@functools.lru_cache(maxsize=1)
+def _sass_code_digest() -> str:
+    """sha256 over the code that patches cubins (asm/sass, asm/isa, the latency table): a pass that
+    changes makes new entries, so a cached cubin is never one an older pass wrote."""
+    root = Path(__file__).resolve().parent.parent
+    files = sorted([*(root / "sass").glob("*.py"), *(root / "isa").glob("*.py"),
+                    *(root / "scheduler").glob("latencies*.py")])
+    return digest_files([(p, _read_or_none(p)) for p in files])
 
 
 def launch_geometry(spec: KernelSpec, result) -> dict[str, int]:
@@ -202,7 +234,8 @@ def entry_metadata(built: BuiltKernel, cubin: bytes, ptx: bytes) -> dict:
             "cluster_rows": built.cluster_rows, "cluster_cols": built.cluster_cols,
             "params": [list(p) for p in built.params],
             "cubin": f"{built.key}.cubin", "ptx": f"{built.key}.ptx",
-            "cubin_sha256": _sha256(cubin), "ptx_sha256": _sha256(ptx)}
+            "cubin_sha256": _sha256(cubin), "ptx_sha256": _sha256(ptx),
+            "sass_patch": _patch_json(built.sass_patch)}
     meta["sha256"] = _meta_digest(meta)
     return meta
 
@@ -252,6 +285,8 @@ def read_entry(meta_path: Path, key: str, spec: KernelSpec, target: str) -> Buil
     for n, t in params:
         if t not in ARGUMENTS[n]:
             raise DamagedEntry(f"param {n} has type {t!r}, not one of {'/'.join(ARGUMENTS[n])}")
+    if meta.get("sass_patch") != _patch_json(spec.sass_patch):
+        raise DamagedEntry(f"sass_patch is {meta.get('sass_patch')!r}, expected {_patch_json(spec.sass_patch)!r}")
     if meta.get("sha256") != _meta_digest(meta):
         raise DamagedEntry("the metadata does not match its sha256 (edited by hand?)")
     for kind in ("cubin", "ptx"):
@@ -266,7 +301,31 @@ def read_entry(meta_path: Path, key: str, spec: KernelSpec, target: str) -> Buil
             raise DamagedEntry(f"{expected[kind]} ({len(data)} bytes) does not match its sha256")
     return BuiltKernel(key, spec.entry, threads, tile_m, tile_n, smem, params,
                        str(folder / expected["cubin"]), str(folder / expected["ptx"]), target, tuple(box_rows), cluster,
-                       cluster_rows, cluster_cols)
+                       cluster_rows, cluster_cols, _resolved_patch(spec))
+
+
+def _resolved_patch(spec: KernelSpec) -> tuple[tuple[str, object], ...]:
+    return tuple((k, str(v) if k == "rules" else v) for k, v in spec.sass_patch)
+
+
+def patched_cubin(spec: KernelSpec, cubin: bytes, source: str) -> bytes:
+    """ptxas's cubin with the spec's control-code passes applied (asmgemm.sass.patch.plan_patch,
+    the same passes and safety check as `asmgemm patch`). A patch the check refuses stops the
+    build with every hazard named: a kernel table that asks for passes never runs without them."""
+    from ..sass.patch import plan_patch         # on a cache miss of a patched kernel only
+    from ..sass.patch_rules import load_rules
+
+    options = dict(spec.sass_patch)
+    rules = load_rules(str(options.pop("rules"))) if "rules" in options else None
+    keywords = {SASS_PATCH_KEYS[k][0]: v for k, v in options.items()}
+    plan = plan_patch(cubin, rules, source, **keywords)
+    if plan.hazards:
+        shown = "\n".join(h.line() for h in plan.hazards[:8])
+        more = f"\n... and {len(plan.hazards) - 8} more" if len(plan.hazards) > 8 else ""
+        raise AsmError(f"{spec.spec_file}: [{spec.name}] sass_patch: the safety check refuses the patched "
+                       f"cubin of {source}:\n{shown}{more}",
+                       hint="asmgemm patch CUBIN ... --json shows the whole check")
+    return plan.cubin
 
 
 _uncached_dir: tempfile.TemporaryDirectory | None = None
@@ -285,7 +344,7 @@ def _uncached_folder() -> Path:
 def _build_kernel(spec: KernelSpec, defines: dict, target: str) -> BuiltKernel:
     from ..pipeline import BuildOptions, assemble, build_file    # on a cache miss (test_layers: LAZY_IMPORTS)
 
-    key = cache_key(spec.source, defines, target, ptxas_version(), spec.entry)
+    key = cache_key(spec.source, defines, target, ptxas_version(), spec.entry, spec.sass_patch)
     hit = _memory.get(key)
     if hit is not None:
         return hit
@@ -306,17 +365,19 @@ def _build_kernel(spec: KernelSpec, defines: dict, target: str) -> BuiltKernel:
     result = build_file(spec.source, BuildOptions(defines=defines, target=target))
     geo = launch_geometry(spec, result)
     params = abi_params(spec, result)
-    asm = assemble(result)
+    cubin = assemble(result).cubin
+    if spec.sass_patch:
+        cubin = patched_cubin(spec, cubin, f"{spec.source.name} ({spec.name}, {target})")
     ptx = result.ptx.encode("utf-8")
 
     def entry_in(where: Path) -> tuple[BuiltKernel, list]:
         built = BuiltKernel(key, spec.entry, geo["threads"], geo["tile_m"], geo["tile_n"], geo["smem_bytes"],
                             params, str(where / f"{key}.cubin"), str(where / f"{key}.ptx"), target,
                             (geo["box_rows_a"], geo["box_rows_b"], geo["box_rows_c"]), geo["cluster"],
-                            geo["cluster_rows"], geo["cluster_cols"])
-        meta = json.dumps(entry_metadata(built, asm.cubin, ptx), indent=1) + "\n"
+                            geo["cluster_rows"], geo["cluster_cols"], _resolved_patch(spec))
+        meta = json.dumps(entry_metadata(built, cubin, ptx), indent=1) + "\n"
         # one commit, the metadata with its files: a reader finds all three or the old entry
-        return built, [(built.cubin_path, asm.cubin), (built.ptx_path, ptx), (where / f"{key}.json", meta)]
+        return built, [(built.cubin_path, cubin), (built.ptx_path, ptx), (where / f"{key}.json", meta)]
 
     try:
         folder.mkdir(parents=True, exist_ok=True)

@@ -31,7 +31,8 @@ def load(cupy, built: BuiltKernel, static_smem_limit: int):
     if fn is not None:
         return fn
     errors = []
-    for path in (built.cubin_path, built.ptx_path):
+    # a patched kernel only from its cubin: the PTX would be scheduled by the driver's JIT again
+    for path in (built.cubin_path,) if built.sass_patch else (built.cubin_path, built.ptx_path):
         try:
             module = cupy.RawModule(path=path)
             fn = module.get_function(built.name)
@@ -128,7 +129,9 @@ def last_launch() -> dict | None:
     its A by its own loads instead: call value a_ldg), "target" (what the kernel was built for) and
     "params" (the -D parameters of the build: the configuration that ran), "config" (its name in the
     family's catalog, e.g. 't128x128_k16/s4'; None where no catalog decided) and "chosen_by" (what
-    decided: "database", "model", "params", "tuning cache" or "size rules"), "blocks_per_sm" and
+    decided: "database", "model", "params", "tuning cache" or "size rules"), "sass_patch" (the
+    control-code passes applied to the cubin after ptxas, from the spec's sass_patch; None: ptxas's
+    own codes), "blocks_per_sm" and
     "clusters_at_once" (the driver's occupancy of the build; None where it cannot say). For reports such as `asmgemm bench`'s;
     calls from several threads at once each overwrite it."""
     kept = _last_launch[0]
@@ -142,6 +145,7 @@ def last_launch() -> dict | None:
             "c_trans": kept.c_trans, "copies": tuple(name for name, size in zip("AB", kept.copied) if size),
             "a_ldg": kept.a_ldg, "target": kept.built.target, "params": build_cache.defines_of(kept.built),
             "config": kept.config, "chosen_by": kept.chosen_by,
+            "sass_patch": {k: v for k, v in kept.built.sass_patch} or None,
             "blocks_per_sm": blocks_per_sm(kept.fn, kept.built, kept.device),
             "clusters_at_once": max_active_clusters(kept.fn, kept.built, kept.device, kept.cluster_splits)}
 

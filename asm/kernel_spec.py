@@ -69,6 +69,9 @@ A table (every key is checked; an unknown one is an error, so a typo never passe
                                         # transposed (call value c_trans, which call_params must
                                         # map); `when` sees the user's sizes and the unswapped call
                                         # parameters; any rule that holds swaps
+    sass_patch = { reuse = true }       # optional: control-code passes on the cubin after ptxas
+                                        # (SASS_PATCH_KEYS: reuse, stall, yield_every, reorder,
+                                        # rules = a rules file); checked at build, run only by name
 
 Pure data and checks: nothing here builds, imports CuPy or touches a GPU.
 """

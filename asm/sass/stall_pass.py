@@ -80,7 +80,7 @@ from dataclasses import dataclass, field
 
 from ..isa import control_bits as cb
 from ..isa.arch import arch_for
-from ..isa.sass_registers import register_name
+from ..isa.sass_registers import UNMODELLED_OPCODES, register_name
 from .analysis import analyse_banks
 from .decode import BRANCHES, TERMINATORS
 from .hazards import FIXED_HORIZON, CodeFacts, _variable_opcodes, fixed_latencies
@@ -169,12 +169,20 @@ def _table_covers(code: CodeFacts, x: int, hit: set, fixed: dict) -> bool:
     operand collector) nor a branch, barrier or memory consumer: ptxas puts 13 cycles between an
     ISETP and the `@P0 BRA` / `@P0 EXIT` that reads its predicate (sgemm_naive, ptxas 13), against
     4 in the table, which matches maxas's "13 ... to immediately use a predicate" (maxas wiki
-    "Control-Codes", Stall Counts). Such pairs are held to ptxas's own distance."""
+    "Control-Codes", Stall Counts). Such pairs are held to ptxas's own distance, and so is a
+    warpgroup instruction (HGMMA, WARPGROUP.*), whose operands are not modelled."""
     i = code.ins[x]
     if i.opcode not in fixed or i.opcode in _CONTROL or _MEMORY.match(i.opcode):
         return False
     guard = i.predicate.lstrip("!") if i.predicate else None
     return not any(register_name(r) == guard for r in hit)
+
+
+def _completes_no_sooner(opcode: str, known, fixed: dict) -> bool:
+    """Whether a later fixed-latency writer of `opcode` lands no sooner than a producer of latency
+    `known`: same or longer latency, issued later, so it cannot be overtaken whatever the gap."""
+    later = fixed.get(opcode)
+    return bool(known and later and later[0] >= known[0])
 
 
 def _constraint_paths(code: CodeFacts, fixed: dict, variable: frozenset):
@@ -183,7 +191,8 @@ def _constraint_paths(code: CodeFacts, fixed: dict, variable: frozenset):
     Mirrors hazards._check_latency: producers that write registers with no write scoreboard, paths
     that stop at the producer itself and where an unpredicated write kills the last live register.
     The need is min(latency, ptxas's distance) where the table covers the pair (_table_covers),
-    else ptxas's distance within FIXED_HORIZON: stricter than the checker, never looser."""
+    else ptxas's distance within FIXED_HORIZON: stricter than the checker, never looser. A later
+    overwrite of the result that could land first (write after write) keeps ptxas's distance too."""
     ins = code.ins
     for p, i in enumerate(ins):
         if not i.reachable or not code.writes[p]:
@@ -196,7 +205,10 @@ def _constraint_paths(code: CodeFacts, fixed: dict, variable: frozenset):
             x, path, live = stack.pop()
             if len(path) >= FIXED_HORIZON:
                 continue            # every gap is at least 1: no lowering brings this path below need
-            hit = code.reads[x] & live
+            # A warpgroup instruction's registers are not modelled (isa/sass_registers.py
+            # UNMODELLED_OPCODES: HGMMA reads its accumulators and fragments, which the text does not
+            # spell out): count it as reading every live register, so it keeps ptxas's distance.
+            hit = live if code.ins[x].opcode in UNMODELLED_OPCODES else code.reads[x] & live
             if hit:
                 d0 = sum(code.gap_old[k] for k in path)
                 if known and _table_covers(code, x, hit, fixed):
@@ -204,6 +216,11 @@ def _constraint_paths(code: CodeFacts, fixed: dict, variable: frozenset):
                         yield min(known[0], d0), path
                 else:
                     yield min(FIXED_HORIZON, d0), path
+            elif code.writes[x] & live and not _completes_no_sooner(ins[x].opcode, known, fixed):
+                # Write after write, which the checker does not look at: a later writer with a
+                # shorter (or unknown) latency could land first and leave the older value behind
+                # if brought closer, so it keeps ptxas's distance.
+                yield min(FIXED_HORIZON, sum(code.gap_old[k] for k in path)), path
             if x == p:
                 continue
             if code.unconditional(x):

@@ -161,7 +161,8 @@ def test_no_fixed_latency_pair_falls_below_the_table_or_ptxas(decoded, stall_pla
                     assert d >= min(latency, was), \
                         (f"{name} {ins[x].address:#06x} {ins[x].text}: {d} cycles after {i.address:#06x} {i.text} "
                          f"(latency {latency}, ptxas {was})")
-                    if ins[x].opcode in BRANCHES | TERMINATORS and any(r[0] == "P" for r in code.reads[x] & code.writes[p]):
+                    predicates = [r for r in code.reads[x] & code.writes[p] if r[0] == "P"]
+                    if ins[x].opcode in BRANCHES | TERMINATORS and predicates:
                         held += 1
                         assert d >= was, f"{name} {ins[x].text}: predicate distance {was} -> {d}"
     assert pairs > 100 and held > 0 and overwrites > 0, (pairs, held, overwrites)

@@ -25,6 +25,13 @@ dual issue since Volta, so 0 gains nothing in the model and its meaning is not d
 The result is then checked by the checker like any patch (plan_patch); a hazard there is a bug in
 this pass (tests/test_sass_stall_pass.py holds it to that on every shipped kernel).
 
+The pass is stricter than the checker in two places, both held to ptxas's own distance:
+  - a pair the table does not cover (`_table_covers`): a predicate read as a guard or by a branch,
+    a memory or barrier consumer, a warpgroup instruction. ptxas puts 13 cycles between an ISETP
+    and the `@P0 EXIT` reading its predicate; the table's ISETP latency (4) was measured into SEL.
+  - a write after write that the latencies cannot order: a later writer of shorter or unknown
+    latency could land before the earlier result and be overwritten by it.
+
 What is left alone, and why (the first reason that applies is what the summary counts):
   - branches, barriers and other control (BRA, EXIT, BAR, BSSY, BSYNC, WARPSYNC, DEPBAR, ...):
     maxas wiki "Control-Codes", Stall Counts: "Some instructions with no pipeline require a minimum

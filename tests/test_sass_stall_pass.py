@@ -231,6 +231,17 @@ def test_yield_every_sets_the_pattern_and_clears_reuse_under_yields(cubins, deco
         assert any(after[k]["yield"] == 0 for k in lp.instruction_indices(kernel.blocks))
 
 
+def test_yields_placed_after_the_reuse_pass_clear_the_flags_it_set(cubins):
+    """The runtime may ask for ["reuse", "stall"]: the reuse pass runs first, and a yield placed
+    after it takes off any flag it set on that instruction (the checker refuses reuse under a yield)."""
+    for name in ("mma_gemm", "sgemm"):
+        plan = plan_patch(cubins[name], None, name, reuse_pass=True, stall_pass=True, yield_every=1)
+        assert not plan.hazards, (name, [h.line() for h in plan.hazards[:3]])
+        for kname in ElfCubin(plan.cubin).kernels:
+            for f in _fields(plan.cubin, kname, len(ElfCubin(plan.cubin).words(kname))):
+                assert not (f["yield"] == 0 and f["reuse"]), name
+
+
 def test_a_loop_with_fewer_hot_instructions_than_n_keeps_a_yield(cubins, decoded):
     """With N larger than any loop's FFMA count the pattern would take every FFMA's yield off; a
     loop that had a yield keeps one (the checker's rule 4), on its last hot instruction."""

@@ -22,10 +22,17 @@ SHOWN_HAZARDS = 20
 @click.option("--reuse-pass", "reuse_pass", is_flag=True,
               help="Also set every operand-reuse flag the checker can prove valid (maxas-style; after the "
                    "rules) and report the modelled bank conflicts before/after. Not measured on a GPU.")
+@click.option("--stall-pass", "stall_pass", is_flag=True,
+              help="Also lower stall counts to the measured fixed latencies (never raising one; scoreboard, "
+                   "memory, control, uniform and unmeasured instructions left alone) and report the modelled "
+                   "issue cycles of each loop before/after. Not measured on a GPU.")
+@click.option("--yield-every", "yield_every", type=int, default=None, metavar="N",
+              help="Also put the yield hint on every N-th FFMA/HMMA of each loop and take it off the others, "
+                   "clearing reuse flags under a yield (DeepGEMM's interleave). Not measured on a GPU.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the plan as JSON: every changed instruction with its fields before and after, "
                    "and the check (accepted, hazards with their numbers).")
-def command(cubin, rules, output, reuse_pass, as_json):
+def command(cubin, rules, output, reuse_pass, stall_pass, yield_every, as_json):
     """Set the control codes (stall, yield, scoreboards, wait mask, reuse) of chosen instructions
     of a sm_90/sm_90a CUBIN, as a RULES file (TOML) says, and write the result to -o.
 
@@ -52,6 +59,12 @@ def command(cubin, rules, output, reuse_pass, as_json):
     instruction reads the same register in the same slot) and prints the bank conflicts the
     register-bank model counts before and after; its effect on speed is not measured.
 
+    --stall-pass lowers each stall count to the least that keeps every fixed-latency result at
+    least its measured latency (or ptxas's own spacing, where the table has no latency or does
+    not cover the consumer) from its readers, and --yield-every N places the yield hint on every
+    N-th FFMA/HMMA of each loop (sass/stall_pass.py says what is left alone and why); both print
+    the modelled issue cycles of each loop before and after, and neither is measured.
+
     Compare the result with `asmgemm sass --diff CUBIN OUT`. The patched cubin is not used by
     asmgemm.gemm unless a caller loads it explicitly.
     """
@@ -60,10 +73,13 @@ def command(cubin, rules, output, reuse_pass, as_json):
         raise AsmError(f"no such file: {cubin}")
     if Path(output).resolve() == path.resolve():
         raise AsmError("-o names the input cubin; write the patched cubin to another file")
-    if rules is None and not reuse_pass:
-        raise AsmError("nothing to do: give a RULES file, --reuse-pass, or both")
+    if yield_every is not None and yield_every < 1:
+        raise AsmError(f"--yield-every must be at least 1 (a yield on every N-th FFMA/HMMA), not {yield_every}")
+    if rules is None and not (reuse_pass or stall_pass or yield_every):
+        raise AsmError("nothing to do: give a RULES file, --reuse-pass, --stall-pass, --yield-every N, "
+                       "or several")
     plan = plan_patch(path.read_bytes(), load_rules(rules) if rules else None, source=str(cubin),
-                      reuse_pass=reuse_pass)
+                      reuse_pass=reuse_pass, stall_pass=stall_pass, yield_every=yield_every or 0)
     if as_json:
         out = plan.to_json()
         out["output"] = None if plan.hazards else str(output)
@@ -90,5 +106,7 @@ def command(cubin, rules, output, reuse_pass, as_json):
         click.echo(f"reuse pass, {r.kernel}: {r.flags_added} flag(s) added; modelled bank conflicts "
                    f"{r.conflicts_before} -> {r.conflicts_after} ({r.loop_conflicts_before} -> "
                    f"{r.loop_conflicts_after} in loops); not measured on a GPU")
+    for summary in plan.stall_pass:
+        click.echo(summary.line())
     click.echo(f"{output}: {len(plan.changes)} of {plan.selected} selected instruction(s) changed "
                f"({counts}); check passed")

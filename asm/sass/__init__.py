@@ -15,5 +15,6 @@ Patching control codes (issue 35; docs/design/sass-patching.md):
   hazards.py       the safety check a patch must pass before it is written
   patch.py         rules -> edited copy -> check -> nvdisasm re-read -> atomic write
   reuse_pass.py    the opt-in reuse pass (`asmgemm patch --reuse-pass`), not measured on a GPU
+  stall_pass.py    the opt-in stall/yield pass (`--stall-pass`, `--yield-every N`), not measured on a GPU
   diff.py          `asmgemm sass --diff`: changed instructions field by field
 """

@@ -30,6 +30,7 @@ from .inspect import SassKernel, inspect_cubin
 from .listing import disassemble_listing
 from .patch_rules import Rule, Rules
 from .reuse_pass import ReuseSummary, plan_reuse
+from .stall_pass import StallYieldSummary, plan_stall_yield
 
 
 @dataclass
@@ -40,7 +41,7 @@ class Change:
     text: str
     before: dict[str, int]
     after: dict[str, int]
-    rules: list[int]                   # 1-based numbers of the rules that selected it ([]: the reuse pass)
+    rules: list[int]                   # 1-based numbers of the rules that selected it ([]: a pass)
 
     def fields(self) -> dict[str, tuple[int, int]]:
         return {k: (self.before[k], self.after[k]) for k in self.before if self.before[k] != self.after[k]}
@@ -59,6 +60,7 @@ class PatchPlan:
     selected: int                      # instructions the rules selected (changed or not)
     checks: dict[str, CheckReport] = field(default_factory=dict)
     reuse_pass: list[ReuseSummary] = field(default_factory=list)
+    stall_pass: list[StallYieldSummary] = field(default_factory=list)
 
     @property
     def hazards(self) -> list[Hazard]:
@@ -68,7 +70,8 @@ class PatchPlan:
         return {"source": self.source, "accepted": not self.hazards, "selected": self.selected,
                 "changed": len(self.changes), "changes": [c.to_json() for c in self.changes],
                 "checks": {k: c.to_json() for k, c in self.checks.items()},
-                "reuse_pass": [r.to_json() for r in self.reuse_pass]}
+                "reuse_pass": [r.to_json() for r in self.reuse_pass],
+                "stall_pass": [s.to_json() for s in self.stall_pass]}
 
 
 def load_kernels(data: bytes, source: str) -> tuple[ElfCubin, dict[str, SassKernel], str]:
@@ -131,9 +134,13 @@ def _region(rule: Rule, kernel: SassKernel) -> list[int]:
 
 
 def plan_patch(data: bytes, rules: Rules | None, source: str = "<cubin>", *,
-               reuse_pass: bool = False) -> PatchPlan:
-    """Apply `rules` (and, when asked, the reuse pass: sass/reuse_pass.py) to a copy of the cubin
-    and check the result; nothing is written."""
+               reuse_pass: bool = False, stall_pass: bool = False, yield_every: int = 0) -> PatchPlan:
+    """Apply `rules` (and, when asked, the reuse pass: sass/reuse_pass.py, then the stall/yield
+    pass: sass/stall_pass.py, `stall_pass` lowering stalls and `yield_every` = N > 0 placing a yield
+    on every N-th FFMA/HMMA of each loop) to a copy of the cubin and check the result; nothing is
+    written. The passes run on every kernel of the cubin."""
+    if yield_every < 0:
+        raise AsmError(f"yield_every must be at least 1 (or 0 for no yield placement), not {yield_every}")
     elf, kernels, target = load_kernels(data, source)
     selected: dict[tuple[str, int], list[int]] = {}
     for rule in (rules.rules if rules else []):
@@ -156,18 +163,31 @@ def plan_patch(data: bytes, rules: Rules | None, source: str = "<cubin>", *,
                 elf.set_control(name, k, reuse=elf.control(name, k)["reuse"] | reuse)
                 selected.setdefault((name, k), [])
             reuse_summaries.append(summary)
+    table, _note = timing_table(arch_for(target))
+    stall_summaries = []
+    if stall_pass or yield_every:
+        # after the reuse pass: a yield placed here clears the reuse flags under it
+        for name, kernel in kernels.items():
+            words = elf.words(name)[:len(kernel.instructions)]
+            new, summary = plan_stall_yield(kernel, words, table, target,
+                                            stall_pass=stall_pass, yield_every=yield_every)
+            for k, (old, word) in enumerate(zip(words, new)):
+                if word != old:
+                    elf.set_word(name, k, word)
+                    selected.setdefault((name, k), [])
+            stall_summaries.append(summary)
     changes = []
     for name, k, old, new in elf.changed():
         ins = kernels[name].instructions[k]
         changes.append(Change(name, k, ins.address, ins.text, cb.decode_control(old), cb.decode_control(new),
                               selected.get((name, k), [])))
-    table, _note = timing_table(arch_for(target))
     checks = {name: check_patch(kernel, elf.words(name)[:len(kernel.instructions)], table)
               for name, kernel in kernels.items()}
     if changes:
         for hazard in verify_encoding(kernels, elf.to_bytes(), source):
             checks[hazard.kernel].hazards.append(hazard)
-    return PatchPlan(source, elf.to_bytes(), changes, len(selected), checks, reuse_summaries)
+    return PatchPlan(source, elf.to_bytes(), changes, len(selected), checks, reuse_summaries,
+                     stall_summaries)
 
 
 _NVDISASM_ADDRESS = re.compile(r"at address (0x[0-9a-fA-F]+)")

@@ -185,11 +185,23 @@ class Expander(Preprocessor, RegisterDeclarations, OperandLowering):
             self._stmts(s.body, Scope(scope), items, toplevel)
         finally:
             self.fn.in_schedule = False
+        controls = [it for it in items if isinstance(it, ir.ControlDirective)]
+        if controls:
+            items = [it for it in items if not isinstance(it, ir.ControlDirective)]
         for it in items:
             if isinstance(it, (ir.Label, ir.ScopeOpen, ir.ScopeClose)):
                 raise AsmError("a '.schedule' region must be straight-line code: no labels or { } scopes inside",
                                it.span or s.span)
-        out.append(ir.ScheduleRegion(items, s.span))
+        out.append(ir.ScheduleRegion(items, s.span, controls=controls))
+
+    def _s_Control(self, s: ast.Control, scope, out, toplevel):
+        # It applies to the whole region it is in, wherever in the region it stands, so
+        # _s_Schedule takes it out of the instructions into the region's `controls`.
+        if self.fn is None or not self.fn.in_schedule:
+            raise AsmError("'.control' belongs inside a '.schedule' region: it sets the control fields of "
+                           "the SASS instructions made from that region", s.span)
+        self._count(1, s.span)
+        out.append(ir.ControlDirective(s.pattern, s.written, dict(s.fields), s.span, s.pattern_span))
 
     def _s_Function(self, s: ast.Function, scope: Scope, out, toplevel):
         if not toplevel or self.fn is not None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import asmgemm.parse_fast as parse_fast
 from asmgemm.errors import AsmError
 from asmgemm.isa import control_bits as cb
 from asmgemm.parse import parse_source
@@ -25,6 +26,7 @@ from asmgemm.source import SourceFile
 from asmgemm.toolchain import find_tool
 
 KERNEL = Path(__file__).parent / "data" / "control" / "ffma_chain.sasm"
+TWO_REGIONS = KERNEL.with_name("two_regions.sasm")
 TOOLS = pytest.mark.skipif(find_tool("ptxas", required=False) is None or find_tool("nvdisasm", required=False) is None,
                            reason="needs ptxas and nvdisasm (pip install 'asmgemm[cuda-tools]')")
 
@@ -110,6 +112,15 @@ def test_control_from_a_macro_or_an_if_inside_a_region_counts():
     assert [c.written for c in controls_of(text)] == ["FFMA", "FADD"]
 
 
+@pytest.mark.parametrize("path", [KERNEL, TWO_REGIONS], ids=lambda p: p.name)
+def test_the_fast_path_leaves_control_lines_to_the_grammar_and_agrees_with_it(path, monkeypatch):
+    source = SourceFile.from_text(str(path), path.read_text())
+    fast = parse_fast.parse(source)
+    assert fast is not None
+    monkeypatch.setattr(parse_fast, "parse", lambda s: None)
+    assert fast == parse_source(source)
+
+
 # ---- the build -----------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -160,6 +171,30 @@ def test_an_accepted_directive_sets_its_fields_on_exactly_the_region(ptxas_code)
     assert report["accepted"] and directive["location"].endswith("ffma_chain.sasm:30:5")
     assert directive["selected"] == [f"{16 * k:#06x}" for k in sorted(region)]
     assert directive["changed"] == len(changed) and directive["fields"] == {"stall": 6, "yield": "off"}
+
+
+def lines_of(path: Path, start: str) -> set[int]:
+    return {n for n, text in enumerate(path.read_text().splitlines(), 1) if text.strip().startswith(start)}
+
+
+@pytest.mark.toolchain
+@TOOLS
+def test_each_directive_acts_on_its_own_region_where_ptxas_interleaves_two():
+    traced = assemble_traced(build_file(TWO_REGIONS, BuildOptions()))
+    [kernel] = inspect_build(traced).kernels.values()     # the patched code, each instruction's line
+
+    def traced_to(start):
+        lines = lines_of(TWO_REGIONS, start)
+        return [k for k, i in enumerate(kernel.instructions) if i.source and int(i.source.split(":")[-2]) in lines]
+
+    first, second = traced_to("fma.rn.f32 a"), traced_to("fma.rn.f32 b")
+    assert first and second
+    assert min(second) < max(first), "ptxas no longer interleaves the regions: the test lost its point"
+    directives = traced.assembled.control.to_json()["directives"]
+    assert [d["region"] for d in directives] == [0, 1, 1]
+    assert [d["selected"] for d in directives] == [[f"{16 * k:#06x}" for k in ks] for ks in (first, second, second)]
+    assert all(kernel.instructions[k].stall == 6 for k in first)
+    assert all(kernel.instructions[k].stall == 5 for k in second)       # the later directive wins
 
 
 @pytest.mark.toolchain

@@ -305,7 +305,8 @@ def assemble(result: BuildResult, extra_args: list[str] | None = None) -> Assemb
     else:
         traced_build = _traced(result)
         traced, traced_ptx = _run_ptxas(traced_build, extra_args).cubin, traced_build.ptx
-    report = apply_controls(result.scheduled, assembled.cubin, traced, traced_ptx, result.source.path)
+    report = apply_controls(result.scheduled, assembled.cubin, traced, traced_ptx, result.source.path,
+                            result.target)
     return dataclasses.replace(assembled, cubin=report.cubin, control=report)
 
 

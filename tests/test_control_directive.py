@@ -38,6 +38,11 @@ def region_source(line: str, around: str = "") -> str:
             "    mov.f32 a, 0f00000000;\n" + body + "    st.global.f32 [q], a;\n    ret;\n}\n")
 
 
+def directive_line(control: int) -> int:
+    """The line of the kernel's directive for -D CONTROL=n: the line after `.if/.elif CONTROL == n`."""
+    return next(n for n, text in enumerate(KERNEL.read_text().splitlines(), 1) if f"CONTROL == {control}" in text) + 1
+
+
 def build(control: int, **options):
     return build_file(KERNEL, BuildOptions(defines={"CONTROL": str(control)}, **options))
 
@@ -168,7 +173,7 @@ def test_an_accepted_directive_sets_its_fields_on_exactly_the_region(ptxas_code)
     assert changed and changed <= region
     report = asm.control.to_json()
     [directive] = report["directives"]
-    assert report["accepted"] and directive["location"].endswith("ffma_chain.sasm:30:5")
+    assert report["accepted"] and directive["location"].endswith(f"ffma_chain.sasm:{directive_line(1)}:5")
     assert directive["selected"] == [f"{16 * k:#06x}" for k in sorted(region)]
     assert directive["changed"] == len(changed) and directive["fields"] == {"stall": 6, "yield": "off"}
 
@@ -225,9 +230,7 @@ def test_a_refused_directive_stops_the_build_at_the_directive(control, kind, num
     with pytest.raises(AsmError) as info:
         assemble(build(control))
     shown = info.value.format()
-    line = next(n for n, text in enumerate(KERNEL.read_text().splitlines(), 1)
-                if f"CONTROL == {control}" in text) + 1
-    assert f"ffma_chain.sasm:{line}:5:" in shown, shown
+    assert f"ffma_chain.sasm:{directive_line(control)}:5:" in shown, shown
     assert "refused by the safety check" in shown and "nothing written" in shown
     assert f"{kind}: " in shown and numbers in shown and "FFMA" in shown and "^" in shown
 
@@ -238,9 +241,18 @@ def test_a_directive_that_selects_nothing_is_an_error():
     with pytest.raises(AsmError) as info:
         assemble(build(3))
     shown = info.value.format()
-    line = next(n for n, text in enumerate(KERNEL.read_text().splitlines(), 1) if "CONTROL == 3" in text) + 1
     assert "selects no SASS instruction" in shown and "the region's opcodes: FFMA" in shown
-    assert f"ffma_chain.sasm:{line}:14:" in shown and "^" in shown       # at the pattern
+    assert f"ffma_chain.sasm:{directive_line(3)}:14:" in shown and "^" in shown       # at the pattern
+
+
+@pytest.mark.toolchain
+@TOOLS
+def test_a_target_whose_control_codes_are_not_modelled_is_an_error_at_the_directive():
+    with pytest.raises(AsmError) as info:
+        assemble(build(1, target="sm_80"))
+    shown = info.value.format()
+    assert "'.control' writes the control codes of sm_90/sm_90a SASS; this build is for sm_80" in shown
+    assert f"ffma_chain.sasm:{directive_line(1)}:5:" in shown
 
 
 # ---- the command line --------------------------------------------------------------------------

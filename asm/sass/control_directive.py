@@ -35,7 +35,7 @@ from ..errors import AsmError, Note
 from ..isa import control_bits as cb
 from .elf import ElfCubin
 from .decode import decode
-from .inspect import ptx_positions
+from .inspect import DECODABLE_TARGETS, ptx_positions
 from .listing import disassemble_listing
 from .patch import Change, PatchPlan, plan_patch
 from .patch_rules import Rule, Rules
@@ -106,11 +106,15 @@ def has_controls(module: ir.Module) -> bool:
 
 
 def apply_controls(module: ir.Module, cubin: bytes, traced_cubin: bytes, traced_ptx: str,
-                   source: str) -> ControlReport:
+                   source: str, target: str) -> ControlReport:
     """The patched cubin and what each directive did; an AsmError at the directive when a
     directive selects nothing, or when the check refuses the patch (nothing is returned then)."""
     found = regions_with_controls(module)
     first = found[0][1].controls[0]
+    if target not in DECODABLE_TARGETS:
+        # the control-field layout and the check's latencies are sm_90's (isa/control_bits.py)
+        raise AsmError(f"'.control' writes the control codes of {'/'.join(DECODABLE_TARGETS)} SASS; this build "
+                       f"is for {target}", first.span, hint="build with --target sm_90 (or sm_90a)")
     _same_code(cubin, traced_cubin, source, first)
     listing = disassemble_listing(traced_cubin, line_info=True)
     positions = ptx_positions(traced_ptx)

@@ -286,6 +286,7 @@ class Control:
     pattern_span: Span
     field_spans: dict[str, Span]
     span: Span
+    exprs: dict[str, "Expr"]   # control field -> `{expr}` value, evaluated when expanded
 
 
 @dataclass(slots=True)

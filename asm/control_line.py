@@ -8,8 +8,10 @@ Fields and values are those of the rules file of `asmgemm patch` (sass/patch_rul
 the .sasm way: stall=0-15, yield=on|off, write_barrier=0-5|none, read_barrier=0-5|none,
 wait=[scoreboards], reuse=[slots A-D]. The line is read here rather than by the grammar because a
 pattern in a string may hold '//', '/*' or ';', which the grammar's lexer would take for a comment
-or the end of the statement. Every error points at the word it is about. Nothing is evaluated:
-a value is a literal, checked against the field layout of isa/control_bits.py.
+or the end of the statement. Every error points at the word it is about. A literal value is
+checked here against the field layout of isa/control_bits.py; a one-word field may instead be
+`{expr}` (stall={S}), which the parser parses and the expander evaluates with asmgemm's own
+evaluator and checks with `field_value`, at the expression.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from .source import Span
 
 FIELDS = ("stall", "yield", "write_barrier", "read_barrier", "wait", "reuse")
 # The raw-field name each key sets (patch_rules.Rule.fields, elf.ElfCubin.set_control).
+SCALAR_FIELDS = ("stall", "yield", "write_barrier", "read_barrier")     # one word each: `{expr}` allowed
 RAW_FIELD = {"stall": "stall", "yield": "yield", "write_barrier": "write_barrier",
              "read_barrier": "read_barrier", "wait": "wait_mask", "reuse": "reuse"}
 
@@ -32,6 +35,7 @@ _OPCODE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)*")
 _KEY = re.compile(r"([A-Za-z_][\w]*)[ \t]*(=)?[ \t]*")
 _WORD = re.compile(r"[A-Za-z0-9_]+")
 _LIST = re.compile(r"\[([^\]\n]*)\]")
+_BRACE = re.compile(r"\{((?:[^{}\n]|\{[^{}\n]*\})*)\}")     # {expr}, one level of { } inside (as BRACE_RAW)
 _END = re.compile(r"[ \t]*(?:;[ \t]*)?(?://[^\n]*)?$")
 
 
@@ -68,6 +72,7 @@ def read_control_line(text: str, start: int, directive: Span) -> ast.Control:
         pattern = re.escape(written)       # a bare opcode is matched as written, its dots included
     pos = m.end()
     fields: dict[str, int] = {}
+    exprs: dict[str, tuple[str, Span]] = {}
     field_spans: dict[str, Span] = {}
     while True:
         blank = _BLANK.match(text, pos).end()
@@ -88,19 +93,42 @@ def read_control_line(text: str, start: int, directive: Span) -> ast.Control:
         key_span = span(k.start(1), k.end(1))
         if key not in FIELDS:
             raise AsmError(f"unknown control field '{key}' (fields: {', '.join(FIELDS)})", key_span)
-        if RAW_FIELD[key] in fields:
+        if RAW_FIELD[key] in fields or RAW_FIELD[key] in exprs:
             raise AsmError(f"'{key}' is given twice on this line", key_span)
         if k.group(2) is None:
             raise AsmError(f"expected '=' and a value after '{key}'", span(k.end(1), k.end(1) + 1))
         pos = k.end()
-        value, pos = _value(key, text, pos, span)
-        fields[RAW_FIELD[key]] = value
+        brace = _BRACE.match(text, pos)
+        if brace is not None and key in SCALAR_FIELDS:
+            # evaluated by the expander (.const, .for and macro parameters), checked then by field_value
+            exprs[RAW_FIELD[key]] = (brace.group(1), span(brace.start(1), brace.end(1)))
+            pos = brace.end()
+        else:
+            value, pos = _value(key, text, pos, span)
+            fields[RAW_FIELD[key]] = value
         field_spans[key] = span(k.start(1), pos)
-    if not fields:
+    if not fields and not exprs:
         raise AsmError(f"'.control' sets no field (fields: {', '.join(FIELDS)})", directive)
     # the directive without its trailing comment: what errors underline and the PTX comment shows
     written_span = Span(source, directive.start, start + pos)
-    return ast.Control(pattern, written, fields, pattern_span, field_spans, written_span)
+    return ast.Control(pattern, written, fields, pattern_span, field_spans, written_span, exprs)
+
+
+def field_value(key: str, word: str, where: Span) -> int:
+    """The raw value of a one-word field (SCALAR_FIELDS) written, or computed, as `word`."""
+    if key == "stall":
+        if not (word.isdigit() and int(word) <= cb.STALL.mask):
+            raise AsmError(f"stall wants a cycle count 0-{cb.STALL.mask}, not '{word}'", where)
+        return int(word)
+    if key == "yield":
+        if word not in ("on", "off"):
+            raise AsmError(f"yield wants on (the hint, `Y`) or off, not '{word}'", where)
+        return 0 if word == "on" else 1       # the bit is inverted: 0 = hint on (control_bits.YIELD)
+    if word == "none":
+        return cb.NO_BARRIER
+    if not (word.isdigit() and int(word) < cb.NUM_SCOREBOARDS):
+        raise AsmError(f"{key} wants a scoreboard 0-{cb.NUM_SCOREBOARDS - 1} or none, not '{word}'", where)
+    return int(word)
 
 
 def _value(key: str, text: str, pos: int, span) -> tuple[int, int]:
@@ -138,17 +166,4 @@ def _value(key: str, text: str, pos: int, span) -> tuple[int, int]:
     m = _WORD.match(text, pos)
     if m is None:
         raise AsmError(f"expected a value after '{key}='", span(pos, pos + 1))
-    word, where = m.group(), span(m.start(), m.end())
-    if key == "stall":
-        if not (word.isdigit() and int(word) <= cb.STALL.mask):
-            raise AsmError(f"stall wants a cycle count 0-{cb.STALL.mask}, not '{word}'", where)
-        return int(word), m.end()
-    if key == "yield":
-        if word not in ("on", "off"):
-            raise AsmError(f"yield wants on (the hint, `Y`) or off, not '{word}'", where)
-        return (0 if word == "on" else 1), m.end()       # the bit is inverted: 0 = hint on (control_bits.YIELD)
-    if word == "none":
-        return cb.NO_BARRIER, m.end()
-    if not (word.isdigit() and int(word) < cb.NUM_SCOREBOARDS):
-        raise AsmError(f"{key} wants a scoreboard 0-{cb.NUM_SCOREBOARDS - 1} or none, not '{word}'", where)
-    return int(word), m.end()
+    return field_value(key, m.group(), span(m.start(), m.end())), m.end()

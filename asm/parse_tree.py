@@ -428,7 +428,10 @@ class AstBuilder:
         if self.span(rest).line != line:       # LINE_RAW skipped the blanks to the next line
             raise AsmError("'.control' needs an opcode pattern and at least one field on its line, such as "
                            "'.control FFMA stall=2'", self.span(kw))
-        return read_control_line(rest.value, self.offset + rest.start_pos, self.span(t))
+        control = read_control_line(rest.value, self.offset + rest.start_pos, self.span(t))
+        control.exprs = {key: parse_expression(text, self.source, where.start)
+                         for key, (text, where) in control.exprs.items()}
+        return control
 
     def s_regs_decl(self, t):
         kw, raw = t.children[0], t.children[1]

@@ -66,6 +66,29 @@ def test_fields_are_read_into_the_raw_values_of_the_rules_file():
     assert bare.pattern == "LDS\\.U\\.128"
 
 
+@pytest.mark.parametrize("defines, fields", [({}, {"stall": 3, "yield": 0}), ({"S": "1"}, {"stall": 1, "yield": 1})])
+def test_a_value_in_braces_is_evaluated_when_expanded(defines, fields):
+    text = ".const S ?= 3 ;\n" + region_source('    .control FFMA stall={S} yield={"on" if S > 2 else "off"}')
+    result = build_source(text, "t.sasm", BuildOptions(defines=defines))
+    [control] = [c for f in result.scheduled.functions() for r in f.body if hasattr(r, "controls")
+                 for c in r.controls]
+    assert control.fields == fields
+
+
+@pytest.mark.parametrize("line, where, message", [
+    (".control FFMA stall={S*8}", ":9:22:", "stall wants a cycle count 0-15, not '24'"),
+    (".control FFMA read_barrier={S*2}", ":9:29:", "read_barrier wants a scoreboard 0-5 or none, not '6'"),
+    (".control FFMA stall={T}", ":9:22:", "undefined name 'T'"),
+    (".control FFMA stall={S} stall=2", ":9:25:", "'stall' is given twice"),
+    (".control FFMA wait={S}", ":9:20:", "wait wants a list in brackets"),
+])
+def test_a_value_in_braces_is_checked_at_the_expression(line, where, message):
+    with pytest.raises(AsmError) as info:
+        build_source(".const S ?= 3 ;\n" + region_source(line), "t.sasm")
+    shown = info.value.format()
+    assert message in shown and f"t.sasm{where}" in shown, shown
+
+
 def test_the_directive_shows_in_the_ptx_as_a_comment():
     result = build_source(region_source("    .control FFMA stall=6   // a note"), "t.sasm")
     line = next(ln for ln in result.ptx.splitlines() if ".control" in ln)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import ast, ir
+from ..control_line import RAW_FIELD, field_value
 from ..errors import AsmError, Note
 from ..parse_tree import MAX_EXPR_DEPTH, MAX_NESTING
 from ..source import Span
@@ -201,7 +202,11 @@ class Expander(Preprocessor, RegisterDeclarations, OperandLowering):
             raise AsmError("'.control' belongs inside a '.schedule' region: it sets the control fields of "
                            "the SASS instructions made from that region", s.span)
         self._count(1, s.span)
-        out.append(ir.ControlDirective(s.pattern, s.written, dict(s.fields), s.span, s.pattern_span))
+        fields = dict(s.fields)
+        for raw, expr in s.exprs.items():
+            key = next(k for k, r in RAW_FIELD.items() if r == raw)
+            fields[raw] = field_value(key, self._interpolate(expr, scope), expr.span)
+        out.append(ir.ControlDirective(s.pattern, s.written, fields, s.span, s.pattern_span))
 
     def _s_Function(self, s: ast.Function, scope: Scope, out, toplevel):
         if not toplevel or self.fn is not None:

@@ -51,6 +51,8 @@ class Directive:
     region: int                              # the region's index in its function
     region_instructions: list[int] = field(default_factory=list)   # SASS indices traced to the region
     selected: list[int] = field(default_factory=list)              # ... whose opcode matches
+    # the selected instructions whose fields differ from ptxas's once every directive is applied
+    # (a later directive's field wins, so two directives may share, or undo, a change)
     changes: list[Change] = field(default_factory=list)
 
     def location(self) -> str:
@@ -92,7 +94,7 @@ class ControlReport:
             counts = ", ".join(f"{n} {k}" for k, n in fields.items()) or "no field changed"
             out.append(f"{d.location()}: .control {d.control.written}: {len(d.selected)} of the region's "
                        f"{len(d.region_instructions)} SASS instructions selected in {d.kernel}, "
-                       f"{len(d.changes)} changed ({counts}); check passed")
+                       f"{len(d.changes)} now differ from ptxas's ({counts}); check passed")
         return out
 
 

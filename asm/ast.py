@@ -277,6 +277,19 @@ class Schedule:
 
 
 @dataclass(slots=True)
+class Control:
+    """`.control PATTERN field=value ...` inside a `.schedule` region: the SASS control fields of
+    the region's instructions whose opcode matches (asm/sass/control_directive.py applies them)."""
+    pattern: str               # a regular expression, matched in full against nvdisasm's opcode
+    written: str               # the pattern as written: FFMA, or "LDS\\..*" with its quotes
+    fields: dict[str, int]     # control field -> raw value, as patch_rules.Rule.fields holds them
+    pattern_span: Span
+    field_spans: dict[str, Span]
+    span: Span
+    exprs: dict[str, "Expr"]   # control field -> `{expr}` value, evaluated when expanded
+
+
+@dataclass(slots=True)
 class RegAttr:
     name: str                  # bank, banks, vec2, vec4, align
     args: list[Expr]
@@ -314,7 +327,7 @@ class ErrorDirective:
 
 
 Stmt = Union[Tune, ErrorDirective, Version, Target, AddressSize, RawDirective, Decl, Function, Label, Instr, Scope,
-             ConstDef, MacroDef, MacroCall, For, If, Include, Schedule, RegsDecl]
+             ConstDef, MacroDef, MacroCall, For, If, Include, Schedule, Control, RegsDecl]
 
 
 @dataclass(slots=True)

@@ -293,6 +293,8 @@ def _body(w: _Writer, items, trace, state):
         ind = "\t" * state["depth"]
         if isinstance(item, ir.ScheduleRegion):
             w.add(f"{ind}// .schedule region {item.index}" + (f" ({item.span.location()})" if item.span else ""), item.span)
+            for control in item.controls:
+                w.add(ind + control.render(), control.span)
             _body(w, item.items, trace, state)
             w.add(f"{ind}// .endschedule", item.span)
         elif isinstance(item, ir.Instruction):

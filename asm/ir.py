@@ -219,11 +219,30 @@ class ScopeClose:
 
 
 @dataclass(slots=True)
+class ControlDirective:
+    """`.control` in a `.schedule` region: the SASS control fields to write on the region's
+    instructions whose opcode matches `pattern` (in full); applied after ptxas, through the line
+    table, by sass/control_directive.py."""
+    pattern: str                          # a regular expression over nvdisasm's opcode with modifiers
+    written: str                          # the pattern as the source wrote it
+    fields: dict[str, int]                # raw control-field values (sass/patch_rules.Rule.fields)
+    span: Span | None = None
+    pattern_span: Span | None = None
+
+    def render(self) -> str:
+        """The directive as a PTX comment, so the PTX says what will be done to ptxas's code."""
+        if self.span is None:
+            return f"// .control {self.written} {self.fields}"
+        return f"// {self.span.text().strip()}  ({self.span.location()})"
+
+
+@dataclass(slots=True)
 class ScheduleRegion:
     """Instructions of one `.schedule ... .endschedule` block; the scheduler may reorder them."""
     items: list["BodyItem"]
     span: Span | None = None
     index: int = 0                        # 0, 1, ... within its function
+    controls: list[ControlDirective] = field(default_factory=list)   # applied to the SASS it becomes
 
 
 BodyItem = Union[Instruction, Label, Directive, ScopeOpen, ScopeClose, ScheduleRegion]

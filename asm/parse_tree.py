@@ -15,6 +15,7 @@ from lark import Lark, Token, Tree
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from . import ast
+from .control_line import read_control_line
 from .errors import AsmError, Note
 from .expr import parse_number
 from .parser_cache import cached_lark
@@ -420,6 +421,17 @@ class AstBuilder:
     def s_schedule_block(self, t):
         body = [c for c in t.children if isinstance(c, Tree)]
         return ast.Schedule(self.stmts(body), self.span(t))
+
+    def s_control_dir(self, t):
+        kw, rest = t.children[0], t.children[1]
+        line = self.span(kw).line
+        if self.span(rest).line != line:       # LINE_RAW skipped the blanks to the next line
+            raise AsmError("'.control' needs an opcode pattern and at least one field on its line, such as "
+                           "'.control FFMA stall=2'", self.span(kw))
+        control = read_control_line(rest.value, self.offset + rest.start_pos, self.span(t))
+        control.exprs = {key: parse_expression(text, self.source, where.start)
+                         for key, (text, where) in control.exprs.items()}
+        return control
 
     def s_regs_decl(self, t):
         kw, raw = t.children[0], t.children[1]

@@ -26,6 +26,7 @@ from .parse import parse_source
 from .parse_fast import PLAIN_PTX_NODES, Statements
 from .ptxas_names import locate as locate_named
 from .regalloc import Allocation, allocate
+from .sass.control_directive import ControlReport, apply_controls, has_controls
 from .scheduler import schedule_module
 from .source import SourceFile
 from .targets import SUPPORTED_TARGETS, require_supported_target
@@ -288,10 +289,28 @@ class AssembleResult:
     kernels: list[KernelResources]
     warnings: list[str]
     log: str
+    control: ControlReport | None = None   # what the `.control` directives did to ptxas's code
 
 
 def assemble(result: BuildResult, extra_args: list[str] | None = None) -> AssembleResult:
-    """ptxas the build's PTX; ptxas errors become AsmErrors at the .sasm line that produced them."""
+    """ptxas the build's PTX; ptxas errors become AsmErrors at the .sasm line that produced them.
+    When the build has `.control` directives, the cubin returned is ptxas's with their control
+    fields written and checked (sass/control_directive.py); a refused patch is an AsmError at the
+    directive, and no cubin comes back."""
+    assembled = _run_ptxas(result, extra_args)
+    if not has_controls(result.scheduled):
+        return assembled
+    if result.options.trace == "ptx-lines":
+        traced, traced_ptx = assembled.cubin, result.ptx      # the cubin carries its own line table
+    else:
+        traced_build = _traced(result)
+        traced, traced_ptx = _run_ptxas(traced_build, extra_args).cubin, traced_build.ptx
+    report = apply_controls(result.scheduled, assembled.cubin, traced, traced_ptx, result.source.path,
+                            result.target)
+    return dataclasses.replace(assembled, cubin=report.cubin, control=report)
+
+
+def _run_ptxas(result: BuildResult, extra_args: list[str] | None) -> AssembleResult:
     args = list(extra_args or [])
     if result.options.trace in ("loc", "ptx-lines") and "-lineinfo" not in args:
         args.append("-lineinfo")
@@ -354,10 +373,17 @@ class TracedBuild:
 
 def assemble_traced(result: BuildResult) -> TracedBuild:
     """The line-traced PTX of a build, assembled (the build is re-emitted only if it was not
-    traced already: expansion, allocation and scheduling are not redone)."""
-    if result.options.trace != "ptx-lines":
-        emitted = emit_ptx(result.scheduled, result.target, trace="ptx-lines", source_name=result.source.path,
-                           ptx_name=Path(result.source.path).with_suffix(".ptx").name)
-        result = dataclasses.replace(result, emitted=emitted,
-                                     options=dataclasses.replace(result.options, trace="ptx-lines"))
-    return TracedBuild(result, assemble(result))
+    traced already: expansion, allocation and scheduling are not redone). Its `.control`
+    directives are applied as in `assemble`: the inspector shows the code that ships."""
+    traced = _traced(result)
+    return TracedBuild(traced, assemble(traced))
+
+
+def _traced(result: BuildResult) -> BuildResult:
+    """The build re-emitted in trace mode "ptx-lines" (itself if it already is)."""
+    if result.options.trace == "ptx-lines":
+        return result
+    emitted = emit_ptx(result.scheduled, result.target, trace="ptx-lines", source_name=result.source.path,
+                       ptx_name=Path(result.source.path).with_suffix(".ptx").name)
+    return dataclasses.replace(result, emitted=emitted,
+                               options=dataclasses.replace(result.options, trace="ptx-lines"))

@@ -163,4 +163,4 @@ def schedule_region(region: ir.ScheduleRegion, function: str, index: int, table:
             ins = replace(ins, note=f"{codes[n].render()} t={issue[n]}")
         items.append(ins)
     items.extend(pending)
-    return ir.ScheduleRegion(items, region.span, index), rep
+    return ir.ScheduleRegion(items, region.span, index, region.controls), rep

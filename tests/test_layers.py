@@ -40,7 +40,7 @@ PACKAGES = ["asmgemm", "asmgemm.expand", "asmgemm.isa", "asmgemm.commands", "asm
 # of one rank are independent: neither imports the other. Ranks follow the real dependencies,
 # bottom up: the version, positions (source.py), the lazy list (list_view.py) and the data-only packages; errors; the data models
 # (ast, ir) and reading files; expressions, the parser cache and the ISA facts; the toolchain
-# (ptxas, nvdisasm); the accepted targets, the grammars' shared tree builder and ptxas's names; the
+# (ptxas, nvdisasm) and the reader of a `.control` line; the accepted targets, the grammars' shared tree builder and ptxas's names; the
 # fast parser and the stages after expansion (register planner, scheduler, emitter); the parser
 # and the SASS inspector and patcher (whose hazard check reads the scheduler's latencies); the expander and the kernel specs; the pipeline that runs a build; the
 # runtime; the library (benchmark, tuner); the command line.
@@ -49,7 +49,7 @@ STAGE_RANK = {
     "errors": 1,
     "ast": 2, "ir": 2, "files": 2,
     "expr": 3, "parser_cache": 3, "isa": 3,
-    "toolchain": 4,
+    "toolchain": 4, "control_line": 4,
     "targets": 5, "parse_tree": 5, "ptxas_names": 5,
     "parse_fast": 6, "regalloc": 6, "scheduler": 6, "emit": 6,
     "parse": 7, "sass": 7,

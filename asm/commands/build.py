@@ -8,6 +8,7 @@ import click
 
 from ..files import write_files
 from ..pipeline import assemble, build_file
+from ..sass.control_directive import has_controls
 from .common import build_options, emit_json, source_options
 
 
@@ -54,10 +55,12 @@ def _build(file, output, cubin, trace, no_schedule, annotate, as_json, defines, 
     result = build_file(file, opts)
     cubin_bytes = None
     kernels = []
+    control = None
     if cubin:
-        asm = assemble(result)
+        asm = assemble(result)          # with `.control` directives: ptxas's code, patched and checked
         cubin_bytes = asm.cubin
         kernels = [k.to_json() for k in asm.kernels]
+        control = asm.control
         for w in asm.warnings:
             click.echo(f"ptxas warning: {w}", err=True)
     if output is None:
@@ -74,11 +77,16 @@ def _build(file, output, cubin, trace, no_schedule, annotate, as_json, defines, 
     if output == "-":
         click.echo(result.ptx, nl=False)
         return
+    # `.control` acts on ptxas's code: without --cubin there is none, and the report says so
+    pending = "not applied: the directives act on the cubin (--cubin)" if control is None and \
+        has_controls(result.scheduled) else None
     if as_json:
         emit_json({"source": result.source.path, "ptx": output, "cubin": cubin, "target": result.target,
                    "kernels": result.kernel_names, "parameters": result.parameters, "ptxas": kernels,
-                   "note": note})
+                   "note": note, "control": control.to_json() if control else pending})
     else:
+        for line in control.lines() if control else ([f"note: .control {pending}"] if pending else []):
+            click.echo(line, err=True)
         extra = f" and {cubin}" if cubin else ""
         names = result.kernel_names
         # A large PTX file has thousands of kernels: name a few, count the rest (--json lists all).

@@ -76,6 +76,7 @@ def command(files, diff, kernel_name, only_loops, as_json, defines, target, incl
         raise AsmError(f"give one FILE (got {len(files)}); to compare two cubins use --diff A.cubin B.cubin")
     file = files[0]
 
+    control = None
     if _is_cubin(file):
         path = Path(file)
         if not path.is_file():
@@ -88,7 +89,9 @@ def command(files, diff, kernel_name, only_loops, as_json, defines, target, incl
         if target is not None:
             check_target(target)
         result = build_file(file, build_options(defines, target, include_dirs, trace="ptx-lines"))
-        report = inspect_build(assemble_traced(result))
+        traced = assemble_traced(result)
+        report = inspect_build(traced)
+        control = traced.assembled.control      # the listing is of the code with its `.control`s applied
     kernels = list(report.kernels.values())
     if kernel_name is not None:
         kernels = [k for k in kernels if k.name == kernel_name]
@@ -97,10 +100,14 @@ def command(files, diff, kernel_name, only_loops, as_json, defines, target, incl
     if as_json:
         data = report.to_json(only_loops)
         data["kernels"] = [k.to_json(only_loops) for k in kernels]
+        if control is not None:
+            data["control"] = control.to_json()
         emit_json(data)
         return
     console = make_console(piped_width=240)    # piped listings keep one instruction per line
     render_report(report, kernels, only_loops, console)
+    for line in control.lines() if control is not None else []:
+        click.echo(line, err=True)
 
 
 def _diff(files, kernel_name, as_json) -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import ast, ir
+from ..control_line import RAW_FIELD, field_value
 from ..errors import AsmError, Note
 from ..parse_tree import MAX_EXPR_DEPTH, MAX_NESTING
 from ..source import Span
@@ -185,11 +186,27 @@ class Expander(Preprocessor, RegisterDeclarations, OperandLowering):
             self._stmts(s.body, Scope(scope), items, toplevel)
         finally:
             self.fn.in_schedule = False
+        controls = [it for it in items if isinstance(it, ir.ControlDirective)]
+        if controls:
+            items = [it for it in items if not isinstance(it, ir.ControlDirective)]
         for it in items:
             if isinstance(it, (ir.Label, ir.ScopeOpen, ir.ScopeClose)):
                 raise AsmError("a '.schedule' region must be straight-line code: no labels or { } scopes inside",
                                it.span or s.span)
-        out.append(ir.ScheduleRegion(items, s.span))
+        out.append(ir.ScheduleRegion(items, s.span, controls=controls))
+
+    def _s_Control(self, s: ast.Control, scope, out, toplevel):
+        # It applies to the whole region it is in, wherever in the region it stands, so
+        # _s_Schedule takes it out of the instructions into the region's `controls`.
+        if self.fn is None or not self.fn.in_schedule:
+            raise AsmError("'.control' belongs inside a '.schedule' region: it sets the control fields of "
+                           "the SASS instructions made from that region", s.span)
+        self._count(1, s.span)
+        fields = dict(s.fields)
+        for raw, expr in s.exprs.items():
+            key = next(k for k, r in RAW_FIELD.items() if r == raw)
+            fields[raw] = field_value(key, self._interpolate(expr, scope), expr.span)
+        out.append(ir.ControlDirective(s.pattern, s.written, fields, s.span, s.pattern_span))
 
     def _s_Function(self, s: ast.Function, scope: Scope, out, toplevel):
         if not toplevel or self.fn is not None:

@@ -108,6 +108,8 @@ def _region(rule: Rule, kernel: SassKernel) -> list[int]:
     n = len(kernel.instructions)
     if rule.region_kind is None:
         return list(range(n))
+    if rule.region_kind == "indices":      # an exact set, built by a caller (sass/control_directive.py)
+        return sorted(rule.region)
     if rule.region_kind == "loop":
         if rule.region >= len(kernel.loops):
             raise AsmError(f"rule {rule.index + 1}: {kernel.name} has {len(kernel.loops)} loop(s); "

@@ -48,8 +48,9 @@ class Rule:
     index: int                         # 0-based position in the file
     kernel: str | None
     opcode: re.Pattern
-    region_kind: str | None            # one of REGION_KEYS, or None: the whole kernel
-    region: object                     # int (loop), (lo, hi) ints, or (label, label)
+    region_kind: str | None            # one of REGION_KEYS, "indices" (built by a caller, never read
+                                       # from a file: sass/control_directive.py), or None: the whole kernel
+    region: object                     # int (loop), (lo, hi) ints, (label, label), or a set of indices
     fields: dict[str, int] = field(default_factory=dict)   # control field name -> raw value
     spans: dict[str, Span] = field(default_factory=dict)   # key -> where it is written
 

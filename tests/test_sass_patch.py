@@ -202,6 +202,29 @@ def test_checker_refuses_a_stall_shortened_below_a_fixed_latency(decoded, cubins
     raise AssertionError("no adjacent fixed-latency producer/consumer pair found")
 
 
+def test_checker_holds_a_branch_predicate_to_ptxas_spacing_not_the_table(decoded, cubins):
+    """ISETP's 4 cycles in the table were measured into an arithmetic consumer; ptxas keeps 13
+    before the `@P EXIT`/`@P BRA` that reads the predicate (maxas: 13 to use a predicate). A patch
+    cutting that stall to the table's latency is refused (found by h35s: it used to pass)."""
+    fixed = fixed_latencies(TABLE)
+    for name, kernel, code in _codes(decoded):
+        for k, p in enumerate(kernel.instructions[:-1]):
+            nxt = kernel.instructions[k + 1]
+            if (not p.reachable or p.opcode != "ISETP" or code.succ[k] != [k + 1] or not nxt.predicate
+                    or nxt.opcode not in ("EXIT", "BRA") or p.stall <= fixed["ISETP"][0]):
+                continue
+            if not code.reads[k + 1] & code.writes[k]:
+                continue
+            latency = fixed["ISETP"][0]
+            plan = plan_patch(cubins[name], parse_rules(rule(kernel.name, p.address, stall=latency)), name)
+            hazards = [h for h in plan.hazards if h.kind == "latency" and h.address == nxt.address]
+            assert hazards, f"accepted stall {latency} on {p.text} before {nxt.text}"
+            assert hazards[0].numbers["distance"] == latency and hazards[0].numbers["input_distance"] == p.stall
+            assert "does not cover a read by" in hazards[0].message
+            return
+    raise AssertionError("no ISETP directly before a predicated EXIT/BRA reading it")
+
+
 def test_checker_refuses_a_dropped_scoreboard_wait(decoded, cubins):
     for name, kernel, code in _codes(decoded, {"sgemm"}):
         for k, x in enumerate(kernel.instructions):

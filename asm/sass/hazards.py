@@ -24,7 +24,10 @@ The four rules, each refusing with the instruction, the hazard and the numbers:
     through scheduler/latencies_sm90.py timing_table(): FFMA/FMUL/FADD/IMAD/SHF/ISETP/SEL measured 4 cycles on the
     H100 [H100-UBENCH], DFMA 8, HFMA2 8; others PG-LATENCY / ESTIMATE as the table cites). An
     opcode the table has no fixed latency for is held to the input's distance within a horizon of
-    FIXED_HORIZON cycles: a patch may not bring its consumer closer than ptxas did. Comparing with
+    FIXED_HORIZON cycles: a patch may not bring its consumer closer than ptxas did. So is a
+    consumer the table does not describe (table_covers): a guard or branch predicate, a control
+    or memory instruction. The table was measured on arithmetic chains; ptxas puts 13 cycles
+    between an ISETP and the `@P0 EXIT` reading its predicate, as maxas's wiki asks. Comparing with
     d0 keeps ptxas's own spacing acceptable where it is below the table (the report counts those
     pairs: ptxas knows forwarding paths the table does not).
  2. scoreboard: X depends on a variable-latency P (P sets a write scoreboard S: X reads or
@@ -94,6 +97,32 @@ class CheckReport:
                 "fixed_latency_pairs": self.checked_pairs,
                 "input_pairs_below_table_latency": self.below_table,
                 "scoreboard_dependencies": self.scoreboard_edges}
+
+
+# Control and memory instructions: consumers the measured latency table does not describe
+# (table_covers), and what the stall pass leaves alone (sass/stall_pass.py).
+CONTROL_OPCODES = frozenset(BRANCHES | TERMINATORS | {
+    "BAR", "BSSY", "BSYNC", "BREAK", "BPT", "CALL", "WARPSYNC", "DEPBAR", "NANOSLEEP", "YIELD",
+    "WARPGROUP", "ELECT", "SYNCS", "ARRIVES", "ACQBULK", "BMOV", "PMTRAP", "VOTEU"})
+MEMORY_OPCODE = re.compile(r"^(LD|ST|ATOM|RED|SU|TEX|TLD|TMML|TXD|TXQ|UTMA|UBLK|CCTL|MEMBAR|FENCE|ERRBAR|MATCH|QSPC)")
+
+
+def table_covers(code: CodeFacts, x: int, hit: set, fixed: dict) -> bool:
+    """Whether the table's latency applies to a read of `hit` by instruction x. The table was
+    measured on dependent chains of arithmetic (scheduler/latencies_sm90.py: "setp+selp chain",
+    FFMA chains, ...), so it covers an arithmetic consumer reading the value as an operand. It does
+    not cover a guard predicate (read when the instruction is issued or dispatched, not by the
+    operand collector) nor a branch, barrier or memory consumer: ptxas puts 13 cycles between an
+    ISETP and the `@P0 BRA` / `@P0 EXIT` that reads its predicate (sgemm_naive, ptxas 13), against
+    4 in the table, which matches maxas's "13 ... to immediately use a predicate" (maxas wiki
+    "Control-Codes", Stall Counts). Such pairs are held to ptxas's own distance, and so is a
+    warpgroup instruction (HGMMA, WARPGROUP.*), whose operands are not modelled."""
+    i = code.ins[x]
+    if i.opcode not in fixed or i.opcode in CONTROL_OPCODES or MEMORY_OPCODE.match(i.opcode):
+        return False
+    guard = i.predicate.lstrip("!") if i.predicate else None
+    return not any(register_name(r) == guard for r in hit)
+
 
 
 def fixed_latencies(table) -> dict[str, tuple[int, str]]:
@@ -245,7 +274,9 @@ def _check_latency(name: str, code: CodeFacts, table, report: CheckReport) -> No
         if _sb(code.old[p], "write") is not None or i.opcode in variable:
             continue                                  # scoreboard-tracked: rule 2
         known = fixed.get(i.opcode)
-        need = known[0] if known else FIXED_HORIZON
+        # the search goes on past the table's latency: a consumer the table does not cover
+        # (table_covers) is held to the input's spacing within the horizon
+        need = FIXED_HORIZON
         stack = [(s, code.gap_new[p], code.gap_old[p], frozenset(code.writes[p])) for s in code.succ[p]]
         seen = set()
         flagged: set[int] = set()
@@ -259,12 +290,18 @@ def _check_latency(name: str, code: CodeFacts, table, report: CheckReport) -> No
                 report.checked_pairs += 1
                 if known and d0 < known[0]:
                     report.below_table += 1
-                bad = d < d0 and (d < known[0] if known else d < FIXED_HORIZON)
+                # a pair the table does not describe (a guard or branch predicate, a control or
+                # memory consumer: table_covers) is held to the input's spacing, as an opcode
+                # without a table latency is
+                covered = known is not None and table_covers(code, x, hit, fixed)
+                bad = d < d0 and (d < known[0] if covered else d < FIXED_HORIZON)
                 if bad and x not in flagged:
                     flagged.add(x)
                     reg = register_name(sorted(hit)[0])
                     where = (f"{i.opcode} latency {known[0]} cycles [{known[1]}, scheduler/latencies_sm90.py]"
-                             if known else f"{i.opcode} has no latency in the table: held to the input's spacing")
+                             if covered else f"{i.opcode} has no latency in the table: held to the input's spacing"
+                             if not known else f"the table's {i.opcode} latency does not cover a read by "
+                             f"{ins[x].opcode} (a predicate, control or memory consumer): held to the input's spacing")
                     report.hazards.append(Hazard(
                         name, ins[x].address, ins[x].text, "latency",
                         f"reads {reg} {d} cycles after {ins[p].address:#06x} {ins[p].text} wrote it "

@@ -82,15 +82,14 @@ get the yield hint on; the others get it off. Instructions of other opcodes keep
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from ..isa import control_bits as cb
 from ..isa.arch import arch_for
-from ..isa.sass_registers import UNMODELLED_OPCODES, register_name
+from ..isa.sass_registers import UNMODELLED_OPCODES
 from .analysis import analyse_banks
-from .decode import BRANCHES, TERMINATORS
-from .hazards import FIXED_HORIZON, CodeFacts, _variable_opcodes, fixed_latencies
+from .hazards import CONTROL_OPCODES as _CONTROL, FIXED_HORIZON, MEMORY_OPCODE as _MEMORY, CodeFacts, \
+    _variable_opcodes, fixed_latencies, table_covers as _table_covers
 from .inspect import SassKernel
 
 # The hot arithmetic of a GEMM loop: what DeepGEMM interleaved (FFMA) and its tensor-core twin.
@@ -99,10 +98,6 @@ HOT_OPCODES = frozenset({"FFMA", "HMMA"})
 YIELD_REQUIRED_FROM_STALL = 12
 MIN_STALL = 1
 
-_CONTROL = frozenset(BRANCHES | TERMINATORS | {
-    "BAR", "BSSY", "BSYNC", "BREAK", "BPT", "CALL", "WARPSYNC", "DEPBAR", "NANOSLEEP", "YIELD",
-    "WARPGROUP", "ELECT", "SYNCS", "ARRIVES", "ACQBULK", "BMOV", "PMTRAP", "VOTEU"})
-_MEMORY = re.compile(r"^(LD|ST|ATOM|RED|SU|TEX|TLD|TMML|TXD|TXQ|UTMA|UBLK|CCTL|MEMBAR|FENCE|ERRBAR|MATCH|QSPC)")
 _SPECIAL_REGISTERS = frozenset({"S2R", "CS2R", "S2UR"})
 _LEFT_ALONE = frozenset({"NOP"})
 
@@ -166,23 +161,6 @@ def exclusion(kernel: SassKernel, code: CodeFacts, k: int, fixed: dict, variable
     if any(code.new[s]["wait_mask"] for s in code.succ[k]):
         return "before a scoreboard wait"
     return None
-
-
-def _table_covers(code: CodeFacts, x: int, hit: set, fixed: dict) -> bool:
-    """Whether the table's latency applies to a read of `hit` by instruction x. The table was
-    measured on dependent chains of arithmetic (scheduler/latencies_sm90.py: "setp+selp chain",
-    FFMA chains, ...), so it covers an arithmetic consumer reading the value as an operand. It does
-    not cover a guard predicate (read when the instruction is issued or dispatched, not by the
-    operand collector) nor a branch, barrier or memory consumer: ptxas puts 13 cycles between an
-    ISETP and the `@P0 BRA` / `@P0 EXIT` that reads its predicate (sgemm_naive, ptxas 13), against
-    4 in the table, which matches maxas's "13 ... to immediately use a predicate" (maxas wiki
-    "Control-Codes", Stall Counts). Such pairs are held to ptxas's own distance, and so is a
-    warpgroup instruction (HGMMA, WARPGROUP.*), whose operands are not modelled."""
-    i = code.ins[x]
-    if i.opcode not in fixed or i.opcode in _CONTROL or _MEMORY.match(i.opcode):
-        return False
-    guard = i.predicate.lstrip("!") if i.predicate else None
-    return not any(register_name(r) == guard for r in hit)
 
 
 def _completes_no_sooner(opcode: str, known, fixed: dict) -> bool:

@@ -663,14 +663,17 @@ def with_sass_patch(spec: KernelSpec, name: str, options: dict) -> KernelSpec:
     """A copy of `spec` named `name` whose cubin gets the control-code passes `options` (the keys of
     a `sass_patch` table; a rules file relative to the working folder), checked as in a spec file.
     For A/B scripts that time ptxas's code against a patch without writing a spec file
-    (tools/variant_ab.py); register() it to launch it by name."""
+    (tools/variant_ab.py); register() it to launch it by name. The copy runs itself: its routes
+    and in_place kernel (unpatched kernels) are dropped, so a call of the copy never lands on
+    ptxas's code by a route."""
     if not name.isidentifier():
         raise AsmError(f"'{name}' is not a kernel name (letters, digits, '_')")
     patch = _sass_patch(Path.cwd() / "<command line>", f"[{name}]", dict(options))
     # the catalog's own entries run the copy (as `like` gives a table's configs its own name);
     # entries naming another kernel (sgemm's skinny ones) keep it
     configs = tuple(dataclasses.replace(c, kernel=name) if c.kernel == spec.name else c for c in spec.configs)
-    return dataclasses.replace(spec, name=name, entry=spec.entry, sass_patch=patch, configs=configs)
+    return dataclasses.replace(spec, name=name, entry=spec.entry, sass_patch=patch, configs=configs, routes=(),
+                               in_place=None)
 
 
 def _sass_patch(path: Path, where: str, t) -> tuple[tuple[str, object], ...]:

@@ -96,9 +96,13 @@ def _operands(cp, spec, m: int, n: int, k: int, layout: str, seed: int):
 
 def dispatch_params(spec, a, b, c, ta: bool, tb: bool) -> dict:
     """The -D parameters gemm's own choice runs for this call of the plain kernel (database, cost
-    model or size rule), with split-K's S as the switch's value the way params= name a split."""
+    model or size rule), with split-K's S as the switch's value the way params= name a split; None
+    where the dispatch ran another kernel (a route or the in-place kernel: the size rule's choice
+    for this kernel is laid over then)."""
     gemm(a, b, c, trans_a=ta, trans_b=tb, kernel=spec.name)
     ran = last_launch()
+    if ran["kernel"] != spec.name:
+        return None           # the dispatch sent this call to another kernel (a route, in place)
     params = {k: int(v) for k, v in ran["params"].items()}
     if spec.split_k is not None:
         # params= name a split by its count (the switch's 0 in a plain build means none)
@@ -115,9 +119,8 @@ def run_shape(cp, torch, spec, sms: int, shape, layout: str, variants, reps: int
     op_a, op_b = (a.T if ta else a), (b.T if tb else b)
     c_dtype = cp.dtype(spec.dtypes.c)
     ref = cp.matmul(op_a.astype(cp.float32), op_b.astype(cp.float32))
-    if from_dispatch:
-        untuned = dispatch_params(spec, a, b, cp.empty((m, n), dtype=c_dtype), ta, tb)
-    else:
+    untuned = dispatch_params(spec, a, b, cp.empty((m, n), dtype=c_dtype), ta, tb) if from_dispatch else None
+    if untuned is None:
         untuned = untuned_size_rule(spec, m, n, k, layout, sms)
         split = untuned_split(spec, m, n, k, sms, layout)
         if split is not None:           # params= turn the rule's split off unless they name it

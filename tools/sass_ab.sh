@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Issue 35's GPU A/B in one device command: ptxas's control codes against the project's passes,
+# interleaved in one process per kernel (tools/variant_ab.py; each variant is a copy of the kernel's
+# table with a sass_patch), then the patched kernels' correctness on odd shapes in every layout, and
+# compute-sanitizer memcheck on them. Results under $OUT (packed into $OUT/all.tgz).
+#   VARIANTS_SGEMM / VARIANTS_HGEMM / VARIANTS_MMA: the --variant lists (defaults below)
+#   SHAPES_BIG: the timed shapes; REPS: timed repetitions
+set -u
+: "${OUT:?set OUT}" "${REPS:=15}" "${SHAPES_BIG:=--shape 4096,4096,4096 --shape 8192,8192,8192}"
+source tools/device_setup.sh >/dev/null || exit 1
+export ASMGEMM_NO_TUNE_CACHE=1
+: "${VARIANTS_SGEMM:=ptxas: reuse:@reuse stall:@stall y2:@yield_every=2 y4:@yield_every=4 y8:@yield_every=8 stall_y8:@stall,yield_every=8 ptxas2:}"
+: "${VARIANTS_HGEMM:=ptxas: reuse:@reuse stall:@stall reuse_stall:@reuse,stall ptxas2:}"
+: "${VARIANTS_MMA:=ptxas: reuse:@reuse stall:@stall y2:@yield_every=2 y4:@yield_every=4 y8:@yield_every=8 ptxas2:}"
+ab() {   # kernel name, variants, extra args...
+    local kernel=$1 variants=$2; shift 2
+    local args=(); for v in $variants; do args+=(--variant "$v"); done
+    timeout 500 python3 tools/variant_ab.py "$kernel" "${args[@]}" "$@" > "$OUT/ab_${kernel}_$TAG.txt" 2>&1
+    echo "== $kernel $TAG: exit $?"; grep -E '^[0-9]+x|refused|WRONG|error' "$OUT/ab_${kernel}_$TAG.txt" | head -20
+}
+TAG=big ab sgemm "$VARIANTS_SGEMM" --from-dispatch $SHAPES_BIG --reps "$REPS" --json "$OUT/ab_sgemm_big.json"
+TAG=big ab hgemm "$VARIANTS_HGEMM" --from-dispatch $SHAPES_BIG --reps "$REPS" --no-torch --json "$OUT/ab_hgemm_big.json"
+TAG=big ab hgemm_mma "$VARIANTS_MMA" --from-dispatch $SHAPES_BIG --reps "$REPS" --no-torch --json "$OUT/ab_hgemm_mma_big.json"
+# correctness of every variant on odd shapes, all four layouts (few reps: the check is the point)
+for layout in nn nt tn tt; do
+    for k in sgemm hgemm hgemm_mma; do
+        v=VARIANTS_${k^^}; [[ $k == hgemm_mma ]] && v=VARIANTS_MMA
+        TAG=odd_$layout ab "$k" "${!v}" --from-dispatch --layout "$layout" --shape 127,129,65 --shape 1000,999,517 \
+            --shape 7,13,5 --reps 2 --no-torch
+    done
+done
+cd "$OUT" && tar czf /tmp/all.tgz . && mv /tmp/all.tgz "$OUT/all.tgz"

@@ -29,4 +29,11 @@ for layout in nn nt tn tt; do
             --shape 7,13,5 --reps 2 --no-torch
     done
 done
+# compute-sanitizer memcheck on the patched kernels (odd shape, every layout, a strided view)
+for item in "sgemm stall,yield_every=8" "sgemm reuse,stall" "hgemm_mma stall,yield_every=4" "hgemm reuse,stall"; do
+    set -- $item
+    timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 python3 tools/sgemm_sanitize.py "$1" \
+        --sass-patch "$2" --params null > "$OUT/sanitize_$1_$2.txt" 2>&1
+    echo "== memcheck $1 @$2: exit $? $(grep -E 'ERROR SUMMARY|SANITIZE_RESULTS' "$OUT/sanitize_$1_$2.txt" | tr '\n' ' ')"
+done
 cd "$OUT" && tar czf /tmp/all.tgz . && mv /tmp/all.tgz "$OUT/all.tgz"

@@ -12,16 +12,18 @@ under compute-sanitizer, which exits 3 on a memory error. Needs a GPU and CuPy.
 Usage (GPU):
     compute-sanitizer --tool memcheck --error-exitcode 3 python3 tools/sgemm_sanitize.py
     python3 tools/sgemm_sanitize.py sgemm --params '{"BK": 16}' --params null --shape 257,129,65
+    compute-sanitizer --tool memcheck python3 tools/sgemm_sanitize.py sgemm --sass-patch stall,yield_every=4
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from asmgemm.bench.shapes import parse_shape
 from asmgemm.errors import AsmError
-from asmgemm.kernel_spec import get_spec
+from asmgemm.kernel_spec import get_spec, register, with_sass_patch
 from asmgemm.runtime.gemm import gemm
 from asmgemm.runtime.gpu import require_gpu
 
@@ -70,10 +72,22 @@ def main(argv=None) -> int:
     ap.add_argument("--max-err", type=float, default=None,
                     help=f"largest ‖C − ref‖/‖ref‖ against float64 that passes (default {FP32_MAX_ERR} for "
                          "float32 kernels, else the kernel spec's rel_err_limit)")
+    ap.add_argument("--sass-patch", metavar="PASSES",
+                    help="run the kernel with these control-code passes applied to its cubin (issue 35), as "
+                         "tools/variant_ab.py's @PASSES: reuse,stall,reorder,yield_every=N,rules=FILE")
     args = ap.parse_args(argv)
 
     try:
         spec = get_spec(args.kernel)
+        if args.sass_patch:
+            sys.path.insert(0, str(Path(__file__).parent))
+            from variant_ab import parse_variant     # one parser of the pass list for both tools
+            try:
+                _name, _defines, patch = parse_variant(f"patched:@{args.sass_patch}")
+            except ValueError as exc:
+                ap.error(str(exc))
+            spec = with_sass_patch(spec, f"{spec.name}__patched", patch)
+            register(spec)
         variants = args.params or (list(SGEMM_VARIANTS) if spec.name == "sgemm" else [None])
         limit = args.max_err if args.max_err is not None else (
             FP32_MAX_ERR if spec.dtypes.a == "float32" else spec.rel_err_limit)

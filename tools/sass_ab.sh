@@ -4,9 +4,9 @@
 # table with a sass_patch), then the patched kernels' correctness on odd shapes in every layout, and
 # compute-sanitizer memcheck on them. Results under $OUT (packed into $OUT/all.tgz).
 #   VARIANTS_SGEMM / VARIANTS_HGEMM / VARIANTS_MMA: the --variant lists (defaults below)
-#   SHAPES_BIG: the timed shapes; REPS: timed repetitions
+#   SHAPES_BIG: the timed shapes; REPS: timed repetitions; PARTS: which of "big odd sanitize" to run
 set -u
-: "${OUT:?set OUT}" "${REPS:=15}" "${SHAPES_BIG:=--shape 4096,4096,4096 --shape 8192,8192,8192}"
+: "${OUT:?set OUT}" "${REPS:=15}" "${PARTS:=big odd sanitize}" "${SHAPES_BIG:=--shape 4096,4096,4096 --shape 8192,8192,8192}"
 source tools/device_setup.sh >/dev/null || exit 1
 export ASMGEMM_NO_TUNE_CACHE=1
 : "${VARIANTS_SGEMM:=ptxas: reuse:@reuse stall:@stall y2:@yield_every=2 y4:@yield_every=4 y8:@yield_every=8 stall_y8:@stall,yield_every=8 ptxas2:}"
@@ -18,11 +18,13 @@ ab() {   # kernel name, variants, extra args...
     timeout 500 python3 tools/variant_ab.py "$kernel" "${args[@]}" "$@" > "$OUT/ab_${kernel}_$TAG.txt" 2>&1
     echo "== $kernel $TAG: exit $?"; grep -E '^[0-9]+x|refused|WRONG|error' "$OUT/ab_${kernel}_$TAG.txt" | head -20
 }
+if [[ " $PARTS " == *" big "* ]]; then
 TAG=big ab sgemm "$VARIANTS_SGEMM" --from-dispatch $SHAPES_BIG --reps "$REPS" --json "$OUT/ab_sgemm_big.json"
 TAG=big ab hgemm "$VARIANTS_HGEMM" --from-dispatch $SHAPES_BIG --reps "$REPS" --no-torch --json "$OUT/ab_hgemm_big.json"
 TAG=big ab hgemm_mma "$VARIANTS_MMA" --from-dispatch $SHAPES_BIG --reps "$REPS" --no-torch --json "$OUT/ab_hgemm_mma_big.json"
+fi
 # correctness of every variant on odd shapes, all four layouts (few reps: the check is the point)
-for layout in nn nt tn tt; do
+[[ " $PARTS " == *" odd "* ]] && for layout in nn nt tn tt; do
     for k in sgemm hgemm hgemm_mma; do
         v=VARIANTS_${k^^}; [[ $k == hgemm_mma ]] && v=VARIANTS_MMA
         TAG=odd_$layout ab "$k" "${!v}" --from-dispatch --layout "$layout" --shape 127,129,65 --shape 1000,999,517 \
@@ -30,7 +32,7 @@ for layout in nn nt tn tt; do
     done
 done
 # compute-sanitizer memcheck on the patched kernels (odd shape, every layout, a strided view)
-for item in "sgemm stall,yield_every=8" "sgemm reuse,stall" "hgemm_mma stall,yield_every=4" "hgemm reuse,stall"; do
+[[ " $PARTS " == *" sanitize "* ]] && for item in "sgemm stall,yield_every=8" "sgemm reuse,stall" "hgemm_mma stall,yield_every=4" "hgemm reuse,stall"; do
     set -- $item
     timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 python3 tools/sgemm_sanitize.py "$1" \
         --sass-patch "$2" --params null > "$OUT/sanitize_$1_$2.txt" 2>&1

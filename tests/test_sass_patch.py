@@ -202,6 +202,27 @@ def test_checker_refuses_a_stall_shortened_below_a_fixed_latency(decoded, cubins
     raise AssertionError("no adjacent fixed-latency producer/consumer pair found")
 
 
+# what the dispatcher ran for hgemm at 4096^3 on the H100 (last_launch()["params"], 2026-11-27)
+HGEMM_4096 = {"MMA_IN_FLIGHT": "0", "BN": "256", "STAGES": "4", "GROUP_M": "8", "CLUSTER_M": "2", "CLUSTER_N": "1",
+              "VEC_C": "1", "WIDE_C": "1"}
+
+
+def test_a_mov_reuse_flag_is_read_in_slot_b_so_patching_its_kernel_verifies():
+    """MOV's one source sits in slot B: nvdisasm's `MOV R14, R12.reuse` is reuse bit 1. Read as
+    slot A, every patch of a kernel holding such a MOV failed the read-back (hgemm with BN=256, as
+    the dispatcher runs it at 4096^3, on the H100)."""
+    result = build_file("hgemm", BuildOptions(target="sm_90a", defines=HGEMM_4096))
+    data = assemble(result).cubin
+    elf, kernels, _t = load_kernels(data, "hgemm")
+    movs = [i for k in kernels.values() for i in k.instructions if i.opcode == "MOV" and ".reuse" in i.text]
+    assert movs, "hgemm BN=256 has a MOV with a reuse flag (ptxas 13.0)"
+    mov = movs[0]
+    assert text_reuse_slots(mov.text, mov.destinations) == [1] == [s for s in range(4) if mov.reuse >> s & 1]
+    kernel = next(iter(kernels))
+    plan = plan_patch(data, parse_rules(rule(kernel, mov.address, stall=min(mov.stall + 1, 11))), "hgemm")
+    assert plan.changes and not plan.hazards, [h.line() for h in plan.hazards]
+
+
 def test_checker_holds_a_branch_predicate_to_ptxas_spacing_not_the_table(decoded, cubins):
     """ISETP's 4 cycles in the table were measured into an arithmetic consumer; ptxas keeps 13
     before the `@P EXIT`/`@P BRA` that reads the predicate (maxas: 13 to use a predicate). A patch

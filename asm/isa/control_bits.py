@@ -112,14 +112,17 @@ REUSE_SLOTS = ("A", "B", "C", "D")
 # (default: slot i). HADD2 is an HFMA2 with the multiplier implied: `HADD2.F32 R4, -RZ,
 # R16.reuse.H0_H0` sets the reuse bit of slot C for R16 ([HERE]: nvdisasm's `.reuse` against the
 # bits, tests/corpus/ptx/fp8_video_sm89.ptx).
-TEXT_SOURCE_SLOTS: dict[str, tuple[int, ...]] = {"HADD2": (0, 2)}
+# MOV's one source is encoded in slot B (bits 32-39): `MOV R5, R9.reuse` carries reuse bit 1 and
+# Rb = 9, Ra = 0 ([HERE]: hgemm sm_90a builds with BN=256, ptxas 13.0; found when a stall patch of
+# hgemm failed the nvdisasm read-back on `MOV R14, R12.reuse`, whose flag was read as slot A).
+TEXT_SOURCE_SLOTS: dict[str, tuple[int, ...]] = {"HADD2": (0, 2), "MOV": (1,)}
 
 
 # Opcodes on which ptxas sets reuse flags ([HERE], ptxas 13.0, counted 2026-11-27): in the six
 # shipped kernels' sm_90/sm_90a cubins FFMA 3454, ISETP 241, HMMA 214, PRMT 30, IMAD 27, VIADD 25,
 # IADD3 17, SEL 10, LEA 5, LOP3 4, VIADDMNMX 4, SHF 3; in tests/data + tests/corpus/ptx (the inputs
 # of tests/test_sass_inspect.py) also FMUL 8, FSETP 5, F2FP 3, FMNMX 2, VABSDIFF4, HADD2, DFMA and
-# VIMNMX. Memory, branch and uniform-datapath instructions never carry one there; the patch checker
+# VIMNMX; in hgemm's BN=256 builds MOV (its source in slot B: TEXT_SOURCE_SLOTS). Memory, branch and uniform-datapath instructions never carry one there; the patch checker
 # (sass/hazards.py) accepts a new reuse flag only on these opcodes, since what the hardware does
 # with a flag elsewhere is unknown.
 # [HERE] nvdisasm 13 prints no `.reuse` on an instruction whose yield hint is on (bit 109 = 0),
@@ -129,7 +132,7 @@ TEXT_SOURCE_SLOTS: dict[str, tuple[int, ...]] = {"HADD2": (0, 2)}
 REUSE_NEEDS_YIELD_OFF = True
 REUSE_OPCODES = frozenset({"FFMA", "ISETP", "HMMA", "PRMT", "IMAD", "VIADD", "IADD3", "SEL", "LEA",
                            "LOP3", "VIADDMNMX", "SHF", "FMUL", "FSETP", "F2FP", "FMNMX", "VABSDIFF4",
-                           "HADD2", "DFMA", "VIMNMX"})
+                           "HADD2", "DFMA", "VIMNMX", "MOV"})
 
 
 def source_slot(opcode: str, index: int) -> int:

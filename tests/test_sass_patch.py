@@ -12,7 +12,7 @@ from asmgemm.isa import control_bits as cb
 from asmgemm.pipeline import BuildOptions, assemble, build_file, shipped_kernels
 from asmgemm.sass.decode import text_reuse_slots
 from asmgemm.sass.elf import ElfCubin
-from asmgemm.sass.hazards import CodeFacts, fixed_latencies
+from asmgemm.sass.hazards import CodeFacts, fixed_latencies, table_covers
 from asmgemm.sass.inspect import inspect_cubin
 from asmgemm.sass.patch import load_kernels, plan_patch
 from asmgemm.sass.patch_rules import parse_rules
@@ -189,7 +189,8 @@ def test_checker_refuses_a_stall_shortened_below_a_fixed_latency(decoded, cubins
             if not p.reachable or p.write_sb is not None or p.opcode not in fixed or code.succ[k] != [k + 1]:
                 continue
             latency = fixed[p.opcode][0]
-            if code.reads[k + 1] & code.writes[k] and p.stall >= latency > 1:
+            hit = code.reads[k + 1] & code.writes[k]
+            if hit and p.stall >= latency > 1 and table_covers(code, k, k + 1, hit, fixed):
                 plan = plan_patch(cubins[name], parse_rules(rule(kernel.name, p.address, stall=1)), name)
                 hazards = [h for h in plan.hazards if h.kind == "latency" and h.numbers["producer"] == f"{p.address:#06x}"]
                 assert hazards, f"accepted stall 1 on {p.text} with its consumer next"

@@ -62,6 +62,8 @@ from ..isa import control_bits as cb
 from ..isa.sass_registers import UNMODELLED_OPCODES, Register, operand_registers, register_name
 from .decode import BRANCHES, TERMINATORS, SassInstruction
 
+# The latency source of a measured row of the table (scheduler/latencies_sm90.py)
+MEASURED_SOURCE = "H100-UBENCH"
 FIXED_HORIZON = 32      # cycles; the table's longest fixed latency on sm_90 is 8 (DFMA, HFMA2)
 # Pipes of the timing table whose rows are fixed-latency register results.
 _FIXED_PIPES = frozenset({"fma", "fmaheavy", "alu", "fp64"})
@@ -107,22 +109,39 @@ CONTROL_OPCODES = frozenset(BRANCHES | TERMINATORS | {
 MEMORY_OPCODE = re.compile(r"^(LD|ST|ATOM|RED|SU|TEX|TLD|TMML|TXD|TXQ|UTMA|UBLK|CCTL|MEMBAR|FENCE|ERRBAR|MATCH|QSPC)")
 
 
-def table_covers(code: CodeFacts, x: int, hit: set, fixed: dict) -> bool:
-    """Whether the table's latency applies to a read of `hit` by instruction x. The table was
-    measured on dependent chains of arithmetic (scheduler/latencies_sm90.py: "setp+selp chain",
-    FFMA chains, ...), so it covers an arithmetic consumer reading the value as an operand. It does
-    not cover a guard predicate (read when the instruction is issued or dispatched, not by the
-    operand collector) nor a branch, barrier or memory consumer: ptxas puts 13 cycles between an
-    ISETP and the `@P0 BRA` / `@P0 EXIT` that reads its predicate (sgemm_naive, ptxas 13), against
-    4 in the table, which matches maxas's "13 ... to immediately use a predicate" (maxas wiki
-    "Control-Codes", Stall Counts). Such pairs are held to ptxas's own distance, and so is a
-    warpgroup instruction (HGMMA, WARPGROUP.*), whose operands are not modelled."""
-    i = code.ins[x]
+# Producer forms the table's measurements do not describe: the wide, high-half and carry forms of
+# IMAD/IADD3/LEA (a 64-bit result or a carry predicate; the chains were measured on plain 32-bit
+# results).
+_UNMEASURED_FORMS = frozenset({"WIDE", "HI", "X"})
+
+
+def table_covers(code: CodeFacts, p: int, x: int, hit: set, fixed: dict) -> bool:
+    """Whether the table's latency of producer p applies to the read of `hit` by instruction x.
+    The table (scheduler/latencies_sm90.py) measured dependent chains of plain arithmetic on the
+    H100: FFMA chains, mad.lo chains, a setp+selp chain. It covers only such a pair: a latency
+    measured there ([H100-UBENCH]: not the programming guide's figure, which the IADD3/LOP3 chain
+    measured above), a plain 32-bit form of the producer (not IMAD.WIDE/.HI, not a carry .X),
+    general registers (a predicate result, a carry, is not what was measured), and an arithmetic
+    consumer reading them as operands. It does not cover a guard predicate (read when the
+    instruction is issued or dispatched, not by the operand collector) nor a branch, barrier or
+    memory consumer: ptxas puts 13 cycles between an ISETP and the `@P0 BRA` / `@P0 EXIT` that
+    reads its predicate (sgemm_naive, ptxas 13), against 4 in the table, which matches maxas's
+    "13 ... to immediately use a predicate" (maxas wiki "Control-Codes", Stall Counts). Such pairs
+    are held to ptxas's own distance, and so is a warpgroup instruction (HGMMA, WARPGROUP.*),
+    whose operands are not modelled. What made the rule this strict (H100, 2026-11-27): the stall
+    pass cut IADD3 -> IADD3.X carry and ISETP predicate pairs in mma_gemm from 2 to 1 cycle and
+    IMAD.HI from 6 to 4 under the looser rule; the kernel then faulted (cudaErrorInvalidAddressSpace),
+    and hgemm hit an illegal instruction."""
+    i, prod = code.ins[x], code.ins[p]
+    known = fixed.get(prod.opcode)
+    if known is None or known[1] != MEASURED_SOURCE or _UNMEASURED_FORMS & set(prod.modifiers):
+        return False
+    if any(space != "R" for space, _ in hit):
+        return False
     if i.opcode not in fixed or i.opcode in CONTROL_OPCODES or MEMORY_OPCODE.match(i.opcode):
         return False
     guard = i.predicate.lstrip("!") if i.predicate else None
     return not any(register_name(r) == guard for r in hit)
-
 
 
 def fixed_latencies(table) -> dict[str, tuple[int, str]]:
@@ -293,7 +312,7 @@ def _check_latency(name: str, code: CodeFacts, table, report: CheckReport) -> No
                 # a pair the table does not describe (a guard or branch predicate, a control or
                 # memory consumer: table_covers) is held to the input's spacing, as an opcode
                 # without a table latency is
-                covered = known is not None and table_covers(code, x, hit, fixed)
+                covered = known is not None and table_covers(code, p, x, hit, fixed)
                 bad = d < d0 and (d < known[0] if covered else d < FIXED_HORIZON)
                 if bad and x not in flagged:
                     flagged.add(x)

@@ -196,7 +196,7 @@ def _constraint_paths(code: CodeFacts, fixed: dict, variable: frozenset):
             hit = live if code.ins[x].opcode in UNMODELLED_OPCODES else code.reads[x] & live
             if hit:
                 d0 = sum(code.gap_old[k] for k in path)
-                if known and _table_covers(code, x, hit, fixed):
+                if known and _table_covers(code, p, x, hit, fixed):
                     if len(path) < known[0]:
                         yield min(known[0], d0), path
                 else:

@@ -22,10 +22,14 @@ SHOWN_HAZARDS = 20
 @click.option("--reuse-pass", "reuse_pass", is_flag=True,
               help="Also set every operand-reuse flag the checker can prove valid (maxas-style; after the "
                    "rules) and report the modelled bank conflicts before/after. Not measured on a GPU.")
+@click.option("--reorder-pass", "reorder_pass", is_flag=True,
+              help="Also list-schedule each basic block again (anchors, branch targets and every offset "
+                   "the cubin names stay put), recompute stalls and reuse flags, and keep only blocks "
+                   "the reorder check accepts and the issue model says gain. Not measured on a GPU.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the plan as JSON: every changed instruction with its fields before and after, "
                    "and the check (accepted, hazards with their numbers).")
-def command(cubin, rules, output, reuse_pass, as_json):
+def command(cubin, rules, output, reuse_pass, reorder_pass, as_json):
     """Set the control codes (stall, yield, scoreboards, wait mask, reuse) of chosen instructions
     of a sm_90/sm_90a CUBIN, as a RULES file (TOML) says, and write the result to -o.
 
@@ -48,6 +52,12 @@ def command(cubin, rules, output, reuse_pass, as_json):
       stall = 2                   # fields: stall, yield (true = `Y`), write_barrier, read_barrier
       reuse = ["A"]               #   ("none" or 0-5), wait = [scoreboards], reuse = [slots]
 
+    --reorder-pass list-schedules every basic block again with the project's scheduler (the
+    dependency graph over SASS registers, scoreboards and memory order; nothing crosses a branch,
+    barrier, warpgroup instruction, clock read or an offset the cubin's .nv.info or relocations
+    name), recomputes stalls and reuse flags, and keeps a block only where its own check passes
+    and the modelled issue cycles do not grow.
+
     --reuse-pass sets, in addition, every reuse flag the checker's reuse rule allows (the next
     instruction reads the same register in the same slot) and prints the bank conflicts the
     register-bank model counts before and after; its effect on speed is not measured.
@@ -60,10 +70,10 @@ def command(cubin, rules, output, reuse_pass, as_json):
         raise AsmError(f"no such file: {cubin}")
     if Path(output).resolve() == path.resolve():
         raise AsmError("-o names the input cubin; write the patched cubin to another file")
-    if rules is None and not reuse_pass:
-        raise AsmError("nothing to do: give a RULES file, --reuse-pass, or both")
+    if rules is None and not reuse_pass and not reorder_pass:
+        raise AsmError("nothing to do: give a RULES file, --reuse-pass, --reorder-pass, or several")
     plan = plan_patch(path.read_bytes(), load_rules(rules) if rules else None, source=str(cubin),
-                      reuse_pass=reuse_pass)
+                      reuse_pass=reuse_pass, reorder_pass=reorder_pass)
     if as_json:
         out = plan.to_json()
         out["output"] = None if plan.hazards else str(output)
@@ -90,5 +100,11 @@ def command(cubin, rules, output, reuse_pass, as_json):
         click.echo(f"reuse pass, {r.kernel}: {r.flags_added} flag(s) added; modelled bank conflicts "
                    f"{r.conflicts_before} -> {r.conflicts_after} ({r.loop_conflicts_before} -> "
                    f"{r.loop_conflicts_after} in loops); not measured on a GPU")
+    for r in plan.reorder_pass:
+        loops = "; ".join(f"loop {lp['loop']} {lp['issue_cycles'][0]} -> {lp['issue_cycles'][1]}"
+                          for lp in r.loops)
+        why = f" (not reordered: {r.unmovable})" if r.unmovable else ""
+        click.echo(f"reorder pass, {r.kernel}: {r.moved} instruction(s) moved in {r.blocks_reordered} "
+                   f"block(s){why}; modelled issue cycles {loops or 'no loops'}; not measured on a GPU")
     click.echo(f"{output}: {len(plan.changes)} of {plan.selected} selected instruction(s) changed "
                f"({counts}); check passed")

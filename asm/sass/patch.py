@@ -25,10 +25,12 @@ from ..isa.arch import arch_for
 from ..scheduler.latencies_sm90 import timing_table
 from .decode import text_reuse_slots
 from .elf import ElfCubin
+from .code_references import code_references
 from .hazards import CheckReport, Hazard, check_patch
 from .inspect import SassKernel, inspect_cubin
 from .listing import disassemble_listing
 from .patch_rules import Rule, Rules
+from .reorder_pass import ReorderSummary, plan_reorder
 from .reuse_pass import ReuseSummary, plan_reuse
 
 
@@ -41,14 +43,18 @@ class Change:
     before: dict[str, int]
     after: dict[str, int]
     rules: list[int]                   # 1-based numbers of the rules that selected it ([]: the reuse pass)
+    moved_from: int | None = None      # the reorder pass: the input address of the word now here
 
     def fields(self) -> dict[str, tuple[int, int]]:
         return {k: (self.before[k], self.after[k]) for k in self.before if self.before[k] != self.after[k]}
 
     def to_json(self) -> dict:
-        return {"kernel": self.kernel, "address": f"{self.address:#06x}", "instruction": self.text,
-                "rules": self.rules,
-                "fields": {k: {"before": a, "after": b} for k, (a, b) in self.fields().items()}}
+        out = {"kernel": self.kernel, "address": f"{self.address:#06x}", "instruction": self.text,
+               "rules": self.rules,
+               "fields": {k: {"before": a, "after": b} for k, (a, b) in self.fields().items()}}
+        if self.moved_from is not None:
+            out["moved_from"] = f"{self.moved_from:#06x}"
+        return out
 
 
 @dataclass
@@ -59,6 +65,7 @@ class PatchPlan:
     selected: int                      # instructions the rules selected (changed or not)
     checks: dict[str, CheckReport] = field(default_factory=dict)
     reuse_pass: list[ReuseSummary] = field(default_factory=list)
+    reorder_pass: list[ReorderSummary] = field(default_factory=list)
 
     @property
     def hazards(self) -> list[Hazard]:
@@ -68,7 +75,8 @@ class PatchPlan:
         return {"source": self.source, "accepted": not self.hazards, "selected": self.selected,
                 "changed": len(self.changes), "changes": [c.to_json() for c in self.changes],
                 "checks": {k: c.to_json() for k, c in self.checks.items()},
-                "reuse_pass": [r.to_json() for r in self.reuse_pass]}
+                "reuse_pass": [r.to_json() for r in self.reuse_pass],
+                "reorder_pass": [r.to_json() for r in self.reorder_pass]}
 
 
 def load_kernels(data: bytes, source: str) -> tuple[ElfCubin, dict[str, SassKernel], str]:
@@ -131,9 +139,11 @@ def _region(rule: Rule, kernel: SassKernel) -> list[int]:
 
 
 def plan_patch(data: bytes, rules: Rules | None, source: str = "<cubin>", *,
-               reuse_pass: bool = False) -> PatchPlan:
-    """Apply `rules` (and, when asked, the reuse pass: sass/reuse_pass.py) to a copy of the cubin
-    and check the result; nothing is written."""
+               reuse_pass: bool = False, reorder_pass: bool = False) -> PatchPlan:
+    """Apply `rules` (and, when asked, the reuse pass: sass/reuse_pass.py; the reorder pass, last:
+    sass/reorder_pass.py) to a copy of the cubin and check the result; nothing is written. A
+    reordered kernel is judged by sass/reorder_check.py instead of check_patch, which assumes
+    every instruction stays where it was."""
     elf, kernels, target = load_kernels(data, source)
     selected: dict[tuple[str, int], list[int]] = {}
     for rule in (rules.rules if rules else []):
@@ -156,24 +166,49 @@ def plan_patch(data: bytes, rules: Rules | None, source: str = "<cubin>", *,
                 elf.set_control(name, k, reuse=elf.control(name, k)["reuse"] | reuse)
                 selected.setdefault((name, k), [])
             reuse_summaries.append(summary)
+    table, _note = timing_table(arch_for(target))
+    reorder_summaries, reordered = [], {}
+    if reorder_pass:
+        for name, kernel in kernels.items():
+            origin, words, summary, report = plan_reorder(
+                kernel, elf.words(name), code_references(elf, name), table, target)
+            reorder_summaries.append(summary)
+            if origin[:len(kernel.instructions)] != list(range(len(kernel.instructions))):
+                elf.permute(name, origin + list(range(len(origin), elf.kernel(name).count)),
+                            [(b.start, b.end) for b in kernel.blocks if b.reachable])
+                reordered[name] = report
+            for k, w in enumerate(words):
+                if w != elf.word(name, k):
+                    elf.set_word(name, k, w)
+                    selected.setdefault((name, k), [])
     changes = []
     for name, k, old, new in elf.changed():
-        ins = kernels[name].instructions[k]
-        changes.append(Change(name, k, ins.address, ins.text, cb.decode_control(old), cb.decode_control(new),
-                              selected.get((name, k), [])))
-    table, _note = timing_table(arch_for(target))
-    checks = {name: check_patch(kernel, elf.words(name)[:len(kernel.instructions)], table)
-              for name, kernel in kernels.items()}
+        src = elf.origin(name)[k]
+        ins = kernels[name].instructions[src]
+        changes.append(Change(name, k, 16 * k, ins.text, cb.decode_control(elf.original_word(name, src)),
+                              cb.decode_control(new), selected.get((name, k), []),
+                              ins.address if src != k else None))
+    checks = {}
+    for name, kernel in kernels.items():
+        words = elf.words(name)[:len(kernel.instructions)]
+        if name in reordered:
+            # the reorder pass ran sass/reorder_check.py on exactly these words (it is the last edit)
+            checks[name] = reordered[name]
+        else:
+            checks[name] = check_patch(kernel, words, table)
     if changes:
-        for hazard in verify_encoding(kernels, elf.to_bytes(), source):
+        origins = {name: elf.origin(name) for name in reordered}
+        for hazard in verify_encoding(kernels, elf.to_bytes(), source, origins):
             checks[hazard.kernel].hazards.append(hazard)
-    return PatchPlan(source, elf.to_bytes(), changes, len(selected), checks, reuse_summaries)
+    return PatchPlan(source, elf.to_bytes(), changes, len(selected), checks, reuse_summaries,
+                     reorder_summaries)
 
 
 _NVDISASM_ADDRESS = re.compile(r"at address (0x[0-9a-fA-F]+)")
 
 
-def verify_encoding(kernels: dict[str, SassKernel], patched: bytes, source: str) -> list[Hazard]:
+def verify_encoding(kernels: dict[str, SassKernel], patched: bytes, source: str,
+                    origins: dict[str, list[int]] | None = None) -> list[Hazard]:
     """nvdisasm must read the patched words as the same instructions, with `.reuse` exactly on the
     slots whose flags are set. Not every control value is legal everywhere: nvdisasm 13 decodes the
     stall and yield bits of some opcodes through a table of allowed values (S2R refuses stall 0
@@ -200,12 +235,15 @@ def verify_encoding(kernels: dict[str, SassKernel], patched: bytes, source: str)
         if fn is None or len(fn.instructions) != len(kernel.instructions):
             out.append(Hazard(name, 0, "", "encoding", "nvdisasm lists the patched kernel differently"))
             continue
-        for before, after in zip(kernel.instructions, fn.instructions):
+        origin = (origins or {}).get(name) or range(len(kernel.instructions))
+        for k, after in enumerate(fn.instructions):
+            # a reordered kernel: the word at k is the input's instruction origin[k]
+            before = kernel.instructions[origin[k]]
             reuse = cb.decode_control(cb.word_of(after.lo, after.hi))["reuse"]
             slots = [i for i in range(len(cb.REUSE_SLOTS)) if reuse >> i & 1]
             if after.text.replace(".reuse", "") != before.text.replace(".reuse", "") or \
                     text_reuse_slots(after.text, before.destinations) != slots:
-                out.append(Hazard(name, before.address, before.text, "encoding",
+                out.append(Hazard(name, after.address, before.text, "encoding",
                                   f"nvdisasm reads the patched word as '{after.text}'"))
     return out
 

@@ -170,6 +170,31 @@ def test_check_refuses_a_consumer_moved_above_the_wait_that_covered_it(decoded):
     assert any(h.kind == "order" and h.numbers["dependency"] == "cover" for h in report.hazards)
 
 
+def test_check_refuses_a_consumer_of_a_load_without_scoreboard_moved_above_the_wait(decoded):
+    """ptxas leaves the write scoreboard off many LDS.128 in sgemm and covers their consumers with a
+    wait on a later load's scoreboard (the pipe completes in order); a consumer moved above that
+    wait is refused."""
+    _elf, kernel, deps = _sgemm(decoded)
+    ins = kernel.instructions
+    case = None
+    for (p, kind), (_sb, covered) in sorted(deps.dependants.items()):
+        if kind != "queued":
+            continue
+        for x in sorted(covered):
+            waits = [y for y in range(p + 1, x) if ins[y].wait_mask]
+            if p < x and waits and not ins[x].wait_mask and _same_stretch(deps, kernel, waits[0], x):
+                case = (p, waits[0], x)
+                break
+        if case:
+            break
+    assert case is not None, "no consumer of a scoreboard-less load covered by a later wait in sgemm"
+    p, w, x = case
+    assert ins[p].write_sb is None
+    report = _check(kernel, deps, _moved(len(ins), x, w))
+    queued = [h for h in report.hazards if h.kind == "scoreboard" and h.numbers.get("kind") == "queued"]
+    assert queued and queued[0].address == 16 * w, [h.line() for h in report.hazards]
+
+
 def test_check_refuses_moving_an_exit_named_by_nv_info(decoded):
     _elf, kernel, deps = _sgemm(decoded)
     exits = [k for k, why in deps.anchors.items() if "EIATTR_EXIT_INSTR_OFFSETS" in why]

@@ -27,6 +27,16 @@ Edges a -> b (a before b in ptxas's order; b must stay after a), within one bloc
   memory    every memory instruction keeps its order with every other one in the block (loads,
             stores, atomics, async copies, mbarrier operations; constant loads LDC/ULDC excepted,
             the constant banks being read-only in a kernel). Conservative: no address analysis.
+  queue     the variable-latency instructions of one pipe (the table's `pipe`: lsu, tensor, xu, ...)
+            keep their order. ptxas leaves the write scoreboard off many of them (sgemm's LDS.128,
+            mma_gemm's HMMA) and covers their consumers with a wait on the scoreboard of a *later*
+            instruction of the same pipe, relying on the pipe completing in order; moving one past
+            that later one would uncover its consumers.
+  queued    for such a producer without a scoreboard ("queued"), a consumer that ptxas covered
+            (every path from the producer passes a wait on a scoreboard set by a later instruction
+            of the same pipe: `queued_exposure`) stays after every waiting instruction of its
+            block between the two; a consumer ptxas did not cover keeps ptxas's distance, up to
+            FIXED_HORIZON, like a fixed-latency one whose latency the table lacks.
 
 Each edge carries a latency for the scheduler: a fixed-latency RAW the table's latency (sass/
 hazards.py fixed_latencies; FIXED_HORIZON-capped ptxas spacing for an opcode the table lacks),
@@ -68,7 +78,7 @@ def is_memory(opcode: str) -> bool:
 class Dep:
     src: int            # kernel instruction indices, src before dst in ptxas's order
     dst: int
-    kind: str           # raw | war | waw | scoreboard | cover | memory
+    kind: str           # raw | war | waw | scoreboard | cover | memory | queue
     latency: int        # for the scheduler
     stall: bool         # enforced by stall counts (the checker measures the distance)
     what: str = ""
@@ -81,6 +91,9 @@ class BlockDeps:
     deps: dict[int, list[Dep]]                   # block index -> its edges
     unmovable: str | None = None                 # why no instruction of the kernel may move
     timing: dict = field(default_factory=dict)   # opcode -> the table's Timing (scheduler's nodes)
+    code: CodeFacts | None = None                # registers and control fields of ptxas's code
+    # (producer, "write"|"read") -> (its scoreboard, the dependants ptxas covered with a wait on it)
+    dependants: dict[tuple[int, str], tuple[int, frozenset[int]]] = field(default_factory=dict)
 
 
 def timing_by_opcode(table) -> dict[str, object]:
@@ -109,7 +122,41 @@ def anchor_reason(ins) -> str | None:
 
 
 def variable_producer(code: CodeFacts, k: int, variable_ops: frozenset[str]) -> bool:
+    """A variable-latency result: it sets a write scoreboard, or its opcode is variable-latency."""
     return _sb(code.old[k], "write") is not None or code.ins[k].opcode in variable_ops
+
+
+def queued_producer(code: CodeFacts, k: int, variable_ops: frozenset[str]) -> bool:
+    """A variable-latency result with no write scoreboard of its own (see `queued` above)."""
+    return _sb(code.old[k], "write") is None and code.ins[k].opcode in variable_ops and bool(code.writes[k])
+
+
+def pipes_of(code: CodeFacts, controls: list[dict], variable_ops, timing, table) -> list[str | None]:
+    """The table's pipe of each variable-latency instruction (None for the others)."""
+    return [lookup_timing(timing, i, table).pipe
+            if i.opcode in variable_ops or controls[k]["write_barrier"] != cb.NO_BARRIER else None
+            for k, i in enumerate(code.ins)]
+
+
+def queued_exposure(code: CodeFacts, p: int, pipes: list[str | None], controls: list[dict]) -> set[int]:
+    """Instructions reached from p along some path before any wait on a scoreboard that a later
+    instruction of p's pipe set on that path (write scoreboards: completion)."""
+    exposed: set[int] = set()
+    stack = [(s, frozenset()) for s in code.succ[p]]
+    seen: set = set()
+    while stack:
+        y, armed = stack.pop()
+        if (y, armed) in seen or y == p:
+            continue
+        seen.add((y, armed))
+        mask = controls[y]["wait_mask"]
+        if any(mask >> k & 1 for k in armed):
+            continue
+        exposed.add(y)
+        if pipes[y] is not None and pipes[y] == pipes[p] and controls[y]["write_barrier"] != cb.NO_BARRIER:
+            armed = armed | {controls[y]["write_barrier"]}
+        stack.extend((t, armed) for t in code.succ[y])
+    return exposed
 
 
 def distance(gaps: list[int], a: int, b: int) -> int:
@@ -137,22 +184,42 @@ def build_deps(kernel, refs: CodeReferences, table) -> BlockDeps:
             if why:
                 anchors.setdefault(k, why)
     code = CodeFacts(ins, kernel.blocks, [i.word for i in ins])
+    out.code = code
+    out.dependants = scoreboard_dependants(code)
     fixed = fixed_latencies(table)
-    variable_ops = frozenset(t.sass.split(".")[0] for t in table.values() if t.variable)
-    covers = _cover_edges(kernel, code)
+    variable_ops = variable_opcodes(table)
+    pipes = pipes_of(code, code.old, variable_ops, out.timing, table)
+    out.dependants.update(queued_dependants(code, pipes, variable_ops))
+    covers = _cover_edges(kernel, code, out.dependants)
     for b in kernel.blocks:
         if b.reachable:
-            out.deps[b.index] = _block_edges(b, code, fixed, variable_ops, covers, out.timing, table)
+            out.deps[b.index] = _block_edges(b, code, fixed, variable_ops, covers, out.timing, table,
+                                             pipes, out.dependants)
     return out
 
 
-def _cover_edges(kernel, code: CodeFacts) -> dict[int, set[int]]:
-    """dependant -> the waiters (same block, before it) that cover it, for every variable-latency
-    dependency ptxas covered with a wait."""
-    ins = code.ins
-    block_of = {k: b for b in kernel.blocks for k in range(b.start, b.end)}
-    out: dict[int, set[int]] = {}
-    for p, i in enumerate(ins):
+def variable_opcodes(table) -> frozenset[str]:
+    return frozenset(t.sass.split(".")[0] for t in table.values() if t.variable)
+
+
+def queued_dependants(code: CodeFacts, pipes, variable_ops) -> dict[tuple[int, str], tuple[None, frozenset[int]]]:
+    """(producer, "queued") -> (None, the register consumers ptxas covered) for every queued
+    producer."""
+    out = {}
+    for p, i in enumerate(code.ins):
+        if i.reachable and queued_producer(code, p, variable_ops):
+            consumers = _register_consumers(code, p, code.writes[p], writers_only=False)
+            out[(p, "queued")] = (None, frozenset(consumers - queued_exposure(code, p, pipes, code.old)))
+    return out
+
+
+def scoreboard_dependants(code: CodeFacts) -> dict[tuple[int, str], tuple[int, frozenset[int]]]:
+    """The dependants of every variable-latency producer in ptxas's code, found as sass/hazards.py
+    rule 2 finds them: every instruction that waited on its scoreboard, reached with no earlier
+    wait, and every reader/overwriter of its registers that a wait covered (overwriters of its
+    sources for a read scoreboard)."""
+    out = {}
+    for p, i in enumerate(code.ins):
         if not i.reachable:
             continue
         for kind in ("write", "read"):
@@ -162,18 +229,34 @@ def _cover_edges(kernel, code: CodeFacts) -> dict[int, set[int]]:
             exposed, waiters = _exposed(code, p, sb, code.old)
             regs = code.writes[p] if kind == "write" else code.reads[p]
             by_regs = _register_consumers(code, p, regs, writers_only=kind == "read") if regs else set()
-            for x in (by_regs - exposed) | waiters:
-                if code.old[x]["wait_mask"] >> sb & 1:
-                    continue                    # it waits itself: the scoreboard edges keep it after p
-                blk = block_of[x]
-                lo = p + 1 if block_of[p] is blk and p < x else blk.start
-                w = next((y for y in range(lo, x) if code.old[y]["wait_mask"] >> sb & 1), None)
-                if w is not None:
-                    out.setdefault(x, set()).add(w)
+            out[(p, kind)] = (sb, frozenset(waiters | (by_regs - exposed)))
     return out
 
 
-def _block_edges(b, code: CodeFacts, fixed, variable_ops, covers, timing, table) -> list[Dep]:
+def _cover_edges(kernel, code: CodeFacts, dependants) -> dict[int, set[int]]:
+    """dependant -> the waiters (same block, before it) that cover it, for every variable-latency
+    dependency ptxas covered with a wait."""
+    block_of = {k: b for b in kernel.blocks for k in range(b.start, b.end)}
+    out: dict[int, set[int]] = {}
+    for (p, kind), (sb, found) in dependants.items():
+        for x in found:
+            blk = block_of[x]
+            lo = p + 1 if block_of[p] is blk and p < x else blk.start
+            if kind == "queued":
+                # which wait covered it is not tracked: every waiting instruction in between
+                for y in range(lo, x):
+                    if code.old[y]["wait_mask"]:
+                        out.setdefault(x, set()).add(y)
+                continue
+            if code.old[x]["wait_mask"] >> sb & 1:
+                continue                    # it waits itself: the scoreboard edges keep it after p
+            w = next((y for y in range(lo, x) if code.old[y]["wait_mask"] >> sb & 1), None)
+            if w is not None:
+                out.setdefault(x, set()).add(w)
+    return out
+
+
+def _block_edges(b, code: CodeFacts, fixed, variable_ops, covers, timing, table, pipes, dependants) -> list[Dep]:
     ins = code.ins
     gaps = code.gap_old
     edges: list[Dep] = []
@@ -182,13 +265,14 @@ def _block_edges(b, code: CodeFacts, fixed, variable_ops, covers, timing, table)
     setters: dict[int, list[int]] = {}
     waiters: dict[int, list[int]] = {}
     last_memory: int | None = None
+    last_of_pipe: dict[str, int] = {}
     for x in range(b.start, b.end):
         for r in code.reads[x]:
             for p in last_writers.get(r, ()):
-                edges.append(_raw(code, p, x, r, fixed, variable_ops, timing, table, gaps))
+                edges.append(_raw(code, p, x, r, fixed, variable_ops, timing, table, gaps, dependants))
         for r in code.writes[x]:
             for p in last_writers.get(r, ()):
-                edges.append(_waw(code, p, x, r, fixed, variable_ops, gaps))
+                edges.append(_waw(code, p, x, r, fixed, variable_ops, gaps, dependants))
             for p in readers.get(r, ()):
                 if p != x:
                     edges.append(_war(code, p, x, r, timing, table, gaps))
@@ -204,6 +288,10 @@ def _block_edges(b, code: CodeFacts, fixed, variable_ops, covers, timing, table)
             if last_memory is not None:
                 edges.append(Dep(last_memory, x, "memory", 1, False, "memory order"))
             last_memory = x
+        if pipes[x] is not None:
+            if pipes[x] in last_of_pipe:
+                edges.append(Dep(last_of_pipe[pipes[x]], x, "queue", 1, False, f"{pipes[x]} pipe order"))
+            last_of_pipe[pipes[x]] = x
         # bookkeeping after the edges, so an instruction never depends on itself
         for sb in range(cb.NUM_SCOREBOARDS):
             if mask >> sb & 1:
@@ -229,15 +317,24 @@ def _fixed_need(code: CodeFacts, p: int, fixed, gaps, x: int) -> int:
     return min(d0, known[0] if known else FIXED_HORIZON)
 
 
-def _raw(code, p, x, r, fixed, variable_ops, timing, table, gaps) -> Dep:
+def _uncovered_queued(code, p, x, variable_ops, dependants) -> bool:
+    """p is a queued producer whose consumer x ptxas did not cover with a wait."""
+    return queued_producer(code, p, variable_ops) and x not in dependants[(p, "queued")][1]
+
+
+def _raw(code, p, x, r, fixed, variable_ops, timing, table, gaps, dependants) -> Dep:
     name = f"{r[0]}{r[1]}"
+    if _uncovered_queued(code, p, x, variable_ops, dependants):
+        return Dep(p, x, "raw", min(distance(gaps, p, x), FIXED_HORIZON), True, name)
     if variable_producer(code, p, variable_ops):
         return Dep(p, x, "raw", lookup_timing(timing, code.ins[p], table).latency, False, name)
     return Dep(p, x, "raw", _fixed_need(code, p, fixed, gaps, x), True, name)
 
 
-def _waw(code, p, x, r, fixed, variable_ops, gaps) -> Dep:
+def _waw(code, p, x, r, fixed, variable_ops, gaps, dependants) -> Dep:
     name = f"{r[0]}{r[1]}"
+    if _uncovered_queued(code, p, x, variable_ops, dependants):
+        return Dep(p, x, "waw", min(distance(gaps, p, x), FIXED_HORIZON), True, name)
     if variable_producer(code, p, variable_ops):
         return Dep(p, x, "waw", 1, False, name)
     # two fixed-latency writers: the later must not land first

@@ -171,7 +171,8 @@ def plan_patch(data: bytes, rules: Rules | None, source: str = "<cubin>", *,
     if reorder_pass:
         for name, kernel in kernels.items():
             origin, words, summary, report = plan_reorder(
-                kernel, elf.words(name), code_references(elf, name), table, target)
+                kernel, elf.words(name), code_references(elf, name), table, target,
+                _encodable_by_nvdisasm(elf.to_bytes(), name, kernel, source))
             reorder_summaries.append(summary)
             if origin[:len(kernel.instructions)] != list(range(len(kernel.instructions))):
                 elf.permute(name, origin + list(range(len(origin), elf.kernel(name).count)),
@@ -205,6 +206,22 @@ def plan_patch(data: bytes, rules: Rules | None, source: str = "<cubin>", *,
 
 
 _NVDISASM_ADDRESS = re.compile(r"at address (0x[0-9a-fA-F]+)")
+
+
+def _encodable_by_nvdisasm(data: bytes, name: str, kernel: SassKernel, source: str):
+    """For the reorder pass: the indices of kernel `name` whose words nvdisasm cannot read back as
+    the moved instructions (`verify_encoding` on a scratch copy of the cubin)."""
+    def bad(origin: list[int], words: list[int]) -> list[int]:
+        scratch = ElfCubin(data, source)
+        count = scratch.kernel(name).count
+        scratch.permute(name, origin + list(range(len(origin), count)),
+                        [(b.start, b.end) for b in kernel.blocks if b.reachable])
+        for k, w in enumerate(words):
+            if w != scratch.word(name, k):
+                scratch.set_word(name, k, w)
+        found = verify_encoding({name: kernel}, scratch.to_bytes(), source, {name: origin})
+        return [h.address // 16 for h in found]
+    return bad
 
 
 def verify_encoding(kernels: dict[str, SassKernel], patched: bytes, source: str,

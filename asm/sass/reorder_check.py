@@ -32,9 +32,10 @@ import dataclasses
 import re
 
 from ..isa.sass_registers import register_name
-from .block_deps import BlockDeps, lookup_timing, variable_producer
+from .block_deps import (BlockDeps, lookup_timing, pipes_of, queued_exposure, queued_producer,
+                         variable_opcodes, variable_producer)
 from .hazards import (FIXED_HORIZON, CheckReport, CodeFacts, Hazard, _check_reuse, _check_yield,
-                      _exposed, _mask, _register_consumers, _sb, fixed_latencies)
+                      _exposed, _mask, _sb, fixed_latencies)
 
 
 _DEPBAR_SB = re.compile(r"\bSB(\d)\b")
@@ -80,10 +81,11 @@ def check_reordered(kernel, deps: BlockDeps, origin: list[int], new_words: list[
                                          {"moved_to": f"{16 * pos[k]:#06x}"}))
     new_ins = moved_instructions(kernel, origin)
     new = CodeFacts(new_ins, kernel.blocks, new_words)
-    old = CodeFacts(ins, kernel.blocks, [i.word for i in ins])
+    old = deps.code
     _check_edges(name, deps, old, new, pos, report)
-    _check_paths(name, kernel, old, new, pos, table, report)
-    _check_scoreboards(name, kernel, old, new, pos, report)
+    _check_paths(name, kernel, deps, old, new, pos, table, report)
+    _check_scoreboards(name, deps, old, new, pos, report)
+    _check_queued(name, deps, old, new, pos, table, report)
     # reuse: flags between instructions that are no longer neighbours are judged afresh
     for k in range(n):
         still_next = origin[k] == k and (k + 1 >= n or origin[k + 1] == k + 1)
@@ -128,7 +130,7 @@ def _offsets(gaps: list[int], blocks) -> list[int]:
     return out
 
 
-def _check_paths(name, kernel, old: CodeFacts, new: CodeFacts, pos, table, report) -> None:
+def _check_paths(name, kernel, deps: BlockDeps, old: CodeFacts, new: CodeFacts, pos, table, report) -> None:
     """Rule 3: walk both codes along the same blocks from each fixed-latency producer."""
     ins = old.ins
     blocks = kernel.blocks
@@ -141,27 +143,26 @@ def _check_paths(name, kernel, old: CodeFacts, new: CodeFacts, pos, table, repor
     len_old = {b.index: sum(old.gap_old[b.start:b.end]) for b in blocks}
     len_new = {b.index: sum(new.gap_new[b.start:b.end]) for b in blocks}
     fixed = fixed_latencies(table)
-    variable_ops = frozenset(t.sass.split(".")[0] for t in table.values() if t.variable)
-    timing = {}
-    for t in table.values():
-        if t.sass != "?":
-            timing.setdefault(t.sass, t)
-            timing.setdefault(t.sass.split(".")[0], t)
+    variable_ops = variable_opcodes(table)
     for p, i in enumerate(ins):
         if not i.reachable:
             continue
         watches = []
         if old.writes[p] and not variable_producer(old, p, variable_ops):
             known = fixed.get(i.opcode)
-            watches.append(("raw", frozenset(old.writes[p]), known[0] if known else FIXED_HORIZON, known))
-        if old.reads[p] and lookup_timing(timing, i, table).read_latency and _sb(old.old[p], "read") is None:
-            watches.append(("war", frozenset(old.reads[p]), FIXED_HORIZON, None))
-        for kind, regs, need, known in watches:
-            _walk(name, p, kind, regs, need, known, old, new, pos, blocks, block_of, off_old, off_new,
+            watches.append(("raw", frozenset(old.writes[p]), known[0] if known else FIXED_HORIZON, known, ()))
+        elif queued_producer(old, p, variable_ops):
+            # consumers ptxas covered with a wait are rule 4's; the others keep ptxas's spacing
+            watches.append(("raw", frozenset(old.writes[p]), FIXED_HORIZON, None,
+                            deps.dependants[(p, "queued")][1]))
+        if old.reads[p] and lookup_timing(deps.timing, i, table).read_latency and _sb(old.old[p], "read") is None:
+            watches.append(("war", frozenset(old.reads[p]), FIXED_HORIZON, None, ()))
+        for kind, regs, need, known, skip in watches:
+            _walk(name, p, kind, regs, need, known, skip, old, new, pos, blocks, block_of, off_old, off_new,
                   len_old, len_new, report)
 
 
-def _walk(name, p, kind, regs, need, known, old, new, pos, blocks, block_of, off_old, off_new,
+def _walk(name, p, kind, regs, need, known, skip, old, new, pos, blocks, block_of, off_old, off_new,
           len_old, len_new, report) -> None:
     ins = old.ins
     b0 = blocks[block_of[p]]
@@ -188,7 +189,7 @@ def _walk(name, p, kind, regs, need, known, old, new, pos, blocks, block_of, off
             d = base_new + off_new[pos[x]]
             touched = old.reads[x] if kind == "raw" else old.writes[x]
             hit = touched & live
-            if hit and (not own or pos[x] > pos[p]):
+            if hit and x not in skip and (not own or pos[x] > pos[p]):
                 report.checked_pairs += 1
                 if known and d0 < known[0]:
                     report.below_table += 1
@@ -217,8 +218,32 @@ def _walk(name, p, kind, regs, need, known, old, new, pos, blocks, block_of, off
             stack.append((s, blocks[s].start, out_old, out_new, live, False))
 
 
-def _check_scoreboards(name, kernel, old: CodeFacts, new: CodeFacts, pos, report) -> None:
-    """Rule 4: dependants found in ptxas's code, coverage searched in the new code."""
+def _check_queued(name, deps: BlockDeps, old: CodeFacts, new: CodeFacts, pos, table, report) -> None:
+    """Rule 4 for producers with no scoreboard of their own (block_deps `queued`): every consumer
+    ptxas covered is still reached only after a wait on a scoreboard that a later instruction of
+    the producer's pipe set, on every path of the new code."""
+    pipes = pipes_of(new, new.new, variable_opcodes(table), deps.timing, table)
+    for (p, kind), (_sb_none, covered) in deps.dependants.items():
+        if kind != "queued" or not covered:
+            continue
+        report.scoreboard_edges += len(covered)
+        exposed = queued_exposure(new, pos[p], pipes, new.new)
+        bad = sorted({pos[x] for x in covered} & exposed)
+        if not bad:
+            continue
+        x = bad[0]
+        i = old.ins[p]
+        others = f"; {len(bad) - 1} more consumer(s) exposed" if len(bad) > 1 else ""
+        report.hazards.append(Hazard(
+            name, 16 * x, new.ins[x].text, "scoreboard",
+            f"reads the result of {16 * pos[p]:#06x} {i.text} (variable latency, no scoreboard of its own: "
+            f"ptxas covered it with a wait on a later {pipes[pos[p]]} instruction's scoreboard) but a path "
+            f"of the reordered code reaches it with no such wait{others}",
+            {"producer": f"{16 * pos[p]:#06x}", "kind": "queued", "exposed": [f"{16 * k:#06x}" for k in bad]}))
+
+
+def _check_scoreboards(name, deps: BlockDeps, old: CodeFacts, new: CodeFacts, pos, report) -> None:
+    """Rule 4: dependants found in ptxas's code (the graph's), coverage searched in the new code."""
     ins = old.ins
     depbar_sbs = {int(m) for i in ins if i.opcode == "DEPBAR" and i.reachable
                   for m in _DEPBAR_SB.findall(i.text)}
@@ -237,10 +262,7 @@ def _check_scoreboards(name, kernel, old: CodeFacts, new: CodeFacts, pos, report
                     f"scoreboard {old_sb}'s outstanding setters",
                     {"kind": kind, "input_scoreboard": old_sb, "scoreboard": new_sb}))
                 continue
-            old_exposed, old_waiters = _exposed(old, p, old_sb, old.old)
-            regs = old.writes[p] if kind == "write" else old.reads[p]
-            by_regs = _register_consumers(old, p, regs, writers_only=kind == "read") if regs else set()
-            dependants = old_waiters | (by_regs - old_exposed)
+            dependants = deps.dependants[(p, kind)][1]
             report.scoreboard_edges += len(dependants)
             if not dependants:
                 continue

@@ -29,6 +29,7 @@ Per block (sass/cfg.py), bytes in, bytes out:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 from types import SimpleNamespace
 
 from ..isa import control_bits as cb
@@ -141,10 +142,11 @@ def stall_values(kernel) -> dict[tuple[str, int], list[int]]:
 # So a new stall is a value ptxas itself wrote on that opcode with that yield bit in this kernel:
 # those are known to decode. verify_encoding (sass/patch.py) stays the last word.
 def legal_stall(values: dict, ins, stall: int) -> int:
-    """The least value >= `stall` that ptxas wrote on this opcode with this yield bit; the largest
-    it wrote when none is that high (the check then judges the shortfall)."""
+    """The least value >= `stall` that ptxas wrote on this opcode with this yield bit; when it wrote
+    none that high, `stall` itself up to 14 (15 is the value refused most often), left to
+    nvdisasm: a block whose words it cannot decode is put back (`encodable` of plan_reorder)."""
     seen = values.get((ins.opcode, ins.yield_bit), [ins.stall])
-    return next((v for v in seen if v >= stall), seen[-1])
+    return next((v for v in seen if v >= stall), min(max(stall, 1), cb.STALL.mask - 1))
 
 
 def _block_stalls(b, order: list[int], kernel, deps: BlockDeps, table, fixed, values) -> list[int]:
@@ -282,10 +284,13 @@ def _raise_stalls(plan: _Plan, report: CheckReport) -> bool:
     return raised
 
 
-def plan_reorder(kernel, words: list[int], refs: CodeReferences, table, target: str
+def plan_reorder(kernel, words: list[int], refs: CodeReferences, table, target: str,
+                 encodable: Callable[[list[int], list[int]], list[int]] | None = None
                  ) -> tuple[list[int], list[int], ReorderSummary, CheckReport]:
     """(origin, new words, summary, check) for one kernel. `words` are its current words (rules and
-    other passes applied); origin[i] is the index whose word now sits at i."""
+    other passes applied); origin[i] is the index whose word now sits at i. `encodable(origin,
+    words)`, when given, returns the indices nvdisasm cannot read back as the moved instructions
+    (sass/patch.py passes one); their blocks are put back."""
     ins = kernel.instructions
     words = list(words[:len(ins)])
     deps = build_deps(kernel, refs, table)
@@ -305,7 +310,8 @@ def plan_reorder(kernel, words: list[int], refs: CodeReferences, table, target: 
     scheduled = len(plan.orders)
     rounds = 0
     while True:
-        report = check_reordered(kernel, deps, plan.origin(), plan.new_words(), table)
+        origin, new_words = plan.origin(), plan.new_words()
+        report = check_reordered(kernel, deps, origin, new_words, table)
         if report.hazards and plan.orders:
             if rounds < FIXUP_ROUNDS and _raise_stalls(plan, report):
                 rounds += 1
@@ -316,16 +322,23 @@ def plan_reorder(kernel, words: list[int], refs: CodeReferences, table, target: 
             continue
         # a block whose modelled issue cycles (stalls and bank conflicts, sass/analysis.py) now
         # exceed ptxas's is no win: put it back
-        cycles = block_issue_cycles(kernel, plan.origin(), plan.new_words(), target, list(plan.orders))
+        cycles = block_issue_cycles(kernel, origin, new_words, target, list(plan.orders))
         worse = [bi for bi, c in cycles.items() if c > ptxas_issue_cycles(kernel, bi)]
+        if not worse and encodable is not None and plan.orders:
+            bad = encodable(origin, new_words)
+            worse = sorted({bi for bi in plan.orders for k in bad
+                            if kernel.blocks[bi].start <= k < kernel.blocks[bi].end}) or \
+                (list(plan.orders) if bad else [])
+            for bi in worse:
+                plan.put_back(bi)
+            if worse:
+                continue
         if not worse:
             break
         for bi in worse:
             plan.put_back(bi)
             summary.blocks_no_gain += 1
             scheduled -= 1
-    origin = plan.origin()
-    new_words = plan.new_words()
     summary.moved = sum(1 for i, j in enumerate(origin) if i != j)
     summary.blocks_reordered = len(plan.orders)
     summary.blocks_put_back = scheduled - len(plan.orders)

@@ -195,6 +195,32 @@ def test_check_refuses_a_consumer_of_a_load_without_scoreboard_moved_above_the_w
     assert queued and queued[0].address == 16 * w, [h.line() for h in report.hazards]
 
 
+def test_check_holds_a_guard_predicate_read_to_ptxas_spacing(decoded):
+    """The table's ISETP latency (4) was measured with the predicate read as an operand; ptxas never
+    puts an instruction guarded by it closer than 13 cycles. A guarded consumer moved up next to
+    its ISETP is refused even though 4 cycles would pass the table."""
+    from asmgemm.sass.block_deps import guard_register
+    case = None
+    for name, (elf, kernels, _target) in sorted(decoded.items()):
+        kernel = kernels[name]
+        deps = build_deps(kernel, code_references(elf, name), TABLE)
+        if deps.unmovable:
+            continue
+        ins, gaps = kernel.instructions, deps.code.gap_old
+        case = next((e for edges in deps.deps.values() for e in edges
+                     if e.kind == "raw" and ins[e.src].opcode == "ISETP" and e.what.endswith("(guard)")
+                     and guard_register(ins[e.dst]) is not None and e.dst > e.src + 1
+                     and 4 <= gaps[e.src] < sum(gaps[e.src:e.dst]) and _same_stretch(deps, kernel, e.src, e.dst)),
+                    None)
+        if case:
+            break
+    assert case is not None, "no ISETP with a guarded consumer a few instructions later in any shipped kernel"
+    report = _check(kernel, deps, _moved(len(ins), case.dst, case.src + 1))
+    guard = [h for h in report.hazards if h.kind == "latency" and "guard predicate" in h.message]
+    assert guard and guard[0].address == 16 * (case.src + 1), [h.line() for h in report.hazards]
+    assert guard[0].numbers["distance"] >= 4        # the table's latency alone would have passed it
+
+
 def test_check_refuses_moving_an_exit_named_by_nv_info(decoded):
     _elf, kernel, deps = _sgemm(decoded)
     exits = [k for k, why in deps.anchors.items() if "EIATTR_EXIT_INSTR_OFFSETS" in why]
@@ -221,7 +247,8 @@ def test_check_refuses_moving_an_instruction_a_cubin_reference_names(decoded):
     report = _check(kernel, deps, _moved(len(kernel.instructions), k, k - 1))
     assert any(h.kind == "anchor" and h.address == 16 * k for h in report.hazards)
     # without the reference the same move is not an anchor hazard
-    assert not any(h.kind == "anchor" for h in _check(kernel, plain, _moved(len(kernel.instructions), k, k - 1)).hazards)
+    unnamed = _check(kernel, plain, _moved(len(kernel.instructions), k, k - 1))
+    assert not any(h.kind == "anchor" for h in unnamed.hazards)
 
 
 def test_check_refuses_stalls_below_a_latency_in_a_reordered_block(decoded):

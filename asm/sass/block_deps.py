@@ -38,6 +38,13 @@ Edges a -> b (a before b in ptxas's order; b must stay after a), within one bloc
             block between the two; a consumer ptxas did not cover keeps ptxas's distance, up to
             FIXED_HORIZON, like a fixed-latency one whose latency the table lacks.
 
+Guard predicates: a predicate read as an instruction's guard (`@P0 IADD3 ...`) is held to ptxas's
+spacing, up to FIXED_HORIZON, whatever the table says of its producer. The table's ISETP latency
+(4 cycles) was measured with SEL reading the predicate as an operand; in the six shipped cubins
+(ptxas 13.0) ptxas never puts an instruction guarded by an ISETP's predicate closer than 13 cycles
+after it (740 such pairs in one block; operand reads go down to 4, 82 of 217), so a guard read
+has a longer latency that the table does not have yet (`guard_register`).
+
 Each edge carries a latency for the scheduler: a fixed-latency RAW the table's latency (sass/
 hazards.py fixed_latencies; FIXED_HORIZON-capped ptxas spacing for an opcode the table lacks),
 a variable-latency RAW the table's latency (a priority only: the scoreboard enforces it), any
@@ -118,6 +125,15 @@ def anchor_reason(ins) -> str | None:
         return f"{ins.opcode} never moves"
     if ins.opcode in _CLOCK_READERS and _CLOCK.search(ins.text):
         return "reads a clock"
+    return None
+
+
+def guard_register(ins) -> tuple[str, int] | None:
+    """The predicate register an instruction is guarded by (`@!P3` -> ("P", 3)); None for none/PT."""
+    g = (ins.predicate or "").lstrip("!")
+    for space in ("UP", "P"):
+        if g.startswith(space) and g[len(space):].isdigit() and int(g[len(space):]) != 7:
+            return (space, int(g[len(space):]))
     return None
 
 
@@ -328,6 +344,8 @@ def _raw(code, p, x, r, fixed, variable_ops, timing, table, gaps, dependants) ->
         return Dep(p, x, "raw", min(distance(gaps, p, x), FIXED_HORIZON), True, name)
     if variable_producer(code, p, variable_ops):
         return Dep(p, x, "raw", lookup_timing(timing, code.ins[p], table).latency, False, name)
+    if guard_register(code.ins[x]) == r:
+        return Dep(p, x, "raw", min(distance(gaps, p, x), FIXED_HORIZON), True, name + " (guard)")
     return Dep(p, x, "raw", _fixed_need(code, p, fixed, gaps, x), True, name)
 
 

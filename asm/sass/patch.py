@@ -178,6 +178,8 @@ def plan_patch(data: bytes, rules: Rules | None, source: str = "<cubin>", *,
                 elf.permute(name, origin + list(range(len(origin), elf.kernel(name).count)),
                             [(b.start, b.end) for b in kernel.blocks if b.reachable])
                 reordered[name] = report
+                selected.update({(name, k): selected.get((name, k), [])
+                                 for k, j in enumerate(origin) if k != j})
             for k, w in enumerate(words):
                 if w != elf.word(name, k):
                     elf.set_word(name, k, w)

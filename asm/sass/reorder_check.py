@@ -32,8 +32,8 @@ import dataclasses
 import re
 
 from ..isa.sass_registers import register_name
-from .block_deps import (BlockDeps, lookup_timing, pipes_of, queued_exposure, queued_producer,
-                         variable_opcodes, variable_producer)
+from .block_deps import (BlockDeps, guard_register, lookup_timing, pipes_of, queued_exposure,
+                         queued_producer, variable_opcodes, variable_producer)
 from .hazards import (FIXED_HORIZON, CheckReport, CodeFacts, Hazard, _check_reuse, _check_yield,
                       _exposed, _mask, _sb, fixed_latencies)
 
@@ -167,6 +167,8 @@ def _walk(name, p, kind, regs, need, known, skip, old, new, pos, blocks, block_o
     ins = old.ins
     b0 = blocks[block_of[p]]
     flagged: set[int] = set()
+    # a predicate may be read as a guard further away than the producer's latency
+    prune_at = FIXED_HORIZON if kind == "raw" and any(r[0] in ("P", "UP") for r in regs) else need
     # state: (block, first old index to look at, distance from p's issue to the block's start in
     # ptxas's code and in the new code, registers still live, whether this is p's own pass)
     stack = [(b0.index, p + 1, -off_old[p], -off_new[pos[p]], regs, True)]
@@ -178,7 +180,7 @@ def _walk(name, p, kind, regs, need, known, skip, old, new, pos, blocks, block_o
             continue
         seen.add(key)
         b = blocks[bi]
-        if not own and base_new >= need:
+        if not own and base_new >= prune_at:
             continue                    # every later distance is at least this one
         stopped = False
         for x in range(first, b.end):
@@ -193,18 +195,25 @@ def _walk(name, p, kind, regs, need, known, skip, old, new, pos, blocks, block_o
                 report.checked_pairs += 1
                 if known and d0 < known[0]:
                     report.below_table += 1
-                if d < d0 and d < need and x not in flagged:
+                guard = kind == "raw" and guard_register(ins[x]) in hit
+                need_x = FIXED_HORIZON if guard else need
+                if d < d0 and d < need_x and x not in flagged:
                     flagged.add(x)
                     reg = register_name(sorted(hit)[0])
-                    where = (f"{ins[p].opcode} latency {known[0]} cycles [{known[1]}, scheduler/latencies_sm90.py]"
-                             if known else f"{ins[p].opcode}: held to ptxas's spacing up to {FIXED_HORIZON} cycles")
+                    if guard:
+                        where = (f"read as the guard predicate: held to ptxas's spacing up to {FIXED_HORIZON} "
+                                 "cycles (sass/block_deps.py, guard predicates)")
+                    elif known:
+                        where = f"{ins[p].opcode} latency {known[0]} cycles [{known[1]}, scheduler/latencies_sm90.py]"
+                    else:
+                        where = f"{ins[p].opcode}: held to ptxas's spacing up to {FIXED_HORIZON} cycles"
                     verb = "reads" if kind == "raw" else "overwrites"
                     report.hazards.append(Hazard(
                         name, 16 * pos[x], ins[x].text, "latency",
                         f"{verb} {reg} {d} cycles after {16 * pos[p]:#06x} {ins[p].text} "
                         f"({'wrote' if kind == 'raw' else 'read'} it; {where}; ptxas had {d0} cycles on this path)",
                         {"producer": f"{16 * pos[p]:#06x}", "register": reg, "distance": d,
-                         "input_distance": d0, "latency": known[0] if known else None}))
+                         "input_distance": d0, "latency": None if guard or not known else known[0]}))
             if old.unconditional(x):
                 live = live - old.writes[x]
             if not live:

@@ -6,8 +6,8 @@ reordered kernel is faster is unknown until an A/B on the H100 says so; the summ
 modelled issue cycles of each loop body (sass/analysis.py), with "measured": false.
 
 Per block (sass/cfg.py), bytes in, bytes out:
-  1. The dependency graph of ptxas's code (sass/block_deps.py): register, scoreboard, cover and
-     memory edges, and the anchors nothing crosses (the block's last instruction, branches,
+  1. The dependency graph of ptxas's code (sass/block_deps.py): register, scoreboard, cover,
+     memory and pipe-order edges, and the anchors nothing crosses (the block's last instruction, branches,
      barriers, warpgroup instructions, clock reads, offsets named by .nv.info or a relocation).
   2. The stretches between anchors are list-scheduled with the project's PTX scheduler
      (scheduler/list_scheduler.py `list_schedule`: cycle-driven, critical-path priority with the
@@ -15,16 +15,23 @@ Per block (sass/cfg.py), bytes in, bytes out:
      graph type is reused with SASS nodes (opcode -> the table's Timing row).
   3. Control fields travel with their instruction (scoreboards set and waited on, yield). Stall
      counts of a reordered block are recomputed: the gap the issue model (list_scheduler
-     `simulate`) leaves after each instruction under the stall-enforced edges, clamped to 1..15;
+     `simulate`) leaves after each instruction under the stall-enforced edges alone (pipes are not
+     modelled there: the hardware holds an instruction whose pipe is busy by itself), at least 1;
      an instruction the table has no fixed latency for keeps at least ptxas's stall, and the
-     block's last instruction keeps ptxas's stall (it feeds the next block).
+     block's last instruction keeps ptxas's stall (it feeds the next block). The value is rounded
+     up to one ptxas wrote on that opcode with that yield bit (`legal_stall`: nvdisasm decodes
+     the stall and yield bits of some opcodes through tables of allowed values).
   4. Reuse flags are cleared wherever an instruction's next instruction changed and set again by
      the reuse pass's rule (sass/reuse_pass.py reuse_flags) on the new order.
-  5. The checker judges the whole kernel. A latency hazard inside a block is first met by raising
-     the stall just before the consumer; any block still involved in a hazard after that is put
-     back as ptxas wrote it, and the check runs again, until it passes (ptxas's own order always
-     does). So the pass never hands out what the checker refuses; the summary counts the blocks
-     it had to put back.
+  5. A block is kept only when the scheduler's model says its new order is faster (`simulate` of
+     the whole block, variable latencies included) and its modelled issue cycles (sass/analysis.py:
+     max(stall, 1) summed, plus bank conflicts) do not grow. The checker then judges the whole
+     kernel: a latency hazard inside a block is first met by raising the stall just before the
+     consumer; any block still involved in a hazard is put back as ptxas wrote it, and the check
+     runs again until it passes (ptxas's own order always does). Last, `encodable` (nvdisasm, given
+     by sass/patch.py) must read every word back as the moved instruction, or its block is put
+     back. So the pass never hands out what the checker refuses; the summary counts the blocks it
+     had to put back and those without a modelled gain.
 """
 from __future__ import annotations
 

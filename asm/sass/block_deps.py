@@ -41,9 +41,9 @@ Edges a -> b (a before b in ptxas's order; b must stay after a), within one bloc
 Guard predicates: a predicate read as an instruction's guard (`@P0 IADD3 ...`) is held to ptxas's
 spacing, up to FIXED_HORIZON, whatever the table says of its producer. The table's ISETP latency
 (4 cycles) was measured with SEL reading the predicate as an operand; in the six shipped cubins
-(ptxas 13.0) ptxas never puts an instruction guarded by an ISETP's predicate closer than 13 cycles
-after it (740 such pairs in one block; operand reads go down to 4, 82 of 217), so a guard read
-has a longer latency that the table does not have yet (`guard_register`).
+(ptxas 13.0) ptxas never puts the first instruction guarded by an ISETP's predicate closer than 13
+cycles after it (779 such pairs within a block; first operand reads go down to 4, 82 of 233), so a
+guard read has a longer latency that the table does not have yet (`guard_register`).
 
 Each edge carries a latency for the scheduler: a fixed-latency RAW the table's latency (sass/
 hazards.py fixed_latencies; FIXED_HORIZON-capped ptxas spacing for an opcode the table lacks),

@@ -178,8 +178,12 @@ def plan_patch(data: bytes, rules: Rules | None, source: str = "<cubin>", *,
                 elf.permute(name, origin + list(range(len(origin), elf.kernel(name).count)),
                             [(b.start, b.end) for b in kernel.blocks if b.reachable])
                 reordered[name] = report
-                selected.update({(name, k): selected.get((name, k), [])
-                                 for k, j in enumerate(origin) if k != j})
+                # the rules that selected a word follow it to its new index
+                before = {k: rules_of for (kname, k), rules_of in selected.items() if kname == name}
+                for k in before:
+                    del selected[(name, k)]
+                selected.update({(name, k): before.get(j, []) for k, j in enumerate(origin)
+                                 if k != j or j in before})
             for k, w in enumerate(words):
                 if w != elf.word(name, k):
                     elf.set_word(name, k, w)

@@ -18,7 +18,8 @@ Per block (sass/cfg.py), bytes in, bytes out:
      `simulate`) leaves after each instruction under the stall-enforced edges alone (pipes are not
      modelled there: the hardware holds an instruction whose pipe is busy by itself), at least 1;
      an instruction the table has no fixed latency for keeps at least ptxas's stall, and the
-     block's last instruction keeps ptxas's stall (it feeds the next block). The value is rounded
+     block's last instruction keeps ptxas's stall (it feeds the next block). The pass runs after
+     the rules and the other passes, so a stall a rule set inside a reordered block is replaced. The value is rounded
      up to one ptxas wrote on that opcode with that yield bit (`legal_stall`: nvdisasm decodes
      the stall and yield bits of some opcodes through tables of allowed values).
   4. Reuse flags are cleared wherever an instruction's next instruction changed and set again by

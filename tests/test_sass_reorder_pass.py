@@ -170,29 +170,38 @@ def test_check_refuses_a_consumer_moved_above_the_wait_that_covered_it(decoded):
     assert any(h.kind == "order" and h.numbers["dependency"] == "cover" for h in report.hazards)
 
 
-def test_check_refuses_a_consumer_of_a_load_without_scoreboard_moved_above_the_wait(decoded):
-    """ptxas leaves the write scoreboard off many LDS.128 in sgemm and covers their consumers with a
-    wait on a later load's scoreboard (the pipe completes in order); a consumer moved above that
-    wait is refused."""
-    _elf, kernel, deps = _sgemm(decoded)
-    ins = kernel.instructions
+@pytest.mark.parametrize("kind", ["queued", "queued-read"])
+def test_check_refuses_a_dependant_moved_above_a_later_instructions_wait(decoded, kind):
+    """ptxas leaves the scoreboard off many instructions (sgemm's LDS.128 results, the sources of
+    its stores) and covers their dependants with a wait on a later same-pipe instruction's
+    scoreboard (the pipe works in order): a consumer ("queued") or an overwriter of the sources
+    ("queued-read") moved above that wait is refused."""
     case = None
-    for (p, kind), (_sb, covered) in sorted(deps.dependants.items()):
-        if kind != "queued":
+    for name, (elf, kernels, _target) in sorted(decoded.items(), key=lambda kv: kv[0] != "sgemm"):
+        kernel = kernels[name]
+        deps = build_deps(kernel, code_references(elf, name), TABLE)
+        if deps.unmovable:
             continue
-        for x in sorted(covered):
-            waits = [y for y in range(p + 1, x) if ins[y].wait_mask]
-            if p < x and waits and not ins[x].wait_mask and _same_stretch(deps, kernel, waits[0], x):
-                case = (p, waits[0], x)
+        ins = kernel.instructions
+        for (p, k), (_sb, covered) in sorted(deps.dependants.items()):
+            if k != kind:
+                continue
+            for x in sorted(covered):
+                waits = [y for y in range(p + 1, x) if ins[y].wait_mask]
+                if p < x and waits and not ins[x].wait_mask and _same_stretch(deps, kernel, waits[0], x):
+                    case = (kernel, deps, p, waits[0], x)
+                    break
+            if case:
                 break
         if case:
             break
-    assert case is not None, "no consumer of a scoreboard-less load covered by a later wait in sgemm"
-    p, w, x = case
-    assert ins[p].write_sb is None
-    report = _check(kernel, deps, _moved(len(ins), x, w))
-    queued = [h for h in report.hazards if h.kind == "scoreboard" and h.numbers.get("kind") == "queued"]
-    assert queued and queued[0].address == 16 * w, [h.line() for h in report.hazards]
+    assert case is not None, f"no {kind} dependant covered by a later wait in the shipped kernels"
+    kernel, deps, p, w, x = case
+    sb = kernel.instructions[p].write_sb if kind == "queued" else kernel.instructions[p].read_sb
+    assert sb is None
+    report = _check(kernel, deps, _moved(len(kernel.instructions), x, w))
+    found = [h for h in report.hazards if h.kind == "scoreboard" and h.numbers.get("kind") == kind]
+    assert found and found[0].address == 16 * w, [h.line() for h in report.hazards]
 
 
 def test_check_holds_a_guard_predicate_read_to_ptxas_spacing(decoded):

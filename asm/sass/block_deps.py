@@ -36,7 +36,10 @@ Edges a -> b (a before b in ptxas's order; b must stay after a), within one bloc
             (every path from the producer passes a wait on a scoreboard set by a later instruction
             of the same pipe: `queued_exposure`) stays after every waiting instruction of its
             block between the two; a consumer ptxas did not cover keeps ptxas's distance, up to
-            FIXED_HORIZON, like a fixed-latency one whose latency the table lacks.
+            FIXED_HORIZON, like a fixed-latency one whose latency the table lacks. The same holds
+            on the read side ("queued-read"): an instruction that reads its sources after issue
+            with no read scoreboard (stores, HMMA) has its overwriters covered by a wait on a
+            later same-pipe instruction's read or write scoreboard, or held to ptxas's spacing.
 
 Guard predicates: a predicate read as an instruction's guard (`@P0 IADD3 ...`) is held to ptxas's
 spacing, up to FIXED_HORIZON, whatever the table says of its producer. The table's ISETP latency
@@ -154,9 +157,28 @@ def pipes_of(code: CodeFacts, controls: list[dict], variable_ops, timing, table)
             for k, i in enumerate(code.ins)]
 
 
-def queued_exposure(code: CodeFacts, p: int, pipes: list[str | None], controls: list[dict]) -> set[int]:
+def read_pipes_of(code: CodeFacts, controls: list[dict], timing, table) -> list[str | None]:
+    """The table's pipe of each instruction that reads its sources after issue (None for others)."""
+    return [lookup_timing(timing, i, table).pipe
+            if lookup_timing(timing, i, table).read_latency or controls[k]["read_barrier"] != cb.NO_BARRIER
+            else None for k, i in enumerate(code.ins)]
+
+
+def queued_reader(code: CodeFacts, k: int, timing, table) -> bool:
+    """Sources read after issue with no read scoreboard of its own (the read side of `queued`:
+    ptxas covers an overwriter with a wait on a later same-pipe instruction's scoreboard)."""
+    return bool(code.reads[k]) and _sb(code.old[k], "read") is None and \
+        bool(lookup_timing(timing, code.ins[k], table).read_latency)
+
+
+RESULT_RELEASE = ("write_barrier",)                   # a later result landed: p's has too
+READ_RELEASE = ("write_barrier", "read_barrier")      # a later instruction read its sources: p did too
+
+
+def queued_exposure(code: CodeFacts, p: int, pipes: list[str | None], controls: list[dict],
+                    release: tuple[str, ...] = RESULT_RELEASE) -> set[int]:
     """Instructions reached from p along some path before any wait on a scoreboard that a later
-    instruction of p's pipe set on that path (write scoreboards: completion)."""
+    instruction of p's pipe set (its `release` fields) on that path."""
     exposed: set[int] = set()
     stack = [(s, frozenset()) for s in code.succ[p]]
     seen: set = set()
@@ -169,8 +191,8 @@ def queued_exposure(code: CodeFacts, p: int, pipes: list[str | None], controls: 
         if any(mask >> k & 1 for k in armed):
             continue
         exposed.add(y)
-        if pipes[y] is not None and pipes[y] == pipes[p] and controls[y]["write_barrier"] != cb.NO_BARRIER:
-            armed = armed | {controls[y]["write_barrier"]}
+        if pipes[y] is not None and pipes[y] == pipes[p]:
+            armed = armed | {controls[y][f] for f in release if controls[y][f] != cb.NO_BARRIER}
         stack.extend((t, armed) for t in code.succ[y])
     return exposed
 
@@ -205,7 +227,7 @@ def build_deps(kernel, refs: CodeReferences, table) -> BlockDeps:
     fixed = fixed_latencies(table)
     variable_ops = variable_opcodes(table)
     pipes = pipes_of(code, code.old, variable_ops, out.timing, table)
-    out.dependants.update(queued_dependants(code, pipes, variable_ops))
+    out.dependants.update(queued_dependants(code, pipes, variable_ops, out.timing, table))
     covers = _cover_edges(kernel, code, out.dependants)
     for b in kernel.blocks:
         if b.reachable:
@@ -218,14 +240,22 @@ def variable_opcodes(table) -> frozenset[str]:
     return frozenset(t.sass.split(".")[0] for t in table.values() if t.variable)
 
 
-def queued_dependants(code: CodeFacts, pipes, variable_ops) -> dict[tuple[int, str], tuple[None, frozenset[int]]]:
+def queued_dependants(code: CodeFacts, pipes, variable_ops, timing, table
+                      ) -> dict[tuple[int, str], tuple[None, frozenset[int]]]:
     """(producer, "queued") -> (None, the register consumers ptxas covered) for every queued
-    producer."""
+    producer, and (reader, "queued-read") -> (None, the overwriters of its sources ptxas covered)."""
     out = {}
+    read_pipes = read_pipes_of(code, code.old, timing, table)
     for p, i in enumerate(code.ins):
-        if i.reachable and queued_producer(code, p, variable_ops):
+        if not i.reachable:
+            continue
+        if queued_producer(code, p, variable_ops):
             consumers = _register_consumers(code, p, code.writes[p], writers_only=False)
             out[(p, "queued")] = (None, frozenset(consumers - queued_exposure(code, p, pipes, code.old)))
+        if queued_reader(code, p, timing, table):
+            overwriters = _register_consumers(code, p, code.reads[p], writers_only=True)
+            exposed = queued_exposure(code, p, read_pipes, code.old, READ_RELEASE)
+            out[(p, "queued-read")] = (None, frozenset(overwriters - exposed))
     return out
 
 
@@ -258,7 +288,7 @@ def _cover_edges(kernel, code: CodeFacts, dependants) -> dict[int, set[int]]:
         for x in found:
             blk = block_of[x]
             lo = p + 1 if block_of[p] is blk and p < x else blk.start
-            if kind == "queued":
+            if kind.startswith("queued"):
                 # which wait covered it is not tracked: every waiting instruction in between
                 for y in range(lo, x):
                     if code.old[y]["wait_mask"]:
@@ -291,7 +321,7 @@ def _block_edges(b, code: CodeFacts, fixed, variable_ops, covers, timing, table,
                 edges.append(_waw(code, p, x, r, fixed, variable_ops, gaps, dependants))
             for p in readers.get(r, ()):
                 if p != x:
-                    edges.append(_war(code, p, x, r, timing, table, gaps))
+                    edges.append(_war(code, p, x, r, timing, table, gaps, dependants))
         mask = code.old[x]["wait_mask"]
         for sb in range(cb.NUM_SCOREBOARDS):
             if mask >> sb & 1:
@@ -359,9 +389,11 @@ def _waw(code, p, x, r, fixed, variable_ops, gaps, dependants) -> Dep:
     return Dep(p, x, "waw", _fixed_need(code, p, fixed, gaps, x), True, name)
 
 
-def _war(code, p, x, r, timing, table, gaps) -> Dep:
+def _war(code, p, x, r, timing, table, gaps, dependants) -> Dep:
     name = f"{r[0]}{r[1]}"
     row = lookup_timing(timing, code.ins[p], table)
+    if x in dependants.get((p, "queued-read"), (None, ()))[1]:
+        return Dep(p, x, "war", 1, False, name)      # covered by a wait: the cover edges keep it
     if row.read_latency and _sb(code.old[p], "read") is None:
         # sources read after issue with no read scoreboard: ptxas's spacing protects them
         return Dep(p, x, "war", min(distance(gaps, p, x), FIXED_HORIZON), True, name)

@@ -32,8 +32,9 @@ import dataclasses
 import re
 
 from ..isa.sass_registers import register_name
-from .block_deps import (BlockDeps, guard_register, lookup_timing, pipes_of, queued_exposure,
-                         queued_producer, variable_opcodes, variable_producer)
+from .block_deps import (READ_RELEASE, RESULT_RELEASE, BlockDeps, guard_register, lookup_timing, pipes_of,
+                         queued_exposure, queued_producer, read_pipes_of, variable_opcodes,
+                         variable_producer)
 from .hazards import (FIXED_HORIZON, CheckReport, CodeFacts, Hazard, _check_reuse, _check_yield,
                       _exposed, _mask, _sb, fixed_latencies)
 
@@ -156,7 +157,9 @@ def _check_paths(name, kernel, deps: BlockDeps, old: CodeFacts, new: CodeFacts, 
             watches.append(("raw", frozenset(old.writes[p]), FIXED_HORIZON, None,
                             deps.dependants[(p, "queued")][1]))
         if old.reads[p] and lookup_timing(deps.timing, i, table).read_latency and _sb(old.old[p], "read") is None:
-            watches.append(("war", frozenset(old.reads[p]), FIXED_HORIZON, None, ()))
+            # overwriters ptxas covered with a later same-pipe wait are rule 4's (queued-read)
+            watches.append(("war", frozenset(old.reads[p]), FIXED_HORIZON, None,
+                            deps.dependants.get((p, "queued-read"), (None, ()))[1]))
         for kind, regs, need, known, skip in watches:
             _walk(name, p, kind, regs, need, known, skip, old, new, pos, blocks, block_of, off_old, off_new,
                   len_old, len_new, report)
@@ -228,27 +231,31 @@ def _walk(name, p, kind, regs, need, known, skip, old, new, pos, blocks, block_o
 
 
 def _check_queued(name, deps: BlockDeps, old: CodeFacts, new: CodeFacts, pos, table, report) -> None:
-    """Rule 4 for producers with no scoreboard of their own (block_deps `queued`): every consumer
-    ptxas covered is still reached only after a wait on a scoreboard that a later instruction of
-    the producer's pipe set, on every path of the new code."""
-    pipes = pipes_of(new, new.new, variable_opcodes(table), deps.timing, table)
+    """Rule 4 for producers with no scoreboard of their own (block_deps `queued`, `queued-read`):
+    every consumer (overwriter) ptxas covered is still reached only after a wait on a scoreboard
+    that a later instruction of the producer's pipe set, on every path of the new code."""
+    result_pipes = pipes_of(new, new.new, variable_opcodes(table), deps.timing, table)
+    read_pipes = read_pipes_of(new, new.new, deps.timing, table)
     for (p, kind), (_sb_none, covered) in deps.dependants.items():
-        if kind != "queued" or not covered:
+        if not kind.startswith("queued") or not covered:
             continue
         report.scoreboard_edges += len(covered)
-        exposed = queued_exposure(new, pos[p], pipes, new.new)
+        reads = kind == "queued-read"
+        pipes = read_pipes if reads else result_pipes
+        exposed = queued_exposure(new, pos[p], pipes, new.new, READ_RELEASE if reads else RESULT_RELEASE)
         bad = sorted({pos[x] for x in covered} & exposed)
         if not bad:
             continue
         x = bad[0]
         i = old.ins[p]
         others = f"; {len(bad) - 1} more consumer(s) exposed" if len(bad) > 1 else ""
+        what = ("overwrites a source of" if reads else "reads the result of")
         report.hazards.append(Hazard(
             name, 16 * x, new.ins[x].text, "scoreboard",
-            f"reads the result of {16 * pos[p]:#06x} {i.text} (variable latency, no scoreboard of its own: "
+            f"{what} {16 * pos[p]:#06x} {i.text} (no {'read' if reads else 'write'} scoreboard of its own: "
             f"ptxas covered it with a wait on a later {pipes[pos[p]]} instruction's scoreboard) but a path "
             f"of the reordered code reaches it with no such wait{others}",
-            {"producer": f"{16 * pos[p]:#06x}", "kind": "queued", "exposed": [f"{16 * k:#06x}" for k in bad]}))
+            {"producer": f"{16 * pos[p]:#06x}", "kind": kind, "exposed": [f"{16 * k:#06x}" for k in bad]}))
 
 
 def _check_scoreboards(name, deps: BlockDeps, old: CodeFacts, new: CodeFacts, pos, report) -> None:

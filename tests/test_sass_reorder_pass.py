@@ -135,6 +135,16 @@ def test_offsets_named_by_nv_info_are_found_and_never_moved(decoded, reordered):
     assert any("EIATTR_MBARRIER_INSTR_OFFSETS" in why for why in code_references(elf, "hgemm").anchored.values())
 
 
+def test_the_schedule_is_deterministic_and_passes_a_fresh_check(decoded):
+    elf, kernel, _deps = _sgemm(decoded)
+    runs = [plan_reorder(kernel, elf.words("sgemm"), code_references(elf, "sgemm"), TABLE, "sm_90")
+            for _ in range(2)]
+    (origin, words, summary, _report), again = runs[0], runs[1]
+    assert (origin, words) == again[:2] and summary.moved == again[2].moved > 0
+    fresh = build_deps(kernel, code_references(elf, "sgemm"), TABLE)
+    assert not check_reordered(kernel, fresh, origin, words, TABLE).hazards
+
+
 # ---- the check refuses bad permutations -----------------------------------------------------
 
 def test_check_refuses_a_consumer_moved_above_its_producer(decoded):

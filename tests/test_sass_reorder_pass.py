@@ -135,6 +135,24 @@ def test_offsets_named_by_nv_info_are_found_and_never_moved(decoded, reordered):
     assert any("EIATTR_MBARRIER_INSTR_OFFSETS" in why for why in code_references(elf, "hgemm").anchored.values())
 
 
+def test_barriers_warpgroup_instructions_and_clock_reads_are_anchors(decoded):
+    """Checked on ptxas's real code, so a barrier opcode the list does not know (hgemm's cluster
+    barriers UCGABAR_ARV/UCGABAR_WAIT were one) shows up here."""
+    seen = set()
+    for name, (elf, kernels, _target) in decoded.items():
+        kernel = kernels[name]
+        deps = build_deps(kernel, code_references(elf, name), TABLE)
+        for k, i in enumerate(kernel.instructions):
+            if not i.reachable:
+                continue
+            if "BAR" in i.opcode or i.opcode in ("HGMMA", "WARPGROUP", "WARPSYNC", "BSSY", "BSYNC", "EXIT",
+                                                 "BRA", "ELECT", "USETMAXREG", "FENCE") \
+                    or "SR_CLOCK" in i.text:
+                assert k in deps.anchors, (name, hex(i.address), i.text)
+                seen.add(i.opcode)
+    assert {"BAR", "UCGABAR_ARV", "UCGABAR_WAIT", "HGMMA", "WARPGROUP", "DEPBAR"} <= seen
+
+
 def test_the_schedule_is_deterministic_and_passes_a_fresh_check(decoded):
     elf, kernel, _deps = _sgemm(decoded)
     runs = [plan_reorder(kernel, elf.words("sgemm"), code_references(elf, "sgemm"), TABLE, "sm_90")

@@ -5,8 +5,9 @@ the result against. Built from ptxas's code alone, never from a schedule.
 Anchors, instructions that never move (every other instruction stays on its side of them):
   - the last instruction of every block (branch, EXIT, or the fall-through into the next block);
   - control and synchronisation: branches, calls, EXIT/RET/KILL, BSSY/BSYNC/BREAK/BMOV, WARPSYNC,
-    BAR, DEPBAR, MEMBAR, FENCE, ERRBAR, NANOSLEEP, YIELD, NOP, LEPC (reads the program counter),
-    ELECT, USETMAXREG (resizes the register file), PMTRAP, BPT;
+    FENCE, NANOSLEEP, YIELD, NOP, LEPC (reads the program counter), ELECT, USETMAXREG (resizes the
+    register file), PMTRAP, BPT, and every opcode with BAR in its name (BAR, DEPBAR, MEMBAR,
+    ERRBAR, LDGDEPBAR, the cluster barriers UCGABAR_ARV/UCGABAR_WAIT, CGAERRBAR, ...);
   - the warpgroup instructions (HGMMA and kin, WARPGROUP.*), which ptxas orders with
     arrive/depbar instructions rather than control codes and whose registers are not modelled
     (isa/sass_registers.py);
@@ -124,8 +125,10 @@ def lookup_timing(timing: dict, ins, table):
 
 
 def anchor_reason(ins) -> str | None:
-    if ins.opcode in ANCHOR_OPCODES or ins.opcode.split(".")[0] in ANCHOR_OPCODES:
+    if ins.opcode in ANCHOR_OPCODES:
         return f"{ins.opcode} never moves"
+    if "BAR" in ins.opcode:
+        return f"{ins.opcode} is a barrier"
     if ins.opcode in _CLOCK_READERS and _CLOCK.search(ins.text):
         return "reads a clock"
     return None

@@ -29,10 +29,14 @@ SHOWN_HAZARDS = 20
 @click.option("--yield-every", "yield_every", type=int, default=None, metavar="N",
               help="Also put the yield hint on every N-th FFMA/HMMA of each loop and take it off the others, "
                    "clearing reuse flags under a yield (DeepGEMM's interleave). Not measured on a GPU.")
+@click.option("--reorder-pass", "reorder_pass", is_flag=True,
+              help="Also list-schedule each basic block again (anchors, branch targets and every offset "
+                   "the cubin names stay put), recompute stalls and reuse flags, and keep only blocks "
+                   "the reorder check accepts and the issue model says gain. Not measured on a GPU.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the plan as JSON: every changed instruction with its fields before and after, "
                    "and the check (accepted, hazards with their numbers).")
-def command(cubin, rules, output, reuse_pass, stall_pass, yield_every, as_json):
+def command(cubin, rules, output, reuse_pass, stall_pass, yield_every, reorder_pass, as_json):
     """Set the control codes (stall, yield, scoreboards, wait mask, reuse) of chosen instructions
     of a sm_90/sm_90a CUBIN, as a RULES file (TOML) says, and write the result to -o.
 
@@ -55,6 +59,12 @@ def command(cubin, rules, output, reuse_pass, stall_pass, yield_every, as_json):
       stall = 2                   # fields: stall, yield (true = `Y`), write_barrier, read_barrier
       reuse = ["A"]               #   ("none" or 0-5), wait = [scoreboards], reuse = [slots]
 
+    --reorder-pass list-schedules every basic block again with the project's scheduler (the
+    dependency graph over SASS registers, scoreboards and memory order; nothing crosses a branch,
+    barrier, warpgroup instruction, clock read or an offset the cubin's .nv.info or relocations
+    name), recomputes stalls and reuse flags, and keeps a block only where its own check passes
+    and the modelled issue cycles do not grow.
+
     --reuse-pass sets, in addition, every reuse flag the checker's reuse rule allows (the next
     instruction reads the same register in the same slot) and prints the bank conflicts the
     register-bank model counts before and after; its effect on speed is not measured.
@@ -75,11 +85,12 @@ def command(cubin, rules, output, reuse_pass, stall_pass, yield_every, as_json):
         raise AsmError("-o names the input cubin; write the patched cubin to another file")
     if yield_every is not None and yield_every < 1:
         raise AsmError(f"--yield-every must be at least 1 (a yield on every N-th FFMA/HMMA), not {yield_every}")
-    if rules is None and not (reuse_pass or stall_pass or yield_every):
+    if rules is None and not (reuse_pass or stall_pass or yield_every or reorder_pass):
         raise AsmError("nothing to do: give a RULES file, --reuse-pass, --stall-pass, --yield-every N, "
-                       "or several")
+                       "--reorder-pass, or several")
     plan = plan_patch(path.read_bytes(), load_rules(rules) if rules else None, source=str(cubin),
-                      reuse_pass=reuse_pass, stall_pass=stall_pass, yield_every=yield_every or 0)
+                      reuse_pass=reuse_pass, stall_pass=stall_pass, yield_every=yield_every or 0,
+                      reorder_pass=reorder_pass)
     if as_json:
         out = plan.to_json()
         out["output"] = None if plan.hazards else str(output)
@@ -108,5 +119,11 @@ def command(cubin, rules, output, reuse_pass, stall_pass, yield_every, as_json):
                    f"{r.loop_conflicts_after} in loops); not measured on a GPU")
     for summary in plan.stall_pass:
         click.echo(summary.line())
+    for r in plan.reorder_pass:
+        loops = "; ".join(f"loop {lp['loop']} {lp['issue_cycles'][0]} -> {lp['issue_cycles'][1]}"
+                          for lp in r.loops)
+        why = f" (not reordered: {r.unmovable})" if r.unmovable else ""
+        click.echo(f"reorder pass, {r.kernel}: {r.moved} instruction(s) moved in {r.blocks_reordered} "
+                   f"block(s){why}; modelled issue cycles {loops or 'no loops'}; not measured on a GPU")
     click.echo(f"{output}: {len(plan.changes)} of {plan.selected} selected instruction(s) changed "
                f"({counts}); check passed")

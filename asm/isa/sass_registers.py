@@ -8,7 +8,10 @@ register too many refuses a patch it could have accepted; one that misses a regi
 a hazard. Sources:
   [NVDIS]  nvdisasm 13.x text of ptxas 13.0 sm_90 code: `R2.64` names the pair R2:R3 (addresses,
            64-bit values), memory opcodes carry their access width as a modifier (`LDS.128`,
-           `LDG.E.64`, `STS.128`), `IMAD.WIDE` writes a pair, DADD/DFMA/DMUL work on pairs,
+           `LDG.E.64`, `STS.128`), `IMAD.WIDE` writes a pair and its last operand (the addend C)
+           is a pair too, `CS2R Rd, SRZ` writes a pair (ptxas zeroes accumulators with CS2R on
+           every second register; `CS2R.32` writes one), an integer ALU opcode with a `.64`
+           modifier (`UIADD3.64 UR26, UR22, 0x80, URZ`) works on pairs, DADD/DFMA/DMUL work on pairs,
            `LDSM.16.M88.4` loads four registers (`.2` two), and the register-namespace prefixes
            R (GPR), UR (uniform), P (predicate), UP (uniform predicate); RZ, URZ, PT and UPT are
            constants, not registers.
@@ -34,6 +37,8 @@ PAIR_OPCODES = frozenset({"DADD", "DFMA", "DMUL", "DMNMX", "DSETP"})      # ever
 TENSOR_OPCODES = frozenset({"HMMA", "IMMA", "DMMA", "BMMA"})
 TENSOR_WIDTHS = (4, 4, 2, 4)     # D, A, B, C of mma.sync at its largest (m16n8k16 f32 acc) [PTXISA]
 UNMODELLED_OPCODES = frozenset({"HGMMA", "IGMMA", "QGMMA", "BGMMA", "WARPGROUP"})
+WIDE_ADDEND_OPCODES = frozenset({"IMAD", "UIMAD"})   # `.WIDE`: Rd (pair), Ra, Rb, Rc (pair) [NVDIS]
+PAIR_RESULT_OPCODES = frozenset({"CS2R"})            # a pair unless `.32` [NVDIS]
 
 Register = tuple[str, int]       # ("R", 12), ("P", 0), ("UR", 4), ("UP", 1)
 
@@ -70,6 +75,12 @@ def operand_registers(opcode: str, modifiers: list[str], operand: str, position:
             elif opcode in MEMORY_DATA_OPCODES or opcode.startswith("LD") or opcode.startswith("ST"):
                 width = _memory_width(modifiers)
             elif is_destination and "WIDE" in modifiers:
+                width = 2
+            elif "WIDE" in modifiers and opcode in WIDE_ADDEND_OPCODES and position == 3:
+                width = 2
+            elif is_destination and opcode in PAIR_RESULT_OPCODES and "32" not in modifiers:
+                width = 2
+            elif "64" in modifiers:          # a 64-bit integer ALU form (memory opcodes are above)
                 width = 2
             elif is_destination and opcode in ("F2F", "I2F", "F2I") and "F64" in modifiers:
                 width = 2

@@ -7,6 +7,11 @@ section order, padding and alignment are the input's bytes by construction. `set
 refuses any change outside the six control fields, so an edit cannot alter what an instruction
 does, only how it is scheduled.
 
+The one other edit is `permute`: the reorder pass (sass/reorder_pass.py) moves whole words within
+given index ranges (basic blocks). Each range must hold the same instructions as before, bits
+outside the control fields compared; after a permutation, a later control edit of a word is
+judged against the input word it came from (`origin`).
+
 Layout facts (ELF64 header, section header table, symbol table entries): the System V generic
 ABI, as in llvm/include/llvm/BinaryFormat/ELF.h; the sm_90 instruction word is 16 bytes,
 little-endian, low 64-bit half first (isa/control_bits.py, checked there against nvdisasm -hex).
@@ -82,6 +87,8 @@ class ElfCubin:
         self.source = source
         self._original = bytes(data)
         self._data = bytearray(data)
+        # kernel -> for each index, the input index whose word is there now (only once permuted)
+        self._origin: dict[str, list[int]] = {}
         try:
             self.sections = self._read_sections()
             self.symbols = self._read_symbols()
@@ -168,9 +175,15 @@ class ElfCubin:
     def control(self, kernel: str, index: int) -> dict[str, int]:
         return cb.decode_control(self.word(kernel, index))
 
+    def origin(self, kernel: str) -> list[int]:
+        """For each instruction index, the input index of the word now there (identity unless
+        `permute` moved words)."""
+        return list(self._origin.get(kernel, range(self.kernel(kernel).count)))
+
     def set_word(self, kernel: str, index: int, word: int) -> None:
-        """Replace a word; only its control fields may differ from the input's word."""
-        old = self.original_word(kernel, index)
+        """Replace a word; only its control fields may differ from the input word now at `index`
+        (the input's own word there, or the one `permute` moved there)."""
+        old = self.original_word(kernel, self._origin[kernel][index] if kernel in self._origin else index)
         if (old ^ word) & _OUTSIDE_CONTROL:
             raise ValueError(f"{kernel}: instruction {index} ({16 * index:#06x}): the new word changes "
                              f"bits outside the control fields ({(old ^ word) & _OUTSIDE_CONTROL:#x}); "
@@ -188,6 +201,40 @@ class ElfCubin:
                 raise ValueError(f"'{name}' is not a control field ({', '.join(by_name)})")
             word = by_name[name].insert(word, value)
         self.set_word(kernel, index, word)
+
+    def permute(self, kernel: str, order: list[int], ranges: list[tuple[int, int]]) -> None:
+        """Move words: afterwards index i holds what index order[i] holds now (control fields
+        included). Every index outside `ranges` (half-open [start, end) index ranges, such as
+        basic blocks) must stay where it is, and each range must be mapped onto itself, so the
+        new words of a range are its old words in another order; anything else is refused."""
+        count = self.kernel(kernel).count
+        if sorted(order) != list(range(count)):
+            raise ValueError(f"{kernel}: the new order is not a permutation of its {count} words")
+        inside = [None] * count
+        for r, (start, end) in enumerate(ranges):
+            if not 0 <= start <= end <= count:
+                raise ValueError(f"{kernel}: range [{start}, {end}) lies outside its {count} words")
+            for i in range(start, end):
+                if inside[i] is not None:
+                    raise ValueError(f"{kernel}: ranges overlap at instruction {i}")
+                inside[i] = r
+        for i, j in enumerate(order):
+            if i != j and (inside[i] is None or inside[i] != inside[j]):
+                raise ValueError(f"{kernel}: instruction {j} ({16 * j:#06x}) would move to {i} "
+                                 f"({16 * i:#06x}), out of its basic block: words move only within one")
+        current = [self.word(kernel, i) for i in range(count)]
+        origin = self.origin(kernel)
+        for start, end in ranges:
+            before = sorted(w & _OUTSIDE_CONTROL for w in current[start:end])
+            after = sorted(current[order[i]] & _OUTSIDE_CONTROL for i in range(start, end))
+            if before != after:      # cannot happen for a permutation; checked as the writer's promise
+                raise ValueError(f"{kernel}: the words of [{start}, {end}) are not the same instructions")
+        base = self.kernel(kernel).section.offset
+        for i in range(count):
+            if order[i] != i:
+                at = base + i * WORD_BYTES
+                self._data[at: at + WORD_BYTES] = current[order[i]].to_bytes(WORD_BYTES, "little")
+        self._origin[kernel] = [origin[order[i]] for i in range(count)]
 
     def changed(self) -> list[tuple[str, int, int, int]]:
         """(kernel, index, old word, new word) of every edited instruction, in address order."""

@@ -25,10 +25,12 @@ from ..isa.arch import arch_for
 from ..scheduler.latencies_sm90 import timing_table
 from .decode import text_reuse_slots
 from .elf import ElfCubin
+from .code_references import code_references
 from .hazards import CheckReport, Hazard, check_patch
 from .inspect import SassKernel, inspect_cubin
 from .listing import disassemble_listing
 from .patch_rules import Rule, Rules
+from .reorder_pass import ReorderSummary, plan_reorder
 from .reuse_pass import ReuseSummary, plan_reuse
 from .stall_pass import StallYieldSummary, plan_stall_yield
 
@@ -42,14 +44,18 @@ class Change:
     before: dict[str, int]
     after: dict[str, int]
     rules: list[int]                   # 1-based numbers of the rules that selected it ([]: a pass)
+    moved_from: int | None = None      # the reorder pass: the input address of the word now here
 
     def fields(self) -> dict[str, tuple[int, int]]:
         return {k: (self.before[k], self.after[k]) for k in self.before if self.before[k] != self.after[k]}
 
     def to_json(self) -> dict:
-        return {"kernel": self.kernel, "address": f"{self.address:#06x}", "instruction": self.text,
-                "rules": self.rules,
-                "fields": {k: {"before": a, "after": b} for k, (a, b) in self.fields().items()}}
+        out = {"kernel": self.kernel, "address": f"{self.address:#06x}", "instruction": self.text,
+               "rules": self.rules,
+               "fields": {k: {"before": a, "after": b} for k, (a, b) in self.fields().items()}}
+        if self.moved_from is not None:
+            out["moved_from"] = f"{self.moved_from:#06x}"
+        return out
 
 
 @dataclass
@@ -61,6 +67,7 @@ class PatchPlan:
     checks: dict[str, CheckReport] = field(default_factory=dict)
     reuse_pass: list[ReuseSummary] = field(default_factory=list)
     stall_pass: list[StallYieldSummary] = field(default_factory=list)
+    reorder_pass: list[ReorderSummary] = field(default_factory=list)
 
     @property
     def hazards(self) -> list[Hazard]:
@@ -71,7 +78,8 @@ class PatchPlan:
                 "changed": len(self.changes), "changes": [c.to_json() for c in self.changes],
                 "checks": {k: c.to_json() for k, c in self.checks.items()},
                 "reuse_pass": [r.to_json() for r in self.reuse_pass],
-                "stall_pass": [s.to_json() for s in self.stall_pass]}
+                "stall_pass": [s.to_json() for s in self.stall_pass],
+                "reorder_pass": [r.to_json() for r in self.reorder_pass]}
 
 
 def load_kernels(data: bytes, source: str) -> tuple[ElfCubin, dict[str, SassKernel], str]:
@@ -136,11 +144,14 @@ def _region(rule: Rule, kernel: SassKernel) -> list[int]:
 
 
 def plan_patch(data: bytes, rules: Rules | None, source: str = "<cubin>", *,
-               reuse_pass: bool = False, stall_pass: bool = False, yield_every: int = 0) -> PatchPlan:
+               reuse_pass: bool = False, stall_pass: bool = False, yield_every: int = 0,
+               reorder_pass: bool = False) -> PatchPlan:
     """Apply `rules` (and, when asked, the reuse pass: sass/reuse_pass.py, then the stall/yield
     pass: sass/stall_pass.py, `stall_pass` lowering stalls and `yield_every` = N > 0 placing a yield
-    on every N-th FFMA/HMMA of each loop) to a copy of the cubin and check the result; nothing is
-    written. The passes run on every kernel of the cubin."""
+    on every N-th FFMA/HMMA of each loop, then the reorder pass, last: sass/reorder_pass.py) to a
+    copy of the cubin and check the result; nothing is written. The passes run on every kernel of
+    the cubin. A reordered kernel is judged by sass/reorder_check.py instead of check_patch, which
+    assumes every instruction stays where it was."""
     if yield_every < 0:
         raise AsmError(f"yield_every must be at least 1 (or 0 for no yield placement), not {yield_every}")
     elf, kernels, target = load_kernels(data, source)
@@ -178,24 +189,71 @@ def plan_patch(data: bytes, rules: Rules | None, source: str = "<cubin>", *,
                     elf.set_word(name, k, word)
                     selected.setdefault((name, k), [])
             stall_summaries.append(summary)
+    reorder_summaries, reordered = [], {}
+    if reorder_pass:
+        for name, kernel in kernels.items():
+            origin, words, summary, report = plan_reorder(
+                kernel, elf.words(name), code_references(elf, name), table, target,
+                _encodable_by_nvdisasm(elf.to_bytes(), name, kernel, source))
+            reorder_summaries.append(summary)
+            if origin[:len(kernel.instructions)] != list(range(len(kernel.instructions))):
+                elf.permute(name, origin + list(range(len(origin), elf.kernel(name).count)),
+                            [(b.start, b.end) for b in kernel.blocks if b.reachable])
+                reordered[name] = report
+                # the rules that selected a word follow it to its new index
+                before = {k: rules_of for (kname, k), rules_of in selected.items() if kname == name}
+                for k in before:
+                    del selected[(name, k)]
+                selected.update({(name, k): before.get(j, []) for k, j in enumerate(origin)
+                                 if k != j or j in before})
+            for k, w in enumerate(words):
+                if w != elf.word(name, k):
+                    elf.set_word(name, k, w)
+                    selected.setdefault((name, k), [])
     changes = []
     for name, k, old, new in elf.changed():
-        ins = kernels[name].instructions[k]
-        changes.append(Change(name, k, ins.address, ins.text, cb.decode_control(old), cb.decode_control(new),
-                              selected.get((name, k), [])))
-    checks = {name: check_patch(kernel, elf.words(name)[:len(kernel.instructions)], table)
-              for name, kernel in kernels.items()}
+        src = elf.origin(name)[k]
+        ins = kernels[name].instructions[src]
+        changes.append(Change(name, k, 16 * k, ins.text, cb.decode_control(elf.original_word(name, src)),
+                              cb.decode_control(new), selected.get((name, k), []),
+                              ins.address if src != k else None))
+    checks = {}
+    for name, kernel in kernels.items():
+        words = elf.words(name)[:len(kernel.instructions)]
+        if name in reordered:
+            # the reorder pass ran sass/reorder_check.py on exactly these words (it is the last edit)
+            checks[name] = reordered[name]
+        else:
+            checks[name] = check_patch(kernel, words, table)
     if changes:
-        for hazard in verify_encoding(kernels, elf.to_bytes(), source):
+        origins = {name: elf.origin(name) for name in reordered}
+        for hazard in verify_encoding(kernels, elf.to_bytes(), source, origins):
             checks[hazard.kernel].hazards.append(hazard)
     return PatchPlan(source, elf.to_bytes(), changes, len(selected), checks, reuse_summaries,
-                     stall_summaries)
+                     stall_summaries, reorder_summaries)
 
 
 _NVDISASM_ADDRESS = re.compile(r"at address (0x[0-9a-fA-F]+)")
 
 
-def verify_encoding(kernels: dict[str, SassKernel], patched: bytes, source: str) -> list[Hazard]:
+def _encodable_by_nvdisasm(data: bytes, name: str, kernel: SassKernel, source: str):
+    """For the reorder pass: the indices of kernel `name` whose words nvdisasm cannot read back as
+    the moved instructions (`verify_encoding` on a scratch copy of the cubin)."""
+    def bad(origin: list[int], words: list[int]) -> list[int]:
+        scratch = ElfCubin(data, source)
+        count = scratch.kernel(name).count
+        scratch.permute(name, origin + list(range(len(origin), count)),
+                        [(b.start, b.end) for b in kernel.blocks if b.reachable])
+        for k, w in enumerate(words):
+            if w != scratch.word(name, k):
+                scratch.set_word(name, k, w)
+        found = verify_encoding({name: kernel}, scratch.to_bytes(), source, {name: origin})
+        return [h.address // 16 for h in found]
+    return bad
+
+
+def verify_encoding(kernels: dict[str, SassKernel], patched: bytes, source: str,
+                    origins: dict[str, list[int]] | None = None) -> list[Hazard]:
     """nvdisasm must read the patched words as the same instructions, with `.reuse` exactly on the
     slots whose flags are set. Not every control value is legal everywhere: nvdisasm 13 decodes the
     stall and yield bits of some opcodes through a table of allowed values (S2R refuses stall 0
@@ -222,12 +280,15 @@ def verify_encoding(kernels: dict[str, SassKernel], patched: bytes, source: str)
         if fn is None or len(fn.instructions) != len(kernel.instructions):
             out.append(Hazard(name, 0, "", "encoding", "nvdisasm lists the patched kernel differently"))
             continue
-        for before, after in zip(kernel.instructions, fn.instructions):
+        origin = (origins or {}).get(name) or range(len(kernel.instructions))
+        for k, after in enumerate(fn.instructions):
+            # a reordered kernel: the word at k is the input's instruction origin[k]
+            before = kernel.instructions[origin[k]]
             reuse = cb.decode_control(cb.word_of(after.lo, after.hi))["reuse"]
             slots = [i for i in range(len(cb.REUSE_SLOTS)) if reuse >> i & 1]
             if after.text.replace(".reuse", "") != before.text.replace(".reuse", "") or \
                     text_reuse_slots(after.text, before.destinations) != slots:
-                out.append(Hazard(name, before.address, before.text, "encoding",
+                out.append(Hazard(name, after.address, before.text, "encoding",
                                   f"nvdisasm reads the patched word as '{after.text}'"))
     return out
 

@@ -247,6 +247,28 @@ def test_checker_holds_a_branch_predicate_to_ptxas_spacing_not_the_table(decoded
     raise AssertionError("no ISETP directly before a predicated EXIT/BRA reading it")
 
 
+def test_checker_refuses_bringing_an_overwrite_closer_to_a_read_without_scoreboard(decoded, cubins):
+    """HMMA/LDS read their sources late and often set no read scoreboard: only ptxas's spacing
+    keeps a later writer off those registers. Cutting a stall on that path is refused (on the H100
+    the stall pass's cut between mma_gemm's HMMAs and a SEL overwriting their fragment faulted)."""
+    from asmgemm.sass.hazards import FIXED_HORIZON, _variable_opcodes, late_read_paths
+    variable = _variable_opcodes(TABLE)
+    for name, kernel, code in _codes(decoded):
+        for p, x, path in late_read_paths(code, variable):
+            d0 = sum(code.gap_old[k] for k in path)
+            cut = [k for k in path[1:] if kernel.instructions[k].stall > 1]
+            if d0 >= FIXED_HORIZON or not cut:
+                continue
+            k = cut[0]
+            plan = plan_patch(cubins[name], parse_rules(rule(kernel.name, kernel.instructions[k].address, stall=1)),
+                              name)
+            hits = [h for h in plan.hazards if "sets no read scoreboard" in h.message]
+            assert hits, f"accepted a cut between {kernel.instructions[p].text} and {kernel.instructions[x].text}"
+            assert hits[0].numbers["distance"] < hits[0].numbers["input_distance"]
+            return
+    raise AssertionError("no overwrite of a scoreboard-less late read within the horizon")
+
+
 def test_checker_refuses_a_dropped_scoreboard_wait(decoded, cubins):
     for name, kernel, code in _codes(decoded, {"sgemm"}):
         for k, x in enumerate(kernel.instructions):

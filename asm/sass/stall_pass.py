@@ -82,6 +82,8 @@ get the yield hint on; the others get it off. Instructions of other opcodes keep
 """
 from __future__ import annotations
 
+import itertools
+
 from dataclasses import dataclass, field
 
 from ..isa import control_bits as cb
@@ -89,7 +91,7 @@ from ..isa.arch import arch_for
 from ..isa.sass_registers import UNMODELLED_OPCODES
 from .analysis import analyse_banks
 from .hazards import CONTROL_OPCODES as _CONTROL, FIXED_HORIZON, MEMORY_OPCODE as _MEMORY, CodeFacts, \
-    _variable_opcodes, fixed_latencies, table_covers as _table_covers
+    _variable_opcodes, fixed_latencies, late_read_paths, table_covers as _table_covers
 from .inspect import SassKernel
 
 # The hot arithmetic of a GEMM loop: what DeepGEMM interleaved (FFMA) and its tensor-core twin.
@@ -182,9 +184,10 @@ def _constraint_paths(code: CodeFacts, fixed: dict, variable: frozenset):
     for p, i in enumerate(ins):
         if not i.reachable or not code.writes[p]:
             continue
-        if code.old[p]["write_barrier"] != cb.NO_BARRIER or i.opcode in variable:
+        if code.old[p]["write_barrier"] != cb.NO_BARRIER:
             continue
-        known = fixed.get(i.opcode)
+        # scoreboard-less variable-latency results (HMMA, LDS) keep ptxas's spacing, as in the check
+        known = None if i.opcode in variable else fixed.get(i.opcode)
         stack = [(s, (p,), frozenset(code.writes[p])) for s in code.succ[p]]
         while stack:
             x, path, live = stack.pop()
@@ -214,6 +217,12 @@ def _constraint_paths(code: CodeFacts, fixed: dict, variable: frozenset):
                 stack.extend((s, path + (x,), live) for s in code.succ[x])
 
 
+def _late_read_constraints(code: CodeFacts, variable: frozenset):
+    """(ptxas's distance, path) for every overwrite of a late-read register (hazards.late_read_paths)."""
+    for _p, _x, path in late_read_paths(code, variable):
+        yield min(FIXED_HORIZON, sum(code.gap_old[k] for k in path)), path
+
+
 def tighten_stalls(kernel: SassKernel, code: CodeFacts, table) -> tuple[dict[int, int], dict[str, int]]:
     """instruction index -> lowered stall, and reason -> count of instructions (stall > 1) left
     alone. `code.old` is ptxas's input (what the checker compares with), `code.new` the words the
@@ -223,7 +232,8 @@ def tighten_stalls(kernel: SassKernel, code: CodeFacts, table) -> tuple[dict[int
     gaps = list(code.gap_new)
     slack: list[int] = []
     through: dict[int, list[tuple[int, int]]] = {}      # instruction -> [(path id, times on it)]
-    for need, path in _constraint_paths(code, fixed, variable):
+    for need, path in itertools.chain(_constraint_paths(code, fixed, variable),
+                                      _late_read_constraints(code, variable)):
         pid = len(slack)
         slack.append(sum(gaps[k] for k in path) - need)
         counts: dict[int, int] = {}

@@ -70,8 +70,8 @@ A table (every key is checked; an unknown one is an error, so a typo never passe
                                         # map); `when` sees the user's sizes and the unswapped call
                                         # parameters; any rule that holds swaps
     sass_patch = { reuse = true }       # optional: control-code passes on the cubin after ptxas
-                                        # (SASS_PATCH_KEYS: reuse, stall, yield_every, reorder,
-                                        # rules = a rules file); checked at build, run only by name
+                                        # (SASS_PATCH_KEYS: reuse, stall, yield_every, rules = a
+                                        # rules file); checked at build, run only by name
 
 Pure data and checks: nothing here builds, imports CuPy or touches a GPU.
 """
@@ -189,8 +189,10 @@ _TOP_KEYS = {"source", "entry", "summary", "dtypes", "targets", "abi", "call_par
 # where a call says kernel="NAME" (the cost model never picks it). key -> (the keyword of
 # asmgemm.sass.patch.plan_patch it sets, the value type it takes). "rules" names a rules file
 # (asmgemm patch's format) relative to the spec file.
+# The reorder pass is not among them: its check accepted an sgemm that faulted on the H100
+# (docs/design/sass-patching.md), so the runtime never loads a reordered cubin.
 SASS_PATCH_KEYS = {"reuse": ("reuse_pass", bool), "stall": ("stall_pass", bool), "yield_every": ("yield_every", int),
-                   "reorder": ("reorder_pass", bool), "rules": ("rules", str)}
+                   "rules": ("rules", str)}
 _CONFIG_KEYS = {"name", "kernel", "set", "tile", "tile_kmajor_b", "splits", "max_m", "note", "swap"}
 _SPLIT_K_KEYS = {"switch", "reduce", "rule", "k_multiple", "cluster_switch", "cluster_when", "c_trans"}
 # what a kernel with a split_k table must take: the partial pass's k extent and slice distance

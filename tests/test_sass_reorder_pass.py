@@ -381,7 +381,9 @@ def test_patch_reorder_pass_from_the_command_line(cubins, tmp_path, run_cli):
     src = tmp_path / "sgemm_naive.cubin"
     src.write_bytes(cubins["sgemm_naive"])
     out = tmp_path / "reordered.cubin"
-    code, stdout, err = run_cli("patch", src, "--reorder-pass", "-o", out, "--json")
+    code, stdout, err = run_cli("patch", src, "--reorder-pass", "-o", out)
+    assert code != 0 and "experimental and unsafe" in err and not out.exists()
+    code, stdout, err = run_cli("patch", src, "--reorder-pass", "--experimental-reorder", "-o", out, "--json")
     assert code == 0, err
     data = json.loads(stdout)
     assert data["accepted"] and data["output"] == str(out) and out.is_file()
@@ -390,6 +392,6 @@ def test_patch_reorder_pass_from_the_command_line(cubins, tmp_path, run_cli):
     assert {"instructions_moved", "blocks_reordered", "loops"} <= set(summary)
     if summary["instructions_moved"]:
         assert any("moved_from" in c for c in data["changes"])
-    code, stdout, err = run_cli("patch", src, "--reorder-pass", "-o", tmp_path / "again.cubin")
+    code, stdout, err = run_cli("patch", src, "--reorder-pass", "--experimental-reorder", "-o", tmp_path / "again.cubin")
     assert code == 0, err
     assert "reorder pass, sgemm_naive:" in stdout and "not measured on a GPU" in stdout

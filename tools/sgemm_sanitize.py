@@ -74,7 +74,7 @@ def main(argv=None) -> int:
                          "float32 kernels, else the kernel spec's rel_err_limit)")
     ap.add_argument("--sass-patch", metavar="PASSES",
                     help="run the kernel with these control-code passes applied to its cubin (issue 35), as "
-                         "tools/variant_ab.py's @PASSES: reuse,stall,reorder,yield_every=N,rules=FILE")
+                         "tools/variant_ab.py's @PASSES: reuse,stall,yield_every=N,rules=FILE")
     args = ap.parse_args(argv)
 
     try:

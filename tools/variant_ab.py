@@ -172,7 +172,7 @@ def main(argv=None) -> int:
     ap.add_argument("--shape", action="append", required=True, help="M,N,K (repeatable)")
     ap.add_argument("--variant", action="append", required=True,
                     help="NAME:K=V,K=V[@PASS,...] -D overrides over the untuned choice, and control-code passes "
-                         "(reuse, stall, reorder, yield_every=N, rules=FILE) applied to its cubin (repeatable; "
+                         "(reuse, stall, yield_every=N, rules=FILE) applied to its cubin (repeatable; "
                          "NAME: for none)")
     ap.add_argument("--from-dispatch", action="store_true",
                     help="lay the overrides over what gemm's dispatch runs (database or cost model) instead of "

@@ -27,7 +27,7 @@ fi
 [[ " $PARTS " == *" odd "* ]] && for layout in nn nt tn tt; do
     for k in sgemm hgemm hgemm_mma; do
         v=VARIANTS_${k^^}; [[ $k == hgemm_mma ]] && v=VARIANTS_MMA
-        TAG=odd_$layout ab "$k" "${!v}" --from-dispatch --layout "$layout" --shape 127,129,65 --shape 1000,999,517 \
+        TAG=odd_$layout ab "$k" "${!v}" --from-dispatch --layout "$layout" --shape 127,129,65 \
             --shape 7,13,5 --reps 2 --no-torch
     done
 done

@@ -232,7 +232,8 @@ def test_gemm_launches_the_named_kernel_and_says_so(fake_fp32_gemm):
     assert {k: v for k, v in ran.items() if k not in ("target", "params")} == {
         "kernel": "sgemm_skinny", "entry": "gemm_skinny", "grid": (3, 1, 1), "block": (256, 1, 1), "tile": (4, 128),
         "cluster": 1, "splits": 1, "reduce": None, "c_trans": False, "copies": (), "a_ldg": False,
-        "config": None, "chosen_by": "size rules", "blocks_per_sm": None, "clusters_at_once": None}
+        "config": None, "chosen_by": "size rules", "sass_patch": None, "blocks_per_sm": None,
+        "clusters_at_once": None}
     assert ran["target"] == "sm_90" and ran["params"]["MR"] == "4", ran
     assert launches[-1][0] == (3, 1, 1)
     # 16 column blocks: S = min(8, ceil(264 / 16)) = 8 of 256; on sm_90 (the stand-in's) the 8 blocks

@@ -395,9 +395,10 @@ def _waw(code, p, x, r, fixed, variable_ops, gaps, dependants) -> Dep:
 def _war(code, p, x, r, timing, table, gaps, dependants) -> Dep:
     name = f"{r[0]}{r[1]}"
     row = lookup_timing(timing, code.ins[p], table)
-    if x in dependants.get((p, "queued-read"), (None, ()))[1]:
-        return Dep(p, x, "war", 1, False, name)      # covered by a wait: the cover edges keep it
     if row.read_latency and _sb(code.old[p], "read") is None:
-        # sources read after issue with no read scoreboard: ptxas's spacing protects them
+        # Sources read after issue with no read scoreboard: ptxas's spacing protects them, even
+        # where a later same-pipe wait also covers the overwrite. Trusting that wait alone (an
+        # order-only edge) let the pass put `IADD3 R9, R9, UR4` 3 cycles after `LDS.128 R48,
+        # [R9+UR4+0x100]` (ptxas: 18) in sgemm BK=16 RQ=4 LOAD_AHEAD=1, which faulted on the H100.
         return Dep(p, x, "war", min(distance(gaps, p, x), FIXED_HORIZON), True, name)
     return Dep(p, x, "war", 1, False, name)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from . import ast, ir
+from . import ast, build_memo, ir
 from .emit import EmittedPtx, LineLayout, TRACE_MODES, emit_ptx
 from .errors import AsmError, Note
 from .expand import ExpandResult, expand
@@ -128,13 +128,19 @@ def build(source: SourceFile, options: BuildOptions | None = None) -> BuildResul
     # A build allocates a few objects per source token and frees almost nothing until it ends, the
     # pattern in which CPython's cyclic collector runs over and over for nothing (a third of the
     # time of a 10 MB PTX build); it makes no cycles worth collecting, so the collector pauses.
+    memo = build_memo.entry_path(source.path, source.text, options or BuildOptions())
+    kept = build_memo.read(memo)
+    if kept is not None:
+        return kept
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _build(source, options)
+        result = _build(source, options)
     finally:
         if enabled:
             gc.enable()
+    build_memo.write(memo, result)
+    return result
 
 
 def _build(source: SourceFile, options: BuildOptions | None) -> BuildResult:

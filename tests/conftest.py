@@ -13,23 +13,31 @@ from asmgemm.runtime.gpu import require_gpu
 from asmgemm.errors import AsmError
 
 
+MEMOS = {"ASMGEMM_TOOL_MEMO": "asmgemm-tool-memo-", "ASMGEMM_BUILD_MEMO": "asmgemm-build-memo-"}
+
+
 def pytest_configure(config):
-    """One ptxas/nvdisasm memo for the whole run (asmgemm.toolchain, ASMGEMM_TOOL_MEMO): the suite
-    assembles and disassembles the same kernels in many tests; each distinct run still happens once.
-    Set by the process that starts the run, so `pytest -n 2`'s workers (started after this, with its
-    environment) share it; removed when that process ends. A caller's own setting is kept."""
-    if hasattr(config, "workerinput") or os.environ.get("ASMGEMM_TOOL_MEMO"):
+    """One ptxas/nvdisasm memo (asmgemm.toolchain, ASMGEMM_TOOL_MEMO) and one build memo
+    (asmgemm.build_memo, ASMGEMM_BUILD_MEMO) for the whole run: the suite builds, assembles and
+    disassembles the same kernels in many tests; each distinct build or tool run still happens
+    once. Set by the process that starts the run, so `pytest -n 2`'s workers (started after this,
+    with its environment) share them; removed when that process ends. A caller's own setting is
+    kept. The folders are private (tempfile.mkdtemp): the build memo holds pickles."""
+    if hasattr(config, "workerinput"):
         return
-    folder = tempfile.mkdtemp(prefix="asmgemm-tool-memo-")
-    os.environ["ASMGEMM_TOOL_MEMO"] = folder
-    config._asmgemm_tool_memo = folder
+    config._asmgemm_memos = []
+    for env, prefix in MEMOS.items():
+        if os.environ.get(env):
+            continue
+        folder = tempfile.mkdtemp(prefix=prefix)
+        os.environ[env] = folder
+        config._asmgemm_memos.append((env, folder))
 
 
 def pytest_unconfigure(config):
-    folder = getattr(config, "_asmgemm_tool_memo", None)
-    if folder:
+    for env, folder in getattr(config, "_asmgemm_memos", []):
         shutil.rmtree(folder, ignore_errors=True)
-        os.environ.pop("ASMGEMM_TOOL_MEMO", None)
+        os.environ.pop(env, None)
 
 
 @pytest.fixture(scope="session")

@@ -49,7 +49,7 @@ STAGE_RANK = {
     "errors": 1,
     "ast": 2, "ir": 2, "files": 2,
     "expr": 3, "parser_cache": 3, "isa": 3,
-    "toolchain": 4, "control_line": 4,
+    "toolchain": 4, "control_line": 4, "build_memo": 4,
     "targets": 5, "parse_tree": 5, "ptxas_names": 5,
     "parse_fast": 6, "regalloc": 6, "scheduler": 6, "emit": 6,
     "parse": 7, "sass": 7,

@@ -282,6 +282,16 @@ def check_patch(kernel, new_words: list[int], table) -> CheckReport:
     return report
 
 
+def next_steps(code: CodeFacts, p: int, x: int, path: tuple, live: frozenset) -> list[tuple]:
+    """The search states after x on the forward paths from p: none back at p itself, and x's
+    unconditional writes no longer live (a predicated write may not happen, so it ends nothing)."""
+    if x == p:
+        return []
+    if code.unconditional(x):
+        live = live - code.writes[x]
+    return [(s, path + (x,), live) for s in code.succ[x]] if live else []
+
+
 def late_read_paths(code: CodeFacts, variable: frozenset):
     """(reader p, overwriter x, path) for every write of a register that a variable-latency
     instruction with no read scoreboard reads: p reads its sources some cycles after it issues
@@ -305,12 +315,7 @@ def late_read_paths(code: CodeFacts, variable: frozenset):
             seen.add((x, len(path), live))
             if code.writes[x] & live:
                 yield p, x, path
-            if x == p:
-                continue
-            if code.unconditional(x):
-                live = live - code.writes[x]
-            if live:
-                stack.extend((s, path + (x,), live) for s in code.succ[x])
+            stack.extend(next_steps(code, p, x, path, live))
 
 
 def _check_late_reads(name: str, code: CodeFacts, table, report: CheckReport) -> None:
@@ -391,13 +396,29 @@ def _check_latency(name: str, code: CodeFacts, table, report: CheckReport) -> No
                     stack.append((s, d + code.gap_new[x], d0 + code.gap_old[x], live))
 
 
+def depbar_scoreboards(ins) -> set[int]:
+    """The scoreboards a reachable `DEPBAR.LE SBk, n` counts."""
+    return {int(m) for i in ins if i.opcode == "DEPBAR" and i.reachable for m in _DEPBAR_SB.findall(i.text)}
+
+
+def depbar_hazard(name: str, address: int, text: str, kind: str, old_sb: int, new_sb: int | None,
+                  depbar_sbs: set[int]) -> Hazard | None:
+    """A setter whose scoreboard a DEPBAR counts may not change scoreboard (the count would no
+    longer include it); None when this one keeps it or no DEPBAR counts it."""
+    if old_sb not in depbar_sbs or new_sb == old_sb:
+        return None
+    return Hazard(name, address, text, "depbar",
+                  f"its {kind} scoreboard changes from {old_sb} to {_fmt(new_sb)}, but a DEPBAR "
+                  f"counts scoreboard {old_sb}'s outstanding setters",
+                  {"kind": kind, "input_scoreboard": old_sb, "scoreboard": new_sb})
+
+
 def _check_scoreboards(name: str, code: CodeFacts, report: CheckReport) -> None:
     ins = code.ins
     dropped = 0         # scoreboards some instruction no longer waits on
     for o, n in zip(code.old, code.new):
         dropped |= o["wait_mask"] & ~n["wait_mask"]
-    depbar_sbs = {int(m) for k, i in enumerate(ins) if i.opcode == "DEPBAR" and i.reachable
-                  for m in _DEPBAR_SB.findall(i.text)}
+    depbar_sbs = depbar_scoreboards(ins)
     for p, i in enumerate(ins):
         if not i.reachable:
             continue
@@ -405,12 +426,9 @@ def _check_scoreboards(name: str, code: CodeFacts, report: CheckReport) -> None:
             old_sb, new_sb = _sb(code.old[p], kind), _sb(code.new[p], kind)
             if old_sb is None:
                 continue
-            if old_sb in depbar_sbs and new_sb != old_sb:
-                report.hazards.append(Hazard(
-                    name, i.address, i.text, "depbar",
-                    f"its {kind} scoreboard changes from {old_sb} to {_fmt(new_sb)}, but a DEPBAR "
-                    f"counts scoreboard {old_sb}'s outstanding setters",
-                    {"kind": kind, "input_scoreboard": old_sb, "scoreboard": new_sb}))
+            moved = depbar_hazard(name, i.address, i.text, kind, old_sb, new_sb, depbar_sbs)
+            if moved is not None:
+                report.hazards.append(moved)
                 continue
             if new_sb == old_sb and not dropped >> old_sb & 1:
                 continue        # same scoreboard, and waits on it only added: nothing newly exposed

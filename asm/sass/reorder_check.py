@@ -29,17 +29,13 @@ nvdisasm reading the result back as these instructions is sass/patch.py verify_e
 from __future__ import annotations
 
 import dataclasses
-import re
 
 from ..isa.sass_registers import register_name
 from .block_deps import (READ_RELEASE, RESULT_RELEASE, BlockDeps, guard_register, lookup_timing, pipes_of,
                          queued_exposure, queued_producer, read_pipes_of, variable_opcodes,
                          variable_producer)
 from .hazards import (FIXED_HORIZON, CheckReport, CodeFacts, Hazard, _check_reuse, _check_yield,
-                      _exposed, _mask, _sb, fixed_latencies)
-
-
-_DEPBAR_SB = re.compile(r"\bSB(\d)\b")
+                      _exposed, _mask, _sb, depbar_hazard, depbar_scoreboards, fixed_latencies)
 
 
 def moved_instructions(kernel, origin: list[int]) -> list:
@@ -261,8 +257,7 @@ def _check_queued(name, deps: BlockDeps, old: CodeFacts, new: CodeFacts, pos, ta
 def _check_scoreboards(name, deps: BlockDeps, old: CodeFacts, new: CodeFacts, pos, report) -> None:
     """Rule 4: dependants found in ptxas's code (the graph's), coverage searched in the new code."""
     ins = old.ins
-    depbar_sbs = {int(m) for i in ins if i.opcode == "DEPBAR" and i.reachable
-                  for m in _DEPBAR_SB.findall(i.text)}
+    depbar_sbs = depbar_scoreboards(ins)
     for p, i in enumerate(ins):
         if not i.reachable:
             continue
@@ -271,12 +266,9 @@ def _check_scoreboards(name, deps: BlockDeps, old: CodeFacts, new: CodeFacts, po
             old_sb, new_sb = _sb(old.old[p], kind), _sb(new.new[q], kind)
             if old_sb is None:
                 continue
-            if old_sb in depbar_sbs and new_sb != old_sb:
-                report.hazards.append(Hazard(
-                    name, 16 * q, i.text, "depbar",
-                    f"its {kind} scoreboard changes from {old_sb} to {new_sb}, but a DEPBAR counts "
-                    f"scoreboard {old_sb}'s outstanding setters",
-                    {"kind": kind, "input_scoreboard": old_sb, "scoreboard": new_sb}))
+            moved_sb = depbar_hazard(name, 16 * q, i.text, kind, old_sb, new_sb, depbar_sbs)
+            if moved_sb is not None:
+                report.hazards.append(moved_sb)
                 continue
             dependants = deps.dependants[(p, kind)][1]
             report.scoreboard_edges += len(dependants)

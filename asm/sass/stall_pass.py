@@ -91,7 +91,7 @@ from ..isa.arch import arch_for
 from ..isa.sass_registers import UNMODELLED_OPCODES
 from .analysis import analyse_banks
 from .hazards import CONTROL_OPCODES as _CONTROL, FIXED_HORIZON, MEMORY_OPCODE as _MEMORY, CodeFacts, \
-    _variable_opcodes, fixed_latencies, late_read_paths, table_covers as _table_covers
+    _variable_opcodes, fixed_latencies, late_read_paths, next_steps, table_covers as _table_covers
 from .inspect import SassKernel
 
 # The hot arithmetic of a GEMM loop: what DeepGEMM interleaved (FFMA) and its tensor-core twin.
@@ -209,12 +209,7 @@ def _constraint_paths(code: CodeFacts, fixed: dict, variable: frozenset):
                 # shorter (or unknown) latency could land first and leave the older value behind
                 # if brought closer, so it keeps ptxas's distance.
                 yield min(FIXED_HORIZON, sum(code.gap_old[k] for k in path)), path
-            if x == p:
-                continue
-            if code.unconditional(x):
-                live = live - code.writes[x]
-            if live:
-                stack.extend((s, path + (x,), live) for s in code.succ[x])
+            stack.extend(next_steps(code, p, x, path, live))
 
 
 def _late_read_constraints(code: CodeFacts, variable: frozenset):

@@ -67,6 +67,19 @@ def run_cli(capsys):
     return run
 
 
+# The target each shipped kernel builds for by default (the wgmma kernel needs sm_90a).
+SHIPPED_TARGETS = {"hgemm": "sm_90a"}
+
+
+@pytest.fixture(scope="session")
+def shipped_cubins() -> dict:
+    """name -> ptxas's cubin of every shipped kernel at its defaults, built once per worker for the
+    modules that patch, reorder or check them (test_sass_patch, _stall_pass, _reorder_pass)."""
+    from asmgemm.pipeline import BuildOptions, assemble, build_file, shipped_kernels
+    return {name: assemble(build_file(name, BuildOptions(target=SHIPPED_TARGETS.get(name, "sm_90")))).cubin
+            for name in sorted(shipped_kernels())}
+
+
 @pytest.fixture
 def private_cache(monkeypatch, tmp_path):
     """A build cache of this test's own (and no tuning cache), emptied in memory before and after."""

@@ -16,7 +16,7 @@ from collections import Counter
 import pytest
 
 from asmgemm.isa import control_bits as cb
-from asmgemm.pipeline import BuildOptions, assemble, build_file, shipped_kernels
+from asmgemm.pipeline import shipped_kernels
 from asmgemm.sass.block_deps import build_deps
 from asmgemm.sass.code_references import CodeReferences, code_references, parse_nv_info
 from asmgemm.sass.elf import ElfCubin
@@ -33,13 +33,11 @@ pytestmark = [
                        reason="needs ptxas and nvdisasm (pip install 'asmgemm[cuda-tools]')"),
 ]
 
-TARGET = {"hgemm": "sm_90a"}      # as tests/test_kernels_build.py: the wgmma kernel needs sm_90a
 
 
 @pytest.fixture(scope="module")
-def cubins() -> dict[str, bytes]:
-    return {name: assemble(build_file(name, BuildOptions(target=TARGET.get(name, "sm_90")))).cubin
-            for name in sorted(shipped_kernels())}
+def cubins(shipped_cubins) -> dict[str, bytes]:
+    return shipped_cubins
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,6 @@ import pytest
 
 from asmgemm.errors import AsmError
 from asmgemm.isa import control_bits as cb
-from asmgemm.pipeline import BuildOptions, assemble, build_file, shipped_kernels
 from asmgemm.sass.decode import BRANCHES, TERMINATORS
 from asmgemm.sass.elf import ElfCubin
 from asmgemm.sass.hazards import CodeFacts, fixed_latencies
@@ -29,14 +28,12 @@ pytestmark = [
                        reason="needs ptxas and nvdisasm (pip install 'asmgemm[cuda-tools]')"),
 ]
 
-TARGET = {"hgemm": "sm_90a"}      # as tests/test_kernels_build.py: the wgmma kernel needs sm_90a
 HORIZON = 32                      # cycles searched for a consumer; the table's longest latency is 8
 
 
 @pytest.fixture(scope="module")
-def cubins() -> dict[str, bytes]:
-    return {name: assemble(build_file(name, BuildOptions(target=TARGET.get(name, "sm_90")))).cubin
-            for name in sorted(shipped_kernels())}
+def cubins(shipped_cubins) -> dict[str, bytes]:
+    return shipped_cubins
 
 
 @pytest.fixture(scope="module")

@@ -76,6 +76,7 @@ def _same_stretch(deps, kernel, a: int, b: int) -> bool:
 
 # ---- the pass -------------------------------------------------------------------------------
 
+@pytest.mark.slow     # every shipped kernel reordered (~30 s): a sweep of the experimental pass
 def test_reorder_pass_output_is_accepted_on_every_shipped_kernel(reordered, cubins):
     assert set(reordered) == set(shipped_kernels()) and len(reordered) >= 6
     for name, plan in reordered.items():
@@ -90,6 +91,7 @@ def test_reorder_pass_output_is_accepted_on_every_shipped_kernel(reordered, cubi
     assert reordered["sgemm"].reorder_pass[0].moved > 0
 
 
+@pytest.mark.slow     # every shipped kernel reordered (~30 s): a sweep of the experimental pass
 def test_nvdisasm_reads_each_block_as_the_same_instructions(reordered, decoded):
     moved_somewhere = False
     for name, plan in reordered.items():
@@ -110,6 +112,7 @@ def test_nvdisasm_reads_each_block_as_the_same_instructions(reordered, decoded):
     assert moved_somewhere
 
 
+@pytest.mark.slow     # every shipped kernel reordered (~30 s): a sweep of the experimental pass
 def test_offsets_named_by_nv_info_are_found_and_never_moved(decoded, reordered):
     exits = 0
     for name, (elf, kernels, _target) in decoded.items():

@@ -1,9 +1,11 @@
 """The reorder pass (issue 35, point 3, third of three): list-schedule the instructions of each
 basic block of ptxas's SASS again, recompute their stall counts and reuse flags, and keep only
 what the reorder checker (sass/reorder_check.py) proves safe. Opt-in (`asmgemm patch CUBIN
---reorder-pass -o OUT`, `plan_patch(..., reorder_pass=True)`). NOT MEASURED on a GPU: whether a
-reordered kernel is faster is unknown until an A/B on the H100 says so; the summary gives only the
-modelled issue cycles of each loop body (sass/analysis.py), with "measured": false.
+--reorder-pass --experimental-reorder -o OUT`, `plan_patch(..., reorder_pass=True)`). EXPERIMENTAL:
+on the H100 (2026-11-27) a reordered sgemm faulted, and after one fix to the graph it still gives a
+wrong result at BK=16 RQ=4 LOAD_AHEAD=1 (8192³'s configuration: right, 2.6% slower). Its graph
+misses a dependency not yet found; do not ship its output. The summary gives only the modelled
+issue cycles of each loop body (sass/analysis.py), with "measured": false.
 
 Per block (sass/cfg.py), bytes in, bytes out:
   1. The dependency graph of ptxas's code (sass/block_deps.py): register, scoreboard, cover,

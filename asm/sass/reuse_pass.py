@@ -1,7 +1,8 @@
 """The reuse pass (issue 35, point 3, first of three): set every operand-reuse flag that the checker
 can prove valid, maxas-style, and say what it changes in the bank model. Opt-in only
-(`asmgemm patch CUBIN --reuse-pass -o OUT`); nothing loads its output unless asked. NOT MEASURED on
-a GPU: whether it is faster is unknown until an A/B on the H100 says so.
+(`asmgemm patch CUBIN --reuse-pass -o OUT`, a table's `sass_patch`); nothing loads its output unless
+asked. On the H100 (2026-11-27) it changed nothing measurable: ptxas 13 already sets the flags it
+would (sgemm 51.5 = 51.5 TFLOP/s; docs/design/sass-patching.md).
 
 maxas (MaxAs.pm, "reuse" in its scheduler) sets a reuse flag on every source operand that the next
 instruction reads again in the same slot. ptxas 13 already does this in most places; what it

@@ -1,8 +1,10 @@
 """The stall and yield pass (issue 35, point 3, second of three): lower stall counts to what the
 measured latencies need, and place yield hints on the hot arithmetic of loops as DeepGEMM's FFMA
 interleave did. Opt-in only (`asmgemm patch CUBIN --stall-pass [--yield-every N] -o OUT`, or
-`plan_patch(..., stall_pass=True, yield_every=N)`). NOT MEASURED on a GPU: the summary carries
-`"measured": false` until an A/B on the H100 says whether any of it is faster.
+`plan_patch(..., stall_pass=True, yield_every=N)`, a table's `sass_patch`). On the H100
+(2026-11-27) it won nothing: sgemm 8192³ 52.4 against ptxas's 52.8 TFLOP/s, hgemm and mma_gemm
+unchanged; yields on every 2nd/4th/8th FFMA cost 13/5/0.5% (the reuse hits they void). A plan's
+summary still says `"measured": false`: its own cubin was not timed (docs/design/sass-patching.md).
 
 Pure: `plan_stall_yield(kernel, words, table, ...)` takes one kernel's current instruction words and
 returns new words and a summary; nothing is read from or written to disk.

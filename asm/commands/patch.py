@@ -90,7 +90,8 @@ def command(cubin, rules, output, reuse_pass, stall_pass, yield_every, reorder_p
         raise AsmError("-o names the input cubin; write the patched cubin to another file")
     if reorder_pass and not experimental_reorder:
         raise AsmError("--reorder-pass is experimental and unsafe: on the H100 a reordered sgemm (BK=16 RQ=4 "
-                       "LOAD_AHEAD=1) faulted with an illegal address although the reorder check accepted it",
+                       "LOAD_AHEAD=1) that the reorder check accepted faulted, and after a fix still computed "
+                       "a wrong C",
                        hint="add --experimental-reorder to run it anyway (for study, never for a kernel you ship)")
     if yield_every is not None and yield_every < 1:
         raise AsmError(f"--yield-every must be at least 1 (a yield on every N-th FFMA/HMMA), not {yield_every}")

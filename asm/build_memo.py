@@ -21,6 +21,7 @@ import json
 import os
 import pickle
 import tempfile
+import zlib
 from importlib import resources
 from pathlib import Path
 
@@ -65,8 +66,8 @@ def read(path: Path | None):
     if path is None:
         return None
     try:
-        includes, result = pickle.loads(path.read_bytes())
-    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError, ValueError):
+        includes, result = pickle.loads(zlib.decompress(path.read_bytes()))
+    except (OSError, zlib.error, pickle.UnpicklingError, EOFError, AttributeError, ImportError, ValueError):
         return None
     if any(_file_digest(p) != digest for p, digest in includes):
         return None
@@ -79,7 +80,8 @@ def write(path: Path | None, result) -> None:
         return
     includes = [(str(p), _file_digest(str(p))) for p in result.includes]
     try:
-        data = pickle.dumps((includes, result), protocol=pickle.HIGHEST_PROTOCOL)
+        # compressed (fast level): a sweep keeps thousands of builds, ~0.4 MB each as plain pickles
+        data = zlib.compress(pickle.dumps((includes, result), protocol=pickle.HIGHEST_PROTOCOL), 1)
     except (pickle.PicklingError, TypeError, AttributeError, RecursionError):
         return          # a result that does not pickle is built again next time
     try:

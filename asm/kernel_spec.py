@@ -409,7 +409,7 @@ class KernelSpec:
     in_place: str | None = None                  # a kernel reading any operand in place (`in_place`)
     configs: tuple[ConfigEntry, ...] = ()        # the family's catalog ([[NAME.config]]): the cost model picks
     # control-code passes after ptxas (`sass_patch`, SASS_PATCH_KEYS order), "rules" as a resolved
-    # path; () for ptxas's own code
+    # path string; () for ptxas's own code
     sass_patch: tuple[tuple[str, object], ...] = ()
 
     def route_for(self, m: int, n: int, k: int, sms: int, call_defines: dict) -> str | None:
@@ -483,7 +483,7 @@ class KernelSpec:
                              "tile_kmajor_b": list(c.tile_kmajor_b) if c.tile_kmajor_b else None}
                             for c in self.configs],
                 "swap_rules": [{"when": r.when} for r in self.swap_rules],
-                "sass_patch": {k: str(v) if k == "rules" else v for k, v in self.sass_patch} or None}
+                "sass_patch": dict(self.sass_patch) or None}
 
 
 def _split_rule_json(r: SplitRule) -> dict:
@@ -695,8 +695,8 @@ def _sass_patch(path: Path, where: str, t) -> tuple[tuple[str, object], ...]:
         if kind is not int and not isinstance(v, kind):
             raise AsmError(f"{where} sass_patch.{key}: {'true or false' if kind is bool else 'a file name'}, not {v!r}")
         if key == "rules":
-            v = path.parent / v
-            if not v.is_file():
+            v = str(path.parent / v)
+            if not Path(v).is_file():
                 raise AsmError(f"{where} sass_patch.rules: no such file {v}")
         out.append((key, v))
     unknown = sorted(set(t) - set(SASS_PATCH_KEYS))

@@ -53,7 +53,7 @@ class BuiltKernel:
     cluster: int = 1                       # blocks per cluster along the grid's x
     cluster_rows: int = 1                  # tile rows of the unit a persistent cluster walks
     cluster_cols: int = 1                  # tile columns of that unit
-    # control-code passes applied after ptxas (spec.sass_patch, "rules" as a path string); () for
+    # control-code passes applied after ptxas (spec.sass_patch); () for
     # ptxas's own code. A patched kernel loads from its cubin only (no PTX fallback: ptxas would
     # schedule it again and the launch would silently run ptxas's codes).
     sass_patch: tuple[tuple[str, object], ...] = ()
@@ -106,22 +106,11 @@ def cache_key(source_path: Path, defines: dict, target: str, ptxas: str, entry: 
         h.update(f"-D{k}={defines[k]}\0".encode())
     h.update(f"target={target}\0ptxas={ptxas}\0asmgemm={__version__}\0entry={entry}\0meta={META_FORMAT}".encode())
     if sass_patch:
-        h.update(b"\0sass=" + json.dumps(_patch_json(sass_patch)).encode() + _sass_code_digest().encode())
+        h.update(b"\0sass=" + json.dumps(dict(sass_patch)).encode() + _sass_code_digest().encode())
         rules = dict(sass_patch).get("rules")
         if rules is not None:
-            h.update(b"\0rules=" + digest_files([(Path(rules), _read_or_none(Path(rules)))]).encode())
+            h.update(b"\0rules=" + source_digest(Path(rules)).encode())
     return h.hexdigest()[:32]
-
-
-def _patch_json(sass_patch: tuple) -> dict:
-    return {k: str(v) if k == "rules" else v for k, v in sass_patch}
-
-
-def _read_or_none(path: Path) -> bytes | None:
-    try:
-        return path.read_bytes()
-    except OSError:
-        return None
 
 
 @functools.lru_cache(maxsize=1)
@@ -131,7 +120,7 @@ def _sass_code_digest() -> str:
     root = Path(__file__).resolve().parent.parent
     files = sorted([*(root / "sass").glob("*.py"), *(root / "isa").glob("*.py"),
                     *(root / "scheduler").glob("latencies*.py")])
-    return digest_files([(p, _read_or_none(p)) for p in files])
+    return digest_files([(p, p.read_bytes()) for p in files])
 
 
 def launch_geometry(spec: KernelSpec, result) -> dict[str, int]:
@@ -235,7 +224,7 @@ def entry_metadata(built: BuiltKernel, cubin: bytes, ptx: bytes) -> dict:
             "params": [list(p) for p in built.params],
             "cubin": f"{built.key}.cubin", "ptx": f"{built.key}.ptx",
             "cubin_sha256": _sha256(cubin), "ptx_sha256": _sha256(ptx),
-            "sass_patch": _patch_json(built.sass_patch)}
+            "sass_patch": dict(built.sass_patch)}
     meta["sha256"] = _meta_digest(meta)
     return meta
 
@@ -285,8 +274,8 @@ def read_entry(meta_path: Path, key: str, spec: KernelSpec, target: str) -> Buil
     for n, t in params:
         if t not in ARGUMENTS[n]:
             raise DamagedEntry(f"param {n} has type {t!r}, not one of {'/'.join(ARGUMENTS[n])}")
-    if meta.get("sass_patch") != _patch_json(spec.sass_patch):
-        raise DamagedEntry(f"sass_patch is {meta.get('sass_patch')!r}, expected {_patch_json(spec.sass_patch)!r}")
+    if meta.get("sass_patch") != dict(spec.sass_patch):
+        raise DamagedEntry(f"sass_patch is {meta.get('sass_patch')!r}, expected {dict(spec.sass_patch)!r}")
     if meta.get("sha256") != _meta_digest(meta):
         raise DamagedEntry("the metadata does not match its sha256 (edited by hand?)")
     for kind in ("cubin", "ptx"):
@@ -301,11 +290,7 @@ def read_entry(meta_path: Path, key: str, spec: KernelSpec, target: str) -> Buil
             raise DamagedEntry(f"{expected[kind]} ({len(data)} bytes) does not match its sha256")
     return BuiltKernel(key, spec.entry, threads, tile_m, tile_n, smem, params,
                        str(folder / expected["cubin"]), str(folder / expected["ptx"]), target, tuple(box_rows), cluster,
-                       cluster_rows, cluster_cols, _resolved_patch(spec))
-
-
-def _resolved_patch(spec: KernelSpec) -> tuple[tuple[str, object], ...]:
-    return tuple((k, str(v) if k == "rules" else v) for k, v in spec.sass_patch)
+                       cluster_rows, cluster_cols, spec.sass_patch)
 
 
 def patched_cubin(spec: KernelSpec, cubin: bytes, source: str) -> bytes:
@@ -316,7 +301,7 @@ def patched_cubin(spec: KernelSpec, cubin: bytes, source: str) -> bytes:
     from ..sass.patch_rules import load_rules
 
     options = dict(spec.sass_patch)
-    rules = load_rules(str(options.pop("rules"))) if "rules" in options else None
+    rules = load_rules(options.pop("rules")) if "rules" in options else None
     keywords = {SASS_PATCH_KEYS[k][0]: v for k, v in options.items()}
     plan = plan_patch(cubin, rules, source, **keywords)
     if plan.hazards:
@@ -374,7 +359,7 @@ def _build_kernel(spec: KernelSpec, defines: dict, target: str) -> BuiltKernel:
         built = BuiltKernel(key, spec.entry, geo["threads"], geo["tile_m"], geo["tile_n"], geo["smem_bytes"],
                             params, str(where / f"{key}.cubin"), str(where / f"{key}.ptx"), target,
                             (geo["box_rows_a"], geo["box_rows_b"], geo["box_rows_c"]), geo["cluster"],
-                            geo["cluster_rows"], geo["cluster_cols"], _resolved_patch(spec))
+                            geo["cluster_rows"], geo["cluster_cols"], spec.sass_patch)
         meta = json.dumps(entry_metadata(built, cubin, ptx), indent=1) + "\n"
         # one commit, the metadata with its files: a reader finds all three or the old entry
         return built, [(built.cubin_path, cubin), (built.ptx_path, ptx), (where / f"{key}.json", meta)]

@@ -39,8 +39,9 @@ Edges a -> b (a before b in ptxas's order; b must stay after a), within one bloc
             block between the two; a consumer ptxas did not cover keeps ptxas's distance, up to
             FIXED_HORIZON, like a fixed-latency one whose latency the table lacks. The same holds
             on the read side ("queued-read"): an instruction that reads its sources after issue
-            with no read scoreboard (stores, HMMA) has its overwriters covered by a wait on a
-            later same-pipe instruction's read or write scoreboard, or held to ptxas's spacing.
+            with no read scoreboard (stores, HMMA) has its overwriters held to ptxas's spacing, and
+            those ptxas covered by a wait on a later same-pipe instruction's scoreboard stay after
+            that wait too (the wait alone was not enough on the H100: `_war`).
 
 Guard predicates: a predicate read as an instruction's guard (`@P0 IADD3 ...`) is held to ptxas's
 spacing, up to FIXED_HORIZON, whatever the table says of its producer. The table's ISETP latency
@@ -324,7 +325,7 @@ def _block_edges(b, code: CodeFacts, fixed, variable_ops, covers, timing, table,
                 edges.append(_waw(code, p, x, r, fixed, variable_ops, gaps, dependants))
             for p in readers.get(r, ()):
                 if p != x:
-                    edges.append(_war(code, p, x, r, timing, table, gaps, dependants))
+                    edges.append(_war(code, p, x, r, timing, table, gaps))
         mask = code.old[x]["wait_mask"]
         for sb in range(cb.NUM_SCOREBOARDS):
             if mask >> sb & 1:
@@ -392,7 +393,7 @@ def _waw(code, p, x, r, fixed, variable_ops, gaps, dependants) -> Dep:
     return Dep(p, x, "waw", _fixed_need(code, p, fixed, gaps, x), True, name)
 
 
-def _war(code, p, x, r, timing, table, gaps, dependants) -> Dep:
+def _war(code, p, x, r, timing, table, gaps) -> Dep:
     name = f"{r[0]}{r[1]}"
     row = lookup_timing(timing, code.ins[p], table)
     if row.read_latency and _sb(code.old[p], "read") is None:

@@ -34,7 +34,6 @@ pytestmark = [
 ]
 
 
-
 @pytest.fixture(scope="module")
 def cubins(shipped_cubins) -> dict[str, bytes]:
     return shipped_cubins

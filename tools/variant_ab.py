@@ -113,7 +113,10 @@ def dispatch_params(spec, a, b, c, ta: bool, tb: bool) -> dict:
 
 
 def run_shape(cp, torch, spec, sms: int, shape, layout: str, variants, reps: int, flush, pre_roll,
-              from_dispatch: bool = False) -> dict:
+              from_dispatch: bool = False, kernels: dict | None = None) -> dict:
+    """One shape's check and timing of every variant; `kernels`: variant name -> the kernel it
+    runs (variant_kernel, made once for all shapes; default: the spec itself)."""
+    kernels = kernels or {}
     m, n, k = shape.m, shape.n, shape.k
     a, b, ta, tb = _operands(cp, spec, m, n, k, layout, seed=m * 7 + n * 3 + k)
     op_a, op_b = (a.T if ta else a), (b.T if tb else b)
@@ -128,7 +131,7 @@ def run_shape(cp, torch, spec, sms: int, shape, layout: str, variants, reps: int
     fns, outs, errors, refused = {}, {}, {}, {}
     for name, defines, patch in variants:
         params = {**untuned, **defines}
-        kernel = variant_kernel(spec, name, patch)
+        kernel = kernels.get(name, spec.name)
         c = cp.full((m, n), cp.nan, dtype=c_dtype)
         try:
             gemm(a, b, c, trans_a=ta, trans_b=tb, params=params, kernel=kernel)
@@ -200,11 +203,12 @@ def main(argv=None) -> int:
             except ImportError:
                 torch = None
         sms = device_facts().sm_count
+        kernels = {name: variant_kernel(spec, name, patch) for name, _defines, patch in variants}
         flush, pre_roll = L2Flusher(), make_pre_roll(True)
         results = []
         for shape in shapes:
             r = run_shape(cp, torch, spec, sms, shape, args.layout, variants, args.reps, flush, pre_roll,
-                          args.from_dispatch)
+                          args.from_dispatch, kernels)
             results.append(r)
             m, n, k = r["shape"]
             cells = "  ".join(f"{name} {r['tflops'][name]:6.1f} ({r['ratio'][name]:.3f})" if name in r["tflops"]

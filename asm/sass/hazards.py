@@ -295,8 +295,10 @@ def next_steps(code: CodeFacts, p: int, x: int, path: tuple, live: frozenset) ->
 def late_read_paths(code: CodeFacts, variable: frozenset):
     """(reader p, overwriter x, path) for every write of a register that a variable-latency
     instruction with no read scoreboard reads: p reads its sources some cycles after it issues
-    (HMMA's fragments, a store's data), and nothing but ptxas's spacing keeps x from overwriting
-    them first. `path` holds p and every instruction before x on one control-flow path within
+    (HMMA's fragments, a load's address), and nothing but ptxas's spacing keeps x from overwriting
+    them first. "Variable-latency" is the table's flag, so fixed-issue stores (STS, STG) are not
+    among the readers here, though the table gives them a read latency (sass/block_deps.py holds
+    those too, for the reorder pass). `path` holds p and every instruction before x on one control-flow path within
     FIXED_HORIZON instructions; the distance it must keep is ptxas's. Found on the H100: the stall
     pass brought `SEL R132, ...` closer to an `HMMA ... R132` above it in mma_gemm's main loop (the
     HMMAs there set no read scoreboard), and the kernel faulted."""

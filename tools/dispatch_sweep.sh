@@ -10,11 +10,16 @@
 #   train     training shapes: per layout, TRAIN_COUNT shapes with M, N, K log-uniform in [1, 16384]
 #             and 2^18 <= M N K <= 2^36, the first half unrounded, the second rounded up to 16
 #             (seed TRAIN_SEED; never the seeds the random benchmark is judged on), each
-#             configuration unsplit plus its best splits by the prior model.
+#             configuration unsplit plus its best splits by the prior model;
+#   large_odd large shapes with odd leading dimensions: per layout, LARGE_COUNT shapes with M, N, K
+#             log-uniform in [256, 16384], 2^33 <= M N K <= 2^38 and none rounded (most operands
+#             then load 2 bytes at a time), seed LARGE_SEED, as train; the train set has almost
+#             none of them, and the in-place kernel's time there is what decides copy or in place.
 # Fit afterwards, on any machine: asmgemm tune FAMILY --fit $OUT/sweep_*.json --out DB.json
 set -u
 family=${1:-sgemm}
 : "${OUT:?set OUT}" "${TRAIN_SEED:=9001}" "${TRAIN_COUNT:=10}" "${SETS:=presets linear train}"
+: "${LARGE_SEED:=9003}" "${LARGE_COUNT:=8}"
 source tools/device_setup.sh >/dev/null || exit 1
 sweep() {   # name, seconds, args...
     local name=$1 secs=$2; shift 2
@@ -28,21 +33,24 @@ for set_name in $SETS; do
     linear)
         shapes=$(python3 -c "print(','.join(f'{t}x{o}x{i}' for t in (1,8,64,256,1024,4096) for o,i in ((6144,4096),(4096,4096),(28672,4096),(4096,14336))))")
         sweep linear 150 "$shapes" --layout nt ${LINEAR_FLAGS---exhaustive} ;;
-    train)
+    train|large_odd)
         for layout in nn nt tn tt; do
-            python3 - "$TRAIN_SEED" "$TRAIN_COUNT" "$layout" > "/tmp/train_$layout.txt" <<'PY'
+            if [[ $set_name == train ]]; then args=("$TRAIN_SEED" "$TRAIN_COUNT" "$layout" 1 18 36)
+            else args=("$LARGE_SEED" "$LARGE_COUNT" "$layout" 256 33 38); fi
+            python3 - "${args[@]}" > "/tmp/${set_name}_$layout.txt" <<'PY'
 import math, random, sys
-seed, count, layout = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+seed, count, layout, low, lo_log2, hi_log2 = sys.argv[1], int(sys.argv[2]), sys.argv[3], *map(int, sys.argv[4:])
 rng = random.Random(f"{seed}:{layout}")
 n = 0
 while n < count:
-    align = 1 if n < count // 2 else 16
-    dims = [min(16384, -(-int(math.exp(rng.uniform(0, math.log(16384)))) // align) * align) for _ in range(3)]
-    if 2**18 <= dims[0] * dims[1] * dims[2] <= 2**36:
-        print(*dims, f"train {layout} {n}")
+    # train: the first half unrounded, the second rounded up to 16; large_odd: none rounded
+    align = 1 if low > 1 or n < count // 2 else 16
+    dims = [min(16384, -(-int(math.exp(rng.uniform(math.log(low), math.log(16384)))) // align) * align) for _ in range(3)]
+    if 2**lo_log2 <= dims[0] * dims[1] * dims[2] <= 2**hi_log2:
+        print(*dims, f"{'train' if low == 1 else 'large'} {layout} {n}")
         n += 1
 PY
-            sweep "train_$layout" 100 "/tmp/train_$layout.txt" --layout "$layout"
+            sweep "${set_name}_$layout" "${SET_SECONDS:-100}" "/tmp/${set_name}_$layout.txt" --layout "$layout"
         done ;;
     esac
 done

@@ -4,7 +4,8 @@
 # table with a sass_patch), then the patched kernels' correctness on odd shapes in every layout, and
 # compute-sanitizer memcheck on them. Results under $OUT (packed into $OUT/all.tgz).
 #   VARIANTS_SGEMM / VARIANTS_HGEMM / VARIANTS_MMA: the --variant lists (defaults below)
-#   SHAPES_BIG: the timed shapes; REPS: timed repetitions; PARTS: which of "big odd sanitize" to run
+#   SHAPES_BIG: the timed shapes; REPS: timed repetitions; PARTS: which of "big odd sanitize ncu" to run
+#   NCU_PATCHES: the sgemm variants profiled by the ncu part ("-" is ptxas's code), NCU_SHAPE its shape
 set -u
 : "${OUT:?set OUT}" "${REPS:=15}" "${PARTS:=big odd sanitize}" "${SHAPES_BIG:=--shape 4096,4096,4096 --shape 8192,8192,8192}"
 source tools/device_setup.sh >/dev/null || exit 1
@@ -37,5 +38,16 @@ done
     timeout 300 compute-sanitizer --tool memcheck --error-exitcode 3 python3 tools/sgemm_sanitize.py "$1" \
         --sass-patch "$2" --params null > "$OUT/sanitize_$1_$2.txt" 2>&1
     echo "== memcheck $1 @$2: exit $? $(grep -E 'ERROR SUMMARY|SANITIZE_RESULTS' "$OUT/sanitize_$1_$2.txt" | tr '\n' ' ')"
+done
+# Nsight Compute's stall reasons of sgemm's dispatch configuration, ptxas's codes against each patch:
+# 3 rounds of (asmgemm, cuBLAS) launches, the asmgemm kernel of round 3 profiled
+[[ " $PARTS " == *" ncu "* ]] && for patch in ${NCU_PATCHES:-- stall yield_every=8}; do
+    args=(); [[ $patch != - ]] && args=(--sass-patch "$patch")
+    # shellcheck disable=SC2086  # NCU_SHAPE is three words on purpose
+    timeout 300 ncu --clock-control none -k regex:'^sgemm' --launch-skip 2 --launch-count 1 \
+        --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
+        --section InstructionStats --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio \
+        python3 tools/sgemm_profile.py ${NCU_SHAPE:-4096 4096 4096} "${args[@]}" > "$OUT/ncu_sgemm_${patch//=/_}.txt" 2>&1
+    echo "== ncu sgemm @$patch: exit $?"; python3 tools/ncu_summary.py "$OUT/ncu_sgemm_${patch//=/_}.txt" --top 10
 done
 cd "$OUT" && tar czf /tmp/all.tgz . && mv /tmp/all.tgz "$OUT/all.tgz"

@@ -12,6 +12,7 @@ runs it that way. Needs a GPU and CuPy.
 Usage (GPU):
     ncu ... python3 tools/sgemm_profile.py 4096 4096 4096             # what asmgemm.gemm picks
     ncu ... python3 tools/sgemm_profile.py 4096 4096 4096 '{"BK": 16, "RQ": 4}'
+    ncu ... python3 tools/sgemm_profile.py 4096 4096 4096 --sass-patch stall   # a patched cubin
     ncu ... python3 tools/sgemm_profile.py --kernel hgemm_f32c --rounds 1 --shape 1024x1024x1024 \
         --shape 512x768x3072                                            # shapes in turn, one process
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from asmgemm.bench.problem import GemmProblem
 from asmgemm.bench.shapes import make_shape, parse_shape
@@ -45,6 +47,9 @@ def main(argv=None) -> int:
                     help="a shape to run instead of m n k (repeatable: each in turn, its rounds "
                          "together; ncu replays every launch with caches flushed, so --rounds 1 "
                          "profiles each shape once)")
+    ap.add_argument("--sass-patch", metavar="PASSES",
+                    help="run the kernel with these control-code passes applied to its cubin (issue 35), as "
+                         "tools/variant_ab.py's @PASSES: reuse,stall,yield_every=N,rules=FILE")
     ap.add_argument("--params", dest="params_opt", metavar="JSON",
                     help="the -D overrides, as the positional params (which --shape alone cannot reach)")
     args = ap.parse_args(argv)
@@ -70,6 +75,13 @@ def main(argv=None) -> int:
 
     try:
         spec = get_spec(args.kernel)
+        if args.sass_patch:
+            sys.path.insert(0, str(Path(__file__).parent))
+            from variant_ab import patched_kernel     # one parser of the pass list for the tools
+            try:
+                spec = get_spec(patched_kernel(spec, args.sass_patch))
+            except ValueError as exc:
+                ap.error(str(exc))
         cp = require_gpu("sgemm_profile.py")
         for shape in shapes:
             # the benchmark's problem: operands in the layout, C of the spec's dtype, and cuBLAS as

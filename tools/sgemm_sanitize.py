@@ -23,7 +23,7 @@ from pathlib import Path
 
 from asmgemm.bench.shapes import parse_shape
 from asmgemm.errors import AsmError
-from asmgemm.kernel_spec import get_spec, register, with_sass_patch
+from asmgemm.kernel_spec import get_spec
 from asmgemm.runtime.gemm import gemm
 from asmgemm.runtime.gpu import require_gpu
 
@@ -81,13 +81,11 @@ def main(argv=None) -> int:
         spec = get_spec(args.kernel)
         if args.sass_patch:
             sys.path.insert(0, str(Path(__file__).parent))
-            from variant_ab import parse_variant     # one parser of the pass list for both tools
+            from variant_ab import patched_kernel     # one parser of the pass list for the tools
             try:
-                _name, _defines, patch = parse_variant(f"patched:@{args.sass_patch}")
+                spec = get_spec(patched_kernel(spec, args.sass_patch))
             except ValueError as exc:
                 ap.error(str(exc))
-            spec = with_sass_patch(spec, f"{spec.name}__patched", patch)
-            register(spec)
         variants = args.params or (list(SGEMM_VARIANTS) if spec.name == "sgemm" else [None])
         limit = args.max_err if args.max_err is not None else (
             FP32_MAX_ERR if spec.dtypes.a == "float32" else spec.rel_err_limit)

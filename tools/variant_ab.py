@@ -81,6 +81,13 @@ def variant_kernel(spec, name: str, patch: dict) -> str:
     return copy.name
 
 
+def patched_kernel(spec, passes: str) -> str:
+    """The registered kernel for a tool's `--sass-patch PASSES` option (variant_ab's @PASSES syntax:
+    reuse,stall,yield_every=N,rules=FILE); ValueError for a bad list."""
+    _name, _defines, patch = parse_variant(f"patched:@{passes}")
+    return variant_kernel(spec, "patched", patch)
+
+
 
 def _operands(cp, spec, m: int, n: int, k: int, layout: str, seed: int):
     rng = cp.random.default_rng(seed)
@@ -103,13 +110,7 @@ def dispatch_params(spec, a, b, c, ta: bool, tb: bool) -> dict:
     ran = last_launch()
     if ran["kernel"] != spec.name:
         return None           # the dispatch sent this call to another kernel (a route, in place)
-    params = {k: int(v) for k, v in ran["params"].items()}
-    if spec.split_k is not None:
-        # params= name a split by its count (the switch's 0 in a plain build means none)
-        params.pop(spec.split_k.switch, None)
-        if ran["splits"] > 1 and ran["reduce"] == "kernel":
-            params[spec.split_k.switch] = ran["splits"]
-    return params
+    return ran["rerun_params"]
 
 
 def run_shape(cp, torch, spec, sms: int, shape, layout: str, variants, reps: int, flush, pre_roll,

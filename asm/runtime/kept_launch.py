@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..errors import AsmError
 from ..isa.arch import arch_for
-from ..kernel_spec import KernelSpec
+from ..kernel_spec import KernelSpec, get_spec
 from . import build_cache, split_k
 from .build_cache import BuiltKernel, build_kernel
 from .cluster_capacity import blocks_per_sm, max_active_clusters
@@ -131,23 +131,38 @@ def last_launch() -> dict | None:
     family's catalog, e.g. 't128x128_k16/s4'; None where no catalog decided) and "chosen_by" (what
     decided: "database", "model", "params", "tuning cache" or "size rules"), "sass_patch" (the
     control-code passes applied to the cubin after ptxas, from the spec's sass_patch; None: ptxas's
-    own codes), "blocks_per_sm" and
+    own codes), "rerun_params" (the params= that make gemm run this configuration again: "params"
+    with split-K's switch given as the split count, the way params= name a split), "blocks_per_sm" and
     "clusters_at_once" (the driver's occupancy of the build; None where it cannot say). For reports such as `asmgemm bench`'s;
     calls from several threads at once each overwrite it."""
     kept = _last_launch[0]
     if kept is None:
         return None
     splits = kept.split.split.splits if kept.split is not None else max(1, kept.cluster_splits)
+    params = build_cache.defines_of(kept.built)
     return {"kernel": kept.spec_name, "entry": kept.built.name, "grid": tuple(kept.grid), "block": kept.block,
             "tile": (kept.built.tile_m, kept.built.tile_n),
             "cluster": kept.cluster_splits or kept.built.cluster, "splits": splits,
             "reduce": "kernel" if kept.split is not None else ("cluster" if kept.cluster_splits else None),
             "c_trans": kept.c_trans, "copies": tuple(name for name, size in zip("AB", kept.copied) if size),
-            "a_ldg": kept.a_ldg, "target": kept.built.target, "params": build_cache.defines_of(kept.built),
+            "a_ldg": kept.a_ldg, "target": kept.built.target, "params": params,
+            "rerun_params": _rerun_params(kept, params),
             "config": kept.config, "chosen_by": kept.chosen_by,
             "sass_patch": {k: v for k, v in kept.built.sass_patch} or None,
             "blocks_per_sm": blocks_per_sm(kept.fn, kept.built, kept.device),
             "clusters_at_once": max_active_clusters(kept.fn, kept.built, kept.device, kept.cluster_splits)}
+
+
+def _rerun_params(kept: KeptLaunch, params: dict) -> dict:
+    """params= for the launch's configuration: a plain build's split-K switch is 0, while params=
+    name a split by its count (S of a partial pass whose reduce is a kernel)."""
+    rerun = {k: int(v) for k, v in params.items()}
+    split_spec = get_spec(kept.spec_name).split_k
+    if split_spec is not None:
+        rerun.pop(split_spec.switch, None)
+        if kept.split is not None:
+            rerun[split_spec.switch] = kept.split.split.splits
+    return rerun
 
 
 def make(cupy, cfg: LaunchConfig, facts: DeviceFacts, c_align: int, device: int) -> KeptLaunch:

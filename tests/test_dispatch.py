@@ -608,6 +608,28 @@ def test_the_fitted_model_picks_the_measured_best_and_the_database_says_so():
     assert dm.configs["sgemm:t64x64_k16"].step_s == pytest.approx(0.32e-6, rel=0.03)
 
 
+def test_each_wave_regime_weighs_toward_the_same_total(monkeypatch):
+    """Six samples under one wave, two of a few waves, one of many: balanced fully, each regime's
+    weights sum to a third of the samples; at REGIME_BALANCE the fewer samples still weigh more
+    each, and the samples' order does not matter."""
+    from asmgemm.runtime.cost_model import DeviceModel
+    from asmgemm.tuning import fit
+    dm = DeviceModel("Synthetic GPU", FIT_SMS, 1e9, 1e18)
+    name = "t64x64_k16"           # 64 x 64 tiles; FIT_SMS x 4 = 32 slots
+    tiles_n = [1, 2, 4, 8, 16, 31] + [40, 100] + [300]
+    rows = [{"family": "sgemm", "config": name, "layout": "nn", "splits": 1, "reduce": None, "m": 64, "n": 64 * t,
+             "k": 64} for t in tiles_n]
+    monkeypatch.setattr(fit, "REGIME_BALANCE", 1.0)
+    w = fit.regime_weights(rows, dm, 4)
+    assert sum(w[:6]) == pytest.approx(3.0) and sum(w[6:8]) == pytest.approx(3.0) and w[8] == pytest.approx(3.0)
+    monkeypatch.setattr(fit, "REGIME_BALANCE", 0.5)
+    half = fit.regime_weights(rows, dm, 4)
+    assert half[0] < 1 < half[6] < half[8] < w[8]
+    assert fit.regime_weights(rows[::-1], dm, 4) == half[::-1]
+    monkeypatch.setattr(fit, "REGIME_BALANCE", 0.0)
+    assert fit.regime_weights(rows, dm, 4) == [1.0] * len(rows)
+
+
 def test_sweeps_of_two_gpus_are_not_fitted_together():
     from asmgemm.tuning.fit import make_database
     doc = _sweep_doc()

@@ -92,3 +92,24 @@ def test_tma_operands_it_cannot_read_are_planned_on_their_padded_copies(monkeypa
     assert cfg.plan.a.ld == 16 and cfg.plan.b.ld == n
     aligned = configure(spec, problem(m, n, 16, F16, params={"BK": 16}), H100)
     assert aligned.copied == (0, 0) and aligned.plan.a.ld == 16
+
+
+@needs_ptxas
+def test_copy_or_in_place_weighs_the_in_place_configuration_that_builds():
+    """1534 x 5477 x 3731 fp16 with odd leading dimensions (every copy 2 bytes wide). The cost
+    model ranks hgemm_mma's 64 x 64 warp tile first, but its guards refuse it with 2-byte copies
+    (too many registers); weighed against the copies, that tile chose in place, and what ran in
+    place took 701 us against the copy path's ~200 (H100, docs/log/dispatch.md). The decision is
+    taken on the configuration that builds, so the copies win."""
+    from asmgemm.kernel_spec import get_spec
+    m, n, k = 1534, 5477, 3731
+    hgemm = pick_spec(None, "float16", None, H100)
+    assert hgemm.name == "hgemm" and hgemm.in_place == "hgemm_mma"
+    cfg = configure(hgemm, problem(m, n, k, F16), H100)
+    assert cfg.spec.name == "hgemm" and cfg.copied == (2, 2)
+    # the mechanism: the model's own first choice in place is one the kernel refuses here
+    in_place = configure(get_spec("hgemm_mma"), problem(m, n, k, F16), H100)
+    first = in_place.choice.order[0]
+    assert first.label in in_place.choice.refused, (first.label, in_place.config)
+    assert "registers" in in_place.choice.refused[first.label]
+    assert in_place.config != first.label

@@ -250,13 +250,20 @@ def _in_place_or(spec: KernelSpec, plan: LaunchPlan, itemsize: int, facts: Devic
     model = path_model.coefficients(facts.name, facts.sm_count)
     in_place_s = tile = None
     if other.configs:
-        # the in-place kernel's own pick and the cost model's time for it (split-K where the call
-        # is plain), as gemm() would run it
+        # the cost model's time for the configuration gemm() would run in place (split-K where the
+        # call is plain): the first of its order whose build the kernel's guards accept, since the
+        # model's own pick may be one they refuse for these operands (a 64 x 64 warp tile with
+        # 2-byte copies: too many registers), and comparing the copy with a kernel that cannot run
+        # chose in place at 3-6x the copy path's time (docs/log/dispatch.md)
+        plain = bias is None and act == 0
         choice = dispatch.choose(other, plan.layout, plan.m, plan.n, plan.k, call_values=plan.call_values,
-                                 gpu=facts.name, target=facts.target, sms=facts.sm_count,
-                                 plain=bias is None and act == 0, clock_hz=facts.clock_hz,
-                                 dram_bytes_per_s=facts.dram_bytes_per_s)
-        picked = [e for e in choice.ranked if e.candidate is choice.pick]
+                                 gpu=facts.name, target=facts.target, sms=facts.sm_count, plain=plain,
+                                 clock_hz=facts.clock_hz, dram_bytes_per_s=facts.dram_bytes_per_s)
+        try:
+            _, runs, _, _, _ = build_choice(choice, plan, facts, plain)
+        except AsmError:
+            return spec             # no configuration of the in-place kernel takes these operands
+        picked = [e for e in choice.ranked if e.candidate is runs]
         if picked:
             in_place_s = picked[0].gpu_s
     else:

@@ -241,6 +241,32 @@ def test_checker_holds_a_branch_predicate_to_ptxas_spacing_not_the_table(decoded
     raise AssertionError("no ISETP directly before a predicated EXIT/BRA reading it")
 
 
+def test_checker_holds_a_result_crossing_pipes_to_ptxas_spacing(decoded, cubins):
+    """The table's chains were measured within one pipe. On the H100 the stall pass cut
+    `IMAD.MOV.U32 R0, RZ, RZ, 0x3` (fmaheavy) -> `SHF.L.U32 R0, R0, UR16` (alu) from ptxas's 5
+    cycles to IMAD's 4; SHF read a stale R0 as hgemm's cluster multicast mask and the kernel hung
+    (CLUSTER_N=2, 7x13x5 tn). A patch cutting such a pair to the producer's latency is refused."""
+    fixed = fixed_latencies(TABLE)
+    for name, kernel, code in _codes(decoded):
+        for k, p in enumerate(kernel.instructions[:-1]):
+            nxt = kernel.instructions[k + 1]
+            if (not p.reachable or p.opcode not in fixed or nxt.opcode not in fixed or code.succ[k] != [k + 1]
+                    or fixed[p.opcode][1] != "H100-UBENCH" or fixed[p.opcode][2] == fixed[nxt.opcode][2]
+                    or p.stall <= fixed[p.opcode][0] or p.write_sb is not None or set(p.modifiers) & {"WIDE", "HI", "X"}):
+                continue
+            hit = code.reads[k + 1] & code.writes[k]
+            if not hit or any(space != "R" for space, _ in hit) or nxt.predicate:
+                continue
+            latency = fixed[p.opcode][0]
+            assert not table_covers(code, k, k + 1, hit, fixed)
+            plan = plan_patch(cubins[name], parse_rules(rule(kernel.name, p.address, stall=latency)), name)
+            hazards = [h for h in plan.hazards if h.kind == "latency" and h.address == nxt.address]
+            assert hazards, f"accepted stall {latency} on {p.text} before {nxt.text} (another pipe)"
+            assert hazards[0].numbers["distance"] == latency and hazards[0].numbers["input_distance"] == p.stall
+            return
+    raise AssertionError("no measured producer directly before a consumer of another pipe reading its result")
+
+
 def test_checker_refuses_bringing_an_overwrite_closer_to_a_read_without_scoreboard(decoded, cubins):
     """HMMA/LDS read their sources late and often set no read scoreboard: only ptxas's spacing
     keeps a later writer off those registers. Cutting a stall on that path is refused (on the H100

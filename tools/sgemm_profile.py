@@ -27,7 +27,7 @@ from asmgemm.bench.problem import GemmProblem
 from asmgemm.bench.shapes import make_shape, parse_shape
 from asmgemm.errors import AsmError
 from asmgemm.kernel_spec import get_spec
-from asmgemm.runtime.gemm import gemm
+from asmgemm.runtime.gemm import gemm, last_launch
 from asmgemm.runtime.gpu import require_gpu
 
 
@@ -88,8 +88,18 @@ def main(argv=None) -> int:
             # `asmgemm bench` times it (cupy.matmul; cublasGemmEx where C's dtype is not A's)
             prob = GemmProblem(cp, shape, args.layout, spec.dtypes.a, c_dtype=spec.dtypes.c)
             c = prob.output()
+            if args.sass_patch and params is None:
+                # the configuration the plain kernel's dispatch runs (a patched copy has no database
+                # entries of its own, so left to choose it may pick another): ptxas's code and the
+                # patch are profiled on the same tiling, as tools/variant_ab.py --from-dispatch times them
+                gemm(prob.a, prob.b, c, trans_a=prob.trans_a, trans_b=prob.trans_b, kernel=args.kernel)
+                ran = last_launch()
+                shape_params = ran["rerun_params"] if ran["kernel"] == args.kernel else {}
+                print(f"{shape}: profiling {spec.name} with the plain dispatch's {shape_params}", file=sys.stderr)
+            else:
+                shape_params = params
             for _ in range(args.rounds):
-                gemm(prob.a, prob.b, c, trans_a=prob.trans_a, trans_b=prob.trans_b, params=params, kernel=spec.name)
+                gemm(prob.a, prob.b, c, trans_a=prob.trans_a, trans_b=prob.trans_b, params=shape_params, kernel=spec.name)
                 prob.cublas(c)
         cp.cuda.Device().synchronize()
     except AsmError as exc:

@@ -66,7 +66,8 @@ from ..isa import control_bits as cb
 from ..isa.sass_registers import UNMODELLED_OPCODES
 from .code_references import CodeReferences
 from .decode import BRANCHES, TERMINATORS
-from .hazards import FIXED_HORIZON, CodeFacts, _exposed, _register_consumers, _sb, fixed_latencies
+from .hazards import (FIXED_HORIZON, MEASURED_SOURCE, CodeFacts, _exposed, _register_consumers, _sb,
+                      fixed_latencies, table_covers)
 
 ANCHOR_OPCODES = frozenset("""
     BRA BRX BRXU JMP JMX JMXU CALL RET EXIT KILL BSSY BSYNC BREAK BMOV WARPSYNC BAR DEPBAR MEMBAR
@@ -380,6 +381,11 @@ def _raw(code, p, x, r, fixed, variable_ops, timing, table, gaps, dependants) ->
         return Dep(p, x, "raw", lookup_timing(timing, code.ins[p], table).latency, False, name)
     if guard_register(code.ins[x]) == r:
         return Dep(p, x, "raw", min(distance(gaps, p, x), FIXED_HORIZON), True, name + " (guard)")
+    if not table_covers(code, p, x, {r}, fixed):
+        # a pair the measured table does not describe (a carry, a wide or high product, another
+        # pipe, a memory or control consumer: hazards.table_covers) keeps ptxas's spacing, as the
+        # stall pass and the patch check hold it
+        return Dep(p, x, "raw", min(distance(gaps, p, x), FIXED_HORIZON), True, name + " (not in the table)")
     return Dep(p, x, "raw", _fixed_need(code, p, fixed, gaps, x), True, name)
 
 
@@ -389,7 +395,11 @@ def _waw(code, p, x, r, fixed, variable_ops, gaps, dependants) -> Dep:
         return Dep(p, x, "waw", min(distance(gaps, p, x), FIXED_HORIZON), True, name)
     if variable_producer(code, p, variable_ops):
         return Dep(p, x, "waw", 1, False, name)
-    # two fixed-latency writers: the later must not land first
+    # two fixed-latency writers: the later must not land first; the table's latency says when only
+    # for two writers of one measured pipe (the pipes' forwarding differs: hazards.table_covers)
+    mine, later = fixed.get(code.ins[p].opcode), fixed.get(code.ins[x].opcode)
+    if mine is None or later is None or mine[2] != later[2] or mine[1] != MEASURED_SOURCE:
+        return Dep(p, x, "waw", min(distance(gaps, p, x), FIXED_HORIZON), True, name)
     return Dep(p, x, "waw", _fixed_need(code, p, fixed, gaps, x), True, name)
 
 

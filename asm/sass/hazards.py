@@ -122,7 +122,7 @@ def table_covers(code: CodeFacts, p: int, x: int, hit: set, fixed: dict) -> bool
     measured there ([H100-UBENCH]: not the programming guide's figure, which the IADD3/LOP3 chain
     measured above), a plain 32-bit form of the producer (not IMAD.WIDE/.HI, not a carry .X),
     general registers (a predicate result, a carry, is not what was measured), and an arithmetic
-    consumer reading them as operands. It does not cover a guard predicate (read when the
+    consumer of the producer's pipe reading them as operands. It does not cover a guard predicate (read when the
     instruction is issued or dispatched, not by the operand collector) nor a branch, barrier or
     memory consumer: ptxas puts 13 cycles between an ISETP and the `@P0 BRA` / `@P0 EXIT` that
     reads its predicate (sgemm_naive, ptxas 13), against 4 in the table, which matches maxas's
@@ -140,17 +140,23 @@ def table_covers(code: CodeFacts, p: int, x: int, hit: set, fixed: dict) -> bool
         return False
     if i.opcode not in fixed or i.opcode in CONTROL_OPCODES or MEMORY_OPCODE.match(i.opcode):
         return False
+    if fixed[i.opcode][2] != known[2]:
+        # the chains were measured within one pipe; a result crossing to another pipe comes later:
+        # `IMAD.MOV.U32 R0, RZ, RZ, 0x3` (fmaheavy) -> `SHF.L.U32 R0, R0, UR16` (alu), cut from
+        # ptxas's 5 cycles to the table's 4, read a stale R0 as hgemm's multicast mask and hung the
+        # cluster (H100, 2026-11-27, fourth session: CLUSTER_N=2 at 7x13x5 tn)
+        return False
     guard = i.predicate.lstrip("!") if i.predicate else None
     return not any(register_name(r) == guard for r in hit)
 
 
-def fixed_latencies(table) -> dict[str, tuple[int, str]]:
-    """SASS opcode -> (latency, source key) for the table's fixed-latency register results."""
-    out: dict[str, tuple[int, str]] = {}
+def fixed_latencies(table) -> dict[str, tuple[int, str, str]]:
+    """SASS opcode -> (latency, source key, pipe) for the table's fixed-latency register results."""
+    out: dict[str, tuple[int, str, str]] = {}
     for timing in table.values():
         if timing.variable or timing.pipe not in _FIXED_PIPES or timing.sass == "?":
             continue
-        out.setdefault(timing.sass.split(".")[0], (timing.latency, timing.latency_src))
+        out.setdefault(timing.sass.split(".")[0], (timing.latency, timing.latency_src, timing.pipe))
     return out
 
 

@@ -35,7 +35,7 @@ from .block_deps import (READ_RELEASE, RESULT_RELEASE, BlockDeps, guard_register
                          queued_exposure, queued_producer, read_pipes_of, variable_opcodes,
                          variable_producer)
 from .hazards import (FIXED_HORIZON, CheckReport, CodeFacts, Hazard, _check_reuse, _check_yield,
-                      _exposed, _mask, _sb, depbar_hazard, depbar_scoreboards, fixed_latencies)
+                      _exposed, _mask, _sb, depbar_hazard, depbar_scoreboards, fixed_latencies, table_covers)
 
 
 def moved_instructions(kernel, origin: list[int]) -> list:
@@ -159,11 +159,11 @@ def _check_paths(name, kernel, deps: BlockDeps, old: CodeFacts, new: CodeFacts, 
             watches.append(("war", frozenset(old.reads[p]), FIXED_HORIZON, None, ()))
         for kind, regs, need, known, skip in watches:
             _walk(name, p, kind, regs, need, known, skip, old, new, pos, blocks, block_of, off_old, off_new,
-                  len_old, len_new, report)
+                  len_old, len_new, report, fixed)
 
 
 def _walk(name, p, kind, regs, need, known, skip, old, new, pos, blocks, block_of, off_old, off_new,
-          len_old, len_new, report) -> None:
+          len_old, len_new, report, fixed) -> None:
     ins = old.ins
     b0 = blocks[block_of[p]]
     flagged: set[int] = set()
@@ -196,13 +196,19 @@ def _walk(name, p, kind, regs, need, known, skip, old, new, pos, blocks, block_o
                 if known and d0 < known[0]:
                     report.below_table += 1
                 guard = kind == "raw" and guard_register(ins[x]) in hit
-                need_x = FIXED_HORIZON if guard else need
+                # the table's latency only for a pair it describes (hazards.table_covers); ptxas's
+                # spacing for the rest, as block_deps._raw holds them
+                uncovered = kind == "raw" and known is not None and not table_covers(old, p, x, hit, fixed)
+                need_x = FIXED_HORIZON if guard or uncovered else need
                 if d < d0 and d < need_x and x not in flagged:
                     flagged.add(x)
                     reg = register_name(sorted(hit)[0])
                     if guard:
                         where = (f"read as the guard predicate: held to ptxas's spacing up to {FIXED_HORIZON} "
                                  "cycles (sass/block_deps.py, guard predicates)")
+                    elif uncovered:
+                        where = (f"a pair the latency table does not describe: held to ptxas's spacing up to "
+                                 f"{FIXED_HORIZON} cycles (sass/hazards.py, table_covers)")
                     elif known:
                         where = f"{ins[p].opcode} latency {known[0]} cycles [{known[1]}, scheduler/latencies_sm90.py]"
                     else:
@@ -213,7 +219,7 @@ def _walk(name, p, kind, regs, need, known, skip, old, new, pos, blocks, block_o
                         f"{verb} {reg} {d} cycles after {16 * pos[p]:#06x} {ins[p].text} "
                         f"({'wrote' if kind == 'raw' else 'read'} it; {where}; ptxas had {d0} cycles on this path)",
                         {"producer": f"{16 * pos[p]:#06x}", "register": reg, "distance": d,
-                         "input_distance": d0, "latency": None if guard or not known else known[0]}))
+                         "input_distance": d0, "latency": None if guard or uncovered or not known else known[0]}))
             if old.unconditional(x):
                 live = live - old.writes[x]
             if not live:

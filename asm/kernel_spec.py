@@ -191,8 +191,10 @@ _TOP_KEYS = {"source", "entry", "summary", "dtypes", "targets", "abi", "call_par
 # (asmgemm patch's format) relative to the spec file.
 # The reorder pass goes by "experimental_reorder": its check once accepted an sgemm that faulted on
 # the H100 (docs/design/sass-patching.md), so a table must say plainly that it runs it.
+# reorder_blocks / reorder_moves apply only part of it (0: all), for tools/reorder_bisect.py.
 SASS_PATCH_KEYS = {"reuse": ("reuse_pass", bool), "stall": ("stall_pass", bool), "yield_every": ("yield_every", int),
-                   "experimental_reorder": ("reorder_pass", bool), "rules": ("rules", str)}
+                   "experimental_reorder": ("reorder_pass", bool), "reorder_blocks": ("reorder_blocks", int),
+                   "reorder_moves": ("reorder_moves", int), "rules": ("rules", str)}
 _CONFIG_KEYS = {"name", "kernel", "set", "tile", "tile_kmajor_b", "splits", "max_m", "note", "swap"}
 _SPLIT_K_KEYS = {"switch", "reduce", "rule", "k_multiple", "cluster_switch", "cluster_when", "c_trans"}
 # what a kernel with a split_k table must take: the partial pass's k extent and slice distance

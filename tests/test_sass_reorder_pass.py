@@ -15,6 +15,7 @@ from collections import Counter
 
 import pytest
 
+from asmgemm.errors import AsmError
 from asmgemm.isa import control_bits as cb
 from asmgemm.pipeline import shipped_kernels
 from asmgemm.sass.block_deps import build_deps
@@ -23,7 +24,7 @@ from asmgemm.sass.elf import ElfCubin
 from asmgemm.sass.inspect import inspect_cubin
 from asmgemm.sass.patch import load_kernels, plan_patch
 from asmgemm.sass.reorder_check import check_reordered
-from asmgemm.sass.reorder_pass import plan_reorder
+from asmgemm.sass.reorder_pass import ReorderLimit, changed_span, limited_order, plan_reorder, prepare_reorder
 from asmgemm.scheduler.latencies_sm90 import TABLE
 from asmgemm.toolchain import find_tool
 
@@ -161,6 +162,69 @@ def test_the_schedule_is_deterministic_and_passes_a_fresh_check(decoded):
     assert (origin, words) == again[:2] and summary.moved == again[2].moved > 0
     fresh = build_deps(kernel, code_references(elf, "sgemm"), TABLE)
     assert not check_reordered(kernel, fresh, origin, words, TABLE).hazards
+
+
+# ---- partial application, for bisecting on the GPU (tools/reorder_bisect.py) ----------------
+
+def _limited_cases(kernel, prepared):
+    """(block, moves, limited order) for each candidate block at a few prefix lengths."""
+    for bi in prepared.candidates(kernel):
+        b = kernel.blocks[bi]
+        order = prepared.schedules[bi][0]
+        _first, span = changed_span(b, order)
+        for moves in sorted({1, max(1, span // 3), max(1, span // 2), span}):
+            yield b, moves, limited_order(b, order, moves)
+
+
+def test_a_limited_order_keeps_every_edge_and_anchor_of_the_block(decoded):
+    """ReorderLimit.moves: the first M positions of the new order, the rest in ptxas's order, is a
+    legal order under the graph (a prefix of a topological order holds every predecessor of what it
+    holds), anchors in place, on every candidate block of ptxas's sgemm."""
+    elf, kernel, _deps = _sgemm(decoded)
+    prepared = prepare_reorder(kernel, code_references(elf, "sgemm"), TABLE, "sm_90")
+    cases = 0
+    for b, moves, order in _limited_cases(kernel, prepared):
+        cases += 1
+        assert sorted(order) == list(range(b.start, b.end)), (b.index, moves)
+        pos = {k: b.start + i for i, k in enumerate(order)}
+        for e in prepared.deps.deps[b.index]:
+            assert pos[e.src] < pos[e.dst], (b.index, moves, e)
+        assert all(pos[k] == k for k in prepared.deps.anchors if b.start <= k < b.end), (b.index, moves)
+        first, span = changed_span(b, order)
+        assert first == changed_span(b, prepared.schedules[b.index][0])[0]
+        assert 0 < span <= changed_span(b, prepared.schedules[b.index][0])[1]
+    assert cases >= 4
+
+
+def test_plan_patch_applies_only_the_limited_blocks_and_moves(cubins, decoded):
+    elf, kernel, _deps = _sgemm(decoded)
+    prepared = prepare_reorder(kernel, code_references(elf, "sgemm"), TABLE, "sm_90")
+    candidates = prepared.candidates(kernel)
+    assert candidates
+    b = kernel.blocks[candidates[0]]
+    first, span = changed_span(b, prepared.schedules[b.index][0])
+    moves = max(1, span // 2)
+    plan = plan_patch(cubins["sgemm"], None, "sgemm", reorder_pass=True, reorder_blocks=1, reorder_moves=moves)
+    assert not plan.hazards, [h.line() for h in plan.hazards[:3]]
+    summary = plan.reorder_pass[0].to_json()
+    assert summary["limit"] == {"blocks": 1, "moves": moves}
+    assert [c["block"] for c in summary["candidates"]] == candidates
+    # the instructions moved lie in the first candidate block only, in the limited order
+    moved = {c.address // 16: int(c.to_json()["moved_from"], 16) // 16 for c in plan.changes
+             if c.moved_from is not None}
+    assert moved and all(b.start <= k < b.end for k in moved)
+    expected = limited_order(b, prepared.schedules[b.index][0], moves)
+    assert all(expected[k - b.start] == j for k, j in moved.items())
+    assert summary["blocks_reordered"] == 1
+
+
+def test_reorder_limits_are_refused_without_the_pass_or_below_one(cubins):
+    with pytest.raises(AsmError, match="need reorder_pass"):
+        plan_patch(cubins["sgemm_naive"], None, "sgemm_naive", reorder_blocks=1)
+    with pytest.raises(ValueError, match="whole number >= 1"):
+        ReorderLimit(blocks=-1)
+    with pytest.raises(ValueError, match="whole number >= 1"):
+        ReorderLimit(moves=True)
 
 
 # ---- the check refuses bad permutations -----------------------------------------------------

@@ -30,7 +30,7 @@ from .hazards import CheckReport, Hazard, check_patch
 from .inspect import SassKernel, inspect_cubin
 from .listing import disassemble_listing
 from .patch_rules import Rule, Rules
-from .reorder_pass import ReorderSummary, plan_reorder
+from .reorder_pass import ReorderLimit, ReorderSummary, plan_reorder
 from .reuse_pass import ReuseSummary, plan_reuse
 from .stall_pass import StallYieldSummary, plan_stall_yield
 
@@ -145,15 +145,26 @@ def _region(rule: Rule, kernel: SassKernel) -> list[int]:
 
 def plan_patch(data: bytes, rules: Rules | None, source: str = "<cubin>", *,
                reuse_pass: bool = False, stall_pass: bool = False, yield_every: int = 0,
-               reorder_pass: bool = False) -> PatchPlan:
+               reorder_pass: bool = False, reorder_blocks: int | None = None,
+               reorder_moves: int | None = None) -> PatchPlan:
     """Apply `rules` (and, when asked, the reuse pass: sass/reuse_pass.py, then the stall/yield
     pass: sass/stall_pass.py, `stall_pass` lowering stalls and `yield_every` = N > 0 placing a yield
     on every N-th FFMA/HMMA of each loop, then the reorder pass, last: sass/reorder_pass.py) to a
     copy of the cubin and check the result; nothing is written. The passes run on every kernel of
     the cubin. A reordered kernel is judged by sass/reorder_check.py instead of check_patch, which
-    assumes every instruction stays where it was."""
+    assumes every instruction stays where it was. `reorder_blocks` / `reorder_moves` apply only part
+    of the reorder pass (sass/reorder_pass.py ReorderLimit; None or 0: no limit), for bisecting a
+    wrong result on the GPU (tools/reorder_bisect.py)."""
     if yield_every < 0:
         raise AsmError(f"yield_every must be at least 1 (or 0 for no yield placement), not {yield_every}")
+    limit = None
+    if reorder_blocks or reorder_moves:
+        if not reorder_pass:
+            raise AsmError("reorder_blocks and reorder_moves limit the reorder pass: they need reorder_pass")
+        try:
+            limit = ReorderLimit(reorder_blocks or None, reorder_moves or None)
+        except ValueError as exc:
+            raise AsmError(str(exc)) from None
     elf, kernels, target = load_kernels(data, source)
     selected: dict[tuple[str, int], list[int]] = {}
     for rule in (rules.rules if rules else []):
@@ -194,7 +205,7 @@ def plan_patch(data: bytes, rules: Rules | None, source: str = "<cubin>", *,
         for name, kernel in kernels.items():
             origin, words, summary, report = plan_reorder(
                 kernel, elf.words(name), code_references(elf, name), table, target,
-                _encodable_by_nvdisasm(elf.to_bytes(), name, kernel, source))
+                _encodable_by_nvdisasm(elf.to_bytes(), name, kernel, source), limit)
             reorder_summaries.append(summary)
             if origin[:len(kernel.instructions)] != list(range(len(kernel.instructions))):
                 elf.permute(name, origin + list(range(len(origin), elf.kernel(name).count)),

@@ -38,6 +38,8 @@ Per block (sass/cfg.py), bytes in, bytes out:
 """
 from __future__ import annotations
 
+import hashlib
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable
 from types import SimpleNamespace
@@ -65,6 +67,31 @@ class SassNode:
     pipe: str
 
 
+@dataclass(frozen=True)
+class ReorderLimit:
+    """Apply only part of the pass, deterministically, to find which move breaks a kernel on the GPU
+    (tools/reorder_bisect.py bisects over these). `blocks` = N: only the first N candidate blocks
+    (the blocks whose new order the model says is faster, in block-index order) are reordered.
+    `moves` = M: in the last of them, the new order is kept for the M positions from its first
+    changed position on, and the rest of the block follows in ptxas's order. That is a legal order
+    under the graph: a prefix of a topological order holds every predecessor of what it holds, the
+    rest keeps ptxas's (topological) order, and anchors stay at their index (every instruction of the
+    prefix comes from before the first anchor it has not reached). Stalls are recomputed for it as for
+    any order, and the check judges it as any other. The limited block skips only the modelled-gain
+    test (a probe is about correctness, not speed). None: no limit."""
+    blocks: int | None = None
+    moves: int | None = None
+
+    def __post_init__(self):
+        for name in ("blocks", "moves"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise ValueError(f"reorder limit {name}: a whole number >= 1 (or None: no limit), not {v!r}")
+
+    def to_json(self) -> dict:
+        return {"blocks": self.blocks, "moves": self.moves}
+
+
 @dataclass
 class ReorderSummary:
     kernel: str
@@ -76,13 +103,18 @@ class ReorderSummary:
     anchors: int = 0
     unmovable: str | None = None
     loops: list[dict] = field(default_factory=list)   # {"loop", "issue_cycles": [before, after]}
+    # the blocks a ReorderLimit counts, in its order: {"block", "start" address, "first_change" (its
+    # first position the new order changes), "span" (positions from there to its last change)}
+    candidates: list[dict] = field(default_factory=list)
+    limit: ReorderLimit | None = None
 
     def to_json(self) -> dict:
         return {"kernel": self.kernel, "instructions_moved": self.moved,
                 "blocks_reordered": self.blocks_reordered, "blocks_put_back": self.blocks_put_back,
                 "blocks_without_modelled_gain": self.blocks_no_gain,
                 "stalls_raised": self.stalls_raised, "anchors": self.anchors,
-                "unmovable": self.unmovable, "loops": self.loops, "measured": False}
+                "unmovable": self.unmovable, "loops": self.loops, "candidates": self.candidates,
+                "limit": self.limit.to_json() if self.limit else None, "measured": False}
 
 
 def _segments(b, anchors) -> list[list[int]]:
@@ -294,8 +326,67 @@ def _raise_stalls(plan: _Plan, report: CheckReport) -> bool:
     return raised
 
 
+@dataclass
+class PreparedReorder:
+    """What the pass derives from ptxas's code alone: the graph and each block's scheduled order."""
+    deps: BlockDeps
+    schedules: dict[int, tuple[list[int], int, int]]    # block -> (order, modelled before, after)
+
+    def candidates(self, kernel) -> list[int]:
+        """Blocks whose new order the model says is faster, in block-index order (ReorderLimit's)."""
+        return [bi for bi, (order, before, after) in sorted(self.schedules.items())
+                if order != list(range(kernel.blocks[bi].start, kernel.blocks[bi].end)) and after < before]
+
+
+# The graph and the schedules are the slow part (tens of seconds for sgemm) and depend only on
+# ptxas's code, so a bisect (tools/reorder_bisect.py: one plan_patch per probe, the same input each
+# time) derives them once per process. Keyed by everything they are computed from.
+_PREPARED: OrderedDict = OrderedDict()
+_PREPARED_KEPT = 4
+
+
+def prepare_reorder(kernel, refs: CodeReferences, table, target: str) -> PreparedReorder:
+    h = hashlib.sha256()
+    for i in kernel.instructions:
+        h.update(i.word.to_bytes(16, "little"))
+    key = (kernel.name, target, h.hexdigest(), tuple(sorted((k, tuple(v)) for k, v in refs.anchored.items())),
+           tuple(refs.unknown), hashlib.sha256(repr(sorted(table.items())).encode()).hexdigest())
+    hit = _PREPARED.get(key)
+    if hit is not None:
+        _PREPARED.move_to_end(key)
+        return hit
+    deps = build_deps(kernel, refs, table)
+    schedules = {}
+    if deps.unmovable is None:
+        for b in kernel.blocks:
+            if b.reachable:
+                schedules[b.index] = schedule_block(b, kernel, deps, table)
+    prepared = PreparedReorder(deps, schedules)
+    _PREPARED[key] = prepared
+    while len(_PREPARED) > _PREPARED_KEPT:
+        _PREPARED.popitem(last=False)
+    return prepared
+
+
+def changed_span(b, order: list[int]) -> tuple[int, int]:
+    """(first position of block b where `order` differs from ptxas's, positions from there to the
+    last one that differs); (0, 0) for ptxas's own order."""
+    changed = [i for i, k in enumerate(order) if k != b.start + i]
+    return (changed[0], changed[-1] - changed[0] + 1) if changed else (0, 0)
+
+
+def limited_order(b, order: list[int], moves: int) -> list[int]:
+    """ReorderLimit.moves: `order` kept for `moves` positions from its first change, the rest of
+    block b in ptxas's order."""
+    first, _span = changed_span(b, order)
+    head = order[:first + moves]
+    taken = set(head)
+    return head + [k for k in range(b.start, b.end) if k not in taken]
+
+
 def plan_reorder(kernel, words: list[int], refs: CodeReferences, table, target: str,
-                 encodable: Callable[[list[int], list[int]], list[int]] | None = None
+                 encodable: Callable[[list[int], list[int]], list[int]] | None = None,
+                 limit: ReorderLimit | None = None
                  ) -> tuple[list[int], list[int], ReorderSummary, CheckReport]:
     """(origin, new words, summary, check) for one kernel. `words` are its current words (rules and
     other passes applied); origin[i] is the index whose word now sits at i. `encodable(origin,
@@ -303,20 +394,26 @@ def plan_reorder(kernel, words: list[int], refs: CodeReferences, table, target: 
     (sass/patch.py passes one); their blocks are put back."""
     ins = kernel.instructions
     words = list(words[:len(ins)])
-    deps = build_deps(kernel, refs, table)
-    summary = ReorderSummary(kernel.name, anchors=len(deps.anchors), unmovable=deps.unmovable)
+    prepared = prepare_reorder(kernel, refs, table, target)
+    deps = prepared.deps
+    summary = ReorderSummary(kernel.name, anchors=len(deps.anchors), unmovable=deps.unmovable, limit=limit)
     plan = _Plan(kernel, words, deps, table, target)
-    if deps.unmovable is None:
-        for b in kernel.blocks:
-            if not b.reachable:
-                continue
-            order, before, after = schedule_block(b, kernel, deps, table)
-            # only a block the model says gains is reordered: the pass ships only where it wins
-            if order != list(range(b.start, b.end)):
-                if after < before:
-                    plan.set_block(b, order)
-                else:
-                    summary.blocks_no_gain += 1
+    candidates = prepared.candidates(kernel)
+    for bi in candidates:
+        b = kernel.blocks[bi]
+        first, span = changed_span(b, prepared.schedules[bi][0])
+        summary.candidates.append({"block": bi, "start": f"{16 * b.start:#06x}", "first_change": first, "span": span})
+    # only a block the model says gains is reordered: the pass ships only where it wins
+    summary.blocks_no_gain = sum(1 for bi, (order, _b, _a) in prepared.schedules.items()
+                                 if bi not in candidates and order != list(range(kernel.blocks[bi].start,
+                                                                                  kernel.blocks[bi].end)))
+    chosen = candidates[:limit.blocks] if limit and limit.blocks else candidates
+    partial = None                      # the block a moves limit cuts: exempt from the gain test only
+    for bi in chosen:
+        order = list(prepared.schedules[bi][0])
+        if limit and limit.moves and bi == chosen[-1]:
+            order, partial = limited_order(kernel.blocks[bi], order, limit.moves), bi
+        plan.set_block(kernel.blocks[bi], order)
     scheduled = len(plan.orders)
     rounds = 0
     while True:
@@ -333,7 +430,7 @@ def plan_reorder(kernel, words: list[int], refs: CodeReferences, table, target: 
         # a block whose modelled issue cycles (stalls and bank conflicts, sass/analysis.py) now
         # exceed ptxas's is no win: put it back
         cycles = block_issue_cycles(kernel, origin, new_words, target, list(plan.orders))
-        worse = [bi for bi, c in cycles.items() if c > ptxas_issue_cycles(kernel, bi)]
+        worse = [bi for bi, c in cycles.items() if c > ptxas_issue_cycles(kernel, bi) and bi != partial]
         if not worse and encodable is not None and plan.orders:
             bad = encodable(origin, new_words)
             worse = sorted({bi for bi in plan.orders for k in bad

@@ -20,7 +20,8 @@ from asmgemm.runtime.gemm import last_launch  # noqa: E402
 from asmgemm.kernel_spec import get_spec, register, unregister, with_sass_patch  # noqa: E402
 
 KERNELS = {"sgemm": cp.float32, "hgemm": cp.float16, "hgemm_mma": cp.float16}
-PATCHES = {"reuse": {"reuse": True}, "stall": {"stall": True}, "stall_y8": {"stall": True, "yield_every": 8}}
+PATCHES = {"reuse": {"reuse": True}, "stall": {"stall": True}, "stall_y8": {"stall": True, "yield_every": 8},
+           "reorder": {"experimental_reorder": True}}
 ODD_SHAPES = [(127, 129, 65), (7, 13, 5)]
 
 

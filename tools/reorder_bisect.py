@@ -141,7 +141,8 @@ class Probe:
     """One variant's run: its relative error per check shape, and the cubin the runtime built."""
 
     def __init__(self, name: str, patch: dict, errors: dict[str, float], bad: bool, seconds: float, cubin: str):
-        self.name, self.patch, self.errors, self.bad, self.seconds, self.cubin = name, patch, errors, bad, seconds, cubin
+        self.name, self.patch, self.errors, self.bad = name, patch, errors, bad
+        self.seconds, self.cubin = seconds, cubin
         self.applied: bool | None = None    # the limited block holds the asked order (None: not checked)
 
     def to_json(self) -> dict:

@@ -16,7 +16,8 @@ Patching control codes (issue 35; docs/design/sass-patching.md):
   patch.py         rules -> edited copy -> check -> nvdisasm re-read -> atomic write
   reuse_pass.py    the opt-in reuse pass (`asmgemm patch --reuse-pass`); no gain on the H100
   stall_pass.py    the opt-in stall/yield pass (`--stall-pass`, `--yield-every N`); no gain on the H100
-  reorder_pass.py  the EXPERIMENTAL reorder pass (`--reorder-pass --experimental-reorder`): wrong sgemm on the H100
+  reorder_pass.py  the EXPERIMENTAL reorder pass (`--reorder-pass --experimental-reorder`): wrong sgemm
+                   on the H100 (a missed scoreboard set-up delay, fixed on the CPU, not yet confirmed)
   block_deps.py    its dependency graph per basic block; reorder_check.py, the check of a permuted kernel
   code_references.py  the instruction offsets .nv.info and relocations name (never moved)
   control_directive.py  the `.control` directive: a .schedule region's SASS through ptxas's line table

@@ -20,8 +20,12 @@ Edges a -> b (a before b in ptxas's order; b must stay after a), within one bloc
   register  b reads what a writes (RAW), b overwrites what a reads (WAR) or writes (WAW), over R,
             UR, P and UP registers as isa/sass_registers.py names them (guards included). A
             predicated write does not end the previous write's live range.
-  scoreboard  a sets scoreboard k (write or read) and b waits on k, or a waits on k and b sets it:
-            each waiter keeps waiting for exactly the setters it waited for.
+  scoreboard  a sets scoreboard k (write or read) and b waits on k (its wait mask, or a DEPBAR.LE
+            that counts k), or a waits on k and b sets it: each waiter keeps waiting for exactly
+            the setters it waited for. A setter -> waiter edge is also enforced by stall counts:
+            a scoreboard is active only one cycle after its setter issues, so the waiter stays at
+            least min(2, ptxas's distance) cycles after it (hazards.SCOREBOARD_SETUP; the H100
+            gave a wrong sgemm when the pass put a waiter 1 cycle after its setter).
   cover     b depends on a variable-latency producer (one with a scoreboard) that ptxas covered with
             a wait on an instruction w of b's block before b: w -> b (w stays before b). The
             dependants are found as sass/hazards.py finds them for its scoreboard rule.
@@ -55,7 +59,8 @@ hazards.py fixed_latencies; FIXED_HORIZON-capped ptxas spacing for an opcode the
 a variable-latency RAW the table's latency (a priority only: the scoreboard enforces it), any
 other edge 1 (order only). Edges enforced by stall counts (`stall`) are the ones the stall
 recomputation must honour: a fixed-latency RAW, a WAW between fixed-latency writers, and a WAR
-on a memory instruction that reads its sources after issue and sets no read scoreboard.
+on a memory instruction that reads its sources after issue and sets no read scoreboard, and a
+scoreboard setter -> waiter pair (the set-up delay).
 """
 from __future__ import annotations
 
@@ -66,8 +71,8 @@ from ..isa import control_bits as cb
 from ..isa.sass_registers import UNMODELLED_OPCODES
 from .code_references import CodeReferences
 from .decode import BRANCHES, TERMINATORS
-from .hazards import (FIXED_HORIZON, MEASURED_SOURCE, CodeFacts, _exposed, _register_consumers, _sb,
-                      fixed_latencies, table_covers)
+from .hazards import (FIXED_HORIZON, MEASURED_SOURCE, SCOREBOARD_SETUP, CodeFacts, _exposed, _register_consumers,
+                      _sb, fixed_latencies, table_covers, waited_scoreboards)
 
 ANCHOR_OPCODES = frozenset("""
     BRA BRX BRXU JMP JMX JMXU CALL RET EXIT KILL BSSY BSYNC BREAK BMOV WARPSYNC BAR DEPBAR MEMBAR
@@ -327,10 +332,11 @@ def _block_edges(b, code: CodeFacts, fixed, variable_ops, covers, timing, table,
             for p in readers.get(r, ()):
                 if p != x:
                     edges.append(_war(code, p, x, r, timing, table, gaps))
-        mask = code.old[x]["wait_mask"]
-        for sb in range(cb.NUM_SCOREBOARDS):
-            if mask >> sb & 1:
-                edges.extend(Dep(s, x, "scoreboard", 1, False, f"SB{sb}") for s in setters.get(sb, ()))
+        waited = waited_scoreboards(ins[x], code.old[x])
+        for sb in sorted(waited):
+            # the wait sees a setter only SCOREBOARD_SETUP cycles after it issued
+            edges.extend(Dep(s, x, "scoreboard", min(SCOREBOARD_SETUP, distance(gaps, s, x)), True, f"SB{sb}")
+                         for s in setters.get(sb, ()))
         for sb in {_sb(code.old[x], "write"), _sb(code.old[x], "read")} - {None}:
             edges.extend(Dep(w, x, "scoreboard", 1, False, f"SB{sb}") for w in waiters.get(sb, ()) if w != x)
         for w in covers.get(x, ()):
@@ -344,9 +350,8 @@ def _block_edges(b, code: CodeFacts, fixed, variable_ops, covers, timing, table,
                 edges.append(Dep(last_of_pipe[pipes[x]], x, "queue", 1, False, f"{pipes[x]} pipe order"))
             last_of_pipe[pipes[x]] = x
         # bookkeeping after the edges, so an instruction never depends on itself
-        for sb in range(cb.NUM_SCOREBOARDS):
-            if mask >> sb & 1:
-                waiters.setdefault(sb, []).append(x)
+        for sb in waited:
+            waiters.setdefault(sb, []).append(x)
         for sb in {_sb(code.old[x], "write"), _sb(code.old[x], "read")} - {None}:
             setters.setdefault(sb, []).append(x)
         for r in code.reads[x]:

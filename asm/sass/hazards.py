@@ -37,7 +37,10 @@ The four rules, each refusing with the instruction, the hazard and the numbers:
     wait. Refused when, in the patch, P sets no scoreboard of that kind, or some path from P
     reaches X without an instruction (X included) that waits on P's patched scoreboard. A patch
     may not change the scoreboard of a setter whose scoreboard a `DEPBAR.LE SBk` instruction
-    counts (the count would no longer include it).
+    counts (the count would no longer include it). And a scoreboard is active only one cycle
+    after its setter issues (SCOREBOARD_SETUP): an instruction that waits on it (or a DEPBAR that
+    counts it) right after the setter, less than 2 cycles later, does not wait for it. Refused
+    where the patch makes such a pair that ptxas's code did not have.
  3. reuse: a reuse flag the patch sets on slot s of instruction I is refused unless I's opcode
     is one ptxas sets reuse flags on (isa/control_bits.py REUSE_OPCODES), I's yield hint is off
     (REUSE_NEEDS_YIELD_OFF: a yield voids the cache), I is not a branch, the
@@ -68,6 +71,20 @@ FIXED_HORIZON = 32      # cycles; the table's longest fixed latency on sm_90 is 
 # Pipes of the timing table whose rows are fixed-latency register results.
 _FIXED_PIPES = frozenset({"fma", "fmaheavy", "alu", "fp64"})
 _DEPBAR_SB = re.compile(r"\bSB(\d)\b")
+
+# A scoreboard is active one cycle after the instruction that sets it has issued, so an
+# instruction that waits on it must issue at least 2 cycles after its setter or it does not wait:
+# maxas wiki "Control-Codes", Write Dependency Barriers: "Barriers take one additional clock cycle
+# to become active on top of the clock consumed by the instruction doing the setting. So you may
+# need to also use a stall count of 2 if you intend to wait with the subsequent instruction" (the
+# same for read barriers). ptxas 13 keeps it on sm_90: in the six shipped cubins every one of the 29
+# instructions whose scoreboard the next instruction waits on has stall >= 2 (the one exception,
+# hgemm's USETMAXREG.DEALLOC with stall 0, is no memory or arithmetic setter). Found on the H100
+# (2026-11-27): the reorder pass put `IMAD.WIDE.U32 R138, R149, 0x20, R138` (waiting on read
+# scoreboard 0) right after `LDG.E.128 R48, desc[UR10][R138.64]` (setting it) with stall 1 in sgemm
+# BK=16 RQ=4 LOAD_AHEAD=1, and sgemm gave a wrong C (rel err 5.9e-2). Since every instruction adds
+# at least one cycle, only the next instruction on each path can be closer than 2.
+SCOREBOARD_SETUP = 2
 
 
 @dataclass
@@ -283,6 +300,7 @@ def check_patch(kernel, new_words: list[int], table) -> CheckReport:
     _check_latency(kernel.name, code, table, report)
     _check_late_reads(kernel.name, code, table, report)
     _check_scoreboards(kernel.name, code, report)
+    _check_setup(kernel.name, code, report)
     _check_reuse(kernel.name, code, report)
     _check_yield(kernel, code, report)
     return report
@@ -324,6 +342,58 @@ def late_read_paths(code: CodeFacts, variable: frozenset):
             if code.writes[x] & live:
                 yield p, x, path
             stack.extend(next_steps(code, p, x, path, live))
+
+
+def set_scoreboards(fields: dict) -> set[int]:
+    """The scoreboards an instruction sets (write and read)."""
+    return {v for v in (fields["write_barrier"], fields["read_barrier"]) if v != cb.NO_BARRIER}
+
+
+def waited_scoreboards(ins: SassInstruction, fields: dict) -> set[int]:
+    """The scoreboards an instruction waits on: its wait mask, and those a `DEPBAR.LE SBk, n` counts."""
+    out = {k for k in range(cb.NUM_SCOREBOARDS) if fields["wait_mask"] >> k & 1}
+    if ins.opcode == "DEPBAR":
+        out |= {int(m) for m in _DEPBAR_SB.findall(ins.text)}
+    return out
+
+
+def setup_pairs(code: CodeFacts, fields: list[dict], gaps: list[int]):
+    """(setter k, next instruction s, scoreboards) for every s that waits on a scoreboard k sets,
+    on some path, less than SCOREBOARD_SETUP cycles after k issues (so the wait misses k)."""
+    for k, i in enumerate(code.ins):
+        if not i.reachable or gaps[k] >= SCOREBOARD_SETUP:
+            continue
+        sets = set_scoreboards(fields[k])
+        if not sets:
+            continue
+        for s in code.succ[k]:
+            hit = waited_scoreboards(code.ins[s], fields[s]) & sets
+            if hit:
+                yield k, s, hit
+
+
+def setup_hazard(name: str, address: int, text: str, setter_address: int, setter_text: str,
+                 scoreboards: set[int], distance: int, input_distance: int | None) -> Hazard:
+    sbs = ", ".join(str(k) for k in sorted(scoreboards))
+    had = f"ptxas had {input_distance}" if input_distance is not None else "ptxas did not put it there"
+    return Hazard(name, address, text, "latency",
+                  f"waits on scoreboard {sbs} {distance} cycle(s) after {setter_address:#06x} {setter_text} sets "
+                  f"it, below the {SCOREBOARD_SETUP} cycles a scoreboard takes to become active (the wait "
+                  f"would not see it; {had})",
+                  {"producer": f"{setter_address:#06x}", "scoreboards": sorted(scoreboards), "distance": distance,
+                   "input_distance": input_distance if input_distance is not None else SCOREBOARD_SETUP,
+                   "latency": SCOREBOARD_SETUP})
+
+
+def _check_setup(name: str, code: CodeFacts, report: CheckReport) -> None:
+    """Rule 2's set-up delay: no pair of a setter and a waiter closer than SCOREBOARD_SETUP that
+    the input did not have."""
+    had = {(k, s): hit for k, s, hit in setup_pairs(code, code.old, code.gap_old)}
+    for k, s, hit in setup_pairs(code, code.new, code.gap_new):
+        if not hit <= had.get((k, s), set()):
+            ins = code.ins
+            report.hazards.append(setup_hazard(name, ins[s].address, ins[s].text, ins[k].address, ins[k].text,
+                                               hit, code.gap_new[k], code.gap_old[k]))
 
 
 def _check_late_reads(name: str, code: CodeFacts, table, report: CheckReport) -> None:

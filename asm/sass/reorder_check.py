@@ -17,8 +17,9 @@ ptxas's code, not from the schedule):
     FIXED_HORIZON. Distances sum max(stall, 1), both codes walked along the same blocks;
  4. scoreboards: every dependant of a variable-latency producer that ptxas covered with a wait is
     still covered on every path in the new code (sass/hazards.py rule 2, dependants found in the
-    input, coverage searched in the output), producers keep their scoreboards, and setters a
-    DEPBAR counts keep theirs;
+    input, coverage searched in the output), producers keep their scoreboards, setters a DEPBAR
+    counts keep theirs, and no instruction waits on a scoreboard less than 2 cycles after its
+    setter (hazards.SCOREBOARD_SETUP: the wait would not see it) where ptxas's code did not;
  5. reuse: every reuse flag on an instruction whose next instruction changed is judged afresh by
     sass/hazards.py rule 3 on the new order; flags ptxas set between two instructions that are
     still neighbours are not re-judged;
@@ -35,7 +36,8 @@ from .block_deps import (READ_RELEASE, RESULT_RELEASE, BlockDeps, guard_register
                          queued_exposure, queued_producer, read_pipes_of, variable_opcodes,
                          variable_producer)
 from .hazards import (FIXED_HORIZON, CheckReport, CodeFacts, Hazard, _check_reuse, _check_yield,
-                      _exposed, _mask, _sb, depbar_hazard, depbar_scoreboards, fixed_latencies, table_covers)
+                      _exposed, _mask, _sb, depbar_hazard, depbar_scoreboards, fixed_latencies, setup_hazard,
+                      setup_pairs, table_covers)
 
 
 def moved_instructions(kernel, origin: list[int]) -> list:
@@ -83,6 +85,7 @@ def check_reordered(kernel, deps: BlockDeps, origin: list[int], new_words: list[
     _check_paths(name, kernel, deps, old, new, pos, table, report)
     _check_scoreboards(name, deps, old, new, pos, report)
     _check_queued(name, deps, old, new, pos, table, report)
+    _check_setup(name, old, new, origin, report)
     # reuse: flags between instructions that are no longer neighbours are judged afresh
     for k in range(n):
         still_next = origin[k] == k and (k + 1 >= n or origin[k + 1] == k + 1)
@@ -107,7 +110,10 @@ def _check_edges(name, deps: BlockDeps, old: CodeFacts, new: CodeFacts, pos, rep
                     {"producer": f"{16 * a:#06x}", "dependency": e.kind, "what": e.what}))
             elif e.stall and e.kind != "raw":
                 d, d0 = sum(new.gap_new[a:b]), sum(old.gap_old[e.src:e.dst])
-                if d < e.latency:
+                if d < e.latency and e.kind == "scoreboard":
+                    report.hazards.append(setup_hazard(name, 16 * b, ins[e.dst].text, 16 * a, ins[e.src].text,
+                                                       {int(e.what[2:])}, d, d0))
+                elif d < e.latency:
                     report.hazards.append(Hazard(
                         name, 16 * b, ins[e.dst].text, "latency",
                         f"{e.kind} on {e.what} {d} cycles after {16 * a:#06x} {ins[e.src].text}, below "
@@ -231,6 +237,23 @@ def _walk(name, p, kind, regs, need, known, skip, old, new, pos, blocks, block_o
         out_new = base_new + len_new[bi]
         for s in b.successors:
             stack.append((s, blocks[s].start, out_old, out_new, live, False))
+
+
+def _check_setup(name, old: CodeFacts, new: CodeFacts, origin: list[int], report) -> None:
+    """Rule 4's set-up delay on every path, block ends included: no instruction waits on a
+    scoreboard less than hazards.SCOREBOARD_SETUP cycles after its setter unless ptxas's code had
+    that very pair so (within a block the graph's scoreboard edges say the same; this also sees a
+    setter that ends a block and a waiter moved to the start of the next)."""
+    had = {(k, s): hit for k, s, hit in setup_pairs(old, old.old, old.gap_old)}
+    # a pair within a block is a scoreboard edge of the graph, which _check_edges reported already
+    reported = {(h.address, h.numbers.get("producer")) for h in report.hazards if h.kind == "latency"}
+    for q, r, hit in setup_pairs(new, new.new, new.gap_new):
+        k, s = origin[q], origin[r]
+        if hit <= had.get((k, s), set()) or (16 * r, f"{16 * q:#06x}") in reported:
+            continue
+        d0 = sum(old.gap_old[k:s]) if k < s and old.ins[k].block == old.ins[s].block else None
+        report.hazards.append(setup_hazard(name, 16 * r, new.ins[r].text, 16 * q, new.ins[q].text, hit,
+                                           new.gap_new[q], d0))
 
 
 def _check_queued(name, deps: BlockDeps, old: CodeFacts, new: CodeFacts, pos, table, report) -> None:

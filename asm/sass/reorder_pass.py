@@ -2,10 +2,13 @@
 basic block of ptxas's SASS again, recompute their stall counts and reuse flags, and keep only
 what the reorder checker (sass/reorder_check.py) proves safe. Opt-in (`asmgemm patch CUBIN
 --reorder-pass --experimental-reorder -o OUT`, `plan_patch(..., reorder_pass=True)`). EXPERIMENTAL:
-on the H100 (2026-11-27) a reordered sgemm faulted, and after one fix to the graph it still gives a
-wrong result at BK=16 RQ=4 LOAD_AHEAD=1 (8192³'s configuration: right, 2.6% slower). Its graph
-misses a dependency not yet found; do not ship its output. The summary gives only the modelled
-issue cycles of each loop body (sass/analysis.py), with "measured": false.
+on the H100 (2026-11-27) a reordered sgemm faulted, and after one fix to the graph it still gave a
+wrong result at BK=16 RQ=4 LOAD_AHEAD=1 (8192³'s configuration: right, 2.6% slower). The CPU audit
+then found the missed dependency, the scoreboard set-up delay (a waiter put 1 cycle after its
+setter: hazards.SCOREBOARD_SETUP), now in the graph and the check; the GPU has not confirmed it, so
+the pass stays experimental. `limit` (ReorderLimit) applies part of it, for bisecting a wrong
+result on the GPU (tools/reorder_bisect.py). The summary gives only the modelled issue cycles of
+each loop body (sass/analysis.py), with "measured": false.
 
 Per block (sass/cfg.py), bytes in, bytes out:
   1. The dependency graph of ptxas's code (sass/block_deps.py): register, scoreboard, cover,
@@ -191,7 +194,7 @@ def legal_stall(values: dict, ins, stall: int) -> int:
     return next((v for v in seen if v >= stall), min(max(stall, 1), cb.STALL.mask - 1))
 
 
-def _block_stalls(b, order: list[int], kernel, deps: BlockDeps, table, fixed, values) -> list[int]:
+def block_stalls(b, order: list[int], kernel, deps: BlockDeps, table, fixed, values) -> list[int]:
     """New stall of each position of block b under `order` (kernel indices)."""
     ins = kernel.instructions
     members = list(range(b.start, b.end))
@@ -230,7 +233,7 @@ class _Plan:
 
     def set_block(self, b, order: list[int]) -> None:
         self.orders[b.index] = order
-        self.stalls[b.index] = _block_stalls(b, order, self.kernel, self.deps, self.table, self.fixed,
+        self.stalls[b.index] = block_stalls(b, order, self.kernel, self.deps, self.table, self.fixed,
                                              self.values)
 
     def put_back(self, bi: int) -> None:

@@ -132,7 +132,9 @@ def last_launch() -> dict | None:
     decided: "database", "model", "params", "tuning cache" or "size rules"), "sass_patch" (the
     control-code passes applied to the cubin after ptxas, from the spec's sass_patch; None: ptxas's
     own codes), "blocks_per_sm" and
-    "clusters_at_once" (the driver's occupancy of the build; None where it cannot say). For reports such as `asmgemm bench`'s;
+    "clusters_at_once" (the driver's occupancy of the build; None where it cannot say). A launch in
+    the kernel's batched mode shows it in its params (BATCHED=1; a batch folded into one GEMM does
+    not: it ran as that GEMM). For reports such as `asmgemm bench`'s;
     calls from several threads at once each overwrite it."""
     kept = _last_launch[0]
     if kept is None:

@@ -116,6 +116,8 @@ ARGUMENTS: dict[str, tuple[str, ...]] = {
     # C (after the operand swap); 0 = one matrix shared by every batch
     "batch_stride_a": (".u64", ".b64", ".s64"), "batch_stride_b": (".u64", ".b64", ".s64"),
     "batch_stride_c": (".u64", ".b64", ".s64"),
+    # ... and the count of matrices, for a kernel whose persistent grid walks the whole batch (hgemm)
+    "batch": (".u32", ".s32", ".b32"),
     # grouped kernels (call value "grouped", asmgemm.grouped_gemm): the device's int32 end rows of
     # the problems (a pointer the host never reads) and their count
     "offs": (".u64", ".b64", ".s64"), "groups": (".u32", ".s32", ".b32"),
@@ -588,8 +590,10 @@ def _spec(path: Path, loc: "_Locator", name: str, t) -> KernelSpec:
     if "grouped" in calls.values() and not set(_GROUPED_ABI) <= set(abi):
         fail("call_params: maps the call value 'grouped' but abi lacks " +
              ", ".join(f"'{x}'" for x in _GROUPED_ABI if x not in abi))
-    if "batched" in calls.values() and la_grid(t) != "tiles":
-        fail("call_params: 'batched' needs launch.grid = \"tiles\" (the batch is the grid's z)")
+    # a "tiles" grid's z is the batch; a persistent grid walks the batch's tiles itself, told its count
+    if "batched" in calls.values() and la_grid(t) != "tiles" and "batch" not in abi:
+        fail("call_params: 'batched' needs launch.grid = \"tiles\" (the batch is the grid's z), or a persistent "
+             "grid with the abi argument 'batch' (the count of matrices its walk covers)")
     if "grouped" in calls.values() and la_grid(t) != "tiles":
         fail("call_params: 'grouped' needs launch.grid = \"tiles\" (grid y bounds the problems' tile rows)")
     if "bias" in calls.values() and "bias" not in abi:

@@ -98,6 +98,10 @@ def _chosen_by(spec: KernelSpec, routed_from: dict[str, list[str]], in_catalog_o
 def _batched(spec: KernelSpec, by_name: dict[str, KernelSpec]) -> str:
     """The support matrix's batched cell: the kernel's own batched (grid z) and grouped modes, else
     who runs a batch that is not one 2-D GEMM (the in-place kernel, asmgemm.gemm's hand-over)."""
+    if _has_call_value(spec, "batched") and spec.launch.grid == "persistent":
+        # (hgemm: 3-D tensor maps, its persistent walk over batch x tiles; what TMA cannot read in place
+        # goes to the in-place kernel, a batch getting no padded copies)
+        return "yes (3-D TMA, batch x tiles)" + (f", else `{spec.in_place}`" if spec.in_place else "")
     if _has_call_value(spec, "batched"):
         return "yes (grid z)" + ("; grouped_gemm" if _has_call_value(spec, "grouped") else "")
     if spec.in_place in by_name and _has_call_value(by_name[spec.in_place], "batched"):

@@ -71,12 +71,27 @@ def choose_params(spec: KernelSpec, plan: LaunchPlan, params: dict | None, tuned
     elif tuned:
         chosen.update(tuned)
     else:
-        chosen.update(spec.size_rule(plan.m, plan.n, plan.k, sm_count, call_defines(spec, plan.call_values),
-                                     operand_pitches(spec, plan)))
+        chosen.update(spec.size_rule(rules_rows(spec, plan), plan.n, plan.k, sm_count,
+                                     call_defines(spec, plan.call_values), operand_pitches(spec, plan)))
     chosen.update(launch_defines or {})
     chosen.update(call_defines(spec, plan.call_values, chosen))
     chosen.update(spec.defines)       # what makes this kernel this kernel (e.g. BF16=1): never overridden
     return chosen
+
+
+# The tile height the rows of a batch are counted in for the size rules (rules_rows): the TMA kernel's
+# default tile (hgemm's 128 rows; path_model.TMA_TILE), each matrix starting a tile row of its own.
+BATCH_ROWS_TILE = 128
+
+
+def rules_rows(spec: KernelSpec, plan: LaunchPlan) -> int:
+    """The M a launch's size rules see. A batch on a persistent kernel is walked as batch x the
+    tiles of one matrix, so the rules, written for one GEMM, see the GEMM the batch makes stacked
+    along M: batch x M rounded up to whole BATCH_ROWS_TILE-row tiles (the tile counts the grid
+    walks; N, K and the pitches stay one matrix's). A "tiles" grid's batch is grid z: its M."""
+    if plan.batch <= 1 or spec.launch.grid != "persistent":
+        return plan.m
+    return plan.batch * -(-plan.m // BATCH_ROWS_TILE) * BATCH_ROWS_TILE
 
 
 def takes_c_trans(spec: KernelSpec, m: int, n: int, k: int, sm_count: int, values: dict,
@@ -130,8 +145,9 @@ def grid(spec: KernelSpec, built: BuiltKernel, plan: LaunchPlan, sm_count: int =
          cluster_capacity: int | None = None) -> tuple[int, int, int]:
     """The launch grid of the spec's grid kind (kernel_spec.GRIDS); `sm_count`: the device's SMs;
     `copies`: split-K's S splits, a "tiles" grid's z (a split launch is never batched) or the times
-    a persistent kernel walks its units; `cluster_capacity`: the clusters the device runs at once
-    (cluster_capacity.max_active_clusters; None: unknown), which a persistent grid does not exceed."""
+    a persistent kernel walks its units (a batch multiplies them too: it walks every matrix's);
+    `cluster_capacity`: the clusters the device runs at once (cluster_capacity.max_active_clusters;
+    None: unknown), which a persistent grid does not exceed."""
     gx, gy = math.ceil(plan.n / built.tile_n), math.ceil(plan.m / built.tile_m)
     if plan.groups:
         # grouped problems along M: each has at most one partial tile row, so the problems' tile
@@ -147,9 +163,10 @@ def grid(spec: KernelSpec, built: BuiltKernel, plan: LaunchPlan, sm_count: int =
     if spec.launch.grid == "persistent":
         c = built.cluster
         # a unit: cluster_rows tile rows by cluster_cols tile columns
-        units = -(-gx // built.cluster_cols) * -(-gy // built.cluster_rows) * copies
+        units = -(-gx // built.cluster_cols) * -(-gy // built.cluster_rows) * copies * plan.batch
         if units > 0xFFFFFFFF:
-            raise AsmError(f"{plan.m} x {plan.n} is {units} tiles, more than the kernel counts in 32 bits")
+            shown = f"a batch of {plan.batch} matrices of {plan.m} x {plan.n}" if plan.batch > 1 else f"{plan.m} x {plan.n}"
+            raise AsmError(f"{shown} is {units} tiles, more than the kernel counts in 32 bits")
         fit = sm_count // c if cluster_capacity is None else min(sm_count // c, cluster_capacity)
         return max(1, min(units, fit)) * c, 1, 1
     raise AsmError(f"unknown grid kind '{spec.launch.grid}'")
@@ -187,7 +204,7 @@ class ArgPacker:
         # split-K pass ignores them); runtime/split_k.py passes its own in `extra`.
         values = {"M": plan.m, "N": plan.n, "K": plan.k, "lda": plan.a.ld, "ldb": plan.b.ld, "ldc": plan.ldc,
                   "batch_stride_a": plan.batch_strides[0], "batch_stride_b": plan.batch_strides[1],
-                  "batch_stride_c": plan.batch_strides[2], "k_chunk": plan.k, "split_stride": 0,
+                  "batch_stride_c": plan.batch_strides[2], "batch": plan.batch, "k_chunk": plan.k, "split_stride": 0,
                   "groups": plan.groups, **(extra or {})}
         template, pointers, scalars = [], [], []
         for i, (name, ptype) in enumerate(built.params):
@@ -317,13 +334,16 @@ def pack_args(built: BuiltKernel, plan: LaunchPlan, alpha: float, beta: float, d
 def _tensor_map_of(built: BuiltKernel, plan: LaunchPlan, name: str, dtype: str):
     """ptr -> the encoded map at that address of the kernel's A (tmap_a), B (tmap_b) or C (tmap_c:
     M x N with ldc, after the operand swap); shape and leading dimension from the plan, the box
-    height from the build (BOX_*_ROWS)."""
+    height from the build (BOX_*_ROWS). A batched launch's maps are 3-D: the plan's batch of
+    matrices its batch strides apart (0: the operand every batch shares)."""
+    which = "abc".index(name[-1])
     if name == "tmap_c":
         label, rows, cols, ld = "C", plan.m, plan.n, plan.ldc
     else:
         op = plan.a if name == "tmap_a" else plan.b
         label, rows, cols, ld = name[-1].upper(), op.rows, op.cols, op.ld
-    box = built.box_rows["abc".index(name[-1])]
+    box = built.box_rows[which]
+    batches, batch_stride = (plan.batch, plan.batch_strides[which]) if plan.batch > 1 else (0, 0)
     # (pointer, map) of the previous call, one object (threads sharing a plan never pair one call's
     # pointer with another's map): a repeated call on the same arrays skips the encode cache's lookup
     last = [(None, None)]
@@ -331,6 +351,7 @@ def _tensor_map_of(built: BuiltKernel, plan: LaunchPlan, name: str, dtype: str):
     def encoded(ptr: int):
         memo = last[0]
         if memo[0] != ptr:
-            memo = last[0] = (ptr, tensor_map.encode(tensor_map.tile_map(label, ptr, dtype, rows, cols, ld, box)))
+            memo = last[0] = (ptr, tensor_map.encode(tensor_map.tile_map(label, ptr, dtype, rows, cols, ld, box,
+                                                                         batches, batch_stride)))
         return memo[1]
     return encoded

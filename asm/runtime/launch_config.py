@@ -6,7 +6,9 @@ CPU (tests/test_launch_config.py). gemm.py turns its answer into a kept launch (
 and launches it.
 
 The steps, in order (each may change the kernel or the geometry the next one sees):
-  1. a batched call folds into one 2-D GEMM where it is one, else the kernel's batched mode;
+  1. a batched call folds into one 2-D GEMM where it is one, else the kernel's batched mode (a
+     TMA kernel's where TMA reads the batch in place, else the in-place kernel's: no padded
+     copies of a batch);
   2. plan.plan_launch: the kernel's A, B and C, the operand swap for a column-major C, call values;
   3. an untuned 2-D call follows the spec's routes ([[NAME.route]]) and, where TMA cannot read an
      operand in place, the `in_place` kernel when the path model says it wins over a padded copy;
@@ -33,7 +35,7 @@ from .build_cache import BuiltKernel, build_kernel
 from .gpu import DeviceFacts
 from .launch import call_defines, choose_params, takes_c_trans
 from .plan import LaunchPlan, plan_launch
-from .tensor_map import addressable
+from .tensor_map import addressable, batch_addressable
 from .tune_cache import lookup_tuned, lookups_disabled
 
 # CuPy has no bfloat16 dtype: bfloat16 data in CuPy arrays travels as its 16-bit patterns (uint16 or
@@ -122,17 +124,23 @@ def configure(spec: KernelSpec, problem: Problem, facts: DeviceFacts,
         elif takes_tensor_maps(spec) and not all(addressable(x.ptr, x.shape[0], x.strides[0] // x.dtype.itemsize,
                                                               x.dtype.itemsize) for x in (ma, mb)):
             # one 2-D GEMM over views of the batch, whose rows TMA cannot read: the TMA padding
-            # copies 2-D operands only, the in-place kernel reads them as they are
-            if batch_spec is spec:
+            # copies 2-D operands only, the in-place kernel reads them as they are (a TMA kernel
+            # with a batched mode of its own, hgemm, hands such a fold to its in-place kernel too)
+            in_place = None if params is not None else \
+                (batch_spec if batch_spec is not spec else _batch_in_place_kernel(spec, facts, mbias, act))
+            if in_place is None:
                 raise AsmError(f"kernel '{spec.name}' reads A and B through TMA, which needs 16-byte aligned rows; "
                                "a batched call gets no padded copies",
                                hint="pass operands whose rows are 16-byte aligned")
-            spec = batch_spec
+            spec = in_place
 
     def planned(a: Matrix, b: Matrix, c_trans: bool = False) -> LaunchPlan:
         return plan_launch(a, b, mc, trans_a=trans_a, trans_b=trans_b, ptr_of=ptr_of, bias=mbias, activation=act,
                            batch=kernel_batch, batch_strides=batch_strides, c_trans=c_trans)
     plan = planned(ma, mb)
+    if kernel_batch > 1 and takes_tensor_maps(spec):
+        # a batch TMA cannot read in place runs on the in-place kernel (no padded copies of a batch)
+        spec = _batch_in_place_or(spec, plan, ma.dtype.itemsize, facts, mbias, act, pinned=params is not None)
     if params is None and kernel_batch == 1 and spec.routes:
         # an untuned 2-D call: the spec may send this shape to another kernel (params= are -D
         # parameters of the kernel asked for, so they keep it)
@@ -144,7 +152,10 @@ def configure(spec: KernelSpec, problem: Problem, facts: DeviceFacts,
         spec = _in_place_or(spec, plan, ma.dtype.itemsize, facts, mbias, act)
     # the tuning cache's entry for the launch as called (an entry was timed unswapped: it keeps the
     # call off the swap rule's transposed store)
-    tuned = None if params is not None or lookups_disabled() else lookup_tuned_choice(facts.name, spec, plan)
+    # (none for a batch on a persistent kernel: the entries time 2-D GEMMs, and a batch of them is
+    # walked as the tiles of all its matrices, which the size rules see: launch.rules_rows)
+    tuned = None if (params is not None or lookups_disabled() or _walks_batch(spec, kernel_batch)) else \
+        lookup_tuned_choice(facts.name, spec, plan)
     # a family with a catalog: the dispatch database's exact hit or the cost model's ranking
     # (runtime/dispatch.py) decides, unless params= or the user's own tuning entry do
     plain = mbias is None and act == 0 and kernel_batch == 1
@@ -185,7 +196,8 @@ def configure(spec: KernelSpec, problem: Problem, facts: DeviceFacts,
         cfg.in_cluster = split_k.cluster_splits(spec, cfg.split, target, params if params is not None else tuned,
                                                 plan, facts.sm_count)
         cfg.built = _build_for(spec, plan, params, tuned, facts, target,
-                               split_k.switch_define(spec, cfg.split, cfg.in_cluster))
+                               {**split_k.switch_define(spec, cfg.split, cfg.in_cluster),
+                                **batch_defines(spec, kernel_batch, params)})
     return cfg
 
 
@@ -365,6 +377,58 @@ def mode_kernel(spec: KernelSpec, mode: str, facts: DeviceFacts, bias, act: int)
         return spec
     other = _other_kernel(spec, spec.in_place, "names in_place", bias, act, facts.target)
     return other if other is not None and other.call_value_param(mode) is not None else spec
+
+
+def _walks_batch(spec: KernelSpec, kernel_batch: int) -> bool:
+    """Whether this launch is a batch walked by a persistent kernel (hgemm's BATCHED)."""
+    return kernel_batch > 1 and spec.launch.grid == "persistent"
+
+
+def batch_defines(spec: KernelSpec, kernel_batch: int, params: dict | None) -> dict:
+    """-D values a batched launch of a persistent kernel gets besides its size rule: its cluster
+    switches (the launch table's cluster_rows / cluster_cols constants) at 1, since the multicast
+    loads that share a cluster's tiles are 2-D (hgemm/guards.inc refuses them with BATCHED).
+    params= are the caller's build as given: the kernel's guards then say what is missing."""
+    if params is not None or not _walks_batch(spec, kernel_batch):
+        return {}
+    return {name: 1 for name in (spec.launch.cluster_rows, spec.launch.cluster_cols) if name}
+
+
+def batch_unreadable(plan: LaunchPlan, itemsize: int) -> list:
+    """The kernel operands of a batched launch that TMA cannot read in place: rows not 16-byte
+    addressable, or matrices whose batch stride is no whole number of 16-byte pieces
+    (tensor_map.batch_addressable; a shared operand's 0 is). A batch's A is read through its map
+    even where a 2-D launch's would be loaded by the kernel itself (A_LDG is 2-D only)."""
+    return [op for op, stride in zip((plan.a, plan.b), plan.batch_strides)
+            if not addressable(op.ptr, op.rows, op.ld, itemsize) or not batch_addressable(stride, itemsize)]
+
+
+def _batch_in_place_or(spec: KernelSpec, plan: LaunchPlan, itemsize: int, facts: DeviceFacts, bias, act: int,
+                       pinned: bool) -> KernelSpec:
+    """`spec` (a TMA kernel with a batched mode) where TMA reads every matrix of the batch in place;
+    else its `in_place` kernel, which reads any batch strides and leading dimensions as they are:
+    the padded copy that decides a 2-D call (path_model) has no batched form, so there is nothing
+    to weigh. AsmError where that kernel cannot take the call, or params= pin `spec`."""
+    unread = batch_unreadable(plan, itemsize)
+    if not unread:
+        return spec
+    names = " and ".join("A" if op is (plan.b if plan.swapped else plan.a) else "B" for op in unread)
+    why = (f"kernel '{spec.name}' reads a batch through 3-D TMA maps, which need 16-byte aligned rows and batch "
+           f"strides; those of {names} are not, and a batch gets no padded copies")
+    other = None if pinned else _batch_in_place_kernel(spec, facts, bias, act)
+    if other is None:
+        raise AsmError(why, hint="pass operands whose rows and batches start at multiples of 16 bytes"
+                       + (f", or name kernel='{spec.in_place}'" if spec.in_place and not pinned else ""))
+    return other
+
+
+def _batch_in_place_kernel(spec: KernelSpec, facts: DeviceFacts, bias, act: int) -> KernelSpec | None:
+    """`spec`'s in-place kernel where it has a batched mode and takes this call (its fused epilogue,
+    the device), else None."""
+    if not spec.in_place:
+        return None
+    other = _other_kernel(spec, spec.in_place, "names in_place", bias, act, facts.target)
+    return other if other is not None and other.call_value_param("batched") is not None else None
 
 
 def batch_shape(ma: Matrix, mb: Matrix, trans_a: bool, trans_b: bool) -> tuple[int, bool, int, int]:

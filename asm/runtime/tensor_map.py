@@ -5,12 +5,14 @@ The contract with the kernels (kernels_ptx/hopper.inc, "128-byte swizzle contrac
 map covers its *stored* row-major matrix (rows x cols, leading dimension ld elements) as a 2-D
 tensor {cols, rows} (the contiguous dimension first, as the driver counts them); a box is one
 128-byte swizzle row wide (64 halves) and `box_rows` rows tall; 128-byte swizzle; elements outside
-the matrix read as zero (that is how the kernels handle the M, N and K edges).
+the matrix read as zero (that is how the kernels handle the M, N and K edges). A batch of matrices
+(hgemm's BATCHED) is a 3-D tensor {cols, rows, batches}, the batch outermost with its own stride,
+read a box {64, box_rows, 1} at a time: the rank is the map's data (TileMap.dims), one encode for both.
 
 The driver's rules (CUDA Driver API, cuTensorMapEncodeTiled) that a call can break are checked
 here first, so a user gets a sentence instead of CUDA_ERROR_INVALID_VALUE: the base address
 16-byte aligned, every stride a multiple of 16 bytes and under 2^40, each dimension 1..2^32, the
-box at most 256 per dimension.
+box at most 256 per dimension (rank up to 5; hgemm's maps have 2 or 3).
 """
 from __future__ import annotations
 
@@ -44,18 +46,27 @@ class TileMap:
     cols: int
     row_bytes: int     # stride between rows in bytes
     box_rows: int
+    batches: int = 0   # matrices of a 3-D map (the batch, outermost); 0: a 2-D map of one matrix
+    batch_bytes: int = 0   # stride between the matrices in bytes (3-D maps)
 
     @property
     def itemsize(self) -> int:
         return _DTYPES[self.dtype]
 
     @property
-    def dims(self) -> tuple[int, int]:
-        return (self.cols, self.rows)
+    def dims(self) -> tuple[int, ...]:
+        """The tensor's extents, the contiguous dimension first (the driver's order); its length is the rank."""
+        return (self.cols, self.rows, self.batches) if self.batches else (self.cols, self.rows)
 
     @property
-    def box(self) -> tuple[int, int]:
-        return (SWIZZLE_BYTES // self.itemsize, self.box_rows)
+    def strides(self) -> tuple[int, ...]:
+        """Bytes between consecutive indices of each dimension but the first (the driver's globalStrides)."""
+        return (self.row_bytes, self.batch_bytes) if self.batches else (self.row_bytes,)
+
+    @property
+    def box(self) -> tuple[int, ...]:
+        """The box a load or store moves: one swizzle row wide, box_rows tall (and one matrix deep)."""
+        return (SWIZZLE_BYTES // self.itemsize, self.box_rows) + ((1,) if self.batches else ())
 
     @property
     def l2_promotion(self) -> int:
@@ -79,9 +90,19 @@ def padded_pitch(pitch: int) -> int:
     return -(-pitch // ALIGN) * ALIGN
 
 
-def tile_map(name: str, ptr: int, dtype: str, rows: int, cols: int, ld: int, box_rows: int) -> TileMap:
+def batch_addressable(batch_stride: int, itemsize: int) -> bool:
+    """TMA's rule for the stride between the matrices of a batch (elements; 0: one matrix every
+    batch shares, mapped as a batch of one): whole 16-byte pieces, under 2^40 bytes."""
+    step = batch_stride * itemsize
+    return step % ALIGN == 0 and 0 <= step < MAX_STRIDE
+
+
+def tile_map(name: str, ptr: int, dtype: str, rows: int, cols: int, ld: int, box_rows: int,
+             batches: int = 0, batch_stride: int = 0) -> TileMap:
     """The map for operand `name` stored as rows x cols (ld elements apart), checked against TMA's
-    rules; AsmError saying which rule fails otherwise."""
+    rules; AsmError saying which rule fails otherwise. batches > 0: a 3-D map of that many
+    matrices batch_stride elements apart (batch_stride 0: one matrix the whole batch shares, mapped
+    as a batch of one that the kernel reads at matrix 0)."""
     if dtype not in _DTYPES:
         raise AsmError(f"{name}: TMA tensor maps are built here for {', '.join(_DTYPES)}, not {dtype}")
     item = _DTYPES[dtype]
@@ -101,7 +122,19 @@ def tile_map(name: str, ptr: int, dtype: str, rows: int, cols: int, ld: int, box
         row_bytes = ld * item
         if row_bytes >= MAX_STRIDE:
             raise AsmError(f"{name}: a row stride of {row_bytes} bytes exceeds TMA's limit (2^40)")
-    return TileMap(ptr, dtype, rows, cols, row_bytes, box_rows)
+    if not batches:
+        return TileMap(ptr, dtype, rows, cols, row_bytes, box_rows)
+    if not batch_addressable(batch_stride, item):
+        raise AsmError(f"{name}: its matrices are {batch_stride * item} bytes apart, not a multiple of {ALIGN} bytes "
+                       "under 2^40 as the batch stride of a TMA tensor map must be", hint=TMA_HINT)
+    if batch_stride == 0:
+        # shared by the batch: one matrix, read at matrix 0 (a stride of 0 is no stride the driver
+        # documents); a dimension of extent 1 is never stepped over, so the packed matrix's serves
+        return TileMap(ptr, dtype, rows, cols, row_bytes, box_rows, 1, rows * row_bytes)
+    if not 1 <= batches <= MAX_DIM:
+        raise AsmError(f"{name}: a batch of {batches} matrices is outside what a TMA tensor map can describe "
+                       f"(1..{MAX_DIM})")
+    return TileMap(ptr, dtype, rows, cols, row_bytes, box_rows, batches, batch_stride * item)
 
 
 _cache: OrderedDict[TileMap, object] = OrderedDict()
@@ -131,11 +164,11 @@ def _encode(tm: TileMap):
              "bfloat16": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
              "float32": driver.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32}[tm.dtype]
     err, tmap = driver.cuTensorMapEncodeTiled(
-        dtype, 2, tm.ptr,
+        dtype, len(tm.dims), tm.ptr,
         [driver.cuuint64_t(d) for d in tm.dims],
-        [driver.cuuint64_t(tm.row_bytes)],
+        [driver.cuuint64_t(s) for s in tm.strides],
         [driver.cuuint32_t(b) for b in tm.box],
-        [driver.cuuint32_t(1), driver.cuuint32_t(1)],
+        [driver.cuuint32_t(1)] * len(tm.dims),
         driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         driver.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
         {256: driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,

@@ -100,11 +100,11 @@ def test_cluster_split_builds_send_by_st_async_without_spills(defines):
 def test_a_cluster_split_unit_is_one_tile_of_the_whole_cluster():
     plain = SimpleNamespace(tile_m=128, tile_n=128, cluster=1, cluster_rows=1, cluster_cols=1)
     split = SimpleNamespace(tile_m=128, tile_n=128, cluster=4, cluster_rows=1, cluster_cols=1)
-    plan = SimpleNamespace(m=128, n=768, groups=0)
+    plan = SimpleNamespace(m=128, n=768, groups=0, batch=1)
     assert grid(HGEMM, plain, plan, 132) == (6, 1, 1)
     assert grid(HGEMM, split, plan, 132) == (24, 1, 1)                   # 6 tiles x 4 K slices
     # more tiles than clusters fit: 33 clusters walk them (persistent)
-    assert grid(HGEMM, split, SimpleNamespace(m=4096, n=4096, groups=0), 132) == (132, 1, 1)
+    assert grid(HGEMM, split, SimpleNamespace(m=4096, n=4096, groups=0, batch=1), 132) == (132, 1, 1)
 
 
 @needs_tools
@@ -136,10 +136,10 @@ def test_a_unit_of_tiles_sharing_a_spans_tile_columns():
     """CLUSTER_N: a unit is cluster_rows x cluster_cols tiles, so an odd tile-column count rounds up."""
     pairs = SimpleNamespace(tile_m=128, tile_n=64, cluster=2, cluster_rows=1, cluster_cols=2)
     quads = SimpleNamespace(tile_m=128, tile_n=128, cluster=4, cluster_rows=2, cluster_cols=2)
-    assert grid(HGEMM, pairs, SimpleNamespace(m=1000, n=1000, groups=0), 132) == (128, 1, 1)    # 8 x 16 tiles: 64 units
-    assert grid(HGEMM, pairs, SimpleNamespace(m=300, n=330, groups=0), 132) == (18, 1, 1)       # 3 x 6 tiles: 9 units
-    assert grid(HGEMM, quads, SimpleNamespace(m=300, n=330, groups=0), 132) == (16, 1, 1)       # 3 x 3 tiles: 4 units of 2 x 2
-    assert grid(HGEMM, quads, SimpleNamespace(m=4096, n=4096, groups=0), 132) == (132, 1, 1)    # 33 clusters of 4, persistent
+    assert grid(HGEMM, pairs, SimpleNamespace(m=1000, n=1000, groups=0, batch=1), 132) == (128, 1, 1)    # 8 x 16 tiles: 64 units
+    assert grid(HGEMM, pairs, SimpleNamespace(m=300, n=330, groups=0, batch=1), 132) == (18, 1, 1)       # 3 x 6 tiles: 9 units
+    assert grid(HGEMM, quads, SimpleNamespace(m=300, n=330, groups=0, batch=1), 132) == (16, 1, 1)       # 3 x 3 tiles: 4 units of 2 x 2
+    assert grid(HGEMM, quads, SimpleNamespace(m=4096, n=4096, groups=0, batch=1), 132) == (132, 1, 1)    # 33 clusters of 4, persistent
 
 
 @needs_tools

@@ -561,9 +561,10 @@ def test_persistent_grid_walks_units_of_the_cluster():
     def built(cluster, rows=None):
         return SimpleNamespace(tile_m=128, tile_n=256, cluster=cluster, cluster_rows=cluster if rows is None else rows, cluster_cols=1)
 
-    def plan(m, n):
-        return SimpleNamespace(m=m, n=n, groups=0)
+    def plan(m, n, batch=1):
+        return SimpleNamespace(m=m, n=n, groups=0, batch=batch)
     assert grid(spec, built(2), plan(4096, 4096), 132) == (132, 1, 1)      # 256 units, 66 clusters
+    assert grid(spec, built(1), plan(300, 300, batch=5), 132) == (30, 1, 1)    # BATCHED: 5 matrices of 6 units
     assert grid(spec, built(2), plan(300, 300), 132) == (8, 1, 1)          # 3 tile rows -> 2 units, x 2 columns
     assert grid(spec, built(1), plan(300, 300), 132) == (6, 1, 1)
     assert grid(spec, built(2), plan(1, 1), 133) == (2, 1, 1)

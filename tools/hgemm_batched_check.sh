@@ -25,7 +25,6 @@ status=0
 timeout 90 python3 - <<'EOF'
 import multiprocessing, time
 def build(case):
-    from asmgemm.bench.batched import attention_cases
     from asmgemm.runtime.arrays import Dtype, Matrix
     from asmgemm.runtime.gpu import device_facts
     from asmgemm.runtime.launch_config import Problem, configure, pick_spec
@@ -43,7 +42,7 @@ if __name__ == "__main__":
     cases = sorted({(c.bh, c.s, c.d, c.which, c.dtype) for c in attention_cases()})
     with multiprocessing.get_context("fork").Pool(12) as pool:
         pool.map(build, cases)
-    print(f"== warm: {len(cases)} attention configurations built in {time.time() - start:.0f} s")
+    print(f"== warm: {len(cases)} attention cases configured (their builds made) in {time.time() - start:.0f} s")
 EOF
 if [[ " $PARTS " == *" tests "* ]]; then
     timeout 120 python3 -m pytest -q -m gpu tests/test_hgemm_batched_gpu.py tests/test_mma_gemm_gpu.py \

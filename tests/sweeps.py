@@ -10,12 +10,22 @@ from __future__ import annotations
 
 import pytest
 
+# the type of `pytest.param(...)`: a case that already carries its id and marks
+_PARAM = type(pytest.param())
+
 
 def sample_every(every: int, cases, *, unpack: bool = False) -> list:
-    """`cases` as parametrize's argvalues, each a pytest.param: cases 0, every, 2*every, ... as they
-    are, the rest marked slow. `unpack`: each case is a tuple of the test's several arguments (as
-    for `@pytest.mark.parametrize("a, b", ...)`). Ids come from parametrize's `ids`, as before."""
+    """`cases` as parametrize's argvalues (or a fixture's params), each a pytest.param: cases 0,
+    every, 2*every, ... as they are, the rest marked slow. `unpack`: each case is a tuple of the
+    test's several arguments (as for `@pytest.mark.parametrize("a, b", ...)`). Ids come from
+    parametrize's `ids`, as before; a case given as a pytest.param keeps its own id and marks."""
     if every < 1:
         raise ValueError(f"sample_every: every={every}; 1 keeps the whole sweep in the default run")
-    return [pytest.param(*case if unpack else (case,), marks=() if i % every == 0 else pytest.mark.slow)
-            for i, case in enumerate(cases)]
+    out = []
+    for i, case in enumerate(cases):
+        marks = () if i % every == 0 else (pytest.mark.slow,)
+        if isinstance(case, _PARAM):
+            out.append(pytest.param(*case.values, id=case.id, marks=(*case.marks, *marks)))
+        else:
+            out.append(pytest.param(*case if unpack else (case,), marks=marks))
+    return out

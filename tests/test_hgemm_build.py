@@ -108,7 +108,7 @@ def test_bf16_and_scalar_stores_build_clean():
 
 
 @needs_tools
-@pytest.mark.parametrize("ta,tb", sample_every(3, LAYOUTS, unpack=True))
+@pytest.mark.parametrize("ta,tb", sample_every(4, LAYOUTS, unpack=True))
 def test_three_chunk_tiles_build_clean(ta, tb):
     """BN=192 (a size rule's choice where 256-wide tiles leave a wave short) in every layout, with
     and without a cluster, staged C included."""
@@ -117,7 +117,7 @@ def test_three_chunk_tiles_build_clean(ta, tb):
 
 
 @needs_tools
-@pytest.mark.parametrize("ta,tb", sample_every(3, LAYOUTS, unpack=True))
+@pytest.mark.parametrize("ta,tb", sample_every(4, LAYOUTS, unpack=True))
 @pytest.mark.parametrize("bn,cluster", sample_every(3, [(64, 1), (128, 2), (192, 2), (256, 2)], unpack=True))
 def test_tiles_sharing_a_build_clean(ta, tb, bn, cluster):
     """CLUSTER_N=2 (blocks of a tile row share A by multicast), alone and in 2 x 2 units; staged C."""
@@ -126,7 +126,7 @@ def test_tiles_sharing_a_build_clean(ta, tb, bn, cluster):
 
 @needs_tools
 @pytest.mark.parametrize("ta,tb", sample_every(3, LAYOUTS, unpack=True))
-@pytest.mark.parametrize("cluster", [1, 2])
+@pytest.mark.parametrize("cluster", sample_every(2, [1, 2]))
 def test_96_wide_tiles_build_clean(ta, tb, cluster):
     """BN=96 (size rule 1h): m64n96k16; N-major B in two 64-column chunks (a cluster's blocks one
     each), K-major B one box of 96 rows (48 a block in pairs); a 16-bit C by pairs."""
@@ -184,7 +184,7 @@ def test_tiles_sharing_a_refuse_what_they_cannot_share(defines, message):
 
 
 @needs_tools
-@pytest.mark.parametrize("defines", sample_every(2, [
+@pytest.mark.parametrize("defines", sample_every(3, [
     {"BN": "64", "STAGES": "8", "CLUSTER_M": "1"}, {"BN": "64", "STAGES": "10", "CLUSTER_M": "2", "TRANS_A": "1"},
     {"BN": "256", "STAGES": "4", "WIDE_C": "1", "BIAS": "1", "ACT": "3", "TRANS_B": "1"},
     {"BN": "128", "CLUSTER_M": "1", "CLUSTER_K": "4"}, {"BN": "128", "C_F32": "1", "WIDE_C": "1", "CLUSTER_M": "1"},
@@ -821,7 +821,7 @@ def test_activation_warps_where_the_tile_is_staged_once(defines, expected):
 
 
 @needs_tools
-@pytest.mark.parametrize("act", [2, 3, 4])
+@pytest.mark.parametrize("act", sample_every(2, [2, 3, 4]))
 def test_activation_warps_fit_the_producers_registers(act):
     """The activation warps run after setmaxnreg.dec 40: their loop (from the wait for a staged tile
     to the wait among themselves) may name registers R0..R39 only, and applies the activation
@@ -895,7 +895,7 @@ def test_stream_loads_each_operand_hinted_or_plain(ta, tb):
 
 
 @needs_tools
-@pytest.mark.parametrize("defines", sample_every(2, [{}, {"BN": "128", "CLUSTER_M": "2"}, {"C_F32": "1", "BIAS": "1", "ACT": "1"},
+@pytest.mark.parametrize("defines", sample_every(3, [{}, {"BN": "128", "CLUSTER_M": "2"}, {"C_F32": "1", "BIAS": "1", "ACT": "1"},
                                                   {"BN": "64", "CLUSTER_M": "1", "CLUSTER_K": "2", "BF16": "1"},
                                                   {"WIDE_C": "1", "ACT": "3", "BIAS": "2"}]))
 def test_a_loaded_by_the_consumers_builds_clean(defines):
@@ -929,7 +929,7 @@ def test_a_loaded_by_the_consumers_needs_k_major_a():
 
 
 @needs_tools
-@pytest.mark.parametrize("defines,stores", sample_every(2, [({}, 64), ({"BN": "192", "CLUSTER_M": "1"}, 48), ({"BN": "128"}, 32),
+@pytest.mark.parametrize("defines,stores", sample_every(3, [({}, 64), ({"BN": "192", "CLUSTER_M": "1"}, 48), ({"BN": "128"}, 32),
                                                          ({"BN": "64", "STAGES": "8"}, 16), ({"BIAS": "2", "BF16": "1"}, 64)],
                                                      unpack=True))
 def test_fp32_c_is_staged_for_tma_stores(defines, stores):

@@ -36,7 +36,8 @@ staged where the model puts that tile. So a change of the swizzle rule in the ke
 with the lane and the address, and the same change made to the model shows what it does to the
 bank groups and the fragments.
 
-CPU only: builds PTX (no ptxas)."""
+CPU only: builds PTX (no ptxas). The default run keeps a fixed sample of each sweep (every third
+operand case, every second configuration run and CPU case); `-m slow` runs the rest (tests/sweeps.py)."""
 from __future__ import annotations
 
 import dataclasses
@@ -50,6 +51,7 @@ import numpy as np
 import pytest
 
 from asmgemm.pipeline import BuildOptions, build_file
+from sweeps import sample_every
 
 SIZES = (64, 128, 256)          # BM and BN of the model sweep
 DEPTHS = (32, 64)               # BK
@@ -212,7 +214,7 @@ def test_swizzle_permutes_chunks_inside_each_line():
         assert (swizzle(o + (1 << (s + 3)), s) == z + (1 << (s + 3))).all()
 
 
-@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+@pytest.mark.parametrize("case", sample_every(3, CASES), ids=CASE_IDS)
 def test_ldmatrix_phases_hit_eight_bank_groups(case):
     """Each 8-lane phase of every ldmatrix.x4 (one 8 x 8 matrix: 8 rows of 16 bytes) touches 8
     distinct 16-byte bank groups, for every warp tile width, warp, 16 x 16 block and k16 step."""
@@ -225,7 +227,7 @@ def test_ldmatrix_phases_hit_eight_bank_groups(case):
                 assert len(set(groups)) == 8, (o.w, w0, block, ks, q, groups)
 
 
-@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+@pytest.mark.parametrize("case", sample_every(3, CASES), ids=CASE_IDS)
 def test_copies_are_conflict_free(case):
     """The cp.async writes of a tile (and ALIGN = 2's 2-byte stores), for every copy width and
     thread count: each 8-thread group of 16-byte copies touches 8 distinct bank groups, every
@@ -244,7 +246,7 @@ def test_copies_are_conflict_free(case):
         assert (covered == 1).all(), f"{o}: the copies do not cover the tile exactly once"
 
 
-@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+@pytest.mark.parametrize("case", sample_every(3, CASES), ids=CASE_IDS)
 def test_immediate_chunk_strides_keep_the_swizzle(case):
     """IMM_*: where the kernel adds i * RSTEP * RB to the swizzled first chunk instead of
     swizzling each chunk, the two are the same address."""
@@ -304,7 +306,7 @@ def expected_fragment(o: Operand, w0: int, block: int, ks: int) -> np.ndarray:
     return element_ids(w0 + 16 * block + mn, 16 * ks + k, o.bk)
 
 
-@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+@pytest.mark.parametrize("case", sample_every(3, CASES), ids=CASE_IDS)
 def test_copies_and_ldmatrix_give_the_mma_fragments(case):
     """Copy a tile of coordinates through the swizzle (every copy width and thread count), load
     every warp's fragments of every k16 step back with ldmatrix (.trans for an MN-major tile):
@@ -755,7 +757,7 @@ def _global_address(o: Operand, c: dict, t: np.ndarray, i: int, tile: int) -> np
     return base + 2 * (r * ld + e)
 
 
-@pytest.fixture(scope="module", params=TIE_CONFIGS, ids=[_tie_id(c) for c in TIE_CONFIGS])
+@pytest.fixture(scope="module", params=sample_every(2, TIE_CONFIGS), ids=[_tie_id(c) for c in TIE_CONFIGS])
 def tie(request):
     c, run = kernel_run(tuple(sorted(request.param.items())))
     cfg = {k: c[k] for k in DEFAULTS}
@@ -1286,7 +1288,7 @@ CPU_CASES = [
 ]
 
 
-@pytest.mark.parametrize("defines, m, n, k, lda, ldb, ldc, alpha, beta", CPU_CASES)
+@pytest.mark.parametrize("defines, m, n, k, lda, ldb, ldc, alpha, beta", sample_every(2, CPU_CASES))
 def test_kernel_computes_c_on_the_cpu(defines, m, n, k, lda, ldb, ldc, alpha, beta):
     """The kernel's PTX, every block of the grid executed by ValueRun, gives C = act(alpha op(A)
     op(B) + beta C + bias) of float64 numpy within C's rounding: odd M, N and ldc (the narrow

@@ -62,13 +62,19 @@ def test_encodings_are_the_bytes_of_the_text_section():
         assert int.from_bytes(raw, "little") == ins.word, hex(ins.address)
 
 
-def test_reuse_bits_agree_with_nvdisasm_reuse_markers():
+# The inspector decodes sm_90 cubins: corpus files for later targets (sm_100a, sm_120) cannot be built for it.
+REUSE_INPUTS = sorted(DATA.glob("*.ptx")) + sorted(p for p in CORPUS.glob("*.ptx") if "_G" not in p.name
+                                                   and not re.search(r"^\.target sm_1\d\d", p.read_text(), re.M))
+
+
+# each ptxas run is the cost: the default run takes every other file (about 1,650 instructions,
+# 57 reuse flags), `-m slow` the others (about 2,050 and 133); each half clears the bar on its own
+@pytest.mark.parametrize("inputs", [pytest.param(REUSE_INPUTS[::2], id="even_files"),
+                                    pytest.param(REUSE_INPUTS[1::2], id="odd_files", marks=pytest.mark.slow)])
+def test_reuse_bits_agree_with_nvdisasm_reuse_markers(inputs):
     """Reuse flag i must sit on the i-th source operand nvdisasm marks `.reuse`: this checks the
     bit positions of the reuse field and the decoder's destination rules together."""
     checked = flagged = 0
-    # The inspector decodes sm_90 cubins: corpus files for later targets (sm_100a, sm_120) cannot be built for it.
-    inputs = sorted(DATA.glob("*.ptx")) + sorted(p for p in CORPUS.glob("*.ptx") if "_G" not in p.name
-                                                 and not re.search(r"^\.target sm_1\d\d", p.read_text(), re.M))
     for path in inputs:
         text = path.read_text()
         code, log, cubin = run_ptxas(text, "sm_90a" if "sm_90a" in text else "sm_90")

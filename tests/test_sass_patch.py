@@ -397,6 +397,7 @@ def test_checker_accepts_a_valid_new_reuse_flag(decoded, cubins):
 
 # ---- the reuse pass (opt-in, not measured) ---------------------------------------------------------
 
+@pytest.mark.slow     # the opt-in pass over every shipped kernel; on sgemm it runs by default (the next test)
 def test_reuse_pass_output_passes_the_checker_on_every_shipped_kernel(cubins):
     for name, data in cubins.items():
         plan = plan_patch(data, None, name, reuse_pass=True)

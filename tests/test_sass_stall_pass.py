@@ -21,6 +21,7 @@ from asmgemm.sass.patch import load_kernels, plan_patch
 from asmgemm.sass.stall_pass import HOT_OPCODES, LEFT_ALONE_REASONS, YIELD_REQUIRED_FROM_STALL
 from asmgemm.scheduler.latencies_sm90 import TABLE
 from asmgemm.toolchain import find_tool
+from sweeps import sample_every
 
 pytestmark = [
     pytest.mark.toolchain,
@@ -57,17 +58,20 @@ def _fields(data: bytes, kernel: str, n: int) -> list[dict]:
 
 # ---- the checker and nvdisasm accept what the pass writes ------------------------------------------
 
-def test_stall_pass_output_passes_the_checker_and_nvdisasm_on_every_shipped_kernel(cubins, stall_plans, both_plans):
+# the stall pass alone in the default run (its plans serve the tests below too); with yields, which
+# plans every kernel again, in the slow set
+@pytest.mark.parametrize("passes", sample_every(2, ["stalls", "stalls_and_yields"]))
+def test_stall_pass_output_passes_the_checker_and_nvdisasm_on_every_shipped_kernel(cubins, stall_plans, request, passes):
+    plans = stall_plans if passes == "stalls" else request.getfixturevalue("both_plans")
     lowered = 0
-    for plans in (stall_plans, both_plans):
-        for name, plan in plans.items():
-            # plan_patch ran check_patch and, where anything changed, nvdisasm on the patched bytes
-            assert not plan.hazards, (name, [h.line() for h in plan.hazards[:3]])
-            assert [s.kernel for s in plan.stall_pass] == list(ElfCubin(cubins[name]).kernels)
-            for s in plan.stall_pass:
-                assert set(s.left_alone) <= set(LEFT_ALONE_REASONS)
-                assert s.to_json()["measured"] is False
-            lowered += sum(s.stalls_lowered for s in plan.stall_pass)
+    for name, plan in plans.items():
+        # plan_patch ran check_patch and, where anything changed, nvdisasm on the patched bytes
+        assert not plan.hazards, (name, [h.line() for h in plan.hazards[:3]])
+        assert [s.kernel for s in plan.stall_pass] == list(ElfCubin(cubins[name]).kernels)
+        for s in plan.stall_pass:
+            assert set(s.left_alone) <= set(LEFT_ALONE_REASONS)
+            assert s.to_json()["measured"] is False
+        lowered += sum(s.stalls_lowered for s in plan.stall_pass)
     assert lowered > 0, "the pass lowered no stall in any shipped kernel"
 
 

@@ -112,7 +112,7 @@ def _check_variant(threads, rq, bk, ta, tb, va, vb, prefetch=0, async_=0):
 
 @toolchain
 @needs_tools
-@pytest.mark.parametrize("ta,tb,va,vb", sample_every(4, LAYOUT_FLAGS, unpack=True), ids=lambda *a: None)
+@pytest.mark.parametrize("ta,tb,va,vb", sample_every(8, LAYOUT_FLAGS, unpack=True), ids=lambda *a: None)
 def test_default_config_every_layout(ta, tb, va, vb):
     _check_variant(256, 2, 8, ta, tb, va, vb)
 
@@ -141,12 +141,12 @@ def test_async_copy_variant(rq, bk):
     _check_variant(256, rq, bk, 1, 1, 0, 0, async_=1)
 
 
-def test_register_plan_has_no_bank_conflicts():
-    for threads, rq, bk in CONFIGS:
-        result = _build(threads, rq, bk)
-        plan = result.allocation.functions["sgemm"]
-        assert plan.three_source_checked >= 32 * rq * bk, "the FMAs were not checked"
-        assert plan.conflicts == [], f"t{threads} rq{rq} bk{bk}: {plan.conflicts[0].text}"
+@pytest.mark.parametrize("threads,rq,bk", sample_every(3, CONFIGS, unpack=True), ids=[f"t{t}-rq{r}-bk{b}" for t, r, b in CONFIGS])
+def test_register_plan_has_no_bank_conflicts(threads, rq, bk):
+    result = _build(threads, rq, bk)
+    plan = result.allocation.functions["sgemm"]
+    assert plan.three_source_checked >= 32 * rq * bk, "the FMAs were not checked"
+    assert plan.conflicts == [], f"t{threads} rq{rq} bk{bk}: {plan.conflicts[0].text}"
 
 
 def test_schedule_regions_and_no_schedule_build():
@@ -163,22 +163,22 @@ def test_tunables_and_defaults():
     assert result.parameters["THREADS"] == 256 and result.parameters["BK"] == 8
 
 
-def test_launch_geometry_from_the_build():
+@pytest.mark.parametrize("threads,rq,bk", sample_every(3, CONFIGS, unpack=True), ids=[f"t{t}-rq{r}-bk{b}" for t, r, b in CONFIGS])
+def test_launch_geometry_from_the_build(threads, rq, bk):
     from asmgemm.kernel_spec import get_spec
     from asmgemm.runtime.build_cache import abi_params, launch_geometry
     spec = get_spec("sgemm")
-    for threads, rq, bk in CONFIGS:
-        result = _build(threads, rq, bk)
-        geo = launch_geometry(spec, result)
-        tile_n = 128 if threads == 256 else 64
-        assert geo["threads"] == threads
-        assert geo["tile_n"] == tile_n and geo["tile_m"] == tile_n // 2 * rq
-        # two buffers of A (BK x (TM+4)) and B (BK x (TN+4)) floats
-        assert geo["smem_bytes"] >= 2 * bk * (geo["tile_m"] + 4 + geo["tile_n"] + 4) * 4
-        # the kernel's own record of its geometry (its *_meta_* symbols) agrees with the spec's constants
-        for what, key in (("threads", "threads"), ("tilem", "tile_m"), ("tilen", "tile_n"), ("smem", "smem_bytes")):
-            assert f".u32 sgemm_meta_{what}_{geo[key]};" in result.ptx
-        assert [n for n, _ in abi_params(spec, result)] == list(spec.abi)
+    result = _build(threads, rq, bk)
+    geo = launch_geometry(spec, result)
+    tile_n = 128 if threads == 256 else 64
+    assert geo["threads"] == threads
+    assert geo["tile_n"] == tile_n and geo["tile_m"] == tile_n // 2 * rq
+    # two buffers of A (BK x (TM+4)) and B (BK x (TN+4)) floats
+    assert geo["smem_bytes"] >= 2 * bk * (geo["tile_m"] + 4 + geo["tile_n"] + 4) * 4
+    # the kernel's own record of its geometry (its *_meta_* symbols) agrees with the spec's constants
+    for what, key in (("threads", "threads"), ("tilem", "tile_m"), ("tilen", "tile_n"), ("smem", "smem_bytes")):
+        assert f".u32 sgemm_meta_{what}_{geo[key]};" in result.ptx
+    assert [n for n, _ in abi_params(spec, result)] == list(spec.abi)
 
 
 @pytest.mark.parametrize("defines,message", [
@@ -202,7 +202,7 @@ def _build_defines(**defines):
 
 @toolchain
 @needs_tools
-@pytest.mark.parametrize("rq,bk,ta,tb,va,vb", sample_every(3, [(4, 8, 0, 0, 1, 1), (4, 8, 1, 1, 0, 0), (2, 8, 0, 0, 1, 1),
+@pytest.mark.parametrize("rq,bk,ta,tb,va,vb", sample_every(5, [(4, 8, 0, 0, 1, 1), (4, 8, 1, 1, 0, 0), (2, 8, 0, 0, 1, 1),
                                                                 (2, 8, 0, 1, 0, 1), (4, 16, 0, 0, 1, 1)], unpack=True),
                          ids=["rq4-nn-vec", "rq4-tt-scalar", "rq2-nn-vec", "rq2-nt-scalar", "rq4-bk16-nn-vec"])
 def test_load_ahead_pins_global_loads_before_the_barrier(rq, bk, ta, tb, va, vb):
@@ -228,14 +228,19 @@ def test_load_ahead_pins_global_loads_before_the_barrier(rq, bk, ta, tb, va, vb)
     assert sts and all(i < bar for i in sts), f"shared stores after the barrier: {sts} (BAR at {bar})"
 
 
-def test_load_ahead_applies_only_where_it_fits():
+@pytest.mark.parametrize("extra", sample_every(2, [{"ASYNC": 1}, {"PREFETCH": 1, "RQ": 4}, {"BK": 16}, {"BK": 16, "THREADS": 64}]),
+                         ids=["async", "prefetch-rq4", "bk16", "bk16-t64"])
+def test_load_ahead_applies_only_where_it_fits(extra):
     """LOAD_AHEAD=1 builds the plain kernel with ASYNC=1, PREFETCH=1 or BK=16 with RQ=2 (see AHEAD in the
     kernel), so any combination of the other parameters still builds whatever its default is."""
-    for extra in ({"ASYNC": 1}, {"PREFETCH": 1, "RQ": 4}, {"BK": 16}, {"BK": 16, "THREADS": 64}):
-        plain = _build_defines(**extra)
-        ahead = _build_defines(LOAD_AHEAD=1, **extra)
-        assert ahead.ptx.count("bar.sync") == plain.ptx.count("bar.sync")
-        assert "drain_tile" not in ahead.ptx and len(ahead.ptx.splitlines()) == len(plain.ptx.splitlines()), extra
+    plain = _build_defines(**extra)
+    ahead = _build_defines(LOAD_AHEAD=1, **extra)
+    assert ahead.ptx.count("bar.sync") == plain.ptx.count("bar.sync")
+    assert "drain_tile" not in ahead.ptx and len(ahead.ptx.splitlines()) == len(plain.ptx.splitlines()), extra
+
+
+def test_load_ahead_builds_its_drain_where_it_applies():
+    """The plain kernel with LOAD_AHEAD=1 drains its last tile; a value other than 0 or 1 is refused."""
     assert "drain_tile" in _build_defines(LOAD_AHEAD=1).ptx
     with pytest.raises(AsmError, match="LOAD_AHEAD and LDG_NC are 0 or 1"):
         build_file("sgemm", BuildOptions(defines={"LOAD_AHEAD": "2"}))

@@ -19,6 +19,7 @@ accept a deliberate change, regenerate and review the diff (and the PTX) before 
 
     ASMGEMM_REGEN_GOLDEN=1 python3 -m pytest -q tests/test_shipped_ptx_golden.py && git diff tests/golden
 """
+import functools
 import itertools
 import json
 import os
@@ -51,9 +52,16 @@ MIXED = [
 ]
 
 
+@functools.lru_cache(maxsize=None)
+def expanded(name: str):
+    """The shipped source parsed and expanded (no register plan), once per kernel: the sweep and the
+    defaults both read it while the module is collected, in every xdist worker."""
+    return expand(parse_source(read_source(resolve_input(name))))
+
+
 def tune_space(name: str) -> list[dict]:
     """Every point of the kernel's `.tune` space (parse and expansion only: no register plan)."""
-    tunables = expand(parse_source(read_source(resolve_input(name)))).tunables
+    tunables = expanded(name).tunables
     return [dict(zip(tunables, values)) for values in itertools.product(*tunables.values())]
 
 
@@ -117,7 +125,7 @@ def config_id(name: str, defines: dict) -> str:
 
 
 def defaults(name: str) -> dict:
-    return dict(expand(parse_source(read_source(resolve_input(name)))).parameters)
+    return dict(expanded(name).parameters)
 
 
 def ptx_digest(name: str, defines: dict) -> str:
@@ -138,7 +146,7 @@ REGEN = bool(os.environ.get("ASMGEMM_REGEN_GOLDEN"))
 STORED = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
 
 
-@pytest.mark.parametrize("name, defines", sample_every(20, CONFIGS, unpack=True), ids=IDS)
+@pytest.mark.parametrize("name, defines", sample_every(40, CONFIGS, unpack=True), ids=IDS)
 def test_shipped_ptx_matches_golden(name, defines):
     key = config_id(name, defines)
     digest = ptx_digest(name, defines)

@@ -315,7 +315,7 @@ def test_hgemm_splits_k_in_whole_k_tiles_on_a_persistent_grid():
 @pytest.mark.toolchain
 @needs_ptxas
 @pytest.mark.parametrize("layout", sample_every(4, ["nn", "nt", "tn", "tt"]))
-@pytest.mark.parametrize("variant", sample_every(2, [{"THREADS": 64, "BK": 16, "ASYNC": 1}, {"THREADS": 64, "BK": 16}, {},
+@pytest.mark.parametrize("variant", sample_every(3, [{"THREADS": 64, "BK": 16, "ASYNC": 1}, {"THREADS": 64, "BK": 16}, {},
                                                   {"RQ": 4, "BK": 16, "LOAD_AHEAD": 1, "LDG_NC": 0},
                                                   {"RQ": 4, "BK": 8, "LOAD_AHEAD": 1, "LDG_NC": 0}]),
                          ids=["t64-async", "t64", "default", "rq4-bk16-la", "rq4-bk8-la"])     # every size rule's kernel
@@ -331,8 +331,9 @@ def test_split_k_builds_have_no_spills(variant, layout):
 @pytest.mark.toolchain
 @needs_ptxas
 @pytest.mark.parametrize("layout", sample_every(2, ["nn", "tt"]))
-@pytest.mark.parametrize("variant,smem", [({"THREADS": 64, "BK": 16, "ASYNC": 1}, 17408), ({"BK": 16}, 67584),
-                                          ({"RQ": 4, "BK": 16, "LOAD_AHEAD": 1, "LDG_NC": 0}, 135168)],
+@pytest.mark.parametrize("variant,smem", sample_every(3, [({"THREADS": 64, "BK": 16, "ASYNC": 1}, 17408), ({"BK": 16}, 67584),
+                                                          ({"RQ": 4, "BK": 16, "LOAD_AHEAD": 1, "LDG_NC": 0}, 135168)],
+                                                      unpack=True),
                          ids=["t64-async", "t128-bk16", "rq4-bk16-la"])
 def test_cluster_sum_builds(variant, smem, layout):
     """CLUSTER_K = 8: no spills (the loads of the 8 ranks' sums reuse the accumulators), a cluster
@@ -401,7 +402,7 @@ def _ref(a, b, c0, alpha, beta, ta, tb):
 
 @pytest.mark.toolchain
 @needs_ptxas
-@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+@pytest.mark.parametrize("layout", sample_every(2, ["nn", "nt", "tn", "tt"]))
 def test_gemm_splits_as_asked_and_reduces(fake_fp32_gemm, layout):
     import asmgemm
     from asmgemm.runtime.gemm import last_launch

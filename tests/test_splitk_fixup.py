@@ -207,16 +207,25 @@ def test_the_kernel_refuses_what_the_mode_does_not_support(defines, message):
 
 
 ENTRIES = {e.name: dict(e.set) for e in get_spec("hgemm_mma").configs}
-BUILDS = ([(kernel, name, "nn") for kernel in ("hgemm_mma", "bgemm_mma", "hgemm_mma_f32c") for name in ENTRIES]
-          + [("hgemm_mma", name, layout) for name in ENTRIES for layout in ("nt", "tn", "tt")])
+# (kernel, catalog entry, layout, copy width): the default tiling with 16-byte copies, the others
+# with the 2-byte copies they exist for, and the 64 x 64 tiles with 16-byte copies too (a small
+# aligned problem's)
+BUILDS = ([(kernel, name, "nn", 16 if name == "t128x128_w64x64" else 2)
+           for kernel in ("hgemm_mma", "bgemm_mma", "hgemm_mma_f32c") for name in ENTRIES]
+          + [("hgemm_mma", name, layout, 16 if name == "t128x128_w64x64" else 2)
+             for name in ENTRIES for layout in ("nt", "tn", "tt")]
+          + [(kernel, "t64x64_w32x32", layout, 16) for kernel in ("hgemm_mma", "bgemm_mma")
+             for layout in ("nn", "nt", "tn", "tt")])
+# ptxas gives the one-launch build two registers more here (96 -> 98: 5 -> 4 blocks of 128 threads
+# a SM; the sum itself is not the cause: the arrival alone, without it, took 106), and no tiling
+# parameter steers it; left as found, for the next step (docs/log/mma.md, step 6)
+FEWER_BLOCKS = {("hgemm_mma", "t64x64_w32x32", "nt", 16), ("bgemm_mma", "t64x64_w32x32", "nt", 16)}
 
 
-def _assembled(kernel_name, entry, layout, fixup):
+def _assembled(kernel_name, entry, layout, align, fixup):
     spec = get_spec(kernel_name)
     defines = {**dict(spec.defines), **ENTRIES[entry], "SPLIT_K": 1, "SPLIT_FIXUP": fixup,
-               "TRANS_A": int(layout[0] == "t"), "TRANS_B": int(layout[1] == "t")}
-    if entry != "t128x128_w64x64":
-        defines.update(ALIGN_A=2, ALIGN_B=2)     # the narrow tilings are the 2-byte copies' (kernels.toml)
+               "TRANS_A": int(layout[0] == "t"), "TRANS_B": int(layout[1] == "t"), "ALIGN_A": align, "ALIGN_B": align}
     result = build_file("mma_gemm", BuildOptions(defines={k: str(v) for k, v in defines.items()}, target="sm_90"))
     asm = assemble(result)
     (k,) = asm.kernels
@@ -225,18 +234,21 @@ def _assembled(kernel_name, entry, layout, fixup):
 
 @pytest.mark.toolchain
 @needs_tools
-@pytest.mark.parametrize("kernel_name, entry, layout", sample_every(4, BUILDS, unpack=True),
-                         ids=[f"{k}-{e}-{lay}" for k, e, lay in BUILDS])
-def test_each_catalog_tiling_builds_the_mode_without_spills_at_its_occupancy(kernel_name, entry, layout):
+@pytest.mark.parametrize("kernel_name, entry, layout, align", [
+    # (the known case in the default run, strict: a ptxas that gives the blocks back fails it)
+    pytest.param(*case, marks=[pytest.mark.xfail(strict=True, reason="96 -> 98 registers (see FEWER_BLOCKS)")]
+                 if case in FEWER_BLOCKS else p.marks)
+    for case, p in zip(BUILDS, sample_every(4, BUILDS, unpack=True))], ids=[f"{k}-{e}-{lay}-a{al}" for k, e, lay, al in BUILDS])
+def test_each_catalog_tiling_builds_the_mode_without_spills_at_its_occupancy(kernel_name, entry, layout, align):
     """ptxas: no spill or local memory; the SASS has the tile counter's atomic (ATOMG) and the
     fences (MEMBAR.GPU) and sums the slices by coherent loads (PTX ld.global.f32, never the .nc
     path); the registers leave as many blocks per SM as the two-launch build's."""
-    result, asm, k = _assembled(kernel_name, entry, layout, 1)
+    result, asm, k = _assembled(kernel_name, entry, layout, align, 1)
     assert k.spill_stores == k.spill_loads == 0 and k.stack_frame == k.local_bytes == 0, k
     sass = disassemble(asm.cubin)
     assert "ATOMG" in sass and "MEMBAR" in sass, "the arrival's atomic and fences"
     assert "ld.global.f32" in result.ptx and "ld.global.nc.f32" not in result.ptx
-    _, _, k0 = _assembled(kernel_name, entry, layout, 0)
+    _, _, k0 = _assembled(kernel_name, entry, layout, align, 0)
     threads = int(result.constants["THREADS"])
     blocks = [65536 // (math.ceil(x.registers * 32 / 256) * 256 * (threads // 32)) for x in (k, k0)]
     assert blocks[0] >= blocks[1], f"{k.registers} registers against {k0.registers}: {blocks}"

@@ -238,7 +238,8 @@ def _assembled(kernel_name, entry, layout, align, fixup):
     # (the known case in the default run, strict: a ptxas that gives the blocks back fails it)
     pytest.param(*case, marks=[pytest.mark.xfail(strict=True, reason="96 -> 98 registers (see FEWER_BLOCKS)")]
                  if case in FEWER_BLOCKS else p.marks)
-    for case, p in zip(BUILDS, sample_every(4, BUILDS, unpack=True))], ids=[f"{k}-{e}-{lay}-a{al}" for k, e, lay, al in BUILDS])
+    for case, p in zip(BUILDS, sample_every(4, BUILDS, unpack=True))],
+    ids=[f"{k}-{e}-{lay}-a{al}" for k, e, lay, al in BUILDS])
 def test_each_catalog_tiling_builds_the_mode_without_spills_at_its_occupancy(kernel_name, entry, layout, align):
     """ptxas: no spill or local memory; the SASS has the tile counter's atomic (ATOMG) and the
     fences (MEMBAR.GPU) and sums the slices by coherent loads (PTX ld.global.f32, never the .nc

@@ -97,7 +97,7 @@ def test_the_other_tilings_and_the_model_pick_sum_in_the_kernel():
     out, runs = _both(77, 301, 3001, 6, "tn", "bfloat16", False, -1.5, 0.25, tiling={"WN": 32})
     assert bool((out[0].view(cp.uint16) == out[1].view(cp.uint16)).all())
     a, b = _operands(16, 314, 1725, "nn", "float16")
-    asmgemm.gemm(a, b)
+    asmgemm.gemm(a, b, kernel="hgemm_mma")
     run = last_launch()
     assert run["splits"] == 1 or run["reduce"] == "in_kernel", run
 
@@ -124,6 +124,7 @@ def test_two_streams_alternating_keep_their_own_scratch():
     m, n, k, s = 16, 314, 1725, 27
     a, b = _operands(m, n, k, "nn", "float16")
     ref = asmgemm.gemm(a, b, params={**SMALL, "SPLIT_K": s, "SPLIT_FIXUP": 0})
+    cp.cuda.Device().synchronize()          # (the streams below do not wait for the default one)
     streams = [cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)]
     outs = [[], []]
     for i in range(8):

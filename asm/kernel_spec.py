@@ -50,6 +50,12 @@ A table (every key is checked; an unknown one is an error, so a typo never passe
                                         # one cluster (.reqnctapercluster 1, 1, S) adding their sums
                                         # in rank order; no workspace, no reduce kernel
     cluster_when = "N * S <= 30000"     # optional: only where this holds (M, N, K, SMS and S)
+    fixup_switch = "SPLIT_FIXUP"        # optional, grid "tiles": a split is one launch instead, built
+                                        # with the switch and SPLIT_FIXUP=1: the partial pass's last
+                                        # block of each tile (an atomic count per tile in the abi's
+                                        # tile_counters) sums the slices of the abi's `workspace`
+                                        # into C, as the reduce kernel would; the reduce stays for
+                                        # params= naming SPLIT_FIXUP=0
     [[NAME.split_k.rule]]               # the untuned number of splits S: the first rule whose
     when = "M * N <= 65536"             # `when` holds gives `splits` (an expression in M, N, K,
     splits = "min(K // 256, 8)"         # SMS); none, or S <= 1: no split
@@ -125,6 +131,9 @@ ARGUMENTS: dict[str, tuple[str, ...]] = {
     # elements between two workspace slices; the reduce kernel takes the workspace W and S.
     "k_chunk": (".u32", ".s32", ".b32"), "split_stride": (".u64", ".s64", ".b64"),
     "W": (".u64", ".b64", ".s64"), "splits": (".u32", ".s32", ".b32"),
+    # split-K summed inside the partial pass ([NAME.split_k] fixup_switch): the slices' workspace
+    # (C is then the call's own) and one int32 arrival counter per tile of C, zero between launches
+    "workspace": (".u64", ".b64", ".s64"), "tile_counters": (".u64", ".b64", ".s64"),
 }
 # Arguments passed as a .param array: their element count.
 ARRAY_ARGUMENTS = {"tmap_a": 128, "tmap_b": 128, "tmap_c": 128}
@@ -198,9 +207,12 @@ SASS_PATCH_KEYS = {"reuse": ("reuse_pass", bool), "stall": ("stall_pass", bool),
                    "experimental_reorder": ("reorder_pass", bool), "reorder_blocks": ("reorder_blocks", int),
                    "reorder_moves": ("reorder_moves", int), "rules": ("rules", str)}
 _CONFIG_KEYS = {"name", "kernel", "set", "tile", "tile_kmajor_b", "splits", "max_m", "note", "swap"}
-_SPLIT_K_KEYS = {"switch", "reduce", "rule", "k_multiple", "cluster_switch", "cluster_when", "c_trans"}
+_SPLIT_K_KEYS = {"switch", "reduce", "rule", "k_multiple", "cluster_switch", "cluster_when", "c_trans",
+                 "fixup_switch"}
 # what a kernel with a split_k table must take: the partial pass's k extent and slice distance
 SPLIT_K_ABI = ("k_chunk", "split_stride")
+# and one with a fixup_switch: the slices' workspace and the tiles' arrival counters
+SPLIT_FIXUP_ABI = ("workspace", "tile_counters")
 _LAUNCH_KEYS = {"threads", "tile_m", "tile_n", "smem_bytes", "grid", "box_rows_a", "box_rows_b", "box_rows_c",
                 "cluster", "cluster_rows", "cluster_cols"}
 # abi argument -> the launch key naming the constant it needs
@@ -347,6 +359,9 @@ class SplitK:
     # whether a launch with the transposed store (c_trans) may split: the kernel's clusters and the
     # reduce kernel (C_T) store C transposed too
     c_trans: bool = False
+    # the kernel parameter that makes the partial pass's last block of each tile sum the slices
+    # into C (one launch; runtime/split_k.py, in_kernel_fixup); None: the kernel has no such mode
+    fixup_switch: str | None = None
 
     def in_clusters(self, m: int, n: int, k: int, sms: int, s: int) -> bool:
         """Whether S = s splits of this launch may run in clusters (cluster_switch, cluster_when)."""
@@ -478,7 +493,7 @@ class KernelSpec:
                 "split_k": None if self.split_k is None else {
                     "switch": self.split_k.switch, "reduce": str(self.split_k.reduce),
                     "k_multiple": self.split_k.k_multiple, "cluster_switch": self.split_k.cluster_switch,
-                    "cluster_when": self.split_k.cluster_when,
+                    "cluster_when": self.split_k.cluster_when, "fixup_switch": self.split_k.fixup_switch,
                     "rules": [_split_rule_json(r) for r in self.split_k.rules]},
                 "routes": [{"when": r.when, "kernel": r.kernel} for r in self.routes],
                 "in_place": self.in_place,
@@ -830,8 +845,23 @@ def _split_k(path: Path, loc: "_Locator", where: str, t, abi: list[str], calls: 
     c_trans = t.get("c_trans", False)
     if not isinstance(c_trans, bool):
         fail("c_trans: true or false")
+    fixup_switch = t.get("fixup_switch")
+    if fixup_switch is not None:
+        fixup_switch = _str(fixup_switch, f"{where} split_k.fixup_switch")
+        if not fixup_switch.isidentifier() or fixup_switch in (switch, cluster_switch):
+            fail(f"fixup_switch: '{fixup_switch}' is not a parameter name other than the switch and cluster_switch")
+        if fixup_switch in calls or fixup_switch in defines:
+            fail(f"fixup_switch: '{fixup_switch}' is also a "
+                 f"{'call parameter' if fixup_switch in calls else 'define'}; the runtime sets it per launch")
+        if c_trans:
+            fail("fixup_switch: the in-kernel sum stores C as the kernel's C (row-major); c_trans splits need the "
+                 "reduce kernel")
+        missing = [a for a in SPLIT_FIXUP_ABI if a not in abi]
+        if missing:
+            fail(f"fixup_switch: the abi must take the fixup's arguments ({', '.join(SPLIT_FIXUP_ABI)}); missing "
+                 f"'{missing[0]}'")
     return SplitK(switch, reduce, tuple(_split_rule(loc, where, i, r) for i, r in enumerate(rules)), k_multiple,
-                  cluster_switch, cluster_when, when_tree, c_trans)
+                  cluster_switch, cluster_when, when_tree, c_trans, fixup_switch)
 
 
 MAX_SPLIT_CANDIDATES = 64

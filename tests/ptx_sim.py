@@ -2,10 +2,13 @@
 arrays, so that a kernel's arithmetic, indexing, predication, barriers and shuffles are checked
 without a GPU. Made for kernels_ptx/gemm_skinny.sasm and extended for mma_gemm.sasm (its tensor-core
 path: cp.async, ldmatrix, mma.sync m16n8k16, and the warp scan of its grouped mode: shfl.up/idx,
-vote.ballot, popc); the instructions are the ones handled here, anything else is a clear
+vote.ballot, popc; and the arrival count of its one-launch split-K: atom.global.inc/add, fence,
+membar, bar.red.or.pred); the instructions are the ones handled here, anything else is a clear
 NotImplementedError. Not a model of timing or of the memory model: cp.async copies at once (its
 groups and waits are checked only for their form), mma.sync accumulates in float64 and rounds
-once to fp32.
+once to fp32; blocks run one after another (`run`'s order), so every store of an earlier block
+is seen by a later one and fences have nothing to order (they run as no-ops); an atomic is a
+read-modify-write per thread in thread order.
 
 Execution: the threads of one cluster (one block without clusters) run together, vectorized over
 threads with numpy: each step executes the instruction at the lowest program counter among the
@@ -169,7 +172,10 @@ class Kernel:
 
     # ---- running ----------------------------------------------------------------------------------
     def run(self, grid, block, args: dict, memory: Memory, smem_bytes: int = 0, cluster: tuple = (1, 1, 1),
-            max_steps: int = 5_000_000) -> None:
+            max_steps: int = 5_000_000, order=None) -> None:
+        """Every block (cluster) of the grid, one after another: z outermost, then y, then x, or
+        in `order` (a sequence of (x, y, z) block indices, each once: the order blocks happen to
+        finish in, for kernels whose result must not depend on it)."""
         names = [n for _, n in self.params]
         missing = [n for n in names if n.removeprefix("param_") not in args]
         if missing:
@@ -177,10 +183,13 @@ class Kernel:
         cz = cluster[2]
         if cluster[0] != 1 or cluster[1] != 1 or grid[2] % cz:
             raise ValueError("clusters of (1, 1, S) along grid z only")
-        for bz in range(0, grid[2], cz):
-            for by in range(grid[1]):
-                for bx in range(grid[0]):
-                    _Run(self, (bx, by, bz), cz, block[0], args, memory, smem_bytes, max_steps, grid).go()
+        every = [(bx, by, bz) for bz in range(0, grid[2], cz) for by in range(grid[1]) for bx in range(grid[0])]
+        if order is not None:
+            if sorted(order) != sorted(every):
+                raise ValueError("order: each block of the grid once")
+            every = list(order)
+        for ctaid in every:
+            _Run(self, ctaid, cz, block[0], args, memory, smem_bytes, max_steps, grid).go()
 
 
 class _Run:
@@ -339,7 +348,18 @@ class _Run:
                 self._warp_all_here(ins, sel, sel)
                 return None
             self._all_here(sel, ins.text, per_block=True)
+            if p[1] == "red":                   # bar.red.or.pred d, barrier, c: d = c of any thread
+                if p[2:] != ["or", "pred"]:
+                    raise NotImplementedError(ins.text)
+                c = self.val(a[2], "pred")
+                for r in np.unique(self.rank[sel]):
+                    block = sel & (self.rank == r)
+                    self.put(a[0], np.full(self.T, bool((c & block).any())), block, "pred")
             return None
+        if op in ("fence", "membar"):
+            return None                         # blocks run one after another: nothing to order
+        if op == "atom":
+            return self._atom(ins, mask)
         if op == "cp":
             return self._cp_async(ins, mask)
         if op == "ldmatrix":
@@ -603,6 +623,25 @@ class _Run:
             full = np.zeros(self.T, dtype=chunk.dtype)
             full[idx] = chunk
             self.put(d, full, mask, t)
+        return None
+
+    def _atom(self, ins: Instr, mask):
+        """atom.global.{inc,add}.u32 d, [a], b: per thread in thread order, d = the old value;
+        inc stores old >= b ? 0 : old + 1, add old + b."""
+        p, a = ins.parts, ins.args
+        if self._space(p) != "global" or p[-1] != "u32" or p[-2] not in ("inc", "add"):
+            raise NotImplementedError(ins.text)
+        idx = np.nonzero(mask)[0]
+        addr = self.address(a[1])
+        b = self.val(a[2], "u32")
+        old = np.zeros(self.T, np.uint32)
+        for i in idx:
+            at = addr[i:i + 1]
+            v = int(self.mem.load(at, 4).copy().reshape(-1).view(np.uint32)[0])
+            old[i] = v
+            new = (0 if v >= int(b[i]) else v + 1) if p[-2] == "inc" else (v + int(b[i])) & 0xFFFFFFFF
+            self.mem.store(at, np.asarray([new], np.uint32).view(np.uint8).reshape(1, 4))
+        self.put(a[0], old, mask, "u32")
         return None
 
     def _shared(self, idx, addr, width, cluster=False, data=None):

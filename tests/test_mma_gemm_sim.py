@@ -47,7 +47,7 @@ def _halves(*shape, seed=0):
 def _args(a, b, c, m, n, k, lda, ldb, ldc, mem, **extra):
     base = dict(A=mem.add(a), B=mem.add(b), C=mem.add(c), M=m, N=n, K=k, lda=lda, ldb=ldb, ldc=ldc, alpha=1.0,
                 beta=0.0, bias=0, batch_stride_a=0, batch_stride_b=0, batch_stride_c=0, offs=0, groups=0, k_chunk=0,
-                split_stride=0)
+                split_stride=0, workspace=0, tile_counters=0)
     base.update(extra)
     return base
 

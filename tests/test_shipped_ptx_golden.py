@@ -11,8 +11,9 @@ all 16 layouts, and `splitk_reduce` for each C type, with and without vectors. F
 (built for sm_80, its first target; the other targets differ in the `.target` line): the default
 and each tiling its untuned size rules pick, in all 4 layouts with 16- and 2-byte copies, fp16 and
 bf16; mixed and 8- and 4-byte copies; fp32 C, WIDE_C, bias per column and per row, each
-activation; 13 points of its `.tune` space (every 17th: the whole space is 216 points); and its
-batched (BATCHED=1) and grouped (GROUPED=1) launch modes.
+activation; 13 points of its `.tune` space (every 17th: the whole space is 216 points); its
+batched (BATCHED=1) and grouped (GROUPED=1) launch modes; and split-K's partial pass, alone
+(SPLIT_K=1) and summing in the kernel (SPLIT_FIXUP=1).
 
 A digest that differs is either a regression or a deliberate change of the kernel or emitter. To
 accept a deliberate change, regenerate and review the diff (and the PTX) before committing:
@@ -114,6 +115,10 @@ def mma_gemm_configs() -> list[tuple[str, dict]]:
             ("mma_gemm", dict(GROUPED=1, BF16=1)), ("mma_gemm", dict(GROUPED=1, TRANS_B=1, WIDE_C=1, ACT=4)),
             ("mma_gemm", dict(**MMA_NARROW, GROUPED=1, TRANS_A=1, ALIGN_A=2, C_F32=1)),
             ("mma_gemm", dict(**MMA_SMALL, GROUPED=1, BIAS=1))]
+    # split-K's partial pass, and the one launch whose tiles' last blocks sum it (issue 32: SPLIT_FIXUP)
+    out += [("mma_gemm", dict(SPLIT_K=1)), ("mma_gemm", dict(SPLIT_K=1, SPLIT_FIXUP=1)),
+            ("mma_gemm", dict(**MMA_SMALL, SPLIT_K=1, SPLIT_FIXUP=1, BF16=1, ALIGN_A=2, ALIGN_B=2)),
+            ("mma_gemm", dict(**MMA_NARROW, SPLIT_K=1, SPLIT_FIXUP=1, C_F32=1, TRANS_A=1, TRANS_B=1))]
     return out
 
 

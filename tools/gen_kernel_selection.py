@@ -71,7 +71,10 @@ def _layouts(spec: KernelSpec) -> str:
 def _split_k(spec: KernelSpec) -> str:
     ways = []
     sets = [dict(r.set) for r in spec.size_rules] + [dict(c.set) for c in spec.configs]
-    if spec.split_k is not None or any(max(c.splits) > 1 for c in spec.configs):
+    if spec.split_k is not None and spec.split_k.fixup_switch:
+        # one launch, each tile's last block summing (the reduce kernel only where params= ask)
+        ways.append("workspace, summed in the kernel")
+    elif spec.split_k is not None or any(max(c.splits) > 1 for c in spec.configs):
         ways.append("workspace + reduce")
     if (spec.split_k is not None and spec.split_k.cluster_switch) or any(s.get("CLUSTER_K", 1) > 1 for s in sets):
         ways.append("in a cluster (sm_90)")

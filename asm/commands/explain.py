@@ -44,7 +44,10 @@ def command(m, n, k, dtype, layout, fused, gpu, top, no_build, as_json):
       tiles/slots   blocks of the grid, and how many the GPU holds at once (SMs x blocks per SM)
       waves         tiles / slots; a last wave that fills few slots wastes the rest
       block         one block's modelled time (fixed part + K steps)
-      split         the reduce kernel, or the clusters' extra
+      sum           where a split's slices are added: "kernel" (the reduce kernel, a second
+                    launch), "cluster" (inside clusters of S blocks) or "in_kernel" (the last
+                    block of each tile, one launch)
+      split         that sum's modelled cost
       call          modelled GPU time + host time of the call (what a caller waits for)
 
     \b
@@ -160,11 +163,11 @@ def _print(r: dict) -> None:
     console.print(f"  pick: [bold]{r['pick']}[/] ({'exact hit in the database' if r['chosen_by'] == 'database' else 'the model'})"
                   f"  params={r['pick_params']}")
     t = Table(show_edge=False, pad_edge=False)
-    for col in ("config", "kernel", "tile", "tiles/slots", "waves", "k steps", "block us", "split us", "call us",
-                "why"):
-        t.add_column(col, justify="left" if col in ("config", "kernel", "why") else "right")
+    for col in ("config", "kernel", "tile", "tiles/slots", "waves", "k steps", "block us", "sum", "split us",
+                "call us", "why"):
+        t.add_column(col, justify="left" if col in ("config", "kernel", "sum", "why") else "right")
     for row in r["rows"]:
         t.add_row(row["config"], row["kernel"], "x".join(map(str, row["tile"])), f"{row['tiles']}/{row['slots']}",
-                  f"{row['waves']:.2f}", str(row["k_steps"]), f"{row['block_us']:.1f}", f"{row['split_us']:.1f}",
-                  f"{row['call_us']:.1f}", row["why"])
+                  f"{row['waves']:.2f}", str(row["k_steps"]), f"{row['block_us']:.1f}", row["reduce"] or "-",
+                  f"{row['split_us']:.1f}", f"{row['call_us']:.1f}", row["why"])
     console.print(t)

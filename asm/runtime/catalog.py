@@ -2,7 +2,8 @@
 crossed with its split-K choices, less what cannot run this call.
 
 A candidate is one configuration (its -D set) on one kernel, with S splits of K summed by the
-reduce kernel or inside clusters of S blocks. Pure data, no GPU: the cost model
+reduce kernel, inside clusters of S blocks, or by the last block of each tile in the same launch
+(a kernel with a fixup switch: mma_gemm.sasm's splits all sum so, in place of the reduce kernel). Pure data, no GPU: the cost model
 (cost_model.py) ranks the list, gemm() builds the best one, and a build that one of the kernel's
 own `.error` guards refuses is skipped for the next (legality comes from the kernel source itself,
 found when it is built and remembered: dispatch.py)."""
@@ -27,20 +28,26 @@ class Candidate:
     set: tuple[tuple[str, int], ...]
     tile: tuple[int, int, int]       # rows, columns, k step of one block
     splits: int = 1                  # S: K split S ways (1: unsplit)
-    reduce: str | None = None        # S > 1: "kernel" (workspace + splitk_reduce) or "cluster"
+    reduce: str | None = None        # S > 1: "kernel" (workspace + splitk_reduce), "cluster" or
+                                     # "in_kernel" (workspace summed by each tile's last block)
     swap: bool = False               # runs as C^T with the kernel's transposed store (ConfigEntry.swap)
 
     @property
     def label(self) -> str:
         """The configuration's name as explain, last_launch() and the sweep database write it:
-        t128x128_k16, t128x128_k16/s4 (reduce kernel), t128x128_k16/s4c (clusters of 4)."""
+        t128x128_k16, t128x128_k16/s4 (S = 4 summed the kernel's one way besides clusters: the
+        reduce kernel, or in the kernel where it has a fixup switch), t128x128_k16/s4c (clusters
+        of 4). A kernel's split candidates sum one way or the other, never both, so "/s4" names
+        one configuration; the H100 database's "/sN" entries of hgemm_mma, timed with the reduce
+        kernel, thus still name the split (S) that the sweep found best."""
         if self.splits == 1:
             return self.config
         return f"{self.config}/s{self.splits}{'c' if self.reduce == 'cluster' else ''}"
 
     def params(self) -> dict:
-        """The params= of gemm() that run exactly this candidate (the split-K switch carries S and
-        the cluster switch 1 for the reduce kernel, S for clusters, as runtime/split_k.py reads them)."""
+        """The params= of gemm() that run exactly this candidate (the split-K switch carries S, the
+        cluster switch 1 for the reduce kernel, S for clusters, the fixup switch 1 for the sum in
+        the kernel, 0 for the reduce kernel, as runtime/split_k.py reads them)."""
         out = dict(self.set)
         spec = get_spec(self.kernel)
         if self.swap:
@@ -50,6 +57,8 @@ class Candidate:
             out[sk.switch] = self.splits
             if sk.cluster_switch is not None:
                 out[sk.cluster_switch] = self.splits if self.reduce == "cluster" else 1
+            if sk.fixup_switch is not None:
+                out[sk.fixup_switch] = int(self.reduce == "in_kernel")
         return out
 
 
@@ -71,7 +80,9 @@ def entry_candidates(entry: ConfigEntry, family: str, k: int, *, plain: bool, cl
             continue
         seen.add(split.splits)
         s = split.splits
-        out.append(Candidate(family, entry.name, entry.kernel, entry.set, tile, s, "kernel", entry.swap))
+        # one launch where the kernel sums in place (no second launch, no fixed cost of one)
+        reduce = "in_kernel" if sk.fixup_switch is not None else "kernel"
+        out.append(Candidate(family, entry.name, entry.kernel, entry.set, tile, s, reduce, entry.swap))
         if clusters and sk.cluster_switch is not None and s in CLUSTER_SIZES and s <= MAX_CLUSTER_SPLITS:
             out.append(Candidate(family, entry.name, entry.kernel, entry.set, tile, s, "cluster", entry.swap))
     return out

@@ -17,7 +17,16 @@ slots (cluster candidates: the slots the driver says their clusters fill):
     memory     (A + B + C bytes) / DRAM bandwidth         a floor: no kernel beats the stream
     gpu        max(compute, memory) + the split's reduce (a launch plus S M N fp32 words read and
                M N written) or the clusters' extra per block (their distributed-shared-memory sums)
+               or the in-kernel sum's (below)
     call       gpu + host time of the call (+ one launch per extra kernel)
+
+The in-kernel sum (reduce "in_kernel", mma_gemm.sasm's SPLIT_FIXUP) has no second launch and no
+reduce_fixed_s: the slices are written at the reduce bandwidth as before, and read (with C
+written) by the last block of each tile of C alone, one SM a tile, so at the share of the reduce
+bandwidth that the tiles' SMs hold, min(1, tiles of C / SMs). The fitted database needs nothing
+new for it: a, b, f and r are the partial pass's (the same blocks either way), and the reduce
+bandwidth is the one fitted on the reduce kernel's samples; only the reading SMs' share is a
+modelled assumption (a sweep with the new mode would fit it).
 
 a, b, f and r are per configuration and per GPU; the sweep (`asmgemm tune --sweep`) fits them
 (fit.py) into the GPU's database (dispatch_db.py). Where there is none, a prior from the GPU's
@@ -192,6 +201,10 @@ def estimate(cand: Candidate, m: int, n: int, k: int, dm: DeviceModel, dtype: st
         bw = dm.reduce_bytes_per_s or dm.dram_bytes_per_s
         split = dm.reduce_fixed_s + (s * m * n * 4 * 2 + m * n * c_bytes) / bw
         host += dm.launch_s
+    elif cand.reduce == "in_kernel":
+        bw = dm.reduce_bytes_per_s or dm.dram_bytes_per_s
+        share = min(1.0, max(1, tiles // s) / dm.sms)
+        split = s * m * n * 4 / bw + (s * m * n * 4 + m * n * c_bytes) / (bw * share)
     elif cand.reduce == "cluster":
         split = dm.cluster_block_s * math.ceil(tiles / slots)
     return Estimate(cand, tiles, slots, full, rest, steps, block, compute, memory, split, host,

@@ -105,12 +105,14 @@ def choose(family: KernelSpec, layout: str, m: int, n: int, k: int, *, gpu: str,
 @dataclass(frozen=True)
 class CandidateBuild:
     """What running a candidate for one launch plan builds: the spec, target and -D defines, and
-    the split it makes (split_k.Split or None) with its cluster size (0: the reduce kernel)."""
+    the split it makes (split_k.Split or None) with its cluster size (0: the reduce kernel or the
+    in-kernel sum) and whether the kernel sums it itself (split_k.in_kernel_fixup)."""
     spec: KernelSpec
     target: str
     split: object
     in_cluster: int
     defines: dict
+    fixup: bool = False
 
     @property
     def key(self) -> tuple:
@@ -126,8 +128,9 @@ def candidate_build(cand: Candidate, plan, sms: int, device_target: str, plain: 
     tuned = cand.params()
     split = split_k.choose_split(spec, plan, None, tuned, sms, plain=plain)
     in_cluster = split_k.cluster_splits(spec, split, target, tuned, plan, sms)
-    defines = choose_params(spec, plan, None, tuned, sms, split_k.switch_define(spec, split, in_cluster))
-    return CandidateBuild(spec, target, split, in_cluster, defines)
+    fixup = split_k.in_kernel_fixup(spec, split, tuned, in_cluster)
+    defines = choose_params(spec, plan, None, tuned, sms, split_k.switch_define(spec, split, in_cluster, fixup))
+    return CandidateBuild(spec, target, split, in_cluster, defines, fixup)
 
 
 def try_build(cand: Candidate, plan, sms: int, device_target: str, plain: bool

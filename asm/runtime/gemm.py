@@ -29,8 +29,10 @@ A kept launch plan is used only while what it was made from is still current:
 Calls that launch nothing (M, N or K zero) are not kept. A call whose operand TMA cannot read in
 place keeps a plan made on the padded copy's layout (a copy of the same shape always has it) and
 which of A and B to copy: a repeated call copies, then launches, without planning again.
-A split-K launch plan (runtime/split_k.py) keeps both kernels, the partial pass and the reduce;
-only its workspace is allocated per call.
+A split-K launch plan (runtime/split_k.py) keeps both kernels, the partial pass and the reduce
+(or the one kernel that sums its own splits); its workspace and tile counters are kept per
+(device, stream) and grown when a call needs more (runtime/split_scratch.py), so a repeated call
+allocates nothing.
 
 Arrays: CuPy arrays; PyTorch CUDA tensors (launched on torch's current stream, results as
 tensors, no copies); any other object with __cuda_array_interface__ or __dlpack__ (viewed as a
@@ -43,7 +45,7 @@ import sys
 
 from ..errors import AsmError
 from ..kernel_spec import ACTIVATIONS, activation_code, specs_version
-from . import dispatch, kept_launch, launch_config, overlap
+from . import dispatch, kept_launch, launch_config, overlap, split_scratch
 from .arrays import Matrix, as_cupy, padded
 from .gpu import device_facts, require_gpu
 from .kept_launch import KeptLaunch, clear_last_launch, last_launch  # noqa: F401  (re-exported: the facade)
@@ -114,8 +116,9 @@ def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 0.0, trans_a: bool =
     module docstring says when a plan is made again).
     For a kernel with split-K (sgemm), params['SPLIT_K'] is the number of K splits S (1: off; absent
     with params given: off); without params= small M x N with deep K is split by the spec's rule
-    (runtime/split_k.py: an fp32 workspace of S x M x N from the arrays' allocator, then a
-    deterministic reduce into C).
+    (runtime/split_k.py: an fp32 workspace of S x M x N, kept per stream, then a deterministic
+    reduce into C: by the reduce kernel, or by the GEMM's own last block of each tile where the
+    kernel has that mode, params['SPLIT_FIXUP'] = 0 forcing the reduce kernel there).
     Raises AsmError for unsupported dtypes, mismatched shapes, unsupported strides, or no GPU.
     """
     act = activation_code(activation)
@@ -209,18 +212,26 @@ def _launch_kept(arrays, plan: KeptLaunch, a, b, c, alpha, beta, bias=None):
         a_ptr, b_ptr = arrays.ptr(a), arrays.ptr(b)
     if plan.swapped:                # column-major C: the kernel's A is the user's B
         a_ptr, b_ptr = b_ptr, a_ptr
-    workspace = _workspace(arrays, a, plan)      # held until both split-K launches are queued
-    plan.launch(a_ptr, b_ptr, c_ptr, alpha, beta, arrays.stream(plan.device),
-                bias_ptr, arrays.ptr(workspace) if workspace is not None else 0)
+    stream = arrays.stream(plan.device)
+    workspace_elems, counters = plan.scratch_needs()
+    if workspace_elems:
+        scratch = _scratch(arrays, a, plan.device, stream, workspace_elems, counters)
+        # (scratch.held: per-call arrays, held until the launches are queued)
+        plan.launch(a_ptr, b_ptr, c_ptr, alpha, beta, stream, bias_ptr, scratch.workspace_ptr,
+                    counters_ptr=scratch.counters_ptr)
+    else:
+        plan.launch(a_ptr, b_ptr, c_ptr, alpha, beta, stream, bias_ptr)
     return c
 
 
-def _workspace(arrays, like, plan: KeptLaunch):
-    """Split-K's fp32 workspace (S x M x N) from the arrays' own allocator (CuPy's or torch's
-    pool, so a per-call allocation is cheap and reused in stream order); None without a split."""
-    if plan.split is None:
-        return None
-    return arrays.empty(like, plan.split.workspace_shape, "float32")
+def _scratch(arrays, like, device: int, stream, workspace_elems: int, counters: int) -> split_scratch.Scratch:
+    """Split-K's workspace (and tile counters) for a launch on `stream` (None: CuPy's current
+    stream): kept per (device, stream) by split_scratch.SCRATCH, per call while the stream
+    captures a CUDA graph."""
+    cupy = arrays.cupy
+    stream_ptr = stream.ptr if stream is not None else cupy.cuda.get_current_stream().ptr
+    return split_scratch.SCRATCH.take(arrays, like, device, stream_ptr, workspace_elems, counters,
+                                      split_scratch.stream_capturing(cupy, stream_ptr))
 
 
 def _plan_and_launch(cupy, cache: PlanCache, arrays, a, b, c, alpha, beta, trans_a, trans_b, params, kernel, key,

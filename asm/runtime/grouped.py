@@ -152,7 +152,7 @@ def grouped_config(spec: KernelSpec, plan: LaunchPlan, facts: DeviceFacts, param
                              clock_hz=facts.clock_hz, dram_bytes_per_s=facts.dram_bytes_per_s,
                              usable=lambda name: get_spec(name).call_value_param("grouped") is not None,
                              extra_tile_rows=plan.groups)
-    cfg.spec, picked, _, _, cfg.built = build_choice(choice, plan, facts, False)
+    cfg.spec, picked, _, _, cfg.built, _ = build_choice(choice, plan, facts, False)
     cfg.config, cfg.chosen_by = picked.label, choice.chosen_by
     return cfg
 

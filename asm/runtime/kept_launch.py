@@ -1,6 +1,7 @@
 """A kept launch: everything a repeated `asmgemm.gemm` call needs that does not change with its
 pointers and scalars — the loaded function, grid, block, shared memory, the packed argument
-layout (and a kept parameter block for cuLaunchKernel), split-K's reduce — made once from a
+layout (and a kept parameter block for cuLaunchKernel), split-K's reduce or the scratch sizes of
+a split the kernel sums itself — made once from a
 launch_config.LaunchConfig (`make`), launched with new pointers on every call. Also the
 process's loaded modules (`load`) and what the latest launch ran (`last_launch`).
 """
@@ -53,7 +54,7 @@ class KeptLaunch:
 
     __slots__ = ("built", "fn", "fn_key", "grid", "block", "smem", "packer", "swapped", "c_shape", "c_align",
                  "device", "c_dtype", "split", "spec_name", "c_trans", "cluster_splits", "copied", "a_ldg", "raw",
-                 "current_stream", "alias", "config", "chosen_by")
+                 "current_stream", "alias", "config", "chosen_by", "fixup")
 
     def __init__(self, built: BuiltKernel, fn, fn_key, grid_, packer: ArgPacker, swapped: bool, c_shape, c_align: int,
                  device: int, c_dtype: str | None = None, split: split_k.SplitLaunch | None = None,
@@ -78,6 +79,16 @@ class KeptLaunch:
         self.alias = (0, 0, 0, 0, 0, 0)
         self.config = None              # the catalog configuration that ran (dispatch.py), or None
         self.chosen_by = None           # "database", "model", "params", "tuning cache" or "size rules"
+        # a split summed by each tile's last block in this one launch (split_k.in_kernel_fixup), or None
+        self.fixup: FixupNeeds | None = None
+
+    def scratch_needs(self) -> tuple[int, int]:
+        """(fp32 workspace elements, int32 tile counters) a launch of this plan needs; (0, 0): none."""
+        if self.fixup is not None:
+            return self.fixup.workspace_elems, self.fixup.counters
+        if self.split is not None:
+            return self.split.workspace_elems, 0
+        return 0, 0
 
     def current(self) -> bool:
         """Still what planning afresh would give: the build cache still holds this very build and
@@ -87,9 +98,10 @@ class KeptLaunch:
                 and (s is None or build_cache._memory.get(s.built.key) is s.built and _functions.get(s.fn_key) is s.fn))
 
     def launch(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha, beta, stream, bias_ptr: int = 0,
-               workspace_ptr: int = 0, offs_ptr: int = 0) -> None:
+               workspace_ptr: int = 0, offs_ptr: int = 0, counters_ptr: int = 0) -> None:
         """The kernel on the kernel's A, B and C (and the epilogue's bias) at these addresses
-        (split-K: the partial pass into the workspace at workspace_ptr, then the reduce into C;
+        (split-K: the partial pass into the workspace at workspace_ptr, then the reduce into C, or
+        one launch whose tiles' last blocks sum the workspace into C, counting on counters_ptr;
         a grouped launch: the problems' end rows at offs_ptr)."""
         _last_launch[0] = self
         raw = self.raw
@@ -98,11 +110,14 @@ class KeptLaunch:
             self.split.launch(self.fn, self.grid, self.block, self.smem, self.packer, a_ptr, b_ptr, c_ptr, alpha, beta,
                               stream, workspace_ptr, raw, stream_ptr)
             return
+        if self.fixup is not None and (workspace_ptr % 16 or not counters_ptr):
+            raise AsmError(f"split-K summed in the kernel needs a 16-byte aligned workspace and tile counters; got "
+                           f"workspace 0x{workspace_ptr:x}, counters 0x{counters_ptr:x}")
         if raw is not None:
             launch_block(raw, self.grid, self.block, self.smem, stream_ptr, a_ptr, b_ptr, c_ptr, alpha, beta, bias_ptr,
-                         offs_ptr)
+                         offs_ptr, workspace_ptr, counters_ptr)
             return
-        args = self.packer.pack(a_ptr, b_ptr, c_ptr, alpha, beta, bias_ptr, offs_ptr)
+        args = self.packer.pack(a_ptr, b_ptr, c_ptr, alpha, beta, bias_ptr, offs_ptr, workspace_ptr, counters_ptr)
         if stream is None:
             self.fn(self.grid, self.block, args, shared_mem=self.smem)
         else:
@@ -122,7 +137,8 @@ def last_launch() -> dict | None:
     spec ("kernel", after its routes: e.g. sgemm_skinny for a decoding shape given to sgemm), the
     entry point, the grid and block, the block's tile of C (rows, columns), the cluster size, the
     K splits (1: none), where they were added ("reduce": "kernel", the reduce kernel after a
-    workspace; "cluster", inside clusters of that many blocks, one launch; None without a split)
+    workspace; "cluster", inside clusters of that many blocks, one launch; "in_kernel", by the last
+    block of each tile from a workspace, one launch; None without a split)
     and "c_trans" (the swap rule's launch: the kernel computed C^T and stored it transposed, its
     tile counted in C^T's rows and columns), "copies" (the caller's operands, "A" and/or "B", copied
     to padded rows first because TMA could not read them in place) and "a_ldg" (the kernel read
@@ -140,12 +156,13 @@ def last_launch() -> dict | None:
     kept = _last_launch[0]
     if kept is None:
         return None
-    splits = kept.split.split.splits if kept.split is not None else max(1, kept.cluster_splits)
+    splits = (kept.split.split.splits if kept.split is not None else kept.fixup.split.splits if kept.fixup is not None
+              else max(1, kept.cluster_splits))
     params = build_cache.defines_of(kept.built)
     return {"kernel": kept.spec_name, "entry": kept.built.name, "grid": tuple(kept.grid), "block": kept.block,
             "tile": (kept.built.tile_m, kept.built.tile_n),
             "cluster": kept.cluster_splits or kept.built.cluster, "splits": splits,
-            "reduce": "kernel" if kept.split is not None else ("cluster" if kept.cluster_splits else None),
+            "reduce": _reduce_kind(kept),
             "c_trans": kept.c_trans, "copies": tuple(name for name, size in zip("AB", kept.copied) if size),
             "a_ldg": kept.a_ldg, "target": kept.built.target, "params": params,
             "rerun_params": _rerun_params(kept, params),
@@ -155,15 +172,30 @@ def last_launch() -> dict | None:
             "clusters_at_once": max_active_clusters(kept.fn, kept.built, kept.device, kept.cluster_splits)}
 
 
+def _reduce_kind(kept: KeptLaunch) -> str | None:
+    """Where the launch's split was summed (last_launch()["reduce"])."""
+    if kept.split is not None:
+        return "kernel"
+    if kept.fixup is not None:
+        return "in_kernel"
+    return "cluster" if kept.cluster_splits else None
+
+
 def _rerun_params(kept: KeptLaunch, params: dict) -> dict:
     """params= for the launch's configuration: a plain build's split-K switch is 0, while params=
-    name a split by its count (S of a partial pass whose reduce is a kernel)."""
+    name a split by its count (S of a partial pass whose reduce is a kernel, or that sums itself:
+    then the fixup switch says which, 1 in the kernel, 0 the reduce kernel)."""
     rerun = {k: int(v) for k, v in params.items()}
     split_spec = get_spec(kept.spec_name).split_k
     if split_spec is not None:
         rerun.pop(split_spec.switch, None)
-        if kept.split is not None:
-            rerun[split_spec.switch] = kept.split.split.splits
+        if split_spec.fixup_switch is not None:
+            rerun.pop(split_spec.fixup_switch, None)
+        split = kept.split.split if kept.split is not None else kept.fixup.split if kept.fixup is not None else None
+        if split is not None:
+            rerun[split_spec.switch] = split.splits
+            if split_spec.fixup_switch is not None:
+                rerun[split_spec.fixup_switch] = int(kept.fixup is not None)
     return rerun
 
 
@@ -176,7 +208,10 @@ def make(cupy, cfg: LaunchConfig, facts: DeviceFacts, c_align: int, device: int)
     target = built.target
     static_smem = _static_smem_limit(target)
     fn = load(cupy, built, static_smem)
-    if split is None or in_cluster:
+    if split is not None and not in_cluster and cfg.fixup:
+        kept = _fixup_launch(cupy, spec, built, fn, plan, split, facts.sm_count, cfg.c_shape, c_align, device,
+                             cfg.new_c_dtype)
+    elif split is None or in_cluster:
         # (a split in one cluster: one launch whose grid's z is S, no workspace, no reduce; its
         # k_chunk is the partial pass's, so both modes cut K at the same places)
         dev = cupy.cuda.Device().id
@@ -243,6 +278,31 @@ def use_raw_launch(cupy, kept: KeptLaunch) -> None:
         kept.split.raw = (*reduce, ParamBlock(kept.split.packer, kept.split.built.params))
     kept.raw = (*main, ParamBlock(kept.packer, kept.built.params))
     kept.current_stream = cupy.cuda.get_current_stream
+
+
+class FixupNeeds:
+    """A split its kernel sums itself (one launch): the split, and the scratch each launch needs."""
+
+    __slots__ = ("split", "workspace_elems", "counters")
+
+    def __init__(self, split: split_k.Split, workspace_elems: int, counters: int):
+        self.split, self.workspace_elems, self.counters = split, workspace_elems, counters
+
+
+def _fixup_launch(cupy, spec: KernelSpec, built: BuiltKernel, fn, plan: LaunchPlan, split, sm_count: int, c_shape,
+                  c_align: int, device: int, c_dtype) -> KeptLaunch:
+    """A kept launch of a split summed in the kernel: the partial pass's grid (z = S) on the call's
+    C, k_chunk and split_stride packed; the workspace and tile counters come per call
+    (split_scratch.py keeps them per stream)."""
+    dev = cupy.cuda.Device().id
+    grid_ = grid(spec, built, plan, sm_count, split.splits, _cluster_capacity(spec, fn, built, dev))
+    packer = ArgPacker(built, plan, spec.dtypes.a, spec.dtypes.c, split_k.fixup_values(split, plan),
+                       a_map=not loads_a_itself(spec, plan))
+    kept = KeptLaunch(built, fn, (built.key, dev), grid_, packer, plan.swapped, c_shape, c_align, device, c_dtype,
+                      spec_name=spec.name)
+    kept.fixup = FixupNeeds(split, split_k.fixup_workspace_elems(split, plan, built.tile_n),
+                            split_k.fixup_counters(grid_))
+    return kept
 
 
 def _split_launch(cupy, spec: KernelSpec, built: BuiltKernel, fn, plan: LaunchPlan, split, target: str,

@@ -177,7 +177,7 @@ def grid(spec: KernelSpec, built: BuiltKernel, plan: LaunchPlan, sm_count: int =
 # The split-K reduce kernel's workspace W takes the first pointer (its C the third); the fused
 # epilogue's bias vector the fourth, a grouped launch's offsets (on the device, new per call) the fifth.
 _CALL_SLOTS = {"A": 0, "B": 1, "C": 2, "alpha": 3, "beta": 4, "tmap_a": 0, "tmap_b": 1, "tmap_c": 2, "bias": 3,
-               "W": 0, "offs": 4}
+               "W": 0, "offs": 4, "workspace": 5, "tile_counters": 6}
 # A tensor-map argument the kernel does not read in this launch (tmap_c without 16-byte rows of C)
 _NO_MAP = np.zeros((), dtype="V128")
 
@@ -233,12 +233,13 @@ class ArgPacker:
         self._scalars = (None, None, ())      # (alpha, beta, ((position, converted), ...)) of the last call
 
     def pack(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha: float, beta: float, bias_ptr: int = 0,
-             offs_ptr: int = 0) -> tuple:
+             offs_ptr: int = 0, workspace_ptr: int = 0, counters_ptr: int = 0) -> tuple:
         """The arguments for kernel operands at these addresses (same shapes, strides and 16-byte
         alignment as the plan's: the caller's cache key guarantees it); bias_ptr: the fused
-        epilogue's vector, 0 without one; offs_ptr: a grouped launch's end rows, 0 otherwise."""
+        epilogue's vector, 0 without one; offs_ptr: a grouped launch's end rows, 0 otherwise;
+        workspace_ptr, counters_ptr: a one-launch split-K's slices and tile counters, 0 otherwise."""
         out = list(self.template)
-        ptrs = (a_ptr, b_ptr, c_ptr, bias_ptr, offs_ptr)
+        ptrs = (a_ptr, b_ptr, c_ptr, bias_ptr, offs_ptr, workspace_ptr, counters_ptr)
         for i, which, convert in self.pointer_slots:
             out[i] = convert(ptrs[which])
         memo = self._scalars            # one read and one write: threads sharing a plan never mix two calls
@@ -291,9 +292,9 @@ class ParamBlock:
         return np.ctypeslib.as_ctypes_type(_SCALAR[params[i][1]]).from_buffer(self._buffers[i])
 
     def write(self, a_ptr: int, b_ptr: int, c_ptr: int, alpha: float, beta: float, bias_ptr: int = 0,
-              offs_ptr: int = 0) -> None:
+              offs_ptr: int = 0, workspace_ptr: int = 0, counters_ptr: int = 0) -> None:
         """The per-call arguments into the block (what ArgPacker.pack would return, in place)."""
-        ptrs = (a_ptr, b_ptr, c_ptr, bias_ptr, offs_ptr)
+        ptrs = (a_ptr, b_ptr, c_ptr, bias_ptr, offs_ptr, workspace_ptr, counters_ptr)
         for slot, which in self._ints:
             slot.value = ptrs[which]
         for i, which, encode in self._maps:
@@ -314,12 +315,13 @@ class ParamBlock:
 
 
 def launch_block(raw, grid_: tuple, block: tuple, smem: int, stream_ptr: int, a_ptr: int, b_ptr: int, c_ptr: int,
-                 alpha: float, beta: float, bias_ptr: int = 0, offs_ptr: int = 0) -> None:
+                 alpha: float, beta: float, bias_ptr: int = 0, offs_ptr: int = 0, workspace_ptr: int = 0,
+                 counters_ptr: int = 0) -> None:
     """One launch through cuLaunchKernel: raw = (the driver's launch function, the CUfunction
     handle, the plan's ParamBlock); the block is written and launched under its lock."""
     launch, function, params = raw
     with params.lock:
-        params.write(a_ptr, b_ptr, c_ptr, alpha, beta, bias_ptr, offs_ptr)
+        params.write(a_ptr, b_ptr, c_ptr, alpha, beta, bias_ptr, offs_ptr, workspace_ptr, counters_ptr)
         launch(function, grid_[0], grid_[1], grid_[2], block[0], block[1], block[2], smem, stream_ptr,
                params.address, 0)
 

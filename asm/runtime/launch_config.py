@@ -71,6 +71,7 @@ class LaunchConfig:
     built: BuiltKernel | None = None
     split: split_k.Split | None = None   # split-K through a workspace and a reduce (None: none)
     in_cluster: int = 0          # S of a split summed inside clusters of S blocks (0: none)
+    fixup: bool = False          # the split summed by each tile's last block, one launch (split_k.in_kernel_fixup)
     config: str | None = None    # the catalog entry that runs (dispatch.py), or None
     chosen_by: str = "size rules"    # "database", "model", "autotune", "params", "tuning cache"
     empty: bool = False
@@ -187,7 +188,8 @@ def configure(spec: KernelSpec, problem: Problem, facts: DeviceFacts,
         return cfg
     target = spec.build_target(facts.target)
     if choice is not None:
-        cfg.spec, picked, cfg.split, cfg.in_cluster, cfg.built = build_choice(choice, plan, facts, plain, plan_ct)
+        cfg.spec, picked, cfg.split, cfg.in_cluster, cfg.built, cfg.fixup = build_choice(choice, plan, facts, plain,
+                                                                                         plan_ct)
         cfg.config, cfg.chosen_by = picked.label, choice.chosen_by
         if picked.swap:
             cfg.plan = plan_ct
@@ -195,8 +197,9 @@ def configure(spec: KernelSpec, problem: Problem, facts: DeviceFacts,
         cfg.split = split_k.choose_split(spec, plan, params, tuned, facts.sm_count, plain=plain)
         cfg.in_cluster = split_k.cluster_splits(spec, cfg.split, target, params if params is not None else tuned,
                                                 plan, facts.sm_count)
+        cfg.fixup = split_k.in_kernel_fixup(spec, cfg.split, params if params is not None else tuned, cfg.in_cluster)
         cfg.built = _build_for(spec, plan, params, tuned, facts, target,
-                               {**split_k.switch_define(spec, cfg.split, cfg.in_cluster),
+                               {**split_k.switch_define(spec, cfg.split, cfg.in_cluster, cfg.fixup),
                                 **batch_defines(spec, kernel_batch, params)})
     return cfg
 
@@ -272,7 +275,7 @@ def _in_place_or(spec: KernelSpec, plan: LaunchPlan, itemsize: int, facts: Devic
                                  gpu=facts.name, target=facts.target, sms=facts.sm_count, plain=plain,
                                  clock_hz=facts.clock_hz, dram_bytes_per_s=facts.dram_bytes_per_s)
         try:
-            _, runs, _, _, _ = build_choice(choice, plan, facts, plain)
+            _, runs, _, _, _, _ = build_choice(choice, plan, facts, plain)
         except AsmError:
             return spec             # no configuration of the in-place kernel takes these operands
         picked = [e for e in choice.ranked if e.candidate is runs]
@@ -347,7 +350,7 @@ def _build_for(spec: KernelSpec, plan: LaunchPlan, params: dict | None, tuned: d
 
 def build_choice(choice: dispatch.Choice, plan: LaunchPlan, facts: DeviceFacts, plain: bool,
                  plan_ct: LaunchPlan | None = None):
-    """(spec, candidate, split, cluster S, build) of the first candidate of `choice` whose build the
+    """(spec, candidate, split, cluster S, build, in-kernel sum) of the first candidate of `choice` whose build the
     kernel's guards accept (a swap candidate built for `plan_ct`, the C^T launch); a refusal is
     remembered per build, so it costs one expansion per process. Every candidate refused: the
     first refusal is the error."""
@@ -356,7 +359,7 @@ def build_choice(choice: dispatch.Choice, plan: LaunchPlan, facts: DeviceFacts, 
         cb, built, why, error = dispatch.try_build(cand, plan_ct if cand.swap else plan, facts.sm_count, facts.target,
                                                    plain)
         if built is not None:
-            return cb.spec, cand, cb.split, cb.in_cluster, built
+            return cb.spec, cand, cb.split, cb.in_cluster, built, cb.fixup
         first = first or error
         choice.refused[cand.label] = why
         if choice.chosen_by == "database" and cand is choice.order[0]:

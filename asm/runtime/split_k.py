@@ -9,10 +9,22 @@ per tile of C leaves most SMs idle.
      + beta * C, summing s = 0..S-1 in that order, so the result is deterministic (bit-identical
      from run to run) and beta = 0 never reads C.
 
-Both run on the same stream, one after the other; the workspace comes from the arrays' own
-allocator (CuPy's or torch's memory pool) per call, and is released when both are queued (the
-pools reuse it in stream order). M, N, C and ldc are the kernel's (after the operand swap of a
-column-major C), so the reduce only ever sees a row-major C.
+Both run on the same stream, one after the other. M, N, C and ldc are the kernel's (after the
+operand swap of a column-major C), so the reduce only ever sees a row-major C.
+
+A kernel whose spec names a `fixup_switch` (mma_gemm.sasm: SPLIT_FIXUP) sums in the partial pass
+instead, one launch (`in_kernel_fixup`, last_launch()["reduce"] == "in_kernel"): each block stores
+its slice, then counts itself in on its tile's int32 counter (an atomic, after a fence), and the
+block that counts last sums the tile's S slices into C in slice order with the reduce kernel's own
+instructions (kernels_ptx/splitk_sum.inc), so C has the same bits either way. The counter array
+(`tile_counters`) is zeroed once when it is allocated; the last block's atomic wraps its tile's
+counter back to 0, so the next launch on the stream finds them zero again.
+
+The workspace and the counters (`KeptScratch`) are kept per (device, stream) and grown when a call
+needs more, so a repeated call allocates nothing; a workspace past WORKSPACE_CAP_BYTES is not kept
+(allocated per call from the arrays' allocator, as every split was before, and released once
+queued: the pools reuse it in stream order). Two streams never share counters: two launches
+counting on the same tile's counter at once would race (one could see the other's blocks' arrivals).
 
 Choosing S (`choose_split`), the pseudo-parameter being the spec's switch name ('SPLIT_K'):
   * params= given: params['SPLIT_K'] is S (absent or 1: off). The tuner's trials and bench's -D
@@ -157,17 +169,55 @@ def cluster_splits(spec: KernelSpec, split: Split | None, target: str, params: d
     return split.splits if "clusters" in arch_for(target).features else 0
 
 
-def switch_define(spec: KernelSpec, split: Split | None, clustered: int = 0) -> dict:
+def in_kernel_fixup(spec: KernelSpec, split: Split | None, params: dict | None = None, clustered: int = 0) -> bool:
+    """Whether this split sums its slices inside the partial pass (one launch: the spec's
+    fixup_switch) rather than in the reduce kernel: wherever the kernel has the mode, unless
+    params= (or a tuning entry) names the fixup switch 0 (the A/B of the two; 1 asks for it)."""
+    sk = spec.split_k
+    if split is None or clustered or sk is None or sk.fixup_switch is None:
+        return False
+    asked = params.get(sk.fixup_switch) if params else None
+    if asked is None:
+        return True
+    if str(asked).strip() not in ("0", "1") or isinstance(asked, float):
+        raise AsmError(f"params: {sk.fixup_switch}={asked!r}: 1 sums split-K's slices inside the kernel (one "
+                       "launch), 0 in the reduce kernel (two)")
+    return str(asked).strip() == "1"
+
+
+def switch_define(spec: KernelSpec, split: Split | None, clustered: int = 0, fixup: bool = False) -> dict:
     """The -D values of the kernel's split-K switches for this launch ({} for a kernel without
     them): they replace the pseudo-parameter S that params= or a tuning entry may carry under the
     switch's name. A split in one cluster (`clustered` = S from cluster_splits) builds with the
-    switch off and the cluster switch at S."""
+    switch off and the cluster switch at S; `fixup` (in_kernel_fixup) sets the fixup switch, which
+    a kernel that has one always gets (0 unsplit), so a params= value of it never reaches an
+    unsplit build."""
     sk = spec.split_k
     if sk is None:
         return {}
+    fix = {} if sk.fixup_switch is None else {sk.fixup_switch: int(bool(fixup and split is not None))}
     if clustered:
-        return {sk.switch: 0, sk.cluster_switch: clustered}
-    return {sk.switch: 1 if split is not None else 0}
+        return {sk.switch: 0, sk.cluster_switch: clustered, **fix}
+    return {sk.switch: 1 if split is not None else 0, **fix}
+
+
+def fixup_values(split: Split, plan: LaunchPlan) -> dict:
+    """The one-launch split's arguments (ArgPacker's `extra`): C stays the call's; the workspace
+    and the counters are pointers of the kept scratch (KeptScratch), given per call."""
+    return {"k_chunk": split.k_chunk, "split_stride": plan.m * plan.n}
+
+
+def fixup_counters(grid_: tuple[int, int, int]) -> int:
+    """The int32 arrival counters a one-launch split needs: one per tile of C (grid x * grid y;
+    the kernel's counter of block (x, y, s) is y * grid x + x)."""
+    return grid_[0] * grid_[1]
+
+
+def fixup_workspace_elems(split: Split, plan: LaunchPlan, tile_n: int) -> int:
+    """fp32 elements of a one-launch split's workspace: the S slices and tile_n more, which the
+    last block's loads of a partial tile's columns past N may read (their sums are never stored;
+    the loads stay unguarded: mma_gemm.sasm, SPLIT_FIXUP_TILE)."""
+    return split.workspace_elems(plan.m, plan.n) + tile_n
 
 
 def workspace_plan(plan: LaunchPlan) -> LaunchPlan:
@@ -220,12 +270,14 @@ class SplitLaunch:
     """The reduce half of a kept split-K launch plan (the partial half is the plan's own kernel,
     built with the switch on, its grid's z = S and k_chunk / split_stride in its packed arguments)."""
 
-    __slots__ = ("split", "built", "fn", "fn_key", "grid", "block", "packer", "workspace_shape", "raw")
+    __slots__ = ("split", "built", "fn", "fn_key", "grid", "block", "packer", "workspace_shape", "workspace_elems",
+                 "raw")
 
     def __init__(self, split: Split, built, fn, fn_key, grid_, packer, m: int, n: int):
         self.split, self.built, self.fn, self.fn_key = split, built, fn, fn_key
         self.grid, self.block, self.packer = grid_, (built.threads, 1, 1), packer
         self.workspace_shape = (split.splits, m, n)
+        self.workspace_elems = split.workspace_elems(m, n)
         # the reduce's (launch, handle, ParamBlock) for cuLaunchKernel, set with the plan's own
         # (kept_launch.use_raw_launch); None: fn's call
         self.raw = None

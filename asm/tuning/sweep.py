@@ -67,7 +67,8 @@ def plan_calls(family: KernelSpec, shapes: list[tuple[Shape, str]], facts, exhau
             if c.splits == 1 or exhaustive:
                 timed.append(c)
                 continue
-            room = SPLITS_PER_ENTRY if c.reduce == "kernel" else 1
+            # (a split summed in the kernel is a workspace split too: as many counts as the reduce's)
+            room = SPLITS_PER_ENTRY if c.reduce in ("kernel", "in_kernel") else 1
             if per_entry.get((c.config, c.reduce), 0) < room:
                 per_entry[(c.config, c.reduce)] = per_entry.get((c.config, c.reduce), 0) + 1
                 timed.append(c)
@@ -92,7 +93,7 @@ def prebuild(calls: list[SweepCall], facts, jobs: int = 0, on_done: Callable[[in
         for cand in call.timed:
             cb = dispatch.candidate_build(cand, call.plan_of(cand), facts.sm_count, facts.target, True)
             work[cb.key] = (cb.spec.name, tuple(cb.defines.items()), cb.target)
-            if cb.split is not None and not cb.in_cluster:
+            if cb.split is not None and not cb.in_cluster and not cb.fixup:
                 rspec = split_k.reduce_spec(cb.spec)
                 rdef = split_k.reduce_defines(cb.spec, call.plan_of(cand))
                 rkey = (rspec.name, cb.target, tuple(sorted((k, str(v)) for k, v in rdef.items())))

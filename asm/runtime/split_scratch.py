@@ -1,0 +1,134 @@
+"""Split-K's scratch memory, kept between calls: the fp32 workspace of the slices and the int32
+arrival counters of a one-launch split (split_k.in_kernel_fixup), per (device, stream).
+
+Allocating the workspace per call from the arrays' pool cost ~3 us of host time a split call on
+the H100 (issue 32); kept, a repeated call allocates nothing. What is kept:
+  * per (device, stream): a stream's launches run one after another, so they may share one
+    workspace and one counter array. Two streams never share them: two launches counting on the
+    same tile's counter at once would race (a block could count another launch's arrivals and
+    sum slices that are not yet written), and two partial passes would write the same slices.
+  * grown, never shrunk, when a call needs more (to twice the old size at least, so a run of
+    growing shapes allocates a few times, not once a shape); the old memory goes back to the
+    arrays' pool once the call that replaced it is queued (the pools reuse it in stream order).
+  * the counters zeroed once, by a fill on the stream when they are allocated; from then on
+    the kernel's last block of each tile resets its tile's counter (mma_gemm.sasm's atom.inc).
+  * a workspace over WORKSPACE_CAP_BYTES is not kept: such a call takes one from the pool and
+    gives it back, as every split did before (a few microseconds beside a multi-megabyte reduce).
+  * while the stream is capturing a CUDA graph nothing kept is used, made or grown: the graph
+    bakes in its pointers, which must stay valid for every replay, while the kept memory may be
+    grown (and the old given back) by a later call; so the captured call takes its workspace and
+    counters from the arrays' pool during the capture (the graph's pool under torch), the
+    counters' zeroing captured as a node before the launch, as every split did before.
+
+Not thread-safe beyond what the GIL gives: two threads launching on one stream share its scratch,
+which their launches use one after another in stream order; the growth of the dictionary is one
+assignment."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+WORKSPACE_CAP_BYTES = 256 << 20     # the most workspace kept per (device, stream)
+FLOAT_BYTES = 4
+
+
+@dataclass
+class _Kept:
+    # the arrays (of the library of the call that made them: the stream's calls may mix CuPy and
+    # torch, so their pointers are kept as numbers) and their sizes
+    workspace: object = None         # an fp32 array, or None
+    workspace_ptr: int = 0
+    workspace_elems: int = 0
+    counters: object = None          # an int32 array, all zero between launches
+    counters_ptr: int = 0
+    counter_count: int = 0
+
+
+@dataclass(frozen=True)
+class Scratch:
+    """One call's scratch: the pointers, and what the caller holds until the launch is queued
+    (per-call arrays; empty where everything was kept)."""
+    workspace_ptr: int
+    counters_ptr: int
+    held: tuple = ()
+
+
+class SplitScratch:
+    """The kept workspaces and counters of this process, per (CuPy module, device, stream pointer)
+    (the module: a process has one, but a test's stand-in CuPy has memory of its own)."""
+
+    def __init__(self, cap_bytes: int = WORKSPACE_CAP_BYTES):
+        self.cap_bytes = cap_bytes
+        self._kept: dict[tuple[object, int, int], _Kept] = {}
+
+    def kept(self, arrays, device: int, stream_ptr: int) -> tuple[int, int]:
+        """(workspace elements, counters) kept for this stream (0, 0 when none): for tests and reports."""
+        k = self._kept.get((arrays.cupy, device, stream_ptr))
+        return (k.workspace_elems, k.counter_count) if k is not None else (0, 0)
+
+    def forget(self) -> None:
+        """Drop everything kept (the arrays go back to their pools)."""
+        self._kept.clear()
+
+    def take(self, arrays, like, device: int, stream_ptr: int, workspace_elems: int, counters: int,
+             capturing: bool = False) -> Scratch:
+        """The scratch of one split call on `stream_ptr`: a workspace of at least workspace_elems
+        floats (16-byte aligned: the pools' alignment) and, where counters > 0, that many int32
+        counters that are zero (those kept: zeroed when allocated, reset by every launch since).
+        `like`: an array of the call (its device and library); `capturing`: the stream is
+        capturing a CUDA graph (the module docstring)."""
+        need_bytes = workspace_elems * FLOAT_BYTES
+        if capturing:
+            return self._per_call(arrays, like, workspace_elems, counters)
+        key = (arrays.cupy, device, stream_ptr)
+        k = self._kept.get(key)
+        if k is None:
+            k = self._kept[key] = _Kept()
+        held = []
+        if need_bytes > self.cap_bytes:
+            ws = arrays.empty(like, (workspace_elems,), "float32")
+            held.append(ws)
+            ws_ptr = arrays.ptr(ws)
+        else:
+            if k.workspace_elems < workspace_elems:
+                # (the old one, if any, is dropped here: the pool reuses it in stream order)
+                grown = min(max(workspace_elems, 2 * k.workspace_elems), self.cap_bytes // FLOAT_BYTES)
+                k.workspace = arrays.empty(like, (grown,), "float32")
+                k.workspace_ptr, k.workspace_elems = arrays.ptr(k.workspace), grown
+            ws_ptr = k.workspace_ptr
+        ctr_ptr = 0
+        if counters > 0:
+            if k.counter_count < counters:
+                grown = max(counters, 2 * k.counter_count)
+                fresh = arrays.empty(like, (grown,), "int32")
+                arrays.zero(fresh)          # on the call's stream, before the launch that counts on it
+                k.counters, k.counters_ptr, k.counter_count = fresh, arrays.ptr(fresh), grown
+            ctr_ptr = k.counters_ptr
+        return Scratch(ws_ptr, ctr_ptr, tuple(held))
+
+    @staticmethod
+    def _per_call(arrays, like, workspace_elems: int, counters: int) -> Scratch:
+        ws = arrays.empty(like, (workspace_elems,), "float32")
+        held = [ws]
+        ctr_ptr = 0
+        if counters > 0:
+            ctr = arrays.empty(like, (counters,), "int32")
+            arrays.zero(ctr)
+            held.append(ctr)
+            ctr_ptr = arrays.ptr(ctr)
+        return Scratch(arrays.ptr(ws), ctr_ptr, tuple(held))
+
+
+# the process's kept scratch (gemm.py's split calls)
+SCRATCH = SplitScratch()
+
+
+def stream_capturing(cupy, stream_ptr: int) -> bool:
+    """Whether the stream is capturing a CUDA graph (cudaStreamIsCapturing; a CuPy without the
+    call, or a stand-in: no)."""
+    query = getattr(getattr(getattr(cupy, "cuda", None), "runtime", None), "streamIsCapturing", None)
+    if query is None:
+        return False
+    try:
+        return int(query(stream_ptr)) != 0
+    except Exception:   # CUDARuntimeError: a stream the runtime does not know is not capturing one of ours
+        return False

@@ -229,12 +229,15 @@ def test_gemm_launches_the_named_kernel_and_says_so(fake_fp32_gemm):
     _, launches = fake_fp32_gemm
     _gemm(3, 300, 200, kernel="sgemm_skinny")  # K < 512: no split; 3 column blocks of 128, one of MR = 4 rows
     ran = last_launch()
-    assert {k: v for k, v in ran.items() if k not in ("target", "params")} == {
+    assert {k: v for k, v in ran.items() if k not in ("target", "params", "rerun_params")} == {
         "kernel": "sgemm_skinny", "entry": "gemm_skinny", "grid": (3, 1, 1), "block": (256, 1, 1), "tile": (4, 128),
         "cluster": 1, "splits": 1, "reduce": None, "c_trans": False, "copies": (), "a_ldg": False,
         "config": None, "chosen_by": "size rules", "sass_patch": None, "blocks_per_sm": None,
         "clusters_at_once": None}
     assert ran["target"] == "sm_90" and ran["params"]["MR"] == "4", ran
+    # params= that run this configuration again: the build's defines as integers, without the
+    # split switch (params= name a split by its count; absent means none, as here)
+    assert ran["rerun_params"] == {k: int(v) for k, v in ran["params"].items() if k != "SPLIT_K"}
     assert launches[-1][0] == (3, 1, 1)
     # 16 column blocks: S = min(8, ceil(264 / 16)) = 8 of 256; on sm_90 (the stand-in's) the 8 blocks
     # of a column block are one cluster adding their sums: one launch, no reduce kernel

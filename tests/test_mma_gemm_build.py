@@ -221,9 +221,9 @@ def test_every_catalog_tiling_is_built_on_every_target():
         assert {_tiling_key(c) for c in CONFIGS if c.target == target} == wanted, f"{target} misses a tiling"
         cands = candidates(SPEC, 4096, 4096, target, plain=True)
         assert [c.config for c in cands if c.splits == 1] == list(ENTRIES)
-        # each entry also splits K (the SPLIT_K build of the same tiling, summed in the kernel:
-        # SPLIT_FIXUP; a fused epilogue never)
-        assert {c.config for c in cands if c.splits > 1 and c.reduce == "in_kernel"} == set(ENTRIES)
+        # each entry also splits K (the SPLIT_K build of the same tiling and the reduce kernel; the
+        # one-launch sum, SPLIT_FIXUP, is params= only; a fused epilogue never splits)
+        assert {c.config for c in cands if c.splits > 1 and c.reduce == "kernel"} == set(ENTRIES)
         assert all(c.splits == 1 for c in candidates(SPEC, 4096, 4096, target, plain=False))
     for shape, layout in itertools.product((LARGE, SMALL), LAYOUTS):
         assert untuned_size_rule(SPEC, *shape, layout, SMS) == {}

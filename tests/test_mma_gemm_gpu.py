@@ -363,9 +363,9 @@ def test_narrow_c_beta_zero_never_reads_c():
 def test_split_k(m, n, k, splits, layout, dtype, c_f32):
     run = _check(m, n, k, layout, dtype, c_f32=c_f32, params={"SPLIT_K": splits, "BM": 64, "BN": 64, "WM": 32,
                                                                "WN": 32})
-    # (summed by each tile's last block: the one-launch mode, hgemm_mma's unless SPLIT_FIXUP=0 asks
-    # for the reduce kernel; tests/test_splitk_fixup_gpu.py checks the two give the same bits)
-    assert run["splits"] > 1 and run["reduce"] == "in_kernel", run
+    # (the reduce kernel unless SPLIT_FIXUP=1 asks for the one-launch sum;
+    # tests/test_splitk_fixup_gpu.py checks the two give the same bits)
+    assert run["splits"] > 1 and run["reduce"] == "kernel", run
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

@@ -303,16 +303,19 @@ def test_the_spec_refuses_a_fixup_switch_it_cannot_honour(tmp_path, line, abi, m
         load_spec_file(_write(tmp_path, line, abi))
 
 
-def test_hgemm_mmas_splits_are_one_launch_candidates():
+def test_hgemm_mmas_split_candidates_use_the_reduce_kernel_and_name_the_fixup_switch():
+    """The dispatch's split candidates sum in the reduce kernel (the one-launch sum measured slower
+    on the H100: split_k.in_kernel_fixup); their params= say so (SPLIT_FIXUP=0), and a candidate
+    of the one-launch mode asks for it (SPLIT_FIXUP=1)."""
     entry = get_spec("hgemm_mma").configs[0]
     cands = catalog.entry_candidates(entry, "hgemm_mma", 1725, plain=True, clusters=True)
     split = [c for c in cands if c.splits > 1]
-    assert split and {c.reduce for c in split} == {"in_kernel"}
+    assert split and {c.reduce for c in split} == {"kernel"}
     c = split[0]
-    assert c.params()["SPLIT_FIXUP"] == 1 and c.params()["SPLIT_K"] == c.splits
+    assert c.params()["SPLIT_FIXUP"] == 0 and c.params()["SPLIT_K"] == c.splits
     assert c.label == f"{entry.name}/s{c.splits}"        # the database's names of hgemm_mma's splits
-    two = Candidate("hgemm_mma", entry.name, "hgemm_mma", entry.set, entry.tile, 4, "kernel")
-    assert two.params()["SPLIT_FIXUP"] == 0
+    one = Candidate("hgemm_mma", entry.name, "hgemm_mma", entry.set, entry.tile, 4, "in_kernel")
+    assert one.params()["SPLIT_FIXUP"] == 1
 
 
 def _model() -> DeviceModel:
@@ -338,10 +341,10 @@ def test_the_one_launch_split_costs_no_launch_and_reads_at_its_tiles_share():
     assert small.split_s == pytest.approx(written / 1e11 + read / 0.25e11)
 
 
-def test_the_runtime_sums_in_the_kernel_unless_params_ask_for_the_reduce_kernel():
+def test_the_runtime_sums_in_the_kernel_only_where_params_ask_for_it():
     spec = get_spec("hgemm_mma")
     s = split_k.Split(4, 64)
-    assert split_k.in_kernel_fixup(spec, s) and split_k.in_kernel_fixup(spec, s, {"SPLIT_FIXUP": 1})
+    assert not split_k.in_kernel_fixup(spec, s) and split_k.in_kernel_fixup(spec, s, {"SPLIT_FIXUP": 1})
     assert not split_k.in_kernel_fixup(spec, s, {"SPLIT_FIXUP": 0})
     assert not split_k.in_kernel_fixup(spec, s, {"SPLIT_FIXUP": "0"})
     assert not split_k.in_kernel_fixup(spec, None) and not split_k.in_kernel_fixup(get_spec("sgemm"), s)

@@ -89,9 +89,10 @@ def test_one_launch_gives_the_two_launch_bits(m, n, k, splits, layout, dtype, c_
     assert bool((out[0].view(word) == out[1].view(word)).all()), "C's bits differ between the two modes"
 
 
-def test_the_other_tilings_and_the_model_pick_sum_in_the_kernel():
+def test_the_other_tilings_give_the_same_bits_and_the_model_pick_uses_the_reduce_kernel():
     """The catalog's 128 x 128 tilings (four warps of 64 x 64 on 16-byte rows; eight of 64 x 32 on
-    odd ones) give the same bits too; untuned, the model's split of 16x314x1725 runs in one launch."""
+    odd ones) give the same bits too; untuned, the model's split of 16x314x1725 runs the reduce
+    kernel (the one-launch sum is params= only: split_k.in_kernel_fixup)."""
     out, runs = _both(64, 256, 4096, 8, "nn", "float16", False, 1.0, 0.0, tiling={})
     assert bool((out[0].view(cp.uint16) == out[1].view(cp.uint16)).all()) and runs[1]["tile"] == (128, 128)
     out, runs = _both(77, 301, 3001, 6, "tn", "bfloat16", False, -1.5, 0.25, tiling={"WN": 32})
@@ -99,7 +100,7 @@ def test_the_other_tilings_and_the_model_pick_sum_in_the_kernel():
     a, b = _operands(16, 314, 1725, "nn", "float16")
     asmgemm.gemm(a, b, kernel="hgemm_mma")
     run = last_launch()
-    assert run["splits"] == 1 or run["reduce"] == "in_kernel", run
+    assert run["splits"] == 1 or run["reduce"] == "kernel", run
 
 
 def test_repeated_calls_find_the_counters_back_at_zero():
@@ -110,7 +111,7 @@ def test_repeated_calls_find_the_counters_back_at_zero():
     first = None
     for _ in range(6):
         c = cp.full((m, n), 0xFFFF, dtype=cp.uint16)            # bf16 NaN
-        asmgemm.gemm(a, b, c, beta=0.0, kernel="bgemm_mma", params={**SMALL, "SPLIT_K": s})
+        asmgemm.gemm(a, b, c, beta=0.0, kernel="bgemm_mma", params={**SMALL, "SPLIT_K": s, "SPLIT_FIXUP": 1})
         assert last_launch()["reduce"] == "in_kernel"
         if first is None:
             first = c.copy()
@@ -123,14 +124,14 @@ def test_two_streams_alternating_keep_their_own_scratch():
     own counters in its own workspace (shared ones would race), and each C is right."""
     m, n, k, s = 16, 314, 1725, 27
     a, b = _operands(m, n, k, "nn", "float16")
-    ref = asmgemm.gemm(a, b, params={**SMALL, "SPLIT_K": s, "SPLIT_FIXUP": 0})
+    ref = asmgemm.gemm(a, b, kernel="hgemm_mma", params={**SMALL, "SPLIT_K": s, "SPLIT_FIXUP": 0})
     cp.cuda.Device().synchronize()          # (the streams below do not wait for the default one)
     streams = [cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)]
     outs = [[], []]
     for i in range(8):
         with streams[i % 2]:
             c = cp.empty((m, n), cp.float16)
-            asmgemm.gemm(a, b, c, params={**SMALL, "SPLIT_K": s})
+            asmgemm.gemm(a, b, c, kernel="hgemm_mma", params={**SMALL, "SPLIT_K": s, "SPLIT_FIXUP": 1})
             outs[i % 2].append(c)
     for st in streams:
         st.synchronize()
@@ -151,15 +152,15 @@ def test_a_torch_graph_captures_a_one_launch_split():
     c = torch.empty(m, n, device="cuda", dtype=torch.float16)
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
-        asmgemm.gemm(a, b, c, params={**SMALL, "SPLIT_K": s})             # warm: plan and scratch kept
+        asmgemm.gemm(a, b, c, kernel="hgemm_mma", params={**SMALL, "SPLIT_K": s, "SPLIT_FIXUP": 1})             # warm: plan and scratch kept
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, stream=stream):
-            asmgemm.gemm(a, b, c, params={**SMALL, "SPLIT_K": s})
+            asmgemm.gemm(a, b, c, kernel="hgemm_mma", params={**SMALL, "SPLIT_K": s, "SPLIT_FIXUP": 1})
     for seed in range(3):
         torch.manual_seed(seed)
         a.copy_(torch.randn(m, k, device="cuda", dtype=torch.float16))
         graph.replay()
         torch.cuda.synchronize()
-        want = asmgemm.gemm(a, b, params={**SMALL, "SPLIT_K": s, "SPLIT_FIXUP": 0})
+        want = asmgemm.gemm(a, b, kernel="hgemm_mma", params={**SMALL, "SPLIT_K": s, "SPLIT_FIXUP": 0})
         torch.cuda.synchronize()
         assert torch.equal(c.view(torch.int16), want.view(torch.int16))

@@ -2,8 +2,9 @@
 crossed with its split-K choices, less what cannot run this call.
 
 A candidate is one configuration (its -D set) on one kernel, with S splits of K summed by the
-reduce kernel, inside clusters of S blocks, or by the last block of each tile in the same launch
-(a kernel with a fixup switch: mma_gemm.sasm's splits all sum so, in place of the reduce kernel). Pure data, no GPU: the cost model
+reduce kernel or inside clusters of S blocks (the sum by the last block of each tile in the same
+launch, a kernel's fixup switch, is params= only: runtime/split_k.in_kernel_fixup). Pure data, no
+GPU: the cost model
 (cost_model.py) ranks the list, gemm() builds the best one, and a build that one of the kernel's
 own `.error` guards refuses is skipped for the next (legality comes from the kernel source itself,
 found when it is built and remembered: dispatch.py)."""
@@ -35,11 +36,8 @@ class Candidate:
     @property
     def label(self) -> str:
         """The configuration's name as explain, last_launch() and the sweep database write it:
-        t128x128_k16, t128x128_k16/s4 (S = 4 summed the kernel's one way besides clusters: the
-        reduce kernel, or in the kernel where it has a fixup switch), t128x128_k16/s4c (clusters
-        of 4). A kernel's split candidates sum one way or the other, never both, so "/s4" names
-        one configuration; the H100 database's "/sN" entries of hgemm_mma, timed with the reduce
-        kernel, thus still name the split (S) that the sweep found best."""
+        t128x128_k16, t128x128_k16/s4 (S = 4 summed by the reduce kernel; "in_kernel", the
+        one-launch sum, where a caller's candidate asks for it), t128x128_k16/s4c (clusters of 4)."""
         if self.splits == 1:
             return self.config
         return f"{self.config}/s{self.splits}{'c' if self.reduce == 'cluster' else ''}"
@@ -80,9 +78,9 @@ def entry_candidates(entry: ConfigEntry, family: str, k: int, *, plain: bool, cl
             continue
         seen.add(split.splits)
         s = split.splits
-        # one launch where the kernel sums in place (no second launch, no fixed cost of one)
-        reduce = "in_kernel" if sk.fixup_switch is not None else "kernel"
-        out.append(Candidate(family, entry.name, entry.kernel, entry.set, tile, s, reduce, entry.swap))
+        # the reduce kernel: the one-launch sum (a fixup switch) is params= only until a sweep fits
+        # it (split_k.in_kernel_fixup says why)
+        out.append(Candidate(family, entry.name, entry.kernel, entry.set, tile, s, "kernel", entry.swap))
         if clusters and sk.cluster_switch is not None and s in CLUSTER_SIZES and s <= MAX_CLUSTER_SPLITS:
             out.append(Candidate(family, entry.name, entry.kernel, entry.set, tile, s, "cluster", entry.swap))
     return out

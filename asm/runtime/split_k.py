@@ -171,14 +171,17 @@ def cluster_splits(spec: KernelSpec, split: Split | None, target: str, params: d
 
 def in_kernel_fixup(spec: KernelSpec, split: Split | None, params: dict | None = None, clustered: int = 0) -> bool:
     """Whether this split sums its slices inside the partial pass (one launch: the spec's
-    fixup_switch) rather than in the reduce kernel: wherever the kernel has the mode, unless
-    params= (or a tuning entry) names the fixup switch 0 (the A/B of the two; 1 asks for it)."""
+    fixup_switch) rather than in the reduce kernel: only where params= (or a tuning entry) name
+    the fixup switch 1. Not the dispatch's choice: on the H100 (2026-11-27, fourth session) the
+    one-launch split doubled the GPU time of small split calls (8880x30x161 bf16: 11.2 -> 23.7 us;
+    random seed 62's GPU-time geomean 1.104 -> 1.019) and saved less host time than that, with the
+    cost model's term for it not fitted to any sweep (docs/log/mma.md, step 6)."""
     sk = spec.split_k
     if split is None or clustered or sk is None or sk.fixup_switch is None:
         return False
     asked = params.get(sk.fixup_switch) if params else None
     if asked is None:
-        return True
+        return False
     if str(asked).strip() not in ("0", "1") or isinstance(asked, float):
         raise AsmError(f"params: {sk.fixup_switch}={asked!r}: 1 sums split-K's slices inside the kernel (one "
                        "launch), 0 in the reduce kernel (two)")

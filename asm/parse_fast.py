@@ -24,7 +24,8 @@ the skeleton is reported from the skeleton, with no parse of the whole text: onc
 line before the error is confirmed as a statement and those from the error on are put back, the
 grammar's parser is where it would be on the whole text (only statements were left out before
 the error, and from the error on the text is the original), so the error is the grammar path's own,
-found at the cost of parsing the skeleton. Only when the rounds of putting lines back do not settle
+found at the cost of parsing the skeleton; a source under WHOLE_TEXT_ERRORS with an error goes to
+the grammar path whole instead (a blanked statement can still change how what follows is read). Only when the rounds of putting lines back do not settle
 (`_ROUNDS`) does the whole text go through the grammar path. Conservative by design: a line with
 `{expr}` interpolation, a component of a name without '%' (`q.x`), `!`, parentheses, a string, an
 initialiser, an address other than `[base]`, `[base+n]`, `[base-n]` is not recognised.
@@ -254,6 +255,12 @@ def _blank(text: str, bstart, bend) -> str:
 _SPACES = [" " * n for n in range(256)]
 
 
+# A source up to this size with a syntax error is parsed whole by the grammar path to report it
+# (milliseconds to a second); a larger one reports the error from its skeleton, without the
+# minutes a whole parse of many megabytes takes.
+WHOLE_TEXT_ERRORS = 1 << 20
+
+
 def _skeleton_module(source: SourceFile, skeleton: str, blanks, fast: list):
     """The module: the skeleton's parse tree with the recognised nodes put in, built; or the set
     of indices of blanked lines to put back; or None when the grammar path should take the whole
@@ -286,6 +293,12 @@ def _skeleton_module(source: SourceFile, skeleton: str, blanks, fast: list):
         refused = _refused(skeleton, blanks[:before], starts, ends, types, stop)
         if refused:
             return refused
+        if len(source.text) <= WHOLE_TEXT_ERRORS:
+            # a source this small is cheap to parse whole, and there the error is the grammar
+            # path's by construction: blanked statements before the error can still change how the
+            # grammar reads what follows (a `.for` whose one statement is blanked, then a stray
+            # `.else`, is reported a line later in the skeleton: tests/test_parse_fast.py mutants)
+            return None
         if before < len(blanks):
             # the text from the error on as written: the grammar sees what the whole text holds there
             return set(range(before, len(blanks)))

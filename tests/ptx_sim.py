@@ -827,3 +827,14 @@ class _Run:
                 for i, (r, c) in enumerate(((g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1))):
                     self.regs[d[i]][th] = _U64(int(D[r, c:c + 1].view(np.uint32)[0]))
         return None
+
+
+def aligned_array(shape, dtype, fill=0.0):
+    """A new array whose data starts at a multiple of 256 bytes (as GPU allocators give), for a
+    kernel's operands in Memory."""
+    count = int(np.prod(shape))
+    raw = np.empty(count * np.dtype(dtype).itemsize + 256, np.uint8)
+    start = -raw.ctypes.data % 256
+    out = raw[start:start + count * np.dtype(dtype).itemsize].view(dtype).reshape(shape)
+    out[...] = fill
+    return out

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from asmgemm.pipeline import BuildOptions, build_file
-from ptx_sim import Kernel, Memory, SimError
+from ptx_sim import Kernel, Memory, SimError, aligned_array as _aligned
 
 SMALL = dict(BM=64, BN=64, WM=32, WN=32)
 
@@ -26,16 +26,6 @@ def _kernel(**defines):
                                                  target="sm_80"))
     p = result.constants
     return Kernel(result.ptx), int(p["THREADS"]), int(p["SMEM_BYTES"]), int(p["BM"]), int(p["BN"])
-
-
-def _aligned(shape, dtype, fill=0.0):
-    """A new array whose data starts at a multiple of 256 bytes (as GPU allocators give)."""
-    count = int(np.prod(shape))
-    raw = np.empty(count * np.dtype(dtype).itemsize + 256, np.uint8)
-    start = -raw.ctypes.data % 256
-    out = raw[start:start + count * np.dtype(dtype).itemsize].view(dtype).reshape(shape)
-    out[...] = fill
-    return out
 
 
 def _halves(*shape, seed=0):

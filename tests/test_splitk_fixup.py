@@ -30,7 +30,7 @@ from asmgemm.runtime import catalog, split_k, split_scratch
 from asmgemm.runtime.catalog import Candidate
 from asmgemm.runtime.cost_model import ConfigFit, DeviceModel, estimate
 from asmgemm.toolchain import disassemble, find_tool
-from ptx_sim import Kernel, Memory, SimError
+from ptx_sim import Kernel, Memory, SimError, aligned_array as _aligned
 from sweeps import sample_every
 
 SMALL = dict(BM=64, BN=64, WM=32, WN=32)
@@ -39,16 +39,6 @@ needs_tools = pytest.mark.skipif(find_tool("ptxas", required=False) is None
 
 
 # ---- the kernel in the interpreter -------------------------------------------------------------
-def _aligned(shape, dtype, fill=0.0):
-    """A new array whose data starts at a multiple of 256 bytes (as GPU allocators give)."""
-    count = int(np.prod(shape))
-    raw = np.empty(count * np.dtype(dtype).itemsize + 256, np.uint8)
-    start = -raw.ctypes.data % 256
-    out = raw[start:start + count * np.dtype(dtype).itemsize].view(dtype).reshape(shape)
-    out[...] = fill
-    return out
-
-
 def _operand(shape, bf16, seed):
     """fp16 values, or bf16 bit patterns (uint16), uniform in (-1, 1)."""
     x = np.random.default_rng(seed).uniform(-1, 1, shape).astype(np.float32)
@@ -187,7 +177,13 @@ def test_the_workspace_needs_its_tile_width_of_floats_past_the_last_slice():
     m, n, k, chunk = 10, 9, 128, 64
     a, b = _operand((m, k), False, 1), _operand((k, n), False, 2)
     c = _aligned((m, n), np.float16, np.nan)
-    ws = _aligned((2 * m * n,), np.float32, np.nan)
+    # the workspace at the very end of its own large buffer (one the allocator maps apart, at a
+    # 256-byte aligned address): a read past it lies in no array, whatever the heap put nearby
+    size = 2 * m * n * 4
+    raw = np.empty(size + 256 * 4096, np.uint8)
+    ws = raw[-size:].view(np.float32)
+    assert ws.ctypes.data % 16 == 0
+    ws[...] = np.nan
     counters = _aligned((1,), np.int32)
     mem = Memory()
     args = _gemm_args(mem, a, b, c, m, n, k, k, n, n, k_chunk=chunk, split_stride=m * n, workspace=mem.add(ws),

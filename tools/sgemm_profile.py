@@ -77,11 +77,8 @@ def main(argv=None) -> int:
         spec = get_spec(args.kernel)
         if args.sass_patch:
             sys.path.insert(0, str(Path(__file__).parent))
-            from variant_ab import patched_kernel     # one parser of the pass list for the tools
-            try:
-                spec = get_spec(patched_kernel(spec, args.sass_patch))
-            except ValueError as exc:
-                ap.error(str(exc))
+            from variant_ab import patched_spec     # one parser of the pass list for the tools
+            spec = patched_spec(ap, spec, args.sass_patch)
         cp = require_gpu("sgemm_profile.py")
         for shape in shapes:
             # the benchmark's problem: operands in the layout, C of the spec's dtype, and cuBLAS as

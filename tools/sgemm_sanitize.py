@@ -81,11 +81,8 @@ def main(argv=None) -> int:
         spec = get_spec(args.kernel)
         if args.sass_patch:
             sys.path.insert(0, str(Path(__file__).parent))
-            from variant_ab import patched_kernel     # one parser of the pass list for the tools
-            try:
-                spec = get_spec(patched_kernel(spec, args.sass_patch))
-            except ValueError as exc:
-                ap.error(str(exc))
+            from variant_ab import patched_spec     # one parser of the pass list for the tools
+            spec = patched_spec(ap, spec, args.sass_patch)
         variants = args.params or (list(SGEMM_VARIANTS) if spec.name == "sgemm" else [None])
         limit = args.max_err if args.max_err is not None else (
             FP32_MAX_ERR if spec.dtypes.a == "float32" else spec.rel_err_limit)

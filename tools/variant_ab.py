@@ -81,11 +81,14 @@ def variant_kernel(spec, name: str, patch: dict) -> str:
     return copy.name
 
 
-def patched_kernel(spec, passes: str) -> str:
-    """The registered kernel for a tool's `--sass-patch PASSES` option (variant_ab's @PASSES syntax:
-    reuse,stall,yield_every=N,rules=FILE); ValueError for a bad list."""
-    _name, _defines, patch = parse_variant(f"patched:@{passes}")
-    return variant_kernel(spec, "patched", patch)
+def patched_spec(ap, spec, passes: str):
+    """The registered kernel spec for a tool's `--sass-patch PASSES` option (variant_ab's @PASSES
+    syntax: reuse,stall,yield_every=N,rules=FILE); a bad list is the tool's usage error (ap.error)."""
+    try:
+        _name, _defines, patch = parse_variant(f"patched:@{passes}")
+    except ValueError as exc:
+        ap.error(str(exc))
+    return get_spec(variant_kernel(spec, "patched", patch))
 
 
 

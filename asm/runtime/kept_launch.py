@@ -156,8 +156,8 @@ def last_launch() -> dict | None:
     kept = _last_launch[0]
     if kept is None:
         return None
-    splits = (kept.split.split.splits if kept.split is not None else kept.fixup.split.splits if kept.fixup is not None
-              else max(1, kept.cluster_splits))
+    split = _split_of(kept)
+    splits = split.splits if split is not None else max(1, kept.cluster_splits)
     params = build_cache.defines_of(kept.built)
     return {"kernel": kept.spec_name, "entry": kept.built.name, "grid": tuple(kept.grid), "block": kept.block,
             "tile": (kept.built.tile_m, kept.built.tile_n),
@@ -170,6 +170,13 @@ def last_launch() -> dict | None:
             "sass_patch": {k: v for k, v in kept.built.sass_patch} or None,
             "blocks_per_sm": blocks_per_sm(kept.fn, kept.built, kept.device),
             "clusters_at_once": max_active_clusters(kept.fn, kept.built, kept.device, kept.cluster_splits)}
+
+
+def _split_of(kept: KeptLaunch) -> split_k.Split | None:
+    """The split the launch sums through a workspace (the reduce kernel's or its own), or None."""
+    if kept.split is not None:
+        return kept.split.split
+    return kept.fixup.split if kept.fixup is not None else None
 
 
 def _reduce_kind(kept: KeptLaunch) -> str | None:
@@ -191,7 +198,7 @@ def _rerun_params(kept: KeptLaunch, params: dict) -> dict:
         rerun.pop(split_spec.switch, None)
         if split_spec.fixup_switch is not None:
             rerun.pop(split_spec.fixup_switch, None)
-        split = kept.split.split if kept.split is not None else kept.fixup.split if kept.fixup is not None else None
+        split = _split_of(kept)
         if split is not None:
             rerun[split_spec.switch] = split.splits
             if split_spec.fixup_switch is not None:

@@ -93,6 +93,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from .environment import env_value
 from .errors import AsmError
 from .expr import evaluate
 from .parse_tree import parse_expression
@@ -1080,8 +1081,9 @@ _version_memo: list = [float("-inf"), None, None]     # [monotonic time of the l
 def specs_version():
     """A token that stays the *same object* while all_specs() would answer the same, and is a new
     object when the registry, $ASMGEMM_KERNEL_SPECS or a spec file's stamp changed (files looked at
-    no more often than every SPEC_RECHECK_S seconds). Costs an environment read and a clock read."""
-    env = os.environ.get(SPECS_ENV, "")
+    no more often than every SPEC_RECHECK_S seconds). Costs an environment read (environment.py:
+    without os.environ.get's KeyError) and a clock read."""
+    env = env_value(SPECS_ENV, "")
     now = time.monotonic()
     last, last_env, token = _version_memo
     if token is not None and env == last_env and token[0] == _registry_generation[0] and now - last < SPEC_RECHECK_S:

@@ -38,14 +38,15 @@ PACKAGES = ["asmgemm", "asmgemm.expand", "asmgemm.isa", "asmgemm.commands", "asm
 # Rank of each stage: a module may import its own stage and stages of a lower rank, nothing else.
 # A stage is a top-level module of the package or a subpackage ("sass": asmgemm.sass.*). Stages
 # of one rank are independent: neither imports the other. Ranks follow the real dependencies,
-# bottom up: the version, positions (source.py), the lazy list (list_view.py) and the data-only packages; errors; the data models
+# bottom up: the version, positions (source.py), the lazy list (list_view.py), the environment reader
+# (environment.py) and the data-only packages; errors; the data models
 # (ast, ir) and reading files; expressions, the parser cache and the ISA facts; the toolchain
 # (ptxas, nvdisasm) and the reader of a `.control` line; the accepted targets, the grammars' shared tree builder and ptxas's names; the
 # fast parser and the stages after expansion (register planner, scheduler, emitter); the parser
 # and the SASS inspector and patcher (whose hazard check reads the scheduler's latencies); the expander and the kernel specs; the pipeline that runs a build; the
 # runtime; the library (benchmark, tuner); the command line.
 STAGE_RANK = {
-    "version": 0, "source": 0, "grammar": 0, "kernels_ptx": 0, "list_view": 0,
+    "version": 0, "source": 0, "grammar": 0, "kernels_ptx": 0, "list_view": 0, "environment": 0,
     "errors": 1,
     "ast": 2, "ir": 2, "files": 2,
     "expr": 3, "parser_cache": 3, "isa": 3,

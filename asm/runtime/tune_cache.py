@@ -34,6 +34,7 @@ import os
 import re
 from pathlib import Path
 
+from ..environment import env_value
 from ..errors import AsmError, ToolchainError
 from ..files import cache_root, warn_cache
 from ..kernel_spec import all_specs
@@ -114,7 +115,9 @@ def entry_is_current(entry: dict) -> bool:
 
 
 def lookups_disabled() -> bool:
-    return os.environ.get("ASMGEMM_NO_TUNE_CACHE", "") not in ("", "0")
+    """$ASMGEMM_NO_TUNE_CACHE set (not "" or "0"): gemm() runs untuned. Read on every gemm() call
+    (environment.py: without os.environ.get's cost for an unset variable)."""
+    return env_value("ASMGEMM_NO_TUNE_CACHE", "") not in ("", "0")
 
 
 @contextlib.contextmanager

@@ -7,10 +7,12 @@ profiled is the steady state a loop of calls sees. Needs a GPU.
 Usage (GPU):
     python3 tools/host_profile.py 16 314 1725 --dtype float16            # a split-K call
     python3 tools/host_profile.py 652 415 148 --dtype float16 --torch --top 30
+    python3 tools/host_profile.py 128 128 128 --torch --hold -1   # every call's C at a new address
 """
 from __future__ import annotations
 
 import argparse
+import collections
 import cProfile
 import pstats
 import sys
@@ -41,6 +43,9 @@ def main(argv=None) -> int:
     ap.add_argument("--torch", action="store_true", help="torch tensors (default: CuPy arrays)")
     ap.add_argument("--calls", type=int, default=2000, help="calls profiled (default 2000)")
     ap.add_argument("--top", type=int, default=25, help="functions listed, by own time (default 25)")
+    ap.add_argument("--hold", type=int, default=0,
+                    help="keep the last HOLD results alive (default 0: each is dropped, so the allocator hands "
+                         "the next call the same C; -1: keep all, every call a new C pointer)")
     args = ap.parse_args(argv)
     try:
         cp = require_gpu("host_profile.py")
@@ -56,13 +61,16 @@ def main(argv=None) -> int:
             a, b = torch.from_dlpack(a).to(tdt), torch.from_dlpack(b).to(tdt)
             sync = torch.cuda.synchronize
             opa, opb = (a.t() if ta else a), (b.t() if tb else b)
-            ref_name, ref = "torch.matmul", (lambda: torch.matmul(opa, opb))
+            ref_name, ref = "torch.matmul", (lambda: hold(torch.matmul(opa, opb)))
         else:
             opa, opb = (a.T if ta else a), (b.T if tb else b)
-            ref_name, ref = "cupy.matmul", (lambda: cp.matmul(opa, opb))
+            ref_name, ref = "cupy.matmul", (lambda: hold(cp.matmul(opa, opb)))
+
+        held = collections.deque(maxlen=None if args.hold < 0 else max(args.hold, 1))
+        hold = held.append if args.hold else (lambda x: None)
 
         def call():
-            return gemm(a, b, trans_a=ta, trans_b=tb)
+            hold(gemm(a, b, trans_a=ta, trans_b=tb))
         call()
         ran = last_launch()
         for fn in (call, ref):          # warm both (plans, handles, allocator pools)
@@ -70,7 +78,10 @@ def main(argv=None) -> int:
         mine, theirs = per_call_us(call, args.calls, sync), per_call_us(ref, args.calls, sync)
         print(f"{args.m}x{args.n}x{args.k} {args.dtype} {args.layout} ({'torch' if args.torch else 'CuPy'} operands): "
               f"{ran['kernel']} {ran['config']} splits={ran['splits']} copies={ran['copies']}")
-        print(f"per call in a loop of {args.calls}: asmgemm {mine:.1f} us, {ref_name} {theirs:.1f} us")
+        print(f"per call in a loop of {args.calls}"
+              f"{'' if not args.hold else ', results kept: all' if args.hold < 0 else f', last {args.hold} results kept'}: "
+              f"asmgemm {mine:.1f} us, {ref_name} {theirs:.1f} us")
+        held.clear()
         prof = cProfile.Profile()
         sync()
         prof.enable()

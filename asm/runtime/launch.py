@@ -347,13 +347,17 @@ def _tensor_map_of(built: BuiltKernel, plan: LaunchPlan, name: str, dtype: str):
     box = built.box_rows[which]
     batches, batch_stride = (plan.batch, plan.batch_strides[which]) if plan.batch > 1 else (0, 0)
     # (pointer, map) of the previous call, one object (threads sharing a plan never pair one call's
-    # pointer with another's map): a repeated call on the same arrays skips the encode cache's lookup
+    # pointer with another's map): a repeated call on the same arrays skips the encode cache's lookup;
+    # the map at a new address comes from the first map's tensor_map.mover (its address rewritten)
     last = [(None, None)]
+    move = [None]
 
     def encoded(ptr: int):
         memo = last[0]
         if memo[0] != ptr:
-            memo = last[0] = (ptr, tensor_map.encode(tensor_map.tile_map(label, ptr, dtype, rows, cols, ld, box,
-                                                                         batches, batch_stride)))
+            if move[0] is None:
+                move[0] = tensor_map.mover(tensor_map.tile_map(label, ptr, dtype, rows, cols, ld, box, batches,
+                                                               batch_stride))
+            memo = last[0] = (ptr, move[0](ptr))
         return memo[1]
     return encoded

@@ -182,3 +182,51 @@ def _encode(tm: TileMap):
 
 def clear_cache() -> None:
     _cache.clear()
+
+
+# ---- a map moved to another address ----------------------------------------------------------------
+# A kept launch's operands come at new addresses from call to call (gemm's own new C, a caller's new
+# activations), and encoding the moved map through the driver cost ~23 us of host time on the H100
+# (cuda-bindings' call and its argument objects), more than the rest of a call. On the H100's driver
+# (CUDA 13.0) the 128-byte CUtensorMap holds the global address plainly in its first 8 bytes, and
+# two maps 4096 bytes apart differ there only. That layout is not documented, so it is not assumed:
+# `mover` learns it per map from the driver. It encodes the map at addresses with a low, a middle and
+# a high bit of the address flipped, and moves the map by rewriting word 0 only when each of those is
+# the map's own bytes with word 0 replaced by its address; otherwise every new address goes to the
+# driver, as before. The probes' addresses need no memory behind them: an encode reads none.
+ADDRESS_WORD = 0
+_ADDRESS_PROBES = (1 << 4, 1 << 21, 1 << 40)      # bits flipped in the probes' addresses
+
+
+def mover(tm: TileMap):
+    """ptr -> the encoded map `tm` at address ptr (what encode(tm with that ptr) gives): by rewriting
+    the address word of tm's own encoding where the driver's maps were checked to hold the address
+    there and nowhere else (the block above), else through encode."""
+    words = np.frombuffer(encode(tm).tobytes(), dtype=np.uint64).copy()
+
+    def by_driver(ptr: int):
+        return encode(_moved(tm, ptr))
+    if int(words[ADDRESS_WORD]) != tm.ptr:
+        return by_driver
+    for bit in _ADDRESS_PROBES:
+        probe = tm.ptr ^ bit
+        want = words.copy()
+        want[ADDRESS_WORD] = probe
+        if not np.array_equal(np.frombuffer(encode(_moved(tm, probe)).tobytes(), dtype=np.uint64), want):
+            return by_driver
+
+    def rewritten(ptr: int):
+        _moved(tm, ptr)                     # the address rule, as for any map
+        moved = words.copy()
+        moved[ADDRESS_WORD] = ptr
+        return moved.view("V128")[0]
+    return rewritten
+
+
+def _moved(tm: TileMap, ptr: int) -> TileMap:
+    """tm at address ptr; AsmError for an address TMA cannot start at (the plan's key keeps a kept
+    launch's pointers at the alignment it was planned with, so this is a safeguard)."""
+    if ptr % ALIGN:
+        raise AsmError(f"a tensor map's data starts at 0x{ptr:x}, not a multiple of {ALIGN} bytes as TMA requires",
+                       hint=TMA_HINT)
+    return TileMap(ptr, tm.dtype, tm.rows, tm.cols, tm.row_bytes, tm.box_rows, tm.batches, tm.batch_bytes)

@@ -50,6 +50,13 @@ class CupyArrays:
         return (x.shape, x.strides, x.dtype.char, d.ptr & 15, d.device_id)
 
     @staticmethod
+    def key_ptr(x) -> tuple[tuple, int]:
+        """(key(x), ptr(x)), the pointer read once (the repeated call's path needs both)."""
+        d = x.data
+        p = d.ptr
+        return (x.shape, x.strides, x.dtype.char, p & 15, d.device_id), p
+
+    @staticmethod
     def ptr(x) -> int:
         return x.data.ptr
 
@@ -100,6 +107,12 @@ class TorchArrays:
     @staticmethod
     def key(x) -> tuple:
         return (x.shape, x.stride(), x.dtype, x.data_ptr() & 15, x.get_device())
+
+    @staticmethod
+    def key_ptr(x) -> tuple[tuple, int]:
+        """(key(x), ptr(x)), data_ptr() asked once (~0.75 us a query on the H100's host)."""
+        p = x.data_ptr()
+        return (x.shape, x.stride(), x.dtype, p & 15, x.get_device()), p
 
     @staticmethod
     def ptr(x) -> int:

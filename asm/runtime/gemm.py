@@ -163,15 +163,17 @@ def _gemm(cupy, cache: PlanCache, arrays, a, b, c, alpha, beta, trans_a, trans_b
     if options is not None:
         # C: its own key, or (when gemm allocates it) whether beta == 0, the one case that runs;
         # the bias: its layout, dtype and alignment (arrays.key), and the activation
-        key = (arrays.key(a), arrays.key(b), arrays.key(c) if c is not None else beta == 0, trans_a, trans_b, options,
-               arrays.key(bias) if bias is not None else None, act)
+        (key_a, a_ptr), (key_b, b_ptr) = arrays.key_ptr(a), arrays.key_ptr(b)
+        key_c, c_ptr = arrays.key_ptr(c) if c is not None else (beta == 0, 0)
+        key = (key_a, key_b, key_c, trans_a, trans_b, options, arrays.key(bias) if bias is not None else None, act)
         kept = cache.get(key)
         if kept is not None and kept.current():
+            ptrs = (a_ptr, b_ptr, c_ptr)
             if cupy.cuda.runtime.getDevice() == kept.device:
-                out = _launch_kept(arrays, kept, a, b, c, alpha, beta, bias)
+                out = _launch_kept(arrays, kept, a, b, c, alpha, beta, bias, ptrs)
             else:
                 with cupy.cuda.Device(kept.device):
-                    out = _launch_kept(arrays, kept, a, b, c, alpha, beta, bias)
+                    out = _launch_kept(arrays, kept, a, b, c, alpha, beta, bias, ptrs)
             if out is not None:
                 return out
             key = None          # a new C of another alignment than planned: plan this call alone
@@ -188,15 +190,17 @@ def _check_alias(mc: Matrix, ma: Matrix, mb: Matrix, mbias: Matrix | None) -> tu
                                [None if x is None else (x.shape, x.strides, x.dtype.itemsize) for x in (ma, mb, mbias)])
 
 
-def _launch_kept(arrays, plan: KeptLaunch, a, b, c, alpha, beta, bias=None):
+def _launch_kept(arrays, plan: KeptLaunch, a, b, c, alpha, beta, bias=None, ptrs: tuple | None = None):
     """The launch through a kept plan, on the plan's device; None when gemm's own new C is not
-    aligned as the plan assumed (allocators align far more, so this is a safeguard)."""
+    aligned as the plan assumed (allocators align far more, so this is a safeguard). ptrs: the
+    (A, B, C) pointers the caller already read (C's: 0 when gemm allocates it), or None."""
     given = c is not None
+    a_ptr, b_ptr, c_ptr = ptrs if ptrs is not None else (arrays.ptr(a), arrays.ptr(b), arrays.ptr(c) if given else 0)
     if not given:
         c = arrays.empty(a, plan.c_shape, plan.c_dtype)
-        if arrays.ptr(c) & 15 != plan.c_align:
+        c_ptr = arrays.ptr(c)
+        if c_ptr & 15 != plan.c_align:
             return None
-    a_ptr, b_ptr, c_ptr = arrays.ptr(a), arrays.ptr(b), arrays.ptr(c)
     bias_ptr = arrays.ptr(bias) if bias is not None else 0
     if given:
         # the pointers are new on every call; the shapes and strides are the plan's (its key)

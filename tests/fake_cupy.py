@@ -253,6 +253,13 @@ def make_torch() -> types.ModuleType:
         dtype = dtype or torch.float32
         return Tensor(np.full(shape, np.nan, dtype.np), dtype, 0)
     torch.empty = empty
+
+    def empty_strided(shape, stride, dtype=None, device=None):
+        out = torch.empty(shape, dtype=dtype, device=device)     # (a test's tracker of torch.empty sees it)
+        if tuple(stride) != out.stride():
+            raise NotImplementedError(f"the stand-in makes row-major tensors only, not strides {tuple(stride)}")
+        return out
+    torch.empty_strided = empty_strided
     torch.from_numpy = lambda a, device_index=0: Tensor(a, by_np[a.dtype], device_index)
     torch.cuda = types.SimpleNamespace(
         current_stream=lambda device=None: types.SimpleNamespace(cuda_stream=torch.stream_ptr[0]))

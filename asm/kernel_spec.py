@@ -28,6 +28,8 @@ A table (every key is checked; an unknown one is an error, so a typo never passe
     cluster_rows = "CLUSTER_M"          # tile rows of such a unit, when not the cluster's size (hgemm's
                                         # CLUSTER_K blocks split one tile's K instead: one row a unit)
     cluster_cols = "CLUSTER_N"          # tile columns of a unit (default 1; rows default to cluster / cols)
+    c_stream = "C_STREAM"               # a switch the runtime sets to 1 where C is larger than the GPU's L2:
+                                        # C's stores then evict first (they would only push out A and B)
     [NAME.terms]                        # optional: named subexpressions the size rules may use,
     TILES_128 = "ceil_div(M, 128) * ceil_div(N, 128)"   # each over the names a size rule sees and
                                         # the terms above it (in file order); NAME = "expression"
@@ -215,7 +217,7 @@ SPLIT_K_ABI = ("k_chunk", "split_stride")
 # and one with a fixup_switch: the slices' workspace and the tiles' arrival counters
 SPLIT_FIXUP_ABI = ("workspace", "tile_counters")
 _LAUNCH_KEYS = {"threads", "tile_m", "tile_n", "smem_bytes", "grid", "box_rows_a", "box_rows_b", "box_rows_c",
-                "cluster", "cluster_rows", "cluster_cols"}
+                "cluster", "cluster_rows", "cluster_cols", "c_stream"}
 # abi argument -> the launch key naming the constant it needs
 _NEEDS_LAUNCH_KEY = {"tmap_a": "box_rows_a", "tmap_b": "box_rows_b", "tmap_c": "box_rows_c"}
 
@@ -241,6 +243,7 @@ class Launch:
     cluster: str | None = None      # blocks per cluster along the grid's x (.reqnctapercluster); default 1
     cluster_rows: str | None = None  # tile rows of a persistent cluster's unit; default: the cluster's blocks
     cluster_cols: str | None = None  # tile columns of that unit; default 1 (hgemm's CLUSTER_N)
+    c_stream: str | None = None     # the switch storing C evict-first in L2 (launch_config.c_stream_defines)
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,7 @@ class DeviceFacts:
     sm_count: int
     clock_hz: float = 0.0           # the SMs' clock (0: unknown; a stand-in CuPy)
     dram_bytes_per_s: float = 0.0   # 2 x memory clock x bus width (DDR), the cost model's DRAM rate
+    l2_bytes: int = 0               # the L2 cache (0: unknown): C beyond it is stored evict-first (C_STREAM)
 
 
 TARGET_ENV = "ASMGEMM_TARGET"
@@ -93,7 +94,8 @@ def _device_facts(cupy, device_id: int) -> DeviceFacts:
     attrs = dev.attributes
     clock = float(attrs.get("ClockRate", 0)) * 1e3                  # kHz
     dram = 2.0 * float(attrs.get("MemoryClockRate", 0)) * 1e3 * float(attrs.get("GlobalMemoryBusWidth", 0)) / 8
-    return DeviceFacts(dev.id, name, target, int(attrs["MultiProcessorCount"]), clock, dram)
+    return DeviceFacts(dev.id, name, target, int(attrs["MultiProcessorCount"]), clock, dram,
+                       int(attrs.get("L2CacheSize", 0)))
 
 
 def gpu_name(device_id: int | None = None) -> str:

@@ -4,6 +4,9 @@ place, hgemm_mma otherwise), the build it asks for and the launch's arguments (B
 the expert count). tests/test_hgemm_grouped_gpu.py runs the launches on the H100."""
 from __future__ import annotations
 
+from pathlib import Path
+
+import numpy as np
 import pytest
 
 from asmgemm.errors import AsmError
@@ -13,6 +16,7 @@ from asmgemm.runtime import grouped, launch, tensor_map
 from asmgemm.runtime.arrays import Dtype, Matrix
 from asmgemm.runtime.gpu import DeviceFacts
 from asmgemm.toolchain import find_tool
+from ptx_sim import Kernel, Memory, aligned_array
 
 H100 = DeviceFacts(0, "NVIDIA H100 80GB HBM3", "sm_90", 132, 1.98e9, 3.35e12)
 A100 = DeviceFacts(0, "NVIDIA A100-SXM4-80GB", "sm_80", 108, 1.41e9, 2.0e12)
@@ -79,6 +83,49 @@ def test_grouped_builds_have_no_spills(run_cli, build):
     code, out, err = run_cli("check", "hgemm", "--no-spills", "--max-registers", limit, "-D", "GROUPED=1",
                              "-D", "CLUSTER_M=1", *BUILDS[build])
     assert code == 0, out + err
+
+
+# ---- the walk over offs (expert_rows.inc) in the CPU interpreter ------------------------------------
+PROBE = Path(__file__).parent / "data" / "hopper" / "expert_rows_probe.sasm"
+
+
+def walk(offs: list[int], m: int, tm: int) -> list[tuple[int, int, int]]:
+    """The grouped walk's tile rows by the documented rule (mma_gemm.sasm's): expert e's rows are
+    first = offs[e - 1] clamped to 0..M (offs[-1] = 0) to end = offs[e] clamped to first..M; each
+    tile row is (expert, its first row, the expert's end row)."""
+    rows, prev = [], 0
+    for e, end in enumerate(offs):
+        first = min(max(prev, 0), m)
+        last = min(max(end, first), m)
+        rows += [(e, first + r * tm, last) for r in range(-(-(last - first) // tm))]
+        prev = end
+    return rows
+
+
+@pytest.mark.parametrize("tm", [64, 128])
+@pytest.mark.parametrize("offs, m", [
+    ([37, 37, 337, 338, 338, 467, 531], 531),          # empty experts, one of one row, one of 3 tile rows
+    ([0, 0, 411, 411], 411),                            # one expert holding every token
+    ([6, 2, 40], 10),                                   # an end below its start (empty), one past M (clamped)
+    ([-5, 3, 3, 200], 150),                             # a negative end (empty), the last cut at M
+    (list(range(3, 3 * 38, 3)), 120),                  # 37 experts: chunks of four and a remainder
+    ([], 50),                                           # no experts: no tile rows
+], ids=["skewed", "one_expert", "end_below_start", "negative_and_overrun", "e37", "none"])
+def test_the_walk_finds_each_tile_rows_expert_as_the_rule_says(offs, m, tm):
+    """Thread t asks for tile row t: within the walk it gets (expert, first row, end row), past it
+    the walk's length (what block_setup.inc counts the persistent walk with)."""
+    ptx = build_file(PROBE, BuildOptions(defines={"TM": str(tm)}, target="sm_90a")).ptx
+    want = walk(offs, m, tm)
+    threads = len(want) + 3
+    mem = Memory()
+    offs_dev = aligned_array((max(len(offs), 1),), np.int32)
+    offs_dev[:len(offs)] = offs
+    out = aligned_array((threads, 4), np.uint32)
+    Kernel(ptx).run((1, 1, 1), (threads, 1, 1), {"offs": mem.add(offs_dev), "groups": len(offs), "M": m,
+                                                 "out": mem.add(out)}, mem)
+    got = [tuple(int(x) for x in row) for row in out]
+    assert got[:len(want)] == [(e, first, end, 1) for e, first, end in want]
+    assert got[len(want):] == [(0xFFFFFFFF, len(want), 0, 0)] * 3
 
 
 # ---- routing ------------------------------------------------------------------------------------

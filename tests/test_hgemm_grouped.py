@@ -154,10 +154,11 @@ def test_a_call_tma_reads_runs_on_the_hopper_kernel(name, dtype, transposed):
     assert grouped.grouped_kernel(get_spec(name), H100, 0, a, b).name == name
 
 
-@pytest.mark.parametrize("case", ["k_odd_bytes", "a_unaligned", "b_rows", "expert_stride"])
+@pytest.mark.parametrize("case", ["k_odd_bytes", "a_unaligned", "b_rows", "expert_stride", "shared_b"])
 def test_a_call_tma_cannot_read_runs_on_the_portable_kernel(case):
     """Rows not whole 16-byte pieces (K * 2 % 16 != 0), a base off 16 bytes, experts an odd number
-    of elements apart: hgemm_mma reads them in place (a grouped call gets no padded copies)."""
+    of elements apart, or all sharing one matrix (stride 0: B's map would hold one): hgemm_mma reads
+    them in place (a grouped call gets no padded copies)."""
     a, b = tokens(300, 64), experts(8, 64, 96)
     if case == "k_odd_bytes":
         a, b = tokens(300, 60), experts(8, 60, 96)
@@ -165,8 +166,10 @@ def test_a_call_tma_cannot_read_runs_on_the_portable_kernel(case):
         a = tokens(300, 64, ptr=(1 << 20) + 2)
     elif case == "b_rows":
         b = experts(8, 64, 100)
-    else:
+    elif case == "expert_stride":
         b = experts(8, 64, 96, stride=64 * 96 + 4)
+    else:
+        b = experts(8, 64, 96, stride=0)                  # one weight expand()ed over the experts
     assert not grouped.tma_reads(a, b)
     assert grouped.grouped_kernel(get_spec("hgemm"), H100, 0, a, b).name == "hgemm_mma"
     with pytest.raises(AsmError, match="16-byte aligned rows and experts") as e:

@@ -128,6 +128,12 @@ def tma_reads(ma: Matrix, mb: Matrix) -> bool:
     b0 = _matrix_of(mb)
     b_rows, b_ld = (b0.shape[0], b0.strides[0]) if b0.strides[-1] == item or b0.shape[1] == 1 else (b0.shape[1], b0.strides[1])
     stride_b = mb.strides[0] // item if mb.shape[0] > 1 else 0
+    if mb.shape[0] > 1 and stride_b == 0:
+        # every expert's B one matrix (an expand()ed weight): the kernel reads expert e at matrix
+        # e of B's map, which a map of one matrix does not hold; the portable kernel steps by 0
+        return False
+    if ma.shape[1] == 0:
+        return False                    # K = 0: no map has a column to describe
     return (a_ld % item == 0 and b_ld % item == 0
             and tensor_map.addressable(ma.ptr, a_rows, a_ld // item, item)
             and tensor_map.addressable(mb.ptr, b_rows, b_ld // item, item)

@@ -613,8 +613,11 @@ def _spec(path: Path, loc: "_Locator", name: str, t) -> KernelSpec:
     if "batched" in calls.values() and la_grid(t) != "tiles" and "batch" not in abi:
         fail("call_params: 'batched' needs launch.grid = \"tiles\" (the batch is the grid's z), or a persistent "
              "grid with the abi argument 'batch' (the count of matrices its walk covers)")
-    if "grouped" in calls.values() and la_grid(t) != "tiles":
-        fail("call_params: 'grouped' needs launch.grid = \"tiles\" (grid y bounds the problems' tile rows)")
+    # a "tiles" grid's y bounds the problems' tile rows; a persistent grid walks them itself, counted
+    # from offs on the device (hgemm GROUPED=1), its grid sized to the SMs
+    if "grouped" in calls.values() and la_grid(t) not in ("tiles", "persistent"):
+        fail("call_params: 'grouped' needs launch.grid = \"tiles\" (grid y bounds the problems' tile rows) or "
+             "\"persistent\" (the kernel walks them itself)")
     if "bias" in calls.values() and "bias" not in abi:
         fail("call_params: maps the call value 'bias' but abi has no 'bias' argument to pass the vector in")
     defines = t.get("defines", {})

@@ -5,7 +5,9 @@ kernel runs (rows of 65 halves: no TMA); the same with d = 72, whose 144-byte ro
 reads, so that hgemm's batched mode runs it (3-D maps; Q.K^T and then P.V, s = 77 odd: partial
 tiles and the TMA store's clipped edge in every matrix; a case that ran elsewhere is WRONG); and one
 ragged grouped shape (empty experts, an expert of one row, one of several tile rows, odd K, B as a
-transposed (E, N, K) view), fp16 and bf16, each checked against float64. Prints one line per case and
+transposed (E, N, K) view) on the portable kernel, and the same experts with K = 72 on hgemm's
+grouped mode (TMA-legal: a case that ran elsewhere is WRONG; rows of out past offs[-1] must keep
+their values), fp16 and bf16, each checked against float64. Prints one line per case and
 `SANITIZE_RESULTS OK` (exit 0) or `SANITIZE_RESULTS WRONG` (exit 1) last; compute-sanitizer exits 3
 on a memory error. Needs a GPU, CuPy and torch with CUDA.
 
@@ -75,8 +77,26 @@ def main() -> int:
             want.append(a[start:end].double() @ b[e].double())
             start = end
         err = _err(torch, out, torch.cat(want))
-        print(f"grouped {dtype} experts {sizes} K=45 N=70: rel err {err:.2e}")
+        print(f"grouped {dtype} experts {sizes} K=45 N=70: {last_launch()['kernel']} rel err {err:.2e}")
         ok &= err < limit
+        # hgemm's grouped mode: the same ragged experts with K = 72 and N = 136 (rows of 144 and 272
+        # bytes, TMA-legal), B as a transposed (E, N, K) view; rows of out past offs[-1] untouched
+        a = torch.randn(sum(sizes) + 7, 72, device="cuda", generator=g).to(dtype)
+        b = torch.randn(len(sizes), 136, 72, device="cuda", generator=g).to(dtype).transpose(1, 2)
+        out = torch.full((a.shape[0], 136), 5.0, device="cuda", dtype=dtype)
+        grouped_gemm(a, b, offs, out)
+        want, start = [], 0
+        for e, end in enumerate(offs.tolist()):
+            want.append(a[start:end].double() @ b[e].double())
+            start = end
+        err = _err(torch, out[:start], torch.cat(want))
+        ran = last_launch()
+        wgmma = ran["kernel"] == hopper and ran["params"].get("GROUPED") == "1"
+        kept = bool((out[start:] == 5.0).all())
+        print(f"grouped {dtype} experts {sizes} K=72 N=136: {ran['kernel']} rel err {err:.2e}"
+              + ("" if wgmma else f" (WRONG: not {hopper}'s grouped mode)")
+              + ("" if kept else " (WRONG: rows past offs[-1] written)"))
+        ok &= err < get_spec(hopper).rel_err_limit and wgmma and kept
     torch.cuda.synchronize()
     print("SANITIZE_RESULTS " + ("OK" if ok else "WRONG"))
     return 0 if ok else 1

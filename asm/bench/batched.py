@@ -110,6 +110,7 @@ class BatchedRow:
     rel_err: float | None = None
     timings: dict[str, dict[str, TimingStats]] = field(default_factory=dict)   # mode -> impl -> stats
     error: str | None = None
+    kernel: str | None = None      # what asmgemm ran (last_launch(): kernel and its launch-mode switches)
 
     def ratio(self, mode: str = "call") -> float | None:
         """asmgemm's speed over the anchor's (> 1: faster) in this timing mode."""
@@ -190,6 +191,20 @@ def moe_calls(torch, case: MoeCase, anchor: str):
     return {"asmgemm": ours, anchor: theirs}, (ours, theirs)
 
 
+# the switches that say which launch mode and tile ran (last_launch()["params"])
+SHOWN_PARAMS = ("BATCHED", "GROUPED", "BN", "CONSUMERS")
+
+
+def ran_kernel() -> str | None:
+    """asmgemm's latest launch in a few words: its kernel and SHOWN_PARAMS (so a row says whether
+    the wgmma kernel or the portable one ran it)."""
+    ran = runtime_gemm.last_launch()
+    if not ran:
+        return None
+    params = ran.get("params") or {}
+    return " ".join([ran["kernel"]] + [f"{k}={params[k]}" for k in SHOWN_PARAMS if k in params])
+
+
 def run_set(name: str, reps: int = 20, flush: bool = True, cases=None, log=print,
             loop_calls: int = LOOP_CALLS) -> list[BatchedRow]:
     """Time every case of set `name` ("attention" or "moe"; `cases`: a subset) against its anchor
@@ -213,12 +228,14 @@ def run_set(name: str, reps: int = 20, flush: bool = True, cases=None, log=print
             made = attention_calls(torch, case) if name == "attention" else moe_calls(torch, case, anchor)
             fns, (ours, theirs) = made
             row.rel_err = _rel_err(torch, ours(), theirs())
+            row.kernel = ran_kernel()
             row.timings = time_modes(fns, reps, flush=flusher, pre_roll=pre_roll, loop_calls=loop_calls)
         except Exception as exc:         # a row that fails says why; the set goes on
             row.error = f"{type(exc).__name__}: {exc}".splitlines()[0]
         rows.append(row)
         shown = " ".join(f"{m} {row.ratio(m):.2f}x" for m in MODES if row.ratio(m)) or row.error
-        log(f"{row.label:52s} err {row.rel_err if row.rel_err is not None else float('nan'):.1e}  {shown}")
+        log(f"{row.label:52s} err {row.rel_err if row.rel_err is not None else float('nan'):.1e}  {shown}"
+            + (f"  [{row.kernel}]" if row.kernel else ""))
         del made, fns, ours, theirs
         torch.cuda.empty_cache()
         cupy.get_default_memory_pool().free_all_blocks()
@@ -242,7 +259,7 @@ def report(name: str, rows: list[BatchedRow]) -> dict:
     tools/batched_bench.py write)."""
     return {"set": name, "anchor": rows[0].anchor if rows else None,
             "summary": {mode: summary(rows, mode) for mode in MODES},
-            "rows": [{"label": r.label, "anchor": r.anchor, "rel_err": r.rel_err, "error": r.error,
+            "rows": [{"label": r.label, "anchor": r.anchor, "rel_err": r.rel_err, "error": r.error, "kernel": r.kernel,
                       "ratio": {m: r.ratio(m) for m in MODES},
                       "ms": {m: {impl: s.median_ms for impl, s in t.items()} for m, t in r.timings.items()}}
                      for r in rows]}

@@ -6,12 +6,16 @@ are expert e's rows, offs[-1] = 0), B is (E, K, N) (or a transposed (E, N, K) te
 (E, K, N): each expert's matrix in either storage order, any stride between experts) and out is
 (total_tokens, N): out[offs[e-1]:offs[e]] = act(alpha * A[offs[e-1]:offs[e]] @ B[e] + beta * out[...]).
 
-It runs the family's portable kernel in its grouped mode (mma_gemm.sasm, GROUPED=1): grid y is an
-upper bound on the experts' tile rows (ceil(total_tokens / BM) + E: each expert has at most one
-partial tile row), and each block finds its (expert, tile row) from offs on the device, so the
-host never reads offs (no synchronisation; the call can be captured in a CUDA graph). Empty
-experts and experts with fewer rows than a tile need nothing special. Rows of out past offs[-1]
-are not written. Offsets on the device cannot be checked without reading them: the kernel clamps
+Where TMA can read A and B in place (16-byte aligned bases, rows and experts whole 16-byte pieces
+apart: `tma_reads`) on a device with wgmma, it runs the Hopper kernel's grouped mode (hgemm.sasm
+GROUPED=1: A a 2-D tensor map over all tokens, B a 3-D map with the expert outermost; a persistent
+grid walks (tile row of all experts, tile column), every block counting the experts' tile rows
+from offs at its start; hgemm/config.inc). Elsewhere it runs the family's portable kernel in its
+grouped mode (mma_gemm.sasm, GROUPED=1: grid y an upper bound on the experts' tile rows,
+ceil(total_tokens / BM) + E, each expert having at most one partial tile row). Either way each
+block finds its (expert, tile row) from offs on the device, so the host never reads offs (no
+synchronisation; the call can be captured in a CUDA graph). Empty experts and experts with fewer
+rows than a tile need nothing special. Rows of out past offs[-1] are not written. Offsets on the device cannot be checked without reading them: the kernel clamps
 them to 0 .. total_tokens (an end below its start is an empty expert), so bad offsets give wrong
 rows, never an access outside A or out; offsets given as a host sequence are checked (AsmError).
 
@@ -30,13 +34,13 @@ import numpy as np
 
 from ..errors import AsmError
 from ..kernel_spec import KernelSpec, activation_code, get_spec, specs_version
-from . import dispatch, kept_launch, overlap
+from . import dispatch, kept_launch, overlap, tensor_map
 from .arrays import Matrix, as_cupy, ptr_of
 from .build_cache import build_kernel
 from .gemm import gemm
 from .gpu import DeviceFacts, device_facts, require_gpu
 from .launch import choose_params
-from .launch_config import LaunchConfig, build_choice, mode_kernel, new_c_dtype, pick_spec
+from .launch_config import LaunchConfig, build_choice, missing_epilogue, new_c_dtype, pick_spec
 from .plan import LaunchPlan, plan_launch
 from .plan_cache import PlanCache
 
@@ -113,13 +117,47 @@ def check_offsets(offs, experts: int, total: int) -> np.ndarray:
     return values.astype(np.int32)
 
 
-def grouped_kernel(spec: KernelSpec, facts: DeviceFacts, act: int) -> KernelSpec:
-    """The kernel of `spec`'s family with a grouped mode (launch_config.mode_kernel: `spec` itself,
-    else its `in_place` kernel, the Hopper kernels' portable twin); AsmError when neither has one."""
-    cand = mode_kernel(spec, "grouped", facts, None, act)
+def tma_reads(ma: Matrix, mb: Matrix) -> bool:
+    """Whether TMA reads a grouped call's A and B in place: A's base and rows, and expert 0's B and
+    its rows, on 16-byte boundaries, and B's experts a whole number of 16-byte pieces apart (the
+    3-D map's outermost stride; tensor_map.addressable, batch_addressable). A K-major A is
+    (total_tokens, K) with rows strides[0] apart; a transposed view (its columns contiguous) is
+    stored K x total_tokens."""
+    item = ma.dtype.itemsize
+    a_rows, a_ld = (ma.shape[0], ma.strides[0]) if ma.strides[-1] == item or ma.shape[1] == 1 else (ma.shape[1], ma.strides[1])
+    b0 = _matrix_of(mb)
+    b_rows, b_ld = (b0.shape[0], b0.strides[0]) if b0.strides[-1] == item or b0.shape[1] == 1 else (b0.shape[1], b0.strides[1])
+    stride_b = mb.strides[0] // item if mb.shape[0] > 1 else 0
+    if mb.shape[0] > 1 and stride_b == 0:
+        # every expert's B one matrix (an expand()ed weight): the kernel reads expert e at matrix
+        # e of B's map, which a map of one matrix does not hold; the portable kernel steps by 0
+        return False
+    if ma.shape[1] == 0:
+        return False                    # K = 0: no map has a column to describe
+    return (a_ld % item == 0 and b_ld % item == 0
+            and tensor_map.addressable(ma.ptr, a_rows, a_ld // item, item)
+            and tensor_map.addressable(mb.ptr, b_rows, b_ld // item, item)
+            and tensor_map.batch_addressable(stride_b, item))
+
+
+def grouped_kernel(spec: KernelSpec, facts: DeviceFacts, act: int, ma: Matrix, mb: Matrix) -> KernelSpec:
+    """The kernel that runs a grouped call of `spec`'s family: `spec` itself where it has a grouped
+    mode, builds for the device and, being a TMA kernel (hgemm), TMA reads A and B in place
+    (`tma_reads`); else its `in_place` kernel (the Hopper kernels' portable twin, which reads any
+    strides as they are: a grouped call gets no padded copies); AsmError when neither has one."""
+    tma = "tmap_a" in spec.abi
+    if (spec.call_value_param("grouped") is not None and spec.build_target(facts.target) is not None
+            and (not tma or tma_reads(ma, mb))):
+        return spec
+    cand = spec
+    if spec.in_place:
+        other = get_spec(spec.in_place)
+        if other.call_value_param("grouped") is not None and not missing_epilogue(other, None, act):
+            cand = other
     if cand.call_value_param("grouped") is None or cand.build_target(facts.target) is None:
-        raise AsmError(f"kernel '{spec.name}' has no grouped mode (nor has its in-place kernel)",
-                       hint="the grouped kernels are hgemm_mma / bgemm_mma and their _f32c twins")
+        raise AsmError(f"kernel '{spec.name}' has no grouped mode for this call (nor has its in-place kernel)",
+                       hint="the grouped kernels are hgemm / bgemm (operands TMA reads, sm_90a), hgemm_mma / "
+                            "bgemm_mma and their _f32c twins")
     return cand
 
 
@@ -135,17 +173,46 @@ def grouped_plan(ma: Matrix, mb: Matrix, mc: Matrix, experts: int, act: int) -> 
     values = dict(plan.call_values, grouped=1)
     if plan.a.trans:
         values["align_a"] = 2
+    # (the Hopper kernel's, hgemm/guards.inc): C by the pair stores, whose row guard is the expert's
+    # end row (the staged tile's TMA store would write the next expert's rows); A through its map
+    values.update(wide_c=0, a_ldg=0, c_trans=0)
     return dataclasses.replace(plan, call_values=values, groups=experts)
 
 
+# The Hopper kernel's grouped tile: 64-row tiles (CONSUMERS = 1) where the experts average at most 64
+# rows (E = 64 over 4096 tokens), since an expert's last tile row is partial: at 64 rows an expert
+# fills half of a 128-row tile and the other half's MMAs are wasted; at 128 rows and more the
+# 128-row tile wastes at most a quarter on average and keeps both consumers on the tensor cores.
+SMALL_EXPERT_ROWS = 64
+
+
+def grouped_defines(spec: KernelSpec, plan: LaunchPlan) -> dict:
+    """-D values a grouped launch of a persistent TMA kernel (hgemm GROUPED=1) gets besides its
+    size rule, which sees the GEMM of all tokens (total_tokens x N x K: the tile work the walk
+    covers): no clusters (a cluster's blocks may hold tiles of different experts, so nothing to
+    multicast), no split of K, no streamed loads (hgemm/guards.inc), and 64-row tiles where the
+    experts average SMALL_EXPERT_ROWS rows or fewer. The portable kernel: nothing (its catalog and
+    cost model choose, counting the experts' extra tile rows)."""
+    if spec.launch.grid != "persistent":
+        return {}
+    defines = {"CLUSTER_M": 1, "CLUSTER_N": 1, "CLUSTER_K": 1, "SPLIT_K": 0, "STREAM": 0}
+    if plan.m <= SMALL_EXPERT_ROWS * plan.groups:
+        defines["CONSUMERS"] = 1
+    return defines
+
+
 def grouped_config(spec: KernelSpec, plan: LaunchPlan, facts: DeviceFacts, params: dict | None) -> LaunchConfig:
-    """What runs: params= pin the build; else the family's catalog ranked by the cost model for
-    the grid's tile rows (all tokens, plus one partial row per expert), the first build the
-    kernel's guards accept."""
+    """What runs: params= pin the build; a kernel with size rules (hgemm) takes its rule for all
+    tokens plus grouped_defines; else the family's catalog ranked by the cost model for the grid's
+    tile rows (all tokens, plus one partial row per expert), the first build the kernel's guards
+    accept."""
     cfg = LaunchConfig(spec, plan, (plan.m, plan.n), new_c_dtype(spec), chosen_by="params" if params else "model")
     target = spec.build_target(facts.target)
     if params is not None or not spec.configs:
-        cfg.built = build_kernel(spec, choose_params(spec, plan, params, None, facts.sm_count), target)
+        if not spec.configs and params is None:
+            cfg.chosen_by = "size_rule"
+        defines = None if params is not None else grouped_defines(spec, plan)
+        cfg.built = build_kernel(spec, choose_params(spec, plan, params, None, facts.sm_count, defines), target)
         return cfg
     choice = dispatch.choose(spec, plan.layout, plan.m, plan.n, plan.k, call_values=plan.call_values,
                              gpu=facts.name, target=facts.target, sms=facts.sm_count, plain=False,
@@ -209,7 +276,7 @@ def grouped_gemm(a, b, offs=None, out=None, *, alpha: float = 1.0, beta: float =
         if kept is None or not kept.current():
             facts = device_facts(ma.device)
             spec = pick_spec(kernel, ma.dtype.name, mc.dtype.name if mc is not None else None, facts, None, act)
-            spec = grouped_kernel(spec, facts, act) if kernel is None else _named_grouped(spec)
+            spec = grouped_kernel(spec, facts, act, ma, mb) if kernel is None else _named_grouped(spec, ma, mb)
             if out is None:
                 out = arrays.empty(a, (total, n), new_c_dtype(spec))
                 mc = arrays.matrix(out, "out")
@@ -231,10 +298,14 @@ def grouped_gemm(a, b, offs=None, out=None, *, alpha: float = 1.0, beta: float =
     return out
 
 
-def _named_grouped(spec: KernelSpec) -> KernelSpec:
+def _named_grouped(spec: KernelSpec, ma: Matrix, mb: Matrix) -> KernelSpec:
     if spec.call_value_param("grouped") is None:
         raise AsmError(f"kernel '{spec.name}' has no grouped mode (its spec maps no parameter to the call value "
                        "'grouped')", hint="leave kernel= out, or name hgemm_mma / bgemm_mma (or their _f32c twins)")
+    if "tmap_a" in spec.abi and not tma_reads(ma, mb):
+        raise AsmError(f"kernel '{spec.name}' reads a grouped call through TMA maps, which need 16-byte aligned "
+                       "rows and experts; A's or B's are not, and a grouped call gets no padded copies",
+                       hint=f"leave kernel= out, or name '{spec.in_place}'" if spec.in_place else tensor_map.TMA_HINT)
     return spec
 
 

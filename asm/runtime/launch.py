@@ -337,7 +337,8 @@ def _tensor_map_of(built: BuiltKernel, plan: LaunchPlan, name: str, dtype: str):
     """ptr -> the encoded map at that address of the kernel's A (tmap_a), B (tmap_b) or C (tmap_c:
     M x N with ldc, after the operand swap); shape and leading dimension from the plan, the box
     height from the build (BOX_*_ROWS). A batched launch's maps are 3-D: the plan's batch of
-    matrices its batch strides apart (0: the operand every batch shares)."""
+    matrices its batch strides apart (0: the operand every batch shares); a grouped launch's B
+    too: its experts, batch_strides[1] apart (A and C stay 2-D: all experts' rows)."""
     which = "abc".index(name[-1])
     if name == "tmap_c":
         label, rows, cols, ld = "C", plan.m, plan.n, plan.ldc
@@ -346,6 +347,10 @@ def _tensor_map_of(built: BuiltKernel, plan: LaunchPlan, name: str, dtype: str):
         label, rows, cols, ld = name[-1].upper(), op.rows, op.cols, op.ld
     box = built.box_rows[which]
     batches, batch_stride = (plan.batch, plan.batch_strides[which]) if plan.batch > 1 else (0, 0)
+    if plan.groups and name == "tmap_b":
+        # a grouped launch (hgemm GROUPED=1): B's experts, the outermost coordinate; A's rows and
+        # C's are every expert's one after the other (2-D)
+        batches, batch_stride = plan.groups, plan.batch_strides[1]
     # (pointer, map) of the previous call, one object (threads sharing a plan never pair one call's
     # pointer with another's map): a repeated call on the same arrays skips the encode cache's lookup;
     # the map at a new address comes from the first map's tensor_map.mover (its address rewritten)

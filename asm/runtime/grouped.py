@@ -173,9 +173,9 @@ def grouped_plan(ma: Matrix, mb: Matrix, mc: Matrix, experts: int, act: int) -> 
     values = dict(plan.call_values, grouped=1)
     if plan.a.trans:
         values["align_a"] = 2
-    # (the Hopper kernel's, hgemm/guards.inc): C by the pair stores, whose row guard is the expert's
-    # end row (the staged tile's TMA store would write the next expert's rows); A through its map
-    values.update(wide_c=0, a_ldg=0, c_trans=0)
+    # (the Hopper kernel's, hgemm/guards.inc): A through its map, C unswapped; wide_c stays the
+    # plan's (the staged C: the kernel stores a warpgroup's rows that cross its expert's end by pairs)
+    values.update(a_ldg=0, c_trans=0)
     return dataclasses.replace(plan, call_values=values, groups=experts)
 
 

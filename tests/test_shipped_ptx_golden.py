@@ -18,7 +18,9 @@ batched (BATCHED=1) and grouped (GROUPED=1) launch modes; and split-K's partial 
 A digest that differs is either a regression or a deliberate change of the kernel or emitter. To
 accept a deliberate change, regenerate and review the diff (and the PTX) before committing:
 
-    ASMGEMM_REGEN_GOLDEN=1 python3 -m pytest -q tests/test_shipped_ptx_golden.py && git diff tests/golden
+    ASMGEMM_REGEN_GOLDEN=1 python3 -m pytest -q -m "" tests/test_shipped_ptx_golden.py && git diff tests/golden
+
+(`-m ""`: the slow set too, every configuration; under `-n` the workers write the file in turn.)
 """
 import functools
 import itertools
@@ -151,13 +153,29 @@ REGEN = bool(os.environ.get("ASMGEMM_REGEN_GOLDEN"))
 STORED = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
 
 
+def _store(key: str, digest: str) -> None:
+    """Write one regenerated digest into the golden file as it is on disk now, under a lock: under
+    `-n`, each worker holds its own STORED, and writing that back whole lost the other workers'
+    entries (a regeneration under xdist once kept 4 of 8 changed digests)."""
+    import fcntl
+    import hashlib
+    import tempfile
+    # (a stable name: str hashes differ between the workers' processes)
+    lock_path = Path(tempfile.gettempdir()) / f"asmgemm-golden-{hashlib.sha1(str(GOLDEN).encode()).hexdigest()[:12]}.lock"
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        on_disk = json.loads(GOLDEN.read_text()) if GOLDEN.exists() else {}
+        on_disk[key] = digest
+        STORED.update(on_disk)
+        GOLDEN.write_text(json.dumps({k: on_disk[k] for k in IDS if k in on_disk}, indent=1) + "\n")
+
+
 @pytest.mark.parametrize("name, defines", sample_every(40, CONFIGS, unpack=True), ids=IDS)
 def test_shipped_ptx_matches_golden(name, defines):
     key = config_id(name, defines)
     digest = ptx_digest(name, defines)
     if REGEN:
-        STORED[key] = digest
-        GOLDEN.write_text(json.dumps({k: STORED[k] for k in IDS if k in STORED}, indent=1) + "\n")
+        _store(key, digest)
     assert key in STORED, f"no golden digest for '{key}': run with ASMGEMM_REGEN_GOLDEN=1 and review it"
     assert digest == STORED[key], f"{key}: the PTX differs from the golden digest ({STORED[key]})"
 

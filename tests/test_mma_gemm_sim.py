@@ -266,6 +266,15 @@ def test_realigned_whole_tiles_of_an_interior_block_and_an_unaligned_start(layou
     np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3)
 
 
+@pytest.mark.parametrize("layout", ["nt", "tn"])
+def test_realigned_on_the_catalogs_narrow_tiling(layout):
+    """The tiling the catalog runs odd operands with (128 x 128, eight warps of 64 x 32: 256
+    threads, chunk rows 64 (K-major) or 16 (MN-major) apart), an odd K and both edges."""
+    m, n, k = 131, 133, 37
+    got, want = _odd_call(layout, m, n, k, 2, 2, realign=1, defines=dict(BM=128, BN=128, WM=64, WN=32))
+    np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3)
+
+
 def test_array_at_end_catches_a_read_one_past_the_matrix():
     """The check above can fail: the staged path reading one element past B's last (a K one too
     large for the stored matrix) is an access outside every array."""

@@ -275,6 +275,31 @@ def test_realigned_on_the_catalogs_narrow_tiling(layout):
     np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3)
 
 
+@pytest.mark.parametrize("layout", ["nn", "tt"])
+def test_realigned_split_k_partial_pass(layout):
+    """SPLIT_K = 1 moves A and B by k0 = s k_chunk (a multiple of 64 elements: each chunk row's
+    granule offset stays); each split's fp32 sums from odd-strided operands at the ends of their
+    buffers, the last split short (K = 150: 64, 64, 22)."""
+    ta, tb = layout[0] == "t", layout[1] == "t"
+    kern, threads, smem, bm, bn = _kernel(SPLIT_K=1, TRANS_A=int(ta), TRANS_B=int(tb), ALIGN_A=2, ALIGN_B=2)
+    m, n, k, chunk = 21, 19, 150, 64
+    splits = math.ceil(k / chunk)
+    keep = []
+    ra, ca = (k, m) if ta else (m, k)
+    rb, cb = (n, k) if tb else (k, n)
+    lda, ldb = ca + 1 + ca % 2, cb + 1 + cb % 2                # odd
+    a_buf, a = _stored_operand(ra, ca, lda, keep)
+    b_buf, b = _stored_operand(rb, cb, ldb, keep, seed=1)
+    ws = _aligned((splits, m, n), np.float32, np.nan)
+    mem = Memory()
+    args = _args(a_buf, b_buf, ws, m, n, k, lda, ldb, n, mem, k_chunk=chunk, split_stride=m * n)
+    kern.run((math.ceil(n / bn), math.ceil(m / bm), splits), (threads, 1, 1), args, mem, smem)
+    op_a, op_b = (a.T if ta else a), (b.T if tb else b)
+    for z in range(splits):
+        lo, hi = z * chunk, min(k, (z + 1) * chunk)
+        np.testing.assert_allclose(ws[z], op_a[:, lo:hi] @ op_b[lo:hi], rtol=1e-5, atol=1e-5)
+
+
 def test_array_at_end_catches_a_read_one_past_the_matrix():
     """The check above can fail: the staged path reading one element past B's last (a K one too
     large for the stored matrix) is an access outside every array."""

@@ -13,8 +13,13 @@
 #   3. sanitize: compute-sanitizer memcheck on two odd shapes with REALIGN = 1, each operand at the
 #      end of its own cudaMalloc (CuPy's pool off, so memcheck knows each allocation's exact end)
 #      and one starting an element into it.
-# Results under $OUT: tests.txt, tests_all.txt, ab_*.txt/json, default.txt/json, memcheck.txt.
-#   PARTS: which of "tests bench sanitize" to run (default all); REPS: variant_ab repetitions (15).
+#   deep (not in the default PARTS): the realigned loads have one K tile of MMAs to land in (they
+#      are registers, not the cp.async ring's STAGES - 1 tiles); BK = 64 doubles that cover: r1
+#      against r1 with BK=64 (and r0) on the shapes where latency showed (4095^3, 2048x2047x2049,
+#      75x1147x1025 tn, 75x2936x1920 tt).
+# Results under $OUT: tests.txt, tests_all.txt, ab_*.txt/json, default.txt/json, memcheck.txt, deep_*.
+#   PARTS: which of "tests bench sanitize deep" to run (default the first three); REPS: variant_ab
+#   repetitions (15).
 set -u
 : "${OUT:?set OUT}" "${PARTS:=tests bench sanitize}" "${REPS:=15}"
 source tools/device_setup.sh >/dev/null || exit 1
@@ -56,6 +61,18 @@ for n in (4095, 4096):
     print(f"{n}^3: {ran['kernel']} copies {ran['copies']} config {ran['config']} params {ran['params']}")
 EOF
     tail -n 2 "$OUT/default.txt"
+fi
+if [[ " $PARTS " == *" deep "* ]]; then
+    for spec in "nn 4095,4095,4095 2048,2047,2049" "tn 75,1147,1025" "tt 75,2936,1920"; do
+        set -- $spec
+        layout=$1; shift
+        shapes=()
+        for s in "$@"; do shapes+=(--shape "$s"); done
+        timeout 120 python3 tools/variant_ab.py hgemm_mma --from-dispatch --layout "$layout" "${shapes[@]}" \
+            --variant r1:REALIGN=1 --variant r1bk64:REALIGN=1,BK=64 --variant r0:REALIGN=0 --reps "$REPS" \
+            --json "$OUT/deep_$layout.json" > "$OUT/deep_$layout.txt" 2>&1
+        rc=$?; echo "== deep $layout: exit $rc"; cat "$OUT/deep_$layout.txt"; (( rc )) && status=1
+    done
 fi
 if [[ " $PARTS " == *" sanitize "* ]]; then
     timeout 120 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 3 python3 - \

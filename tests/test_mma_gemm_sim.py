@@ -256,13 +256,26 @@ def test_odd_leading_dimensions_realigned_match_the_2_byte_path_bit_for_bit(layo
     assert np.array_equal(got.view(np.uint32), ref.view(np.uint32))
 
 
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+def test_odd_rows_through_the_cp_async_ring_match_bit_for_bit(layout):
+    """REALIGN = 2: the granules copied into the raw ring by cp.async (src-size: nothing past the
+    matrix's last byte), realigned in shared memory; the same bits as the 2-byte path, each matrix
+    at the end of its buffer."""
+    m, n, k = 70, 67, 45
+    got, want = _odd_call(layout, m, n, k, 2, 4, realign=2)
+    ref, _ = _odd_call(layout, m, n, k, 2, 4, realign=0)
+    np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3)
+    assert np.array_equal(got.view(np.uint32), ref.view(np.uint32))
+
+
 @pytest.mark.parametrize("layout", ["nn", "tt"])
-def test_realigned_whole_tiles_of_an_interior_block_and_an_unaligned_start(layout):
+@pytest.mark.parametrize("realign", [1, 2])
+def test_realigned_whole_tiles_of_an_interior_block_and_an_unaligned_start(layout, realign):
     """K = 203 (7 tiles: the interior blocks' unguarded loop runs, then the guarded last two),
     M = N = 128 (whole tiles) plus an edge, and each operand starting 1 and 3 elements into its
     buffer (the first granule begins before the matrix, inside its allocation)."""
     m, n, k = 129, 128, 203
-    got, want = _odd_call(layout, m, n, k, 2, 2, realign=1, lead_a=1, lead_b=3)
+    got, want = _odd_call(layout, m, n, k, 2, 2, realign=realign, lead_a=1, lead_b=3)
     np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3)
 
 

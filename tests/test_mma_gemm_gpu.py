@@ -194,6 +194,12 @@ def test_odd_rows_realigned_match_the_2_byte_loads(dtype, c_f32, layout, shape):
                     params={**run["rerun_params"], "REALIGN": 0}, **pads)
     assert staged["params"].get("REALIGN") == "0", staged["params"]
     assert np.array_equal(realigned.view(np.uint8), cp.asnumpy(_last_c[0]).view(np.uint8)), "REALIGN 0 and 1 differ"
+    if dtype == "float16" and not c_f32:
+        # REALIGN = 2: the granules through a cp.async ring, realigned in shared memory
+        ring = _check(m, n, k, layout, dtype, c_f32=c_f32, kernel=KERNEL[(dtype, c_f32)],
+                      params={**run["rerun_params"], "REALIGN": 2}, **pads)
+        assert ring["params"].get("REALIGN") == "2", ring["params"]
+        assert np.array_equal(realigned.view(np.uint8), cp.asnumpy(_last_c[0]).view(np.uint8)), "REALIGN 1 and 2 differ"
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

@@ -7,16 +7,17 @@
 #      REALIGN 0 and 1 bit for bit; the other odd-leading-dimension and copy-width tests), then
 #      the whole of tests/test_mma_gemm_gpu.py (-x; what a cold machine builds in its time);
 #   2. bench: tools/variant_ab.py hgemm_mma --from-dispatch (the configuration gemm's dispatch runs
-#      for the plain kernel) with r1: REALIGN=1 and r0: REALIGN=0 laid over it, interleaved in one
+#      for the plain kernel) with r1: REALIGN=1, r2: REALIGN=2 (the granules through a cp.async
+#      ring) and r0: REALIGN=0 laid over it, interleaved in one
 #      process with cuBLAS, on issue 31's odd shapes; then the default path (asmgemm bench hgemm:
 #      whatever gemm picks by dtype) at 4095^3 beside 4096^3 (issue 31: >= 0.95x);
-#   3. sanitize: compute-sanitizer memcheck on two odd shapes with REALIGN = 1, each operand at the
+#   3. sanitize: compute-sanitizer memcheck on three odd shapes with REALIGN = 1 and 2, each operand at the
 #      end of its own cudaMalloc (CuPy's pool off, so memcheck knows each allocation's exact end)
 #      and one starting an element into it.
-#   deep (not in the default PARTS): the realigned loads have one K tile of MMAs to land in (they
-#      are registers, not the cp.async ring's STAGES - 1 tiles); BK = 64 doubles that cover: r1
-#      against r1 with BK=64 (and r0) on the shapes where latency showed (4095^3, 2048x2047x2049,
-#      75x1147x1025 tn, 75x2936x1920 tt).
+#   deep (not in the default PARTS): REALIGN = 1's loads have one K tile of MMAs to land in (they
+#      are registers, not the cp.async ring's STAGES - 1 tiles): r1 against r1 with BK=64 (twice
+#      the cover), r2 (the ring) and r2 on the four-warp 128 x 128 tiling (which REALIGN = 1 cannot
+#      build) on 4095^3, 2048x2047x2049, 75x1147x1025 tn, 75x2936x1920 tt.
 # Results under $OUT: tests.txt, tests_all.txt, ab_*.txt/json, default.txt/json, memcheck.txt, deep_*.
 #   PARTS: which of "tests bench sanitize deep" to run (default the first three); REPS: variant_ab
 #   repetitions (15).
@@ -41,7 +42,8 @@ if [[ " $PARTS " == *" bench "* ]]; then
         local shapes=()
         for s in "$@"; do shapes+=(--shape "$s"); done
         timeout 100 python3 tools/variant_ab.py hgemm_mma --from-dispatch --layout "$layout" "${shapes[@]}" \
-            --variant r1:REALIGN=1 --variant r0:REALIGN=0 --reps "$REPS" --json "$OUT/ab_$layout.json" \
+            --variant r1:REALIGN=1 --variant r2:REALIGN=2 --variant r0:REALIGN=0 --reps "$REPS" \
+            --json "$OUT/ab_$layout.json" \
             > "$OUT/ab_$layout.txt" 2>&1
         local rc=$?; echo "== variant_ab $layout: exit $rc"; cat "$OUT/ab_$layout.txt"; (( rc )) && status=1
     }
@@ -69,7 +71,8 @@ if [[ " $PARTS " == *" deep "* ]]; then
         shapes=()
         for s in "$@"; do shapes+=(--shape "$s"); done
         timeout 120 python3 tools/variant_ab.py hgemm_mma --from-dispatch --layout "$layout" "${shapes[@]}" \
-            --variant r1:REALIGN=1 --variant r1bk64:REALIGN=1,BK=64 --variant r0:REALIGN=0 --reps "$REPS" \
+            --variant r1:REALIGN=1 --variant r1bk64:REALIGN=1,BK=64 --variant r2:REALIGN=2 \
+            --variant r2wide:REALIGN=2,BM=128,BN=128,WM=64,WN=64 --reps "$REPS" \
             --json "$OUT/deep_$layout.json" > "$OUT/deep_$layout.txt" 2>&1
         rc=$?; echo "== deep $layout: exit $rc"; cat "$OUT/deep_$layout.txt"; (( rc )) && status=1
     done
@@ -104,6 +107,12 @@ for (m, n, k, layout, lead) in ((127, 129, 65, "tt", 0), (1000, 1000, 999, "nn",
     print(f"realign {m}x{n}x{k} {layout} lead {lead}: {ran['kernel']} {ran['params']} rel err {err:.2e}"
           + ("" if realigned else " (WRONG: not the realigned path)"))
     ok &= err < 2e-3 and realigned
+    # the same through the cp.async ring (REALIGN = 2)
+    c2 = gemm(a.T if ta else a, b.T if tb else b, kernel="hgemm_mma", params={**ran["rerun_params"], "REALIGN": 2})
+    err2 = float(cp.linalg.norm(c2.astype(cp.float64) - ref) / cp.linalg.norm(ref))
+    ring = last_launch()["params"].get("REALIGN") == "2"
+    print(f"realign {m}x{n}x{k} {layout} lead {lead} REALIGN=2: rel err {err2:.2e}" + ("" if ring else " (WRONG)"))
+    ok &= err2 < 2e-3 and ring
 cp.cuda.runtime.deviceSynchronize()
 print("SANITIZE_RESULTS", "OK" if ok else "WRONG")
 raise SystemExit(0 if ok else 1)

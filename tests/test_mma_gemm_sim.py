@@ -173,11 +173,13 @@ def _bf16(*shape, seed=0):
     return bits, (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
 
 
-def test_grouped_mode_with_an_mn_major_a_bf16_fp32_c_and_the_epilogue():
+@pytest.mark.parametrize("realign", [1, 2])
+def test_grouped_mode_with_an_mn_major_a_bf16_fp32_c_and_the_epilogue(realign):
     """A stored K x tokens (TRANS_A = 1: each expert starts at a column, copies 2 bytes wide, as the
-    runtime sets align_a), bf16, an fp32 C in 16-byte pieces (WIDE_C) with a bias per column, relu,
-    alpha and beta."""
-    kern, threads, smem, bm, bn = _kernel(GROUPED=1, TRANS_A=1, ALIGN_A=2, BF16=1, C_F32=1, WIDE_C=1, BIAS=1, ACT=1)
+    runtime sets align_a; realigned in registers or through the cp.async ring), bf16, an fp32 C in
+    16-byte pieces (WIDE_C) with a bias per column, relu, alpha and beta."""
+    kern, threads, smem, bm, bn = _kernel(GROUPED=1, TRANS_A=1, ALIGN_A=2, BF16=1, C_F32=1, WIDE_C=1, BIAS=1, ACT=1,
+                                          REALIGN=realign)
     sizes, k, n = [9, 0, 66, 2], 24, 16
     total = sum(sizes)
     a_bits, a = _bf16(k, total)
@@ -289,12 +291,14 @@ def test_realigned_on_the_catalogs_narrow_tiling(layout):
 
 
 @pytest.mark.parametrize("layout", ["nn", "tt"])
-def test_realigned_split_k_partial_pass(layout):
+@pytest.mark.parametrize("realign", [1, 2])
+def test_realigned_split_k_partial_pass(layout, realign):
     """SPLIT_K = 1 moves A and B by k0 = s k_chunk (a multiple of 64 elements: each chunk row's
     granule offset stays); each split's fp32 sums from odd-strided operands at the ends of their
     buffers, the last split short (K = 150: 64, 64, 22)."""
     ta, tb = layout[0] == "t", layout[1] == "t"
-    kern, threads, smem, bm, bn = _kernel(SPLIT_K=1, TRANS_A=int(ta), TRANS_B=int(tb), ALIGN_A=2, ALIGN_B=2)
+    kern, threads, smem, bm, bn = _kernel(SPLIT_K=1, TRANS_A=int(ta), TRANS_B=int(tb), ALIGN_A=2, ALIGN_B=2,
+                                          REALIGN=realign)
     m, n, k, chunk = 21, 19, 150, 64
     splits = math.ceil(k / chunk)
     keep = []

@@ -440,6 +440,8 @@ class _Run:
             rank = self.val(a[2], "u32").astype(_U64)
             self.put(a[0], ((rank + _U64(1)) << _U64(24)) | addr, mask, "u32")
             return None
+        if op == "prmt":
+            return self._prmt(ins, mask)
         if op in ("and", "or", "xor") and t == "pred":
             x, y = self.val(a[1], "pred"), self.val(a[2], "pred")
             self.put(a[0], {"and": x & y, "or": x | y, "xor": x ^ y}[op], mask, "pred")
@@ -556,6 +558,24 @@ class _Run:
                 self.put(a[0], r, mask, t)
                 return None
         raise NotImplementedError(ins.text)
+
+    def _prmt(self, ins: Instr, mask):
+        """prmt.b32 d, a, b, c (the default mode; PTX ISA, "prmt"): the bytes of b:a are numbered 0..7
+        (a's low byte 0, b's high byte 7); byte i of d is byte (c >> 4 i) & 7 of them, or that byte's
+        sign (its bit 7 copied into all 8 bits) where bit 3 of the nibble is set."""
+        p, a = ins.parts, ins.args
+        if p[1:] != ["b32"]:
+            raise NotImplementedError(ins.text)
+        pool = self.bits(a[1], "b32") & _U64(0xFFFFFFFF) | (self.bits(a[2], "b32") & _U64(0xFFFFFFFF)) << _U64(32)
+        c = self.bits(a[3], "b32")
+        out = np.zeros(self.T, _U64)
+        for i in range(4):
+            nibble = (c >> _U64(4 * i)) & _U64(0xF)
+            byte = (pool >> ((nibble & _U64(7)) * _U64(8))) & _U64(0xFF)
+            byte = np.where(nibble & _U64(8), np.where(byte & _U64(0x80), _U64(0xFF), _U64(0)), byte)
+            out |= byte << _U64(8 * i)
+        self.put(a[0], out.astype(np.uint32), mask, "b32")
+        return None
 
     def _cvt(self, ins: Instr, mask):
         p, a = ins.parts, ins.args
@@ -827,6 +847,22 @@ class _Run:
                 for i, (r, c) in enumerate(((g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1))):
                     self.regs[d[i]][th] = _U64(int(D[r, c:c + 1].view(np.uint32)[0]))
         return None
+
+
+def array_at_end(shape, dtype, fill=0.0, keep=None):
+    """A new array whose registered memory (Memory.add) ends exactly at its last byte, its data
+    starting at a multiple of 256 bytes: a kernel that reads one byte past it fails (an
+    aligned_array's memory runs on to its buffer's end). The buffer it lives in is appended to
+    `keep` (a list the caller holds while the kernel runs): the array does not own it."""
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    raw = np.empty(nbytes + 256, np.uint8)
+    start = raw.ctypes.data + (-raw.ctypes.data % 256)
+    out = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(start)).view(dtype).reshape(shape)
+    out[...] = fill
+    if keep is None:
+        raise ValueError("pass a list to keep the buffer alive")
+    keep.append(raw)
+    return out
 
 
 def aligned_array(shape, dtype, fill=0.0):

@@ -11,7 +11,7 @@ every target. Each build: ptxas -v without warnings, spills, stack or local memo
 a block's registers and shared memory within the target's limits. Their SASS (nvdisasm): every
 loop of the main loop runs HMMA.16816 (.BF16 for bf16, MT x NT x BK / 16 of them) and LDSM.x4
 (.MT88 exactly for the MN-major tiles), the loop that copies runs LDGSTS of the operands' copy
-width where ALIGN >= 4 and, for ALIGN = 2, LDG.U16 + STS.U16 and no LDGSTS for that operand;
+width where ALIGN >= 4 and, for ALIGN = 2, two LDG.128 and one STS.128 a 16-byte chunk (REALIGN = 1, the default) or LDG.U16 + STS.U16 (REALIGN = 0), and no LDGSTS for that operand;
 the sm_90 build is the portable code (no HGMMA, no WARPGROUP). The `.error` guards refuse bad
 tilings with the kernel's message at its line.
 
@@ -83,6 +83,8 @@ class Config:
     bf16: int = 0
     c_f32: int = 0
     epilogue: tuple = ()          # (("WIDE_C", 1), ("BIAS", 1), ("ACT", 2)): the fused epilogue's -D values
+    realign: int = 1              # ALIGN 2: 1 16-byte granules realigned in registers (the default), 2 through a
+                                  # cp.async ring, 0 2-byte loads
 
     @property
     def kernel(self) -> str:
@@ -95,13 +97,13 @@ class Config:
         return {**untuned(self.shape, self.layout, self.align_a, self.align_b),
                 "TRANS_A": int(self.layout[0] == "t"), "TRANS_B": int(self.layout[1] == "t"),
                 "ALIGN_A": self.align_a, "ALIGN_B": self.align_b, **dict(self.epilogue),
-                **dict(get_spec(self.kernel).defines)}
+                **dict(get_spec(self.kernel).defines), **({} if self.realign == 1 else {"REALIGN": self.realign})}
 
     def __str__(self) -> str:
         tiling = untuned(self.shape, self.layout, self.align_a, self.align_b)
         parts = [self.target, self.kernel, self.layout, f"align{self.align_a}/{self.align_b}"]
         parts += [f"{k}={v}" for k, v in {**tiling, **dict(self.epilogue)}.items()]
-        return " ".join(parts)
+        return " ".join(parts + ([] if self.realign == 1 else [f"REALIGN={self.realign}"]))
 
 
 # (layout, ALIGN_A, ALIGN_B): each orientation of each operand (K- or MN-major) with each copy width,
@@ -134,6 +136,11 @@ def configs() -> list[Config]:
                    (4, 16, 8, 2, 16)[(n + m) % 5], (n + m) % 2, (n // 2 + m) % 2,
                    ((mode, 1),) + ((("BIAS", 1), ("ACT", 4)) if n == 2 else ()))
             for m, mode in enumerate(LAUNCH_MODES) for n, target in enumerate(TARGETS)]
+    # the 2-byte loads (REALIGN = 0) of an odd leading dimension, kept for the A/B against the realigned path
+    out += [dataclasses.replace(c, realign=0) for c in out[:len(LAYOUT_ALIGNS)] if 2 in (c.align_a, c.align_b)]
+    # and through the cp.async ring (REALIGN = 2, opt-in: its raw ring needs 192 KB of shared memory at
+    # 128 x 128 with 4 stages, so sm_90 only here)
+    out += [Config("sm_90", LARGE, layout, 2, 2, realign=2) for layout in ("nn", "tn")]
     have = {(c.target, _tiling_key(c)) for c in out}
     for ti, target in enumerate(TARGETS):
         for n, cfg in enumerate([Config(target, LARGE), Config(target, SMALL), Config(target, LARGE, align_a=2)]):
@@ -292,21 +299,38 @@ def test_main_loop_runs_hmma_ldsm_and_the_copies_of_its_alignment(cfg):
         assert n["LDSM.16.MT88.4"] == tiles * trans and n["LDSM.16.M88.4"] == _total(n, "LDSM") - tiles * trans, \
             f"{cfg}: {n}"
     # the steady-state loop: the one that copies most (the last ones copy nothing: tiles past K)
-    main = max(loops, key=lambda n: (_total(n, "LDGSTS") + _total(n, "LDG")) / _total(n, "BAR"))
+    # (a realigned operand's guarded loop holds each chunk's loads twice: its fast form and the
+    # branch taken at the edges; the interior blocks' loop, the one that copies least of those that
+    # copy, holds them once)
+    copying = [n for n in loops if _total(n, "LDGSTS") + _total(n, "LDG")]
+    main = min(copying, key=lambda n: (_total(n, "LDGSTS") + _total(n, "LDG")) / _total(n, "BAR"))
     tiles = _total(main, "BAR")
     cp_chunks = sum(c[f"NCH_{x}"] for x in "AB" if c[f"ALIGN_{x}"] >= 4)
-    staged = sum(c[f"NCH_{x}"] for x in "AB" if c[f"ALIGN_{x}"] == 2)
-    assert _total(main, "LDGSTS") == tiles * cp_chunks, f"{cfg}: {main}"
+    staged = sum(c[f"NCH_{x}"] for x in "AB" if c[f"STAGED_{x}"])
+    realigned = sum(c[f"NCH_{x}"] for x in "AB" if c[f"REALIGN_{x}"])
+    ring = sum(c[f"NCH_{x}"] for x in "AB" if c[f"RING_{x}"])
+    for x, align in (("A", cfg.align_a), ("B", cfg.align_b)):
+        assert (c[f"STAGED_{x}"], c[f"REALIGN_{x}"], c[f"RING_{x}"]) == \
+            tuple(int(align == 2 and cfg.realign == r) for r in (0, 1, 2)), cfg
+    # a realigned chunk: two 16-byte granules (LDG.128 through L1's non-coherent path), one STS.128;
+    # through the ring: two 16-byte cp.async (LDGSTS) of its granules, two LDS.128, one STS.128
+    assert main["LDG.E.128.CONSTANT"] == 2 * tiles * realigned, f"{cfg}: {main}"
+    for n in copying:
+        assert n["STS.128"] == _total(n, "BAR") * (realigned + ring), f"{cfg}: {n}"
+        assert n["LDS.128"] == _total(n, "BAR") * 2 * ring, f"{cfg}: {n}"
+    assert _total(main, "LDGSTS") == tiles * (cp_chunks + 2 * ring), f"{cfg}: {main}"
     # cp.async of 16 bytes bypasses L1 (.cg: LDGSTS.E.BYPASS...128), 8 and 4 bytes do not (.ca)
     kinds = {16: "LDGSTS.E.BYPASS.LTC128B.128", 8: "LDGSTS.E.LTC128B.64", 4: "LDGSTS.E.LTC128B"}
     chunks = Counter()
     for x in "AB":
         if c[f"ALIGN_{x}"] >= 4:
             chunks[kinds[c[f"ALIGN_{x}"]]] += c[f"NCH_{x}"]
+        if c[f"RING_{x}"]:
+            chunks[kinds[16]] += 2 * c[f"NCH_{x}"]
     for kind, n in chunks.items():
         assert main[kind] + main[kind + ".ZFILL"] == tiles * n, f"{cfg}: {tiles} x {n} {kind} expected: {main}"
     assert main["LDG.E.U16.CONSTANT"] == main["STS.U16"] == tiles * staged, f"{cfg}: {main}"
-    if not cp_chunks:
+    if not cp_chunks and not ring:
         assert not any(op.startswith("LDGSTS") for op in ops), f"{cfg}: cp.async with 2-byte copies only"
 
 
@@ -364,6 +388,9 @@ def _parsed():
     (dict(ACT=5), "ACT is 0"),
     (dict(L2_PREFETCH=64), "L2_PREFETCH is 0, 128 or 256"),
     (dict(BM=256, BN=256, WM=32, WN=32), "more than 1024 threads"),
+    (dict(REALIGN=3), "REALIGN is 0"),
+    # one warp: an MN-major A's chunk rows 4 apart, each at its own granule offset
+    (dict(BM=64, BN=64, WM=64, WN=64, TRANS_A=1, ALIGN_A=2), "REALIGN = 1 needs"),
 ])
 def test_bad_parameters_stop_at_the_kernels_error(defines, message):
     """Refused while expanding (as a build does; the first one through build_file itself), with

@@ -59,6 +59,9 @@ def _values(c, dtype, c_f32):
     return c.astype(cp.float32)
 
 
+_last_c = [None]      # the C of _check's last call (its bits, for tests that compare two builds)
+
+
 def _check(m, n, k, layout="nn", dtype="float16", *, c_f32=False, alpha=1.0, beta=0.0, lda_pad=0, ldb_pad=0,
            a_offset=0, b_offset=0, c_order="C", bias=None, activation=None, params=None, kernel=None, seed=0):
     rng = np.random.default_rng(seed)
@@ -103,6 +106,7 @@ def _check(m, n, k, layout="nn", dtype="float16", *, c_f32=False, alpha=1.0, bet
     out = asmgemm.gemm(a, b, c, alpha=alpha, beta=beta, trans_a=ta, trans_b=tb, params=params, kernel=kernel,
                        bias=bias_arr, activation=activation)
     assert out is c
+    _last_c[0] = c
     got = _values(c, dtype, c_f32)
     assert not bool(cp.isnan(got).any()), "unwritten (NaN) elements in C"
     limit = 2e-3 if dtype == "float16" and not c_f32 else (5e-4 if c_f32 else 1e-2)
@@ -161,6 +165,41 @@ def test_each_copy_width(pad, offset, align, layout):
     _check(m, n, k, layout, lda_pad=pad, ldb_pad=pad, a_offset=offset, b_offset=offset)
     params = last_launch()["params"]
     assert params.get("ALIGN_A") == str(align) and params.get("ALIGN_B") == str(align), params
+
+
+# ALIGN 2 (odd leading dimensions) through the realigned 16-byte path (REALIGN = 1, the default):
+# both operands' rows odd (lda = K + 1 or, for an odd row, + 2; ldb = N + 3 or + 2), so every row
+# starts at its own even offset in its 16-byte granule; the same configuration with REALIGN = 0
+# (2-byte loads) gives the same bits.
+REALIGN_CASES = ([("float16", False, layout, shape) for layout in ("nn", "nt", "tn", "tt")
+                  for shape in ((7, 13, 5), (127, 129, 65), (1000, 1000, 999))]
+                 + [(dtype, c_f32, layout, shape) for dtype, c_f32 in (("bfloat16", False), ("float16", True),
+                                                                       ("bfloat16", True))
+                    for layout in ("nn", "tt") for shape in ((127, 129, 65), (1000, 1000, 999))])
+
+
+@pytest.mark.parametrize("dtype,c_f32,layout,shape", REALIGN_CASES,
+                         ids=[f"{d}{'-f32c' if f else ''}-{l}-{'x'.join(map(str, s))}" for d, f, l, s in REALIGN_CASES])
+def test_odd_rows_realigned_match_the_2_byte_loads(dtype, c_f32, layout, shape):
+    m, n, k = shape
+    ac = m if layout[0] == "t" else k
+    bc = k if layout[1] == "t" else n
+    pads = dict(lda_pad=1 if ac % 2 == 0 else 2, ldb_pad=3 if bc % 2 == 0 else 2)
+    run = _check(m, n, k, layout, dtype, c_f32=c_f32, kernel=KERNEL[(dtype, c_f32)], **pads)
+    params = run["params"]
+    assert params.get("ALIGN_A") == "2" and params.get("ALIGN_B") == "2", params
+    assert params.get("REALIGN", "1") == "1", params
+    realigned = cp.asnumpy(cp.asarray(_last_c[0]).copy())
+    staged = _check(m, n, k, layout, dtype, c_f32=c_f32, kernel=KERNEL[(dtype, c_f32)],
+                    params={**run["rerun_params"], "REALIGN": 0}, **pads)
+    assert staged["params"].get("REALIGN") == "0", staged["params"]
+    assert np.array_equal(realigned.view(np.uint8), cp.asnumpy(_last_c[0]).view(np.uint8)), "REALIGN 0 and 1 differ"
+    if dtype == "float16" and not c_f32:
+        # REALIGN = 2: the granules through a cp.async ring, realigned in shared memory
+        ring = _check(m, n, k, layout, dtype, c_f32=c_f32, kernel=KERNEL[(dtype, c_f32)],
+                      params={**run["rerun_params"], "REALIGN": 2}, **pads)
+        assert ring["params"].get("REALIGN") == "2", ring["params"]
+        assert np.array_equal(realigned.view(np.uint8), cp.asnumpy(_last_c[0]).view(np.uint8)), "REALIGN 1 and 2 differ"
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

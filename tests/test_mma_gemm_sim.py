@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from asmgemm.pipeline import BuildOptions, build_file
-from ptx_sim import Kernel, Memory, SimError, aligned_array as _aligned
+from ptx_sim import Kernel, Memory, SimError, aligned_array as _aligned, array_at_end
 
 SMALL = dict(BM=64, BN=64, WM=32, WN=32)
 
@@ -173,11 +173,13 @@ def _bf16(*shape, seed=0):
     return bits, (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
 
 
-def test_grouped_mode_with_an_mn_major_a_bf16_fp32_c_and_the_epilogue():
+@pytest.mark.parametrize("realign", [1, 2])
+def test_grouped_mode_with_an_mn_major_a_bf16_fp32_c_and_the_epilogue(realign):
     """A stored K x tokens (TRANS_A = 1: each expert starts at a column, copies 2 bytes wide, as the
-    runtime sets align_a), bf16, an fp32 C in 16-byte pieces (WIDE_C) with a bias per column, relu,
-    alpha and beta."""
-    kern, threads, smem, bm, bn = _kernel(GROUPED=1, TRANS_A=1, ALIGN_A=2, BF16=1, C_F32=1, WIDE_C=1, BIAS=1, ACT=1)
+    runtime sets align_a; realigned in registers or through the cp.async ring), bf16, an fp32 C in
+    16-byte pieces (WIDE_C) with a bias per column, relu, alpha and beta."""
+    kern, threads, smem, bm, bn = _kernel(GROUPED=1, TRANS_A=1, ALIGN_A=2, BF16=1, C_F32=1, WIDE_C=1, BIAS=1, ACT=1,
+                                          REALIGN=realign)
     sizes, k, n = [9, 0, 66, 2], 24, 16
     total = sum(sizes)
     a_bits, a = _bf16(k, total)
@@ -205,3 +207,155 @@ def test_grouped_mode_deep_k_runs_the_interior_loop_on_the_experts_rows():
     ends = np.cumsum(sizes).tolist()
     a, b, c = _grouped(ends, sum(sizes), k=160, n=64)
     _check_experts(a, b, c, ends)
+
+
+# ---- ALIGN = 2 (odd leading dimensions): the realigned 16-byte path (REALIGN = 1) ------------------
+
+def _stored_operand(rows, cols, ld, keep, lead=0, seed=0):
+    """A rows x cols fp16 matrix of leading dimension ld, starting `lead` elements into a buffer
+    that ends at its last element (ptx_sim.array_at_end: a read past it fails): the buffer, the
+    matrix's values (float64) and the address to pass."""
+    count = lead + (rows - 1) * ld + cols
+    buf = array_at_end((count,), np.float16, keep=keep)
+    buf[...] = np.random.default_rng(seed).uniform(-1, 1, count)
+    idx = lead + np.arange(rows)[:, None] * ld + np.arange(cols)[None, :]
+    return buf, buf.astype(np.float64)[idx]
+
+
+def _odd_call(layout, m, n, k, extra_a, extra_b, realign, lead_a=0, lead_b=0, defines=None):
+    """C = op(A) op(B) with A's and B's leading dimensions their stored rows' lengths + extra (odd:
+    the runtime's align 2), each matrix at the end of its buffer; C (fp32) and numpy's product."""
+    ta, tb = layout[0] == "t", layout[1] == "t"
+    kern, threads, smem, bm, bn = _kernel(TRANS_A=int(ta), TRANS_B=int(tb), ALIGN_A=2, ALIGN_B=2, C_F32=1,
+                                          REALIGN=realign, **(defines or {}))
+    keep = []
+    ra, ca = (k, m) if ta else (m, k)
+    rb, cb = (n, k) if tb else (k, n)
+    lda, ldb = ca + extra_a, cb + extra_b
+    a_buf, a = _stored_operand(ra, ca, lda, keep, lead_a)
+    b_buf, b = _stored_operand(rb, cb, ldb, keep, lead_b, seed=1)
+    c = _aligned((m, n), np.float32, np.nan)
+    mem = Memory()
+    mem.add(a_buf)
+    mem.add(b_buf)
+    args = _args(a_buf[lead_a:], b_buf[lead_b:], c, m, n, k, lda, ldb, n, mem)
+    kern.run((math.ceil(n / bn), math.ceil(m / bm), 1), (threads, 1, 1), args, mem, smem)
+    want = (a.T if ta else a) @ (b.T if tb else b)
+    return c, want
+
+
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+def test_odd_leading_dimensions_realigned_match_the_2_byte_path_bit_for_bit(layout):
+    """ALIGN 2, both operands: lda, ldb odd (rows start at every even offset mod 16 over 8 rows), K
+    = 45 (the K edge inside a chunk: tile 1 has 13 elements), M = 70 and N = 67 (edge tiles, rows
+    past M/N), each matrix ending at its buffer's end mid-granule (a read past its last element
+    fails). REALIGN = 1 gives the staged path's bits (the same products in the same order) and
+    numpy's values."""
+    m, n, k = 70, 67, 45
+    got, want = _odd_call(layout, m, n, k, 2, 4, realign=1)   # extra 2 and 4 on odd rows: odd lds
+    ref, _ = _odd_call(layout, m, n, k, 2, 4, realign=0)
+    np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3)
+    assert np.array_equal(got.view(np.uint32), ref.view(np.uint32))
+
+
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+def test_odd_rows_through_the_cp_async_ring_match_bit_for_bit(layout):
+    """REALIGN = 2: the granules copied into the raw ring by cp.async (src-size: nothing past the
+    matrix's last byte), realigned in shared memory; the same bits as the 2-byte path, each matrix
+    at the end of its buffer."""
+    m, n, k = 70, 67, 45
+    got, want = _odd_call(layout, m, n, k, 2, 4, realign=2)
+    ref, _ = _odd_call(layout, m, n, k, 2, 4, realign=0)
+    np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3)
+    assert np.array_equal(got.view(np.uint32), ref.view(np.uint32))
+
+
+@pytest.mark.parametrize("layout", ["nn", "tt"])
+@pytest.mark.parametrize("realign", [1, 2])
+def test_realigned_whole_tiles_of_an_interior_block_and_an_unaligned_start(layout, realign):
+    """K = 203 (7 tiles: the interior blocks' unguarded loop runs, then the guarded last two),
+    M = N = 128 (whole tiles) plus an edge, and each operand starting 1 and 3 elements into its
+    buffer (the first granule begins before the matrix, inside its allocation)."""
+    m, n, k = 129, 128, 203
+    got, want = _odd_call(layout, m, n, k, 2, 2, realign=realign, lead_a=1, lead_b=3)
+    np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("layout", ["nt", "tn"])
+def test_realigned_on_the_catalogs_narrow_tiling(layout):
+    """The tiling the catalog runs odd operands with (128 x 128, eight warps of 64 x 32: 256
+    threads, chunk rows 64 (K-major) or 16 (MN-major) apart), an odd K and both edges."""
+    m, n, k = 131, 133, 37
+    got, want = _odd_call(layout, m, n, k, 2, 2, realign=1, defines=dict(BM=128, BN=128, WM=64, WN=32))
+    np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("layout", ["nn", "tt"])
+@pytest.mark.parametrize("realign", [1, 2])
+def test_realigned_split_k_partial_pass(layout, realign):
+    """SPLIT_K = 1 moves A and B by k0 = s k_chunk (a multiple of 64 elements: each chunk row's
+    granule offset stays); each split's fp32 sums from odd-strided operands at the ends of their
+    buffers, the last split short (K = 150: 64, 64, 22)."""
+    ta, tb = layout[0] == "t", layout[1] == "t"
+    kern, threads, smem, bm, bn = _kernel(SPLIT_K=1, TRANS_A=int(ta), TRANS_B=int(tb), ALIGN_A=2, ALIGN_B=2,
+                                          REALIGN=realign)
+    m, n, k, chunk = 21, 19, 150, 64
+    splits = math.ceil(k / chunk)
+    keep = []
+    ra, ca = (k, m) if ta else (m, k)
+    rb, cb = (n, k) if tb else (k, n)
+    lda, ldb = ca + 1 + ca % 2, cb + 1 + cb % 2                # odd
+    a_buf, a = _stored_operand(ra, ca, lda, keep)
+    b_buf, b = _stored_operand(rb, cb, ldb, keep, seed=1)
+    ws = _aligned((splits, m, n), np.float32, np.nan)
+    mem = Memory()
+    args = _args(a_buf, b_buf, ws, m, n, k, lda, ldb, n, mem, k_chunk=chunk, split_stride=m * n)
+    kern.run((math.ceil(n / bn), math.ceil(m / bm), splits), (threads, 1, 1), args, mem, smem)
+    op_a, op_b = (a.T if ta else a), (b.T if tb else b)
+    for z in range(splits):
+        lo, hi = z * chunk, min(k, (z + 1) * chunk)
+        np.testing.assert_allclose(ws[z], op_a[:, lo:hi] @ op_b[lo:hi], rtol=1e-5, atol=1e-5)
+
+
+def test_array_at_end_catches_a_read_one_past_the_matrix():
+    """The check above can fail: the staged path reading one element past B's last (a K one too
+    large for the stored matrix) is an access outside every array."""
+    kern, threads, smem, bm, bn = _kernel(ALIGN_A=2, ALIGN_B=2, REALIGN=0, C_F32=1)
+    keep = []
+    m, n, k = 8, 9, 7
+    a_buf, _ = _stored_operand(m, k, k + 2, keep)
+    b_buf, _ = _stored_operand(k - 1, n, n + 2, keep)          # one K-row short
+    c = _aligned((m, n), np.float32)
+    mem = Memory()
+    args = _args(a_buf, b_buf, c, m, n, k, k + 2, n + 2, n, mem)
+    with pytest.raises(SimError, match="outside every array"):
+        kern.run((1, 1, 1), (threads, 1, 1), args, mem, smem)
+
+
+def test_the_interpreters_prmt_selects_and_sign_replicates_bytes():
+    """prmt.b32's default mode on b:a = 0x8877665544332211: selectors 0x5432 (a 2-byte funnel
+    shift), 0x3210 (a), 0x7654 (b), 0x5410 (the low halves joined) and 0x321F (bit 3 of nibble 0: byte 7 0x88 replaced by its sign, 0xff)."""
+    ptx = """.version 8.0
+.target sm_80
+.address_size 64
+.visible .entry k(.param .u64 param_out)
+{
+    .reg .b32 %a, %b, %d0, %d1, %d2, %d3, %d4;
+    .reg .u64 %p;
+    ld.param.u64 %p, [param_out];
+    mov.b32 %a, 0x44332211;
+    mov.b32 %b, 0x88776655;
+    prmt.b32 %d0, %a, %b, 0x5432;
+    prmt.b32 %d1, %a, %b, 0x3210;
+    prmt.b32 %d2, %a, %b, 0x7654;
+    prmt.b32 %d3, %a, %b, 0x5410;
+    prmt.b32 %d4, %a, %b, 0x321F;
+    st.global.v4.b32 [%p], {%d0, %d1, %d2, %d3};
+    st.global.b32 [%p+16], %d4;
+    ret;
+}
+"""
+    out = np.zeros(5, np.uint32)
+    mem = Memory()
+    Kernel(ptx).run((1, 1, 1), (1, 1, 1), dict(out=mem.add(out)), mem, 0)
+    assert [hex(v) for v in out] == ["0x66554433", "0x44332211", "0x88776655", "0x66552211", "0x443322ff"]

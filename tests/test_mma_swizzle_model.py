@@ -29,7 +29,8 @@ wrote.
 The model is tied to the kernel: the kernel's own PTX is run by a small interpreter over every
 thread of one block (integer arithmetic, predicates and uniform branches; memory instructions are
 recorded, not performed), and the shared-memory addresses of its cp.async copies (and their global
-sources), 2-byte staged loads and stores, ldmatrix loads and epilogue staging must be the model's,
+sources), 2-byte staged loads and stores (REALIGN = 0) or realigned granule loads and 16-byte stores
+(REALIGN = 1), ldmatrix loads and epilogue staging must be the model's,
 tile after tile through the ring; each mma.sync must take its A and B registers straight from
 the ldmatrix the model says (A: d0..d3; B: d0, d1 or d2, d3), and each tile's accumulators must be
 staged where the model puts that tile. So a change of the swizzle rule in the kernel fails here
@@ -646,6 +647,19 @@ class BlockRun:
                 self.write(args[0], np.zeros(self.threads), guard)
         elif base == "cvta":
             self.write(args[0], self.ival(args[1]), guard)
+        elif typ == "pred" and base in ("and", "or", "xor"):
+            a, b = self.pred(args[1]), self.pred(args[2])
+            self.write(args[0], np.asarray({"and": a & b, "or": a | b, "xor": a ^ b}[base], bool), guard)
+        elif base == "prmt":
+            # prmt.b32 d, a, b, c (default mode): byte i of d is byte (c >> 4 i) & 7 of b:a
+            pool = (self.ival(args[1], 32) & 0xFFFFFFFF) | ((self.ival(args[2], 32) & 0xFFFFFFFF) << 32)
+            sel = self.ival(args[3], 32)
+            out = np.zeros(self.threads, np.int64)
+            for i in range(4):
+                nib = (sel >> (4 * i)) & 0xF
+                assert not (nib & 8).any(), f"the interpreter does not know sign replication: {text}"
+                out |= ((pool >> (8 * (nib & 7))) & 0xFF) << (8 * i)
+            self.write(args[0], out, guard)
         elif base == "mov":
             if args[0].startswith("{") or args[1].startswith("{"):     # packing halves: values not kept
                 if not args[0].startswith("{"):
@@ -712,13 +726,15 @@ TIE_CONFIGS = [
     {},
     dict(TRANS_A=1), dict(TRANS_B=1), dict(TRANS_A=1, TRANS_B=1),
     dict(BM=64, BN=64, WM=32, WN=32), dict(BM=64, BN=64, WM=32, WN=32, TRANS_A=1, TRANS_B=1, C_F32=1),
-    dict(WN=32, ALIGN_A=2), dict(WN=32, ALIGN_B=2, TRANS_A=1, TRANS_B=1),
+    dict(WN=32, ALIGN_A=2, REALIGN=0), dict(WN=32, ALIGN_B=2, TRANS_A=1, TRANS_B=1, REALIGN=0),
+    # ALIGN 2 realigned (REALIGN = 1, the default): 16-byte chunks from two granule loads each
+    dict(WN=32, ALIGN_A=2, ALIGN_B=2), dict(BM=64, BN=64, WM=32, WN=32, ALIGN_A=2, TRANS_A=1, TRANS_B=1),
     dict(ALIGN_A=8, ALIGN_B=4, TRANS_B=1), dict(ALIGN_A=4, ALIGN_B=8, TRANS_A=1),
     dict(BK=64, STAGES=3, TRANS_A=1), dict(BM=256, BN=64, WN=32, BK=64, STAGES=3, TRANS_B=1, C_F32=1),
     dict(BM=64, BN=256, WM=32, TRANS_A=1, ALIGN_B=8, STAGES=5),
     # 16-byte pieces of C (the runtime's wide_c): the configurations above run WIDE_C = 0
     dict(WIDE_C=1), dict(BM=64, BN=64, WM=32, WN=32, TRANS_B=1, C_F32=1, WIDE_C=1),
-    dict(WN=32, ALIGN_A=2, WIDE_C=1),
+    dict(WN=32, ALIGN_A=2, WIDE_C=1, REALIGN=0),
 ]
 
 
@@ -734,8 +750,9 @@ def kernel_run(items: tuple) -> tuple[dict, BlockRun]:
     result = build_file("mma_gemm", BuildOptions(defines={k: str(v) for k, v in items}, target="sm_80"))
     c = result.constants
     m, n, k = 2 * c["BM"], 2 * c["BN"], c["BK"] * (c["STAGES"] + 2)
-    lda = (m if c["TRANS_A"] else k) + 24
-    ldb = (k if c["TRANS_B"] else n) + 40
+    # (odd where the copies are 2 bytes wide: rows at every offset in their 16-byte granules)
+    lda = (m if c["TRANS_A"] else k) + 24 + (c["ALIGN_A"] == 2)
+    ldb = (k if c["TRANS_B"] else n) + 40 + (c["ALIGN_B"] == 2)
     params = dict(param_A=1 << 32, param_B=2 << 32, param_C=3 << 32, param_bias=4 << 32, param_M=m, param_N=n,
                   param_K=k, param_lda=lda, param_ldb=ldb, param_ldc=n + (0 if c["WIDE_C"] else 3), param_alpha=1.0,
                   param_beta=0.0)
@@ -760,7 +777,8 @@ def _global_address(o: Operand, c: dict, t: np.ndarray, i: int, tile: int) -> np
 @pytest.fixture(scope="module", params=sample_every(2, TIE_CONFIGS), ids=[_tie_id(c) for c in TIE_CONFIGS])
 def tie(request):
     c, run = kernel_run(tuple(sorted(request.param.items())))
-    cfg = {k: c[k] for k in DEFAULTS}
+    # the copy geometry is of the kernel's chunks: CW bytes (16 for a realigned ALIGN = 2 operand)
+    cfg = {**{k: c[k] for k in DEFAULTS}, "ALIGN_A": c["CW_A"], "ALIGN_B": c["CW_B"]}
     a, b = operands(cfg)
     c = {**c, "_lda": run.params["param_lda"], "_ldb": run.params["param_ldb"]}
     return c, run, (a, b)
@@ -781,8 +799,10 @@ def test_kernel_constants_are_the_models(tie):
 def test_kernel_copies_are_the_models(tie):
     """Every commit group g holds the copies of K tile g into stage g % STAGES, at the model's
     swizzled offsets, from the model's global addresses (whole chunks inside the matrix), or none
-    (past K); ALIGN = 2's loads of tile g come in group g's window and its 2-byte stores of tile
-    g - 1 (to that tile's stage) in the same window."""
+    (past K); ALIGN = 2's loads of tile g come in group g's window and its stores of tile g - 1 (to
+    that tile's stage) in the same window: 2-byte ones (REALIGN = 0), or (REALIGN = 1) two 16-byte
+    loads a chunk, of the aligned granule holding the chunk's first element and the next, and one
+    16-byte store at the chunk's swizzled offset."""
     c, run, ops = tie
     stages, stage_bytes, kt = c["STAGES"], c["STAGE_BYTES"], run.params["param_K"] // c["BK"]
     t = np.arange(c["THREADS"])
@@ -797,6 +817,25 @@ def test_kernel_copies_are_the_models(tie):
     for g, window in enumerate(windows[:-1]):
         for o in ops:
             staged = o.align == 2
+            realigned = bool(c[f"REALIGN_{'AB'[o.op]}"])
+            if realigned:
+                prev = {i: o.copy_dest(t, i) + ((g - 1) % stages) * stage_bytes for i in range(o.nch)}
+                loads = [r for r in window if r["kind"] == "ld.global" and r["size"] == 16
+                         and (r["addr"][r["active"]] >> 32 == o.op + 1).all()]
+                stores = [r for r in window if r["kind"] == "st.shared" and r["size"] == 16
+                          and (r["addr"] - (g - 1) % stages * stage_bytes - o.obase < o.tile_bytes).all()
+                          and (r["addr"] >= (g - 1) % stages * stage_bytes + o.obase).all()]
+                if g < kt:
+                    assert len(loads) == 2 * o.nch, (g, len(loads))
+                    for i in range(o.nch):
+                        granule = _global_address(o, c, t, i, g) & ~15
+                        for h, r in enumerate(loads[2 * i: 2 * i + 2]):
+                            assert r["active"].all() and (r["addr"] == granule + 16 * h).all(), \
+                                (g, i, h, _first_difference(r["addr"], granule + 16 * h))
+                assert len(stores) in ((o.nch,) if 1 <= g <= kt else (0, o.nch)), (g, len(stores))
+                for i, r in enumerate(stores):
+                    assert (r["addr"] == prev[i]).all(), (g, i, _first_difference(r["addr"], prev[i]))
+                continue
             wanted = {i: o.copy_dest(t, i) + (g % stages) * stage_bytes for i in range(o.nch)}
             if staged:
                 loads = [r for r in window if r["kind"] == "ld.global" and r["mma_before"] < run.mmas
@@ -1273,7 +1312,9 @@ CPU_CASES = [
     # (-D values, M, N, K, lda, ldb, ldc, alpha, beta): odd N and ldc (WIDE_C = 0) but where noted
     pytest.param(dict(BM=64, BN=64, WM=32, WN=32, TRANS_B=1, BIAS=1, ACT=2), 37, 45, 32, 32, 32, 45, 1.25, 0.5,
                  id="f16-nt-t64x64-37x45x32-colbias-gelu"),
-    pytest.param(dict(WN=32, BF16=1, ALIGN_B=2, BIAS=2, ACT=4), 129, 67, 64, 64, 67, 69, 1.0, -0.75,
+    # (REALIGN = 0: the realigned path branches per thread at the matrix's end, which ValueRun's
+    # uniform branches cannot run; tests/test_mma_gemm_sim.py computes it in ptx_sim)
+    pytest.param(dict(WN=32, BF16=1, ALIGN_B=2, BIAS=2, ACT=4, REALIGN=0), 129, 67, 64, 64, 67, 69, 1.0, -0.75,
                  id="bf16-nn-t128x128w64x32-129x67x64-ldb67-rowbias-silu"),
     pytest.param(dict(TRANS_B=1, BIAS=2, ACT=3), 129, 67, 7, 8, 8, 67, 0.5, 1.0,
                  id="f16-nt-t128x128-129x67x7-rowbias-gelu_tanh"),

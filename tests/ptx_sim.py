@@ -35,6 +35,9 @@ from dataclasses import dataclass
 import numpy as np
 
 _U64 = np.uint64
+# the program counter of a thread that has ended: past every other, so the lowest counter among
+# all threads is the lowest among those still running
+_DONE_PC = np.iinfo(np.int64).max
 _TYPES = {"f32": np.float32, "f16": np.float16, "u32": np.uint32, "s32": np.int32, "b32": np.uint32,
           "u64": np.uint64, "s64": np.int64, "b64": np.uint64, "u16": np.uint16, "b16": np.uint16, "s16": np.int16,
           "bf16": np.uint16, "pred": np.bool_}
@@ -106,6 +109,11 @@ def _bf16_bits(x: np.ndarray) -> np.ndarray:
     u = x.view(np.uint32).astype(np.uint64)
     r = ((u + _U64(0x7FFF) + ((u >> _U64(16)) & _U64(1))) >> _U64(16)).astype(np.uint16)
     return np.where(np.isnan(x), np.uint16(0x7FC0), r)
+
+
+# a warp's lane l as the fragment layouts index it: g = l / 4 (its row group), t = l % 4
+_LANE_G = np.arange(32) // 4
+_LANE_T = np.arange(32) % 4
 
 
 def _halves_to_f32(bits: np.ndarray, bf16: bool) -> np.ndarray:
@@ -306,11 +314,10 @@ class _Run:
     def go(self) -> None:
         code = self.k.code
         for _ in range(self.max_steps):
-            live = ~self.done
-            if not live.any():
+            pc = self.pc.min()                  # (a finished thread's counter is _DONE_PC)
+            if pc == _DONE_PC:
                 return
-            pc = self.pc[live].min()
-            sel = live & (self.pc == pc)
+            sel = self.pc == pc
             if pc >= len(code):
                 raise SimError("ran past the end of the kernel")
             ins = code[pc]
@@ -342,6 +349,7 @@ class _Run:
         if op == "ret" or op == "exit":
             self.done[mask] = True
             self.pc[sel & ~mask] += 1
+            self.pc[mask] = _DONE_PC
             return True
         if op == "bar":
             if p[1] == "warp":                  # bar.warp.sync: the warp's 32 lanes
@@ -798,16 +806,15 @@ class _Run:
         self._warp_all_here(ins, sel, mask)
         dsts = self.vec_regs(a[0])
         addr = self.address(a[1])
+        g, t2 = _LANE_G, 2 * _LANE_T           # lane l gets row l / 4, columns 2 (l % 4) and + 1
         for lanes in self._warp_ids(sel):
-            out = [np.zeros(32, _U64) for _ in range(count)]
+            out = []
             for q in range(count):
                 rows = self._shared(lanes[8 * q: 8 * q + 8], addr[lanes[8 * q: 8 * q + 8]], 16)
                 mat = rows.view(np.uint16).reshape(8, 8)
                 if trans:
                     mat = mat.T
-                for lane in range(32):
-                    r, c = lane // 4, 2 * (lane % 4)
-                    out[q][lane] = int(mat[r, c]) | (int(mat[r, c + 1]) << 16)
+                out.append(mat[g, t2].astype(_U64) | (mat[g, t2 + 1].astype(_U64) << _U64(16)))
             for q, d in enumerate(dsts):
                 full = self.regs[d].copy()
                 full[lanes] = out[q]
@@ -825,27 +832,25 @@ class _Run:
         bf16 = p[-3] == "bf16"
         self._warp_all_here(ins, sel, mask)
         d, ar, br, cr = (self.vec_regs(x) for x in a)
+        g, t2 = _LANE_G, 2 * _LANE_T           # (whole warps at once: one numpy gather per fragment)
         for lanes in self._warp_ids(sel):
             A = np.zeros((16, 16), np.float64)
             B = np.zeros((16, 8), np.float64)
             C = np.zeros((16, 8), np.float64)
-            for lane in range(32):
-                g, t = lane // 4, lane % 4
-                th = lanes[lane]
-                for i, (r, c) in enumerate(((g, 2 * t), (g + 8, 2 * t), (g, 2 * t + 8), (g + 8, 2 * t + 8))):
-                    w = np.array([int(self.regs[ar[i]][th]) & 0xFFFF, int(self.regs[ar[i]][th]) >> 16 & 0xFFFF])
-                    A[r, c:c + 2] = _halves_to_f32(w, bf16)
-                for i, k0 in enumerate((2 * t, 2 * t + 8)):
-                    w = np.array([int(self.regs[br[i]][th]) & 0xFFFF, int(self.regs[br[i]][th]) >> 16 & 0xFFFF])
-                    B[k0:k0 + 2, g] = _halves_to_f32(w, bf16)
-                for i, (r, c) in enumerate(((g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1))):
-                    C[r, c] = np.uint32(self.regs[cr[i]][th]).view(np.float32)
+            for i, (r, c) in enumerate(((g, t2), (g + 8, t2), (g, t2 + 8), (g + 8, t2 + 8))):
+                w = self.regs[ar[i]][lanes]
+                A[r, c] = _halves_to_f32(w & _U64(0xFFFF), bf16)
+                A[r, c + 1] = _halves_to_f32(w >> _U64(16) & _U64(0xFFFF), bf16)
+            for i, k0 in enumerate((t2, t2 + 8)):
+                w = self.regs[br[i]][lanes]
+                B[k0, g] = _halves_to_f32(w & _U64(0xFFFF), bf16)
+                B[k0 + 1, g] = _halves_to_f32(w >> _U64(16) & _U64(0xFFFF), bf16)
+            cd = ((g, t2), (g, t2 + 1), (g + 8, t2), (g + 8, t2 + 1))
+            for i, (r, c) in enumerate(cd):
+                C[r, c] = self.regs[cr[i]][lanes].astype(np.uint32).view(np.float32)
             D = (A @ B + C).astype(np.float32)
-            for lane in range(32):
-                g, t = lane // 4, lane % 4
-                th = lanes[lane]
-                for i, (r, c) in enumerate(((g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1))):
-                    self.regs[d[i]][th] = _U64(int(D[r, c:c + 1].view(np.uint32)[0]))
+            for i, (r, c) in enumerate(cd):
+                self.regs[d[i]][lanes] = D[r, c].view(np.uint32).astype(_U64)
         return None
 
 

@@ -51,10 +51,24 @@ def reordered(cubins):
     return {name: plan_patch(data, None, name, reorder_pass=True) for name, data in cubins.items()}
 
 
-def _sgemm(decoded):
+@pytest.fixture(scope="module")
+def deps_of(decoded):
+    """name -> the dependence graph of that shipped kernel (build_deps on ptxas's code), built on
+    first use and kept: one costs ~1.5 s (sgemm) to ~3.5 s (hgemm) and a dozen tests below read the
+    same one, none changes it (the determinism test builds its own fresh graph on purpose)."""
+    kept = {}
+
+    def get(name: str):
+        if name not in kept:
+            elf, kernels, _target = decoded[name]
+            kept[name] = build_deps(kernels[name], code_references(elf, name), TABLE)
+        return kept[name]
+    return get
+
+
+def _sgemm(decoded, deps_of):
     elf, kernels, _target = decoded["sgemm"]
-    kernel = kernels["sgemm"]
-    return elf, kernel, build_deps(kernel, code_references(elf, "sgemm"), TABLE)
+    return elf, kernels["sgemm"], deps_of("sgemm")
 
 
 def _moved(n: int, src: int, dst: int) -> list[int]:
@@ -136,13 +150,13 @@ def test_offsets_named_by_nv_info_are_found_and_never_moved(decoded, reordered):
     assert any("EIATTR_MBARRIER_INSTR_OFFSETS" in why for why in code_references(elf, "hgemm").anchored.values())
 
 
-def test_barriers_warpgroup_instructions_and_clock_reads_are_anchors(decoded):
+def test_barriers_warpgroup_instructions_and_clock_reads_are_anchors(decoded, deps_of):
     """Checked on ptxas's real code, so a barrier opcode the list does not know (hgemm's cluster
     barriers UCGABAR_ARV/UCGABAR_WAIT were one) shows up here."""
     seen = set()
     for name, (elf, kernels, _target) in decoded.items():
         kernel = kernels[name]
-        deps = build_deps(kernel, code_references(elf, name), TABLE)
+        deps = deps_of(name)
         for k, i in enumerate(kernel.instructions):
             if not i.reachable:
                 continue
@@ -154,8 +168,8 @@ def test_barriers_warpgroup_instructions_and_clock_reads_are_anchors(decoded):
     assert {"BAR", "UCGABAR_ARV", "UCGABAR_WAIT", "HGMMA", "WARPGROUP", "DEPBAR"} <= seen
 
 
-def test_the_schedule_is_deterministic_and_passes_a_fresh_check(decoded):
-    elf, kernel, _deps = _sgemm(decoded)
+def test_the_schedule_is_deterministic_and_passes_a_fresh_check(decoded, deps_of):
+    elf, kernel, _deps = _sgemm(decoded, deps_of)
     runs = [plan_reorder(kernel, elf.words("sgemm"), code_references(elf, "sgemm"), TABLE, "sm_90")
             for _ in range(2)]
     (origin, words, summary, _report), again = runs[0], runs[1]
@@ -176,11 +190,11 @@ def _limited_cases(kernel, prepared):
             yield b, moves, limited_order(b, order, moves)
 
 
-def test_a_limited_order_keeps_every_edge_and_anchor_of_the_block(decoded):
+def test_a_limited_order_keeps_every_edge_and_anchor_of_the_block(decoded, deps_of):
     """ReorderLimit.moves: the first M positions of the new order, the rest in ptxas's order, is a
     legal order under the graph (a prefix of a topological order holds every predecessor of what it
     holds), anchors in place, on every candidate block of ptxas's sgemm."""
-    elf, kernel, _deps = _sgemm(decoded)
+    elf, kernel, _deps = _sgemm(decoded, deps_of)
     prepared = prepare_reorder(kernel, code_references(elf, "sgemm"), TABLE, "sm_90")
     cases = 0
     for b, moves, order in _limited_cases(kernel, prepared):
@@ -196,8 +210,8 @@ def test_a_limited_order_keeps_every_edge_and_anchor_of_the_block(decoded):
     assert cases >= 4
 
 
-def test_plan_patch_applies_only_the_limited_blocks_and_moves(cubins, decoded):
-    elf, kernel, _deps = _sgemm(decoded)
+def test_plan_patch_applies_only_the_limited_blocks_and_moves(cubins, decoded, deps_of):
+    elf, kernel, _deps = _sgemm(decoded, deps_of)
     prepared = prepare_reorder(kernel, code_references(elf, "sgemm"), TABLE, "sm_90")
     candidates = prepared.candidates(kernel)
     assert candidates
@@ -229,8 +243,8 @@ def test_reorder_limits_are_refused_without_the_pass_or_below_one(cubins):
 
 # ---- the check refuses bad permutations -----------------------------------------------------
 
-def test_check_refuses_a_consumer_moved_above_its_producer(decoded):
-    _elf, kernel, deps = _sgemm(decoded)
+def test_check_refuses_a_consumer_moved_above_its_producer(decoded, deps_of):
+    _elf, kernel, deps = _sgemm(decoded, deps_of)
     case = next((e for edges in deps.deps.values() for e in edges
                  if e.kind == "raw" and e.stall and _same_stretch(deps, kernel, e.src, e.dst)), None)
     assert case is not None, "no fixed-latency producer/consumer pair between two anchors in sgemm"
@@ -241,8 +255,8 @@ def test_check_refuses_a_consumer_moved_above_its_producer(decoded):
     assert hit.address == 16 * case.src and hit.numbers["dependency"] == "raw"
 
 
-def test_check_refuses_a_consumer_moved_above_the_wait_that_covered_it(decoded):
-    _elf, kernel, deps = _sgemm(decoded)
+def test_check_refuses_a_consumer_moved_above_the_wait_that_covered_it(decoded, deps_of):
+    _elf, kernel, deps = _sgemm(decoded, deps_of)
     ins = kernel.instructions
     case = None
     for edges in deps.deps.values():
@@ -263,7 +277,7 @@ def test_check_refuses_a_consumer_moved_above_the_wait_that_covered_it(decoded):
 
 
 @pytest.mark.parametrize("kind", ["queued", "queued-read"])
-def test_check_refuses_a_dependant_moved_above_a_later_instructions_wait(decoded, kind):
+def test_check_refuses_a_dependant_moved_above_a_later_instructions_wait(decoded, kind, deps_of):
     """ptxas leaves the scoreboard off many instructions (sgemm's LDS.128 results, the sources of
     its stores) and covers their dependants with a wait on a later same-pipe instruction's
     scoreboard (the pipe works in order): a consumer ("queued") or an overwriter of the sources
@@ -271,7 +285,7 @@ def test_check_refuses_a_dependant_moved_above_a_later_instructions_wait(decoded
     case = None
     for name, (elf, kernels, _target) in sorted(decoded.items(), key=lambda kv: kv[0] != "sgemm"):
         kernel = kernels[name]
-        deps = build_deps(kernel, code_references(elf, name), TABLE)
+        deps = deps_of(name)
         if deps.unmovable:
             continue
         ins = kernel.instructions
@@ -296,7 +310,7 @@ def test_check_refuses_a_dependant_moved_above_a_later_instructions_wait(decoded
     assert found and found[0].address == 16 * w, [h.line() for h in report.hazards]
 
 
-def test_check_holds_a_guard_predicate_read_to_ptxas_spacing(decoded):
+def test_check_holds_a_guard_predicate_read_to_ptxas_spacing(decoded, deps_of):
     """The table's ISETP latency (4) was measured with the predicate read as an operand; ptxas never
     puts an instruction guarded by it closer than 13 cycles. A guarded consumer moved up next to
     its ISETP is refused even though 4 cycles would pass the table."""
@@ -304,7 +318,7 @@ def test_check_holds_a_guard_predicate_read_to_ptxas_spacing(decoded):
     case = None
     for name, (elf, kernels, _target) in sorted(decoded.items()):
         kernel = kernels[name]
-        deps = build_deps(kernel, code_references(elf, name), TABLE)
+        deps = deps_of(name)
         if deps.unmovable:
             continue
         ins, gaps = kernel.instructions, deps.code.gap_old
@@ -322,8 +336,8 @@ def test_check_holds_a_guard_predicate_read_to_ptxas_spacing(decoded):
     assert guard[0].numbers["distance"] >= 4        # the table's latency alone would have passed it
 
 
-def test_check_refuses_moving_an_exit_named_by_nv_info(decoded):
-    _elf, kernel, deps = _sgemm(decoded)
+def test_check_refuses_moving_an_exit_named_by_nv_info(decoded, deps_of):
+    _elf, kernel, deps = _sgemm(decoded, deps_of)
     exits = [k for k, why in deps.anchors.items() if "EIATTR_EXIT_INSTR_OFFSETS" in why]
     k = next((k for k in exits if k - 1 not in deps.anchors), None)
     assert k is not None, "no EXIT with a movable instruction before it in sgemm"
@@ -332,12 +346,12 @@ def test_check_refuses_moving_an_exit_named_by_nv_info(decoded):
     assert hit and "EIATTR_EXIT_INSTR_OFFSETS" in hit[0].message
 
 
-def test_check_refuses_moving_an_instruction_a_cubin_reference_names(decoded):
+def test_check_refuses_moving_an_instruction_a_cubin_reference_names(decoded, deps_of):
     """Any offset .nv.info or a relocation names is an anchor, whatever its opcode: here an FFMA
     is named by a reference built for the test, and moving it is refused."""
-    elf, kernel, _ = _sgemm(decoded)
+    elf, kernel, _ = _sgemm(decoded, deps_of)
     refs = code_references(elf, "sgemm")
-    plain = build_deps(kernel, refs, TABLE)
+    plain = deps_of("sgemm")
     k = next((k for k, i in enumerate(kernel.instructions)
               if i.opcode == "FFMA" and k not in plain.anchors and k - 1 not in plain.anchors
               and _same_stretch(plain, kernel, k - 1, k)), None)
@@ -352,8 +366,8 @@ def test_check_refuses_moving_an_instruction_a_cubin_reference_names(decoded):
     assert not any(h.kind == "anchor" for h in unnamed.hazards)
 
 
-def test_check_refuses_stalls_below_a_latency_in_a_reordered_block(decoded):
-    elf, kernel, deps = _sgemm(decoded)
+def test_check_refuses_stalls_below_a_latency_in_a_reordered_block(decoded, deps_of):
+    elf, kernel, deps = _sgemm(decoded, deps_of)
     origin, words, summary, report = plan_reorder(kernel, elf.words("sgemm"), code_references(elf, "sgemm"),
                                                   TABLE, "sm_90")
     assert not report.hazards and summary.moved
@@ -396,8 +410,8 @@ def test_nv_info_records_that_run_past_the_end_are_refused():
 
 # ---- the writer -------------------------------------------------------------------------------
 
-def test_permuting_words_within_blocks_keeps_every_other_byte(decoded, cubins):
-    elf0, kernel, deps = _sgemm(decoded)
+def test_permuting_words_within_blocks_keeps_every_other_byte(decoded, cubins, deps_of):
+    elf0, kernel, deps = _sgemm(decoded, deps_of)
     data = cubins["sgemm"]
     elf = ElfCubin(data)
     count = elf.kernel("sgemm").count
@@ -424,8 +438,8 @@ def test_permuting_words_within_blocks_keeps_every_other_byte(decoded, cubins):
     assert elf.to_bytes() == data and elf.origin("sgemm") == list(range(count))
 
 
-def test_the_writer_refuses_moves_out_of_a_block(cubins, decoded):
-    _elf, kernel, _deps = _sgemm(decoded)
+def test_the_writer_refuses_moves_out_of_a_block(cubins, decoded, deps_of):
+    _elf, kernel, _deps = _sgemm(decoded, deps_of)
     elf = ElfCubin(cubins["sgemm"])
     count = elf.kernel("sgemm").count
     ranges = [(b.start, b.end) for b in kernel.blocks]

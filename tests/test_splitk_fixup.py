@@ -88,20 +88,22 @@ CASES = {
 }
 
 
-def _two_ways(c_mode, ta, tb, m, n, k, alpha, beta, chunk, order_seed, c_pad=0):
-    """C from the one-launch split (SPLIT_FIXUP=1, blocks in a shuffled order) and from the partial
-    pass then splitk_reduce.sasm (VEC=0), and the counters after the first launch."""
+def _problem(c_mode, ta, tb, m, n, k, chunk, c_pad):
+    """The kernel's switches, A, B, C's initial values and the leading dimensions of one case."""
     bf16, c32 = c_mode == "bf16", c_mode == "f32"
     lda, ldb = (m if ta else k), (k if tb else n)
     kind = dict(SMALL, SPLIT_K=1, TRANS_A=ta, TRANS_B=tb, BF16=int(bf16), C_F32=int(c32), ALIGN_A=_align(lda),
                 ALIGN_B=_align(ldb))
     a = _operand((k, m) if ta else (m, k), bf16, 1)
     b = _operand((n, k) if tb else (k, n), bf16, 2)
-    splits = math.ceil(k / chunk)
-    ldc = n + c_pad
-    c0 = _c_of(c_mode, (m, ldc), 3)
+    return kind, a, b, _c_of(c_mode, (m, n + c_pad), 3), lda, ldb
 
-    # the two launches: partial pass (alpha 1, beta 0, into the workspace), then the reduce
+
+def _reference(c_mode, ta, tb, m, n, k, alpha, beta, chunk, c_pad=0):
+    """C from the two launches: the partial pass (alpha 1, beta 0, into the workspace), then
+    splitk_reduce.sasm (VEC=0)."""
+    kind, a, b, c0, lda, ldb = _problem(c_mode, ta, tb, m, n, k, chunk, c_pad)
+    splits, ldc = math.ceil(k / chunk), n + c_pad
     part, consts = _build("mma_gemm", **kind, SPLIT_FIXUP=0)
     threads, smem, bm, bn = (int(consts[x]) for x in ("THREADS", "SMEM_BYTES", "BM", "BN"))
     grid = (math.ceil(n / bn), math.ceil(m / bm), splits)
@@ -115,9 +117,18 @@ def _two_ways(c_mode, ta, tb, m, n, k, alpha, beta, chunk, order_seed, c_pad=0):
     reduce.run((math.ceil(n / int(rconsts["COLS"])), m, 1), (int(rconsts["THREADS"]), 1, 1),
                dict(W=ws.ctypes.data, C=c_ref.ctypes.data, M=m, N=n, ldc=ldc, splits=splits, split_stride=m * n,
                     alpha=alpha, beta=beta), mem)
+    return c_ref
 
-    # one launch: the tiles' last blocks sum; the workspace has BN floats past its last slice
-    fix, _ = _build("mma_gemm", **kind, SPLIT_FIXUP=1)
+
+def _one_launch(c_mode, ta, tb, m, n, k, alpha, beta, chunk, order_seed, c_pad=0):
+    """C from the one-launch split (SPLIT_FIXUP=1, blocks in a shuffled order: the tiles' last
+    blocks sum; the workspace has BN floats past its last slice), the counters after it, and what
+    a test needs to launch it again."""
+    kind, a, b, c0, lda, ldb = _problem(c_mode, ta, tb, m, n, k, chunk, c_pad)
+    splits, ldc = math.ceil(k / chunk), n + c_pad
+    fix, consts = _build("mma_gemm", **kind, SPLIT_FIXUP=1)
+    threads, smem, bm, bn = (int(consts[x]) for x in ("THREADS", "SMEM_BYTES", "BM", "BN"))
+    grid = (math.ceil(n / bn), math.ceil(m / bm), splits)
     c_new = c0.copy()
     ws2 = _aligned((splits * m * n + bn,), np.float32, np.nan)
     counters = _aligned((grid[0] * grid[1],), np.int32)
@@ -128,22 +139,26 @@ def _two_ways(c_mode, ta, tb, m, n, k, alpha, beta, chunk, order_seed, c_pad=0):
     order = [blocks[i] for i in np.random.default_rng(order_seed).permutation(len(blocks))]
     fix.run(grid, (threads, 1, 1), args, mem2, smem, order=order)
     # (a and b too: the interpreter's memory holds their addresses, not the arrays)
-    return c_new, c_ref, counters, (fix, grid, threads, args, mem2, smem, ws2, a, b)
+    return c_new, counters, (fix, grid, threads, args, mem2, smem, ws2, a, b)
 
 
 @pytest.mark.parametrize("case", CASES, ids=list(CASES))
 def test_one_launch_gives_the_reduce_kernels_bits(case):
     c_mode, ta, tb, m, n, k, alpha, beta, chunk, c_pad = CASES[case]
-    c_new, c_ref, counters, _ = _two_ways(c_mode, ta, tb, m, n, k, alpha, beta, chunk, order_seed=7, c_pad=c_pad)
+    c_new, counters, _ = _one_launch(c_mode, ta, tb, m, n, k, alpha, beta, chunk, order_seed=7, c_pad=c_pad)
+    c_ref = _reference(c_mode, ta, tb, m, n, k, alpha, beta, chunk, c_pad=c_pad)
     assert c_new.tobytes() == c_ref.tobytes(), f"{case}: C differs from the reduce kernel's"
     assert not np.isnan(c_new.astype(np.float32)).any()
     assert (counters == 0).all(), "every tile's last block leaves its counter at 0 for the next launch"
 
 
+# The two tests below run the one launch alone: what they check is how it behaves on a second
+# launch (against its own first), not its sum, which the test above checks against the reduce
+# kernel (the two-launch reference would double their interpreter time and be unread).
 def test_a_repeated_launch_counts_again_from_zero():
     """The counters the first launch left (all 0) serve the second, in another block order: the
     same C."""
-    c_new, c_ref, counters, (fix, grid, threads, args, mem, smem, ws, *_) = _two_ways(
+    c_new, counters, (fix, grid, threads, args, mem, smem, ws, *_) = _one_launch(
         "f16", 0, 0, 70, 75, 200, 0.75, 0.0, 64, order_seed=3)
     first = c_new.copy()
     c_new[...] = np.nan
@@ -158,8 +173,8 @@ def test_a_tile_whose_counter_is_not_zero_is_left_to_a_later_block():
     allocates them, and the kernel resets them) no block of that tile may see S - 1, so its C is
     not written. This is what the zeroing guards against (the checks above can fail)."""
     # (beta 0: C's NaN below is never read)
-    c, _, counters, (fix, grid, threads, args, mem, smem, ws, *_) = _two_ways("f16", 0, 0, 70, 75, 200, 0.75, 0.0, 64,
-                                                                              order_seed=1)
+    c, counters, (fix, grid, threads, args, mem, smem, ws, *_) = _one_launch("f16", 0, 0, 70, 75, 200, 0.75, 0.0, 64,
+                                                                             order_seed=1)
     c[...] = np.nan
     ws[...] = np.nan
     # a count of S: its arrivals see S (wrapping to 0), 0, 1, 2: none is the S - 1 of a last one

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from asmgemm.kernel_spec import get_spec
+from test_grouped_gpu import _experts, _want  # the expert set-up and the fp64 reference per expert
 
 pytestmark = pytest.mark.gpu
 
@@ -25,25 +26,6 @@ def torch_cuda(cuda_gpu):
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("hgemm's grouped mode is sm_90a (wgmma)")
     return torch
-
-
-def _experts(torch, sizes, k, n, dtype, trans_b=False, seed=5):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    a = torch.randn(sum(sizes), k, device="cuda", generator=g).to(dtype)
-    if trans_b:
-        b = torch.randn(len(sizes), n, k, device="cuda", generator=g).to(dtype).transpose(1, 2)
-    else:
-        b = torch.randn(len(sizes), k, n, device="cuda", generator=g).to(dtype)
-    offs = torch.tensor(sizes, device="cuda").cumsum(0).to(torch.int32)
-    return a, b, offs
-
-
-def _want(torch, a, b, offs):
-    out, start = [], 0
-    for e, end in enumerate(offs.tolist()):
-        out.append(a[start:end].double() @ b[e].double())
-        start = end
-    return torch.cat(out)
 
 
 def _err(torch, got, want):

@@ -43,18 +43,17 @@ class CupyArrays:
         self.cupy = cupy
 
     @staticmethod
-    def key(x) -> tuple:
-        # Everything the launch plan depends on; of the pointer only its 16-byte alignment (the
-        # 128-bit load and paired-store flags, TMA's rule), so new arrays of a shape reuse the plan.
-        d = x.data
-        return (x.shape, x.strides, x.dtype.char, d.ptr & 15, d.device_id)
-
-    @staticmethod
     def key_ptr(x) -> tuple[tuple, int]:
-        """(key(x), ptr(x)), the pointer read once (the repeated call's path needs both)."""
+        """(key(x), ptr(x)), the pointer read once (the repeated call's path needs both). The key:
+        everything the launch plan depends on; of the pointer only its 16-byte alignment (the
+        128-bit load and paired-store flags, TMA's rule), so new arrays of a shape reuse the plan."""
         d = x.data
         p = d.ptr
         return (x.shape, x.strides, x.dtype.char, p & 15, d.device_id), p
+
+    @classmethod
+    def key(cls, x) -> tuple:
+        return cls.key_ptr(x)[0]
 
     @staticmethod
     def ptr(x) -> int:
@@ -105,14 +104,14 @@ class TorchArrays:
         self._raw_stream = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
 
     @staticmethod
-    def key(x) -> tuple:
-        return (x.shape, x.stride(), x.dtype, x.data_ptr() & 15, x.get_device())
-
-    @staticmethod
     def key_ptr(x) -> tuple[tuple, int]:
         """(key(x), ptr(x)), data_ptr() asked once (~0.75 us a query on the H100's host)."""
         p = x.data_ptr()
         return (x.shape, x.stride(), x.dtype, p & 15, x.get_device()), p
+
+    @classmethod
+    def key(cls, x) -> tuple:
+        return cls.key_ptr(x)[0]
 
     @staticmethod
     def ptr(x) -> int:

@@ -35,6 +35,7 @@ where they reorder candidates; the sweep's held-out check measures exactly that.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, replace
 
 from ..kernel_spec import DTYPE_ITEMSIZE, get_spec
@@ -55,9 +56,17 @@ PRIOR_REDUCE_FIXED_S = 3e-6
 def variant_of(layout: str, call_values: dict) -> str:
     """The load variant of a kernel-level call: its layout and how each operand can be read (the
     128-bit load switches vec_a/vec_b, and the copy widths align_a/align_b where a kernel has them),
-    e.g. 'nt:11:16/16'."""
+    e.g. 'nt:11:16/16'. A 2-byte-aligned operand is '2r': mma_gemm reads it as realigned 16-byte
+    granules (REALIGN = 1, the default since 2026-11-27); sweeps before that recorded '2' for one
+    2-byte load an element, a variant no call has any more (RETIRED_VARIANT)."""
+    def width(align: int) -> str:
+        return "2r" if align == 2 else str(align)
     return (f"{layout}:{call_values.get('vec_a', 1)}{call_values.get('vec_b', 1)}:"
-            f"{call_values.get('align_a', 16)}/{call_values.get('align_b', 16)}")
+            f"{width(call_values.get('align_a', 16))}/{width(call_values.get('align_b', 16))}")
+
+
+# a variant with a plain '2' width: the 2-byte loads mma_gemm no longer makes (variant_of)
+RETIRED_VARIANT = re.compile(r"(?:^|[:/])2(?:/|$)")
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ from collections import defaultdict
 from ..errors import AsmError
 from ..kernel_spec import DTYPE_ITEMSIZE, get_spec
 from ..runtime.catalog import Candidate
-from ..runtime.cost_model import ConfigFit, DeviceModel, estimate, factor_for, neighbour_factors, variant_of
+from ..runtime.cost_model import (RETIRED_VARIANT, ConfigFit, DeviceModel, estimate, factor_for, neighbour_factors,
+                                  variant_of)
 from ..runtime.dispatch_db import FORMAT, exact_key, model_to_json
 from ..runtime.plan import fresh_plan
 
@@ -273,14 +274,17 @@ def make_database(docs: list[dict]) -> tuple[dict, dict]:
         raise AsmError(f"the sweeps are of {len(gpus)} GPUs ({', '.join(sorted(gpus))}): fit one GPU at a time")
     doc = dict(docs[0])
     families = sorted({d["family"] for d in docs})
-    samples = [s for d in docs for s in d["samples"]]
+    every = [s for d in docs for s in d["samples"]]
+    # a sample of a load variant the kernels no longer make timed code that no call runs now
+    samples = [s for s in every if not RETIRED_VARIANT.search(_variant(s))
+               and not RETIRED_VARIANT.search(s.get("call_variant") or "")]
     dtypes = {}
     for fam in families:
         spec = get_spec(fam)
         dtypes[fam] = (spec.dtypes.a, DTYPE_ITEMSIZE[spec.dtypes.c], DTYPE_ITEMSIZE[spec.dtypes.a])
     train = [s for s in samples if not _held_out(_call_key(s))]
     test = [s for s in samples if _held_out(_call_key(s))]
-    report = {"gpu": doc["gpu"], "families": families, "samples": len(samples),
+    report = {"gpu": doc["gpu"], "families": families, "samples": len(samples), "retired": len(every) - len(samples),
               "errors": sum("error" in s for s in samples), "held_out": {}}
     for fam in families:
         fam_test = [s for s in test if s["family"] == fam]

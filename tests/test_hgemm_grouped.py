@@ -61,7 +61,8 @@ def test_the_staged_store_is_chosen_per_warpgroup():
 
 @pytest.mark.parametrize("defines, message", [
     (dict(GROUPED=2), "GROUPED is 0 or 1"),
-    (dict(GROUPED=1), "CLUSTER_M and CLUSTER_N must be 1"),               # the source default: pairs
+    (dict(GROUPED=1), "CLUSTER_M must be 1"),               # the source default: pairs down a tile column
+    (dict(GROUPED=1, CLUSTER_M=2, CLUSTER_N=2), "CLUSTER_M must be 1"),
     (dict(**GROUPED, BATCHED=1), "two launch modes"),
     (dict(**GROUPED, SPLIT_K=1), "never split"),
     (dict(**GROUPED, CLUSTER_K=2, BN=128), "never split"),
@@ -69,7 +70,7 @@ def test_the_staged_store_is_chosen_per_warpgroup():
     (dict(**GROUPED, C_T=1, BN=16, TRANS_B=1), "nor STREAM"),
     (dict(**GROUPED, STREAM=1), "nor STREAM"),
     (dict(**GROUPED, BIAS=2), "per-row bias"),
-], ids=["value", "clusters_by_default", "batched", "split_k", "cluster_k", "a_ldg", "c_t", "stream", "row_bias"])
+], ids=["value", "clusters_by_default", "clusters_of_four", "batched", "split_k", "cluster_k", "a_ldg", "c_t", "stream", "row_bias"])
 def test_the_guards_refuse_what_a_grouped_call_does_not_run_with(defines, message):
     with pytest.raises(AsmError) as e:
         ptx(**defines)
@@ -83,6 +84,9 @@ def test_the_guards_refuse_what_a_grouped_call_does_not_run_with(defines, messag
 BUILDS = {
     "bf16_128x256_staged": ("-D", "BF16=1", "-D", "VEC_C=1", "-D", "WIDE_C=1"),
     "bf16_64x256_silu": ("-D", "CONSUMERS=1", "-D", "BF16=1", "-D", "TRANS_B=1", "-D", "ACT=4"),
+    # grouped_config's default where the tile columns pair up (grouped.a_multicast): A multicast
+    "bf16_128x256_pairs_n": ("-D", "BF16=1", "-D", "TRANS_B=1", "-D", "CLUSTER_N=2", "-D", "VEC_C=1", "-D", "WIDE_C=1"),
+    "bf16_64x256_pairs_n": ("-D", "CONSUMERS=1", "-D", "BF16=1", "-D", "TRANS_B=1", "-D", "CLUSTER_N=2"),
 }
 
 
@@ -215,14 +219,30 @@ def test_the_plan_walks_every_expert_and_keeps_the_staged_c():
 @pytest.mark.parametrize("total, e, consumers", [(4096, 64, 1), (32768, 64, 2), (4096, 8, 2), (4095, 64, 1)])
 def test_the_tile_height_follows_the_experts_average_rows(total, e, consumers):
     """64-row tiles where the experts average 64 rows or fewer (E = 64 over 4096 tokens); no
-    clusters, no split, no streaming for any grouped build."""
+    clusters down a tile column, no split, no streaming for any grouped build; 14336 columns pair
+    up (56 tiles of 256)."""
     spec = get_spec("bgemm")
     plan = plan_of(tokens(total, 4096, BF16), experts(e, 4096, 14336, BF16), e, 14336, BF16)
-    defines = launch.choose_params(spec, plan, None, None, 132, grouped.grouped_defines(spec, plan))
+    defines = grouped.grouped_params(spec, plan, None, 132)
     assert defines["GROUPED"] == 1 and defines["WIDE_C"] == 1 and defines.get("CONSUMERS", 2) == consumers
-    assert defines["CLUSTER_M"] == 1 and defines["CLUSTER_N"] == 1 and defines["CLUSTER_K"] == 1
+    assert defines["CLUSTER_M"] == 1 and defines["CLUSTER_N"] == 2 and defines["CLUSTER_K"] == 1
     assert defines["SPLIT_K"] == 0 and defines["STREAM"] == 0
     assert grouped.grouped_defines(get_spec("bgemm_mma"), plan) == {}
+
+
+@pytest.mark.parametrize("n, tile_n, pairs", [
+    (4096, 256, 2), (2048, 256, 2), (1792, 256, 2),     # 16, 8 tiles; 7: one empty in 8 (the limit)
+    (768, 256, 1), (1280, 256, 1),                      # 3 and 5 tiles: one empty in 4 and in 6
+    (256, 256, 1), (100, 128, 1),                       # one tile column: nothing to pair
+])
+def test_tile_columns_pair_where_at_most_one_in_eight_runs_empty(n, tile_n, pairs):
+    assert grouped.a_multicast(n, tile_n) == pairs
+
+
+def test_params_given_are_the_build():
+    spec = get_spec("bgemm")
+    plan = plan_of(tokens(4096, 4096, BF16), experts(8, 4096, 14336, BF16), 8, 14336, BF16)
+    assert grouped.grouped_params(spec, plan, {"CLUSTER_N": 1}, 132)["CLUSTER_N"] == 1
 
 
 @pytest.fixture(scope="module")
@@ -231,8 +251,7 @@ def built_grouped():
     from asmgemm.runtime.build_cache import build_kernel
     spec = get_spec("hgemm")
     plan = plan_of(tokens(300, 64), experts(5, 64, 96, stride=64 * 96 + 8), 5, 96)
-    built = build_kernel(spec, launch.choose_params(spec, plan, None, None, 132, grouped.grouped_defines(spec, plan)),
-                         "sm_90a")
+    built = build_kernel(spec, grouped.grouped_params(spec, plan, None, 132), "sm_90a")
     return spec, plan, built
 
 

@@ -192,7 +192,7 @@ def moe_calls(torch, case: MoeCase, anchor: str):
 
 
 # the switches that say which launch mode and tile ran (last_launch()["params"])
-SHOWN_PARAMS = ("BATCHED", "GROUPED", "BN", "CONSUMERS")
+SHOWN_PARAMS = ("BATCHED", "GROUPED", "BN", "CONSUMERS", "CLUSTER_N")
 
 
 def ran_kernel() -> str | None:

@@ -189,16 +189,46 @@ SMALL_EXPERT_ROWS = 64
 def grouped_defines(spec: KernelSpec, plan: LaunchPlan) -> dict:
     """-D values a grouped launch of a persistent TMA kernel (hgemm GROUPED=1) gets besides its
     size rule, which sees the GEMM of all tokens (total_tokens x N x K: the tile work the walk
-    covers): no clusters (a cluster's blocks may hold tiles of different experts, so nothing to
-    multicast), no split of K, no streamed loads (hgemm/guards.inc), and 64-row tiles where the
-    experts average SMALL_EXPERT_ROWS rows or fewer. The portable kernel: nothing (its catalog and
-    cost model choose, counting the experts' extra tile rows)."""
+    covers): no clusters down a tile column (CLUSTER_M: their tile rows may belong to different
+    experts), no split of K, no streamed loads (hgemm/guards.inc), and 64-row tiles where the
+    experts average SMALL_EXPERT_ROWS rows or fewer (the pairs of a tile row along N: a_multicast).
+    The portable kernel: nothing (its catalog and cost model choose, counting the experts' extra
+    tile rows)."""
     if spec.launch.grid != "persistent":
         return {}
     defines = {"CLUSTER_M": 1, "CLUSTER_N": 1, "CLUSTER_K": 1, "SPLIT_K": 0, "STREAM": 0}
     if plan.m <= SMALL_EXPERT_ROWS * plan.groups:
         defines["CONSUMERS"] = 1
     return defines
+
+
+# A grouped tile row's blocks in pairs along N (CLUSTER_N = 2: the two blocks of a cluster take
+# one tile row, so one expert, and load half of its A tile each, multicast into both). Measured
+# on the H100 (tools/moe_diag.py, bf16, GPU time; docs/log/hgemm.md "Grouped pairs"): E=8
+# K=14336 N=4096 32768 tokens 438 -> 698 TFLOP/s (torch._grouped_mm 694), E=8 K=4096 N=14336 653
+# -> 705, E=64 K=7168 N=2048 478 -> 572. A pair whose second tile lies right of N runs empty, so
+# pairs go where that wastes at most one tile column in PAIR_WASTE_MAX.
+PAIR_WASTE_MAX = 8
+
+
+def a_multicast(n: int, tile_n: int) -> int:
+    """CLUSTER_N of a grouped launch whose tiles are tile_n wide: 2 where the tile columns pair up
+    with at most one column in PAIR_WASTE_MAX left empty, else 1."""
+    tiles_n = -(-n // tile_n)
+    pairs = -(-tiles_n // 2)
+    return 2 if tiles_n >= 2 and (2 * pairs - tiles_n) * PAIR_WASTE_MAX <= 2 * pairs else 1
+
+
+def grouped_params(spec: KernelSpec, plan: LaunchPlan, params: dict | None, sm_count: int) -> dict:
+    """The -D values of a grouped launch of a kernel without a catalog: params= as given, else its
+    size rule for all tokens with grouped_defines and, on the persistent TMA kernel, its tile
+    columns in pairs where they pair up (a_multicast)."""
+    defines = None if params is not None else grouped_defines(spec, plan)
+    chosen = choose_params(spec, plan, params, None, sm_count, defines)
+    if defines:
+        # (the persistent kernel's tile is BN columns wide: hgemm/config.inc's TN = BN)
+        chosen["CLUSTER_N"] = a_multicast(plan.n, int(chosen["BN"]))
+    return chosen
 
 
 def grouped_config(spec: KernelSpec, plan: LaunchPlan, facts: DeviceFacts, params: dict | None) -> LaunchConfig:
@@ -211,8 +241,7 @@ def grouped_config(spec: KernelSpec, plan: LaunchPlan, facts: DeviceFacts, param
     if params is not None or not spec.configs:
         if not spec.configs and params is None:
             cfg.chosen_by = "size_rule"
-        defines = None if params is not None else grouped_defines(spec, plan)
-        cfg.built = build_kernel(spec, choose_params(spec, plan, params, None, facts.sm_count, defines), target)
+        cfg.built = build_kernel(spec, grouped_params(spec, plan, params, facts.sm_count), target)
         return cfg
     choice = dispatch.choose(spec, plan.layout, plan.m, plan.n, plan.k, call_values=plan.call_values,
                              gpu=facts.name, target=facts.target, sms=facts.sm_count, plain=False,

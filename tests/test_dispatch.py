@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import textwrap
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -210,6 +211,30 @@ def test_a_load_variants_factor_scales_the_block():
     assert e.block_s == pytest.approx(13.5e-6) and e.compute_s == pytest.approx(27e-6)
     assert estimate(_cand(), 512, 512, 256, _model(), "float32", 4, 4, "nn:11:16/16").block_s == pytest.approx(9e-6)
     assert cost_model.variant_of("tn", {"vec_a": 0, "vec_b": 1}) == "tn:01:16/16"
+
+
+def test_a_variants_own_occupancy_sets_the_slots_of_a_wave():
+    """r = 2 (8 slots) for the configuration, 1 for the builds of 'nn:00:2r/2r' (their registers):
+    512 x 512 x 256's 16 tiles then take 4 full waves of one block an SM, 36 us, where the aligned
+    variant takes 2 (18 us). A variant never swept takes the occupancy of one with its copy widths,
+    in another layout; else r."""
+    dm = _model()
+    dm.configs["sgemm:t"] = replace(dm.configs["sgemm:t"], variant_blocks={"nn:00:2r/2r": 1})
+    e = estimate(_cand(), 512, 512, 256, dm, "float32", 4, 4, "nn:00:2r/2r")
+    assert (e.slots, e.full_waves) == (4, 4) and e.compute_s == pytest.approx(36e-6)
+    assert estimate(_cand(), 512, 512, 256, dm, "float32", 4, 4, "nn:11:16/16").compute_s == pytest.approx(18e-6)
+    fit = dm.configs["sgemm:t"]
+    assert fit.blocks("tt:00:2r/2r") == 1 and fit.blocks("tt:00:2r/4") == 2 and fit.blocks(None) == 2
+    # the database keeps them
+    back = dispatch_db.model_from({"gpu": "Hand GPU", "sms": 4, "clock_hz": 1e9, "dram_bytes_per_s": 1e12,
+                                   "model": dispatch_db.model_to_json(dm)}, "test")
+    assert back.configs["sgemm:t"].variant_blocks == {"nn:00:2r/2r": 1}
+
+
+def test_a_2_byte_aligned_operand_is_the_realigned_variant_and_the_old_one_is_retired():
+    assert cost_model.variant_of("nn", {"align_a": 2, "align_b": 4}) == "nn:11:2r/4"
+    assert cost_model.RETIRED_VARIANT.search("nn:00:2/4") and cost_model.RETIRED_VARIANT.search("tt:00:4/2")
+    assert not cost_model.RETIRED_VARIANT.search("nn:00:2r/2r") and not cost_model.RETIRED_VARIANT.search("nn:11:16/16")
 
 
 def _residual_model(label: str) -> DeviceModel:
@@ -606,6 +631,30 @@ def test_the_fitted_model_picks_the_measured_best_and_the_database_says_so():
     # the database reads back as this GPU's model
     dm = dispatch_db.model_from(db, "test")
     assert dm.configs["sgemm:t64x64_k16"].step_s == pytest.approx(0.32e-6, rel=0.03)
+
+
+def test_the_fit_keeps_each_variants_occupancy_and_drops_retired_samples():
+    """The same samples, half of them of a variant whose builds hold one block an SM less and run
+    as the model says for that occupancy: the fit keeps the configuration's r, that variant's own,
+    and the same coefficients; samples of a retired variant ('2': loads no call makes now) are
+    left out of the database and counted."""
+    from asmgemm.tuning.fit import fit_model, make_database
+    doc = _sweep_doc()
+    entries = {e.name: e for e in SGEMM.configs}
+    extra = []
+    for s in doc["samples"]:
+        a, b, f, r = TRUE[s["config"]]
+        extra.append({**s, "variant": "nn:00:2r/16", "blocks_per_sm": r - 1,
+                      "gpu_ms": _true_ms(s["m"], s["n"], s["k"], entries[s["config"]].tile, a, b, f, r - 1)})
+    retired = [{**s, "variant": "nn:00:2/16", "m": s["m"] + 1} for s in doc["samples"][:5]]
+    both = {**doc, "samples": [{**s, "variant": "nn:11:16/16"} for s in doc["samples"]] + extra + retired}
+    dm = fit_model({**both, "samples": both["samples"][:-5]})
+    for name, (a, b, f, r) in TRUE.items():
+        fit = dm.configs[f"sgemm:{name}"]
+        assert fit.blocks_per_sm == r and fit.variant_blocks == {"nn:00:2r/16": r - 1}, name
+        assert fit.step_s == pytest.approx(b, rel=0.03) and fit.factor("nn:00:2r/16") == pytest.approx(1.0, abs=0.02)
+    db, report = make_database([both])
+    assert report["retired"] == 5 and not any(f"|{s['m']}x" in key for s in retired for key in db["best"])
 
 
 def test_each_wave_regime_weighs_toward_the_same_total(monkeypatch):

@@ -80,9 +80,26 @@ class ConfigFit:
     # the block time's factor per load variant (variant_of: how A and B are stored and read; a
     # transposed or unaligned operand loads slower), fitted where the sweep saw the variant
     variants: dict = field(default_factory=dict)
+    # blocks per SM of the builds of a load variant where they differ from r: a variant's build
+    # may hold more registers (mma_gemm's realigned granules: 96 -> 152 a thread at 64 x 64, so
+    # 5 -> 3 blocks an SM), which changes the slots of a wave, not only each block's time
+    variant_blocks: dict = field(default_factory=dict)
 
     def factor(self, variant: str | None) -> float:
         return self.variants.get(variant, 1.0) if variant else 1.0
+
+    def blocks(self, variant: str | None) -> int:
+        """Blocks per SM of this configuration's build for operands that load as `variant`: as the
+        sweep saw that variant, else another layout's variant with the same copy widths (the
+        registers follow the widths), else r."""
+        if not variant or not self.variant_blocks:
+            return self.blocks_per_sm
+        got = self.variant_blocks.get(variant)
+        if got is None:
+            widths = variant.rsplit(":", 1)[-1]
+            same = [b for v, b in self.variant_blocks.items() if v.rsplit(":", 1)[-1] == widths]
+            got = min(same) if same else self.blocks_per_sm
+        return got
 
 
 @dataclass
@@ -191,7 +208,7 @@ def estimate(cand: Candidate, m: int, n: int, k: int, dm: DeviceModel, dtype: st
     bm, bn, bk = cand.tile
     s = cand.splits
     tiles = (ceil_div(m, bm) * batch + extra_tile_rows) * ceil_div(n, bn) * s
-    r = max(1, fit.blocks_per_sm)
+    r = max(1, fit.blocks(variant))
     slots = dm.sms * r
     if cand.reduce == "cluster":
         slots = max(1, min(slots, dm.cluster_slots.get(f"{cand.kernel}:{cand.config}:{s}", slots)))

@@ -18,6 +18,7 @@ import json
 import os
 import re
 from importlib import resources
+from dataclasses import replace
 from pathlib import Path
 
 from ..errors import AsmError
@@ -108,7 +109,8 @@ def model_from(data: dict, source: str, path: Path | None = None) -> DeviceModel
             reduce_bytes_per_s=float(m["reduce_bytes_per_s"]), cluster_block_s=float(m["cluster_block_s"]),
             configs={k: ConfigFit(float(v["block_s"]), float(v["step_s"]), float(v["alone"]),
                                   int(v["blocks_per_sm"]), int(v.get("samples", 0)),
-                                  {str(a): float(b) for a, b in v.get("variants", {}).items()})
+                                  {str(a): float(b) for a, b in v.get("variants", {}).items()},
+                                  {str(a): int(b) for a, b in v.get("variant_blocks", {}).items()})
                      for k, v in m["configs"].items()},
             cluster_slots={k: int(v) for k, v in m.get("cluster_slots", {}).items()}, source=source,
             residuals=list(m.get("residuals", [])))
@@ -123,7 +125,8 @@ def model_to_json(dm: DeviceModel) -> dict:
             "reduce_bytes_per_s": dm.reduce_bytes_per_s, "cluster_block_s": dm.cluster_block_s,
             "configs": {k: {"block_s": f.block_s, "step_s": f.step_s, "alone": f.alone,
                             "blocks_per_sm": f.blocks_per_sm, "samples": f.samples,
-                            "variants": dict(sorted(f.variants.items()))}
+                            "variants": dict(sorted(f.variants.items())),
+                            "variant_blocks": dict(sorted(f.variant_blocks.items()))}
                         for k, f in sorted(dm.configs.items())},
             "cluster_slots": dict(sorted(dm.cluster_slots.items())), "residuals": dm.residuals}
 
@@ -142,8 +145,7 @@ def device_model(gpu: str, target: str, sms: int, clock_hz: float, dram_bytes_pe
         dm = model_from(other, f"the model alone: coefficients of {other['gpu']} ({path.name}), scaled to this "
                                "GPU's clock; no exact hits", path)
         scale = (dm.clock_hz / clock_hz) if clock_hz and dm.clock_hz else 1.0
-        dm.configs = {k: ConfigFit(f.block_s * scale, f.step_s * scale, f.alone, f.blocks_per_sm, f.samples,
-                                   f.variants) for k, f in dm.configs.items()}
+        dm.configs = {k: replace(f, block_s=f.block_s * scale, step_s=f.step_s * scale) for k, f in dm.configs.items()}
         dm.gpu, dm.sms = gpu, sms or dm.sms
         dm.clock_hz = clock_hz or dm.clock_hz
         dm.dram_bytes_per_s = dram_bytes_per_s or dm.dram_bytes_per_s

@@ -86,10 +86,11 @@ def _solve2(rows: list[tuple[float, float, float]]) -> tuple[float, float]:
 
 def _features(cand: Candidate, s: dict, dm: DeviceModel, fit: ConfigFit) -> tuple[float, float]:
     """(x1, x2) of the modelled compute time a x1 + b x2 of one sample under `fit`'s f and r."""
-    unit = ConfigFit(1.0, 0.0, fit.alone, fit.blocks_per_sm)
+    unit = ConfigFit(1.0, 0.0, fit.alone, fit.blocks_per_sm, variant_blocks=fit.variant_blocks)
     probe = DeviceModel(dm.gpu, dm.sms, dm.clock_hz, dm.dram_bytes_per_s, configs={f"{cand.kernel}:{cand.config}": unit},
                         cluster_slots=dm.cluster_slots)
-    e = estimate(cand, s["m"], s["n"], s["k"], probe, "float32", 4, 4)
+    # (the unit fit has no variant factors: the variant only picks the build's blocks per SM)
+    e = estimate(cand, s["m"], s["n"], s["k"], probe, "float32", 4, 4, _variant(s))
     # compute = (waves term) x (a + b steps): x1 = compute with a = 1, b = 0; x2 = x1 x steps
     return e.compute_s, e.compute_s * e.steps
 
@@ -123,13 +124,18 @@ def _fit_config(rows: list[dict], dm: DeviceModel) -> ConfigFit:
     (regime_weights), then a factor per load variant from the mean log residual of its samples,
     refitted VARIANT_ROUNDS times."""
     r = statistics.mode([int(s["blocks_per_sm"]) for s in rows if s.get("blocks_per_sm")] or [1])
+    by_variant: dict[str, list[int]] = defaultdict(list)
+    for s in rows:
+        if s.get("blocks_per_sm"):
+            by_variant[_variant(s)].append(int(s["blocks_per_sm"]))
+    rv = {v: statistics.mode(b) for v, b in sorted(by_variant.items()) if statistics.mode(b) != r}
     weights = [math.sqrt(w) for w in regime_weights(rows, dm, r)]     # on squared errors
     variants: dict[str, float] = {}
     fit = None
     for _ in range(VARIANT_ROUNDS):
         best = None
         for f in ALONE_GRID:
-            trial = ConfigFit(1.0, 0.0, f, r)
+            trial = ConfigFit(1.0, 0.0, f, r, variant_blocks=rv)
             feats = []
             for s, w in zip(rows, weights):
                 x1, x2 = _features(_candidate(s), s, dm, trial)
@@ -140,14 +146,14 @@ def _fit_config(rows: list[dict], dm: DeviceModel) -> ConfigFit:
             if best is None or err < best[0]:
                 best = (err, a, b, f)
         _, a, b, f = best
-        fit = ConfigFit(a, b, f, r, len(rows))
+        fit = ConfigFit(a, b, f, r, len(rows), variant_blocks=rv)
         logs: dict[str, list[float]] = defaultdict(list)
         for s in rows:
-            e = estimate(_candidate(s), s["m"], s["n"], s["k"], _with(dm, s, fit), "float32", 4, 4)
+            e = estimate(_candidate(s), s["m"], s["n"], s["k"], _with(dm, s, fit), "float32", 4, 4, _variant(s))
             if e.compute_s > 0:
                 logs[_variant(s)].append(math.log(s["gpu_ms"] * 1e-3 / e.compute_s))
         variants = {v: math.exp(sum(x) / (len(x) + VARIANT_PRIOR)) for v, x in logs.items()}
-    return ConfigFit(fit.block_s, fit.step_s, fit.alone, r, len(rows), dict(sorted(variants.items())))
+    return ConfigFit(fit.block_s, fit.step_s, fit.alone, r, len(rows), dict(sorted(variants.items())), rv)
 
 
 def _with(dm: DeviceModel, s: dict, fit: ConfigFit) -> DeviceModel:

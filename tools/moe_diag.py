@@ -50,7 +50,7 @@ def main() -> None:
         tf = lambda ms: round(case.flops / ms / 1e9, 1)  # noqa: E731
         row = {"case": case.label, "tokens": case.tokens}
         ms = gpu_ms(lambda: grouped_gemm(a, b, offs))
-        ran = last_launch()
+        ran = ran_grouped = last_launch()
         base = {kk: vv for kk, vv in (ran.get("params") or {}).items()}
         row["grouped"] = {"ms": ms, "tflops": tf(ms), "params": base, "grid": ran["grid"]}
         ref = grouped_gemm(a, b, offs).float()
@@ -71,7 +71,7 @@ def main() -> None:
         ms = gpu_ms(lambda: gemm(a, b0))
         ran = last_launch()
         row["2-D all tokens, default"] = {"ms": ms, "tflops": tf(ms), "params": ran.get("params"), "config": ran.get("config")}
-        p = {kk: vv for kk, vv in base.items() if kk != "GROUPED"}
+        p = {kk: vv for kk, vv in (ran_grouped.get("rerun_params") or {}).items() if kk != "GROUPED"}
         try:
             ms = gpu_ms(lambda: gemm(a, b0, params=p))
             row["2-D all tokens, grouped's params"] = {"ms": ms, "tflops": tf(ms)}

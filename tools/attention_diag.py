@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""Where attention's batched GEMMs lose to torch: GPU time of asmgemm.gemm's default build and of
+-D variants laid over it (params=), beside torch.matmul, per case (CUDA events, median of 7 after
+2 warm-up calls; no L2 flush: these outputs are 10-17 GB). Each variant's output is compared with
+the default's on the leading batches. Needs a GPU and torch.
+
+    python3 tools/attention_diag.py --case qk:512:4096:64:float16 --variant C_BOXES_ASKED=1 --variant BN=128
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+
+from asmgemm.runtime.gemm import gemm, last_launch
+
+
+def gpu_ms(fn, reps: int = 7) -> float:
+    for _ in range(2):
+        fn()
+    times = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    return sorted(times)[len(times) // 2]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--case", action="append", required=True, help="qk|pv:BH:S:D:DTYPE")
+    ap.add_argument("--variant", action="append", default=[], help="NAME=V[,NAME=V]: -D overrides on the default build")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    out = []
+    for spec in args.case:
+        which, bh, s, d, dtype = spec.split(":")
+        bh, s, d = int(bh), int(s), int(d)
+        dt = getattr(torch, dtype)
+        g = torch.Generator(device="cuda").manual_seed(0)
+        if which == "qk":
+            x = torch.randn(bh, s, d, device="cuda", generator=g).to(dt)
+            y = torch.randn(bh, s, d, device="cuda", generator=g).to(dt)
+            ours = lambda p=None: gemm(x, y, trans_b=True, params=p)           # noqa: E731
+            theirs = lambda: torch.matmul(x, y.transpose(1, 2))               # noqa: E731
+        else:
+            x = torch.rand(bh, s, s, device="cuda", generator=g, dtype=dt).div_(s)
+            y = torch.randn(bh, s, d, device="cuda", generator=g).to(dt)
+            ours = lambda p=None: gemm(x, y, params=p)                          # noqa: E731
+            theirs = lambda: torch.matmul(x, y)                                 # noqa: E731
+        flops = 2 * bh * s * s * d
+        tf = lambda ms: round(flops / ms / 1e9, 1)                               # noqa: E731
+        row = {"case": spec}
+        ms = gpu_ms(ours)
+        ran = last_launch()
+        base = dict(ran.get("rerun_params") or {})
+        row["default"] = {"ms": ms, "tflops": tf(ms), "params": base, "grid": ran["grid"], "kernel": ran["kernel"]}
+        ref = ours()[:4].float()
+        for v in args.variant:
+            p = dict(base)
+            p.update({x_.split("=")[0]: int(x_.split("=")[1]) for x_ in v.split(",")})
+            try:
+                got = ours(p)[:4].float()
+                err = float((got - ref).norm() / ref.norm())
+                del got
+                ms = gpu_ms(lambda: ours(p))
+                row[v] = {"ms": ms, "tflops": tf(ms), "rel_to_default": err}
+            except Exception as exc:  # a variant the guards refuse
+                row[v] = {"error": str(exc)[:300]}
+            torch.cuda.empty_cache()
+        del ref
+        torch.cuda.empty_cache()
+        ms = gpu_ms(theirs)
+        row["torch"] = {"ms": ms, "tflops": tf(ms)}
+        torch.cuda.empty_cache()
+        print(json.dumps(row), flush=True)
+        out.append(row)
+        x = y = None      # (the closures above are done with them)
+        torch.cuda.empty_cache()
+    if args.json:
+        json.dump(out, open(args.json, "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -27,11 +27,18 @@ def main() -> int:
     parser.add_argument("--no-flush", action="store_true", help="do not flush L2 between repetitions")
     parser.add_argument("--loop-calls", type=int, default=200, help="calls per loop measurement (0: no loop column)")
     parser.add_argument("--json", type=Path, help="write the rows and the summary here")
+    parser.add_argument("--only", action="append", default=[], metavar="TEXT",
+                        help="only the cases whose label holds TEXT (repeatable: any of them), e.g. "
+                             "--only 'PV bh=32 s=512 d=128' to time a row again")
     args = parser.parse_args()
     from asmgemm.bench import batched
     cases = batched.attention_cases() if args.shapes == "attention" else batched.moe_cases()
     if args.quick:
         cases = cases[::max(1, len(cases) // 8)][:8]
+    if args.only:
+        cases = [c for c in cases if any(t in c.label for t in args.only)]
+        if not cases:
+            parser.error(f"--only: no {args.shapes} case's label holds {' or '.join(map(repr, args.only))}")
     rows = batched.run_set(args.shapes, args.reps, not args.no_flush, cases, loop_calls=args.loop_calls)
     out = batched.report(args.shapes, rows)
     for line in batched.summary_lines(out):

@@ -137,10 +137,50 @@ def test_the_walk_finds_each_tile_rows_expert_as_the_rule_says(offs, m, tm):
     offs_dev[:len(offs)] = offs
     out = aligned_array((threads, 4), np.uint32)
     Kernel(ptx).run((1, 1, 1), (threads, 1, 1), {"offs": mem.add(offs_dev), "groups": len(offs), "M": m,
-                                                 "out": mem.add(out)}, mem)
+                                                 "tiles_n": 0, "out": mem.add(out)}, mem)
     got = [tuple(int(x) for x in row) for row in out]
     assert got[:len(want)] == [(e, first, end, 1) for e, first, end in want]
     assert got[len(want):] == [(0xFFFFFFFF, len(want), 0, 0)] * 3
+
+
+def unit_walk(offs: list[int], m: int, tm: int, tn: int, tiles_n: int, group_m: int) -> list[tuple]:
+    """The expert-major walk of units by its documented rule (tile_scheduler.inc, EXPERT_TILE): the
+    experts one after another, all of an expert's units before the next, and inside an expert
+    Triton's grouped order over its own tile rows (groups of group_m rows; inside a group the row
+    changes fastest). Each unit: (expert, first row, first column, the expert's end row)."""
+    out = []
+    rows = walk(offs, m, tm)
+    for e in sorted({r[0] for r in rows}):
+        mine = [r for r in rows if r[0] == e]
+        for u in range(len(mine) * tiles_n):
+            g, i = divmod(u, tiles_n * group_m)
+            in_group = min(group_m, len(mine) - g * group_m)
+            row, col = g * group_m + i % in_group, i // in_group
+            out.append((e, mine[row][1], col * tn, mine[row][2]))
+    return out
+
+
+@pytest.mark.parametrize("tiles_n, group_m", [(3, 8), (1, 2), (5, 2)])
+@pytest.mark.parametrize("offs, m", [
+    ([37, 37, 337, 338, 338, 467, 1531], 1531),       # empty experts, one of one row, one of 8 tile rows
+    ([0, 0, 411, 411], 411),
+    ([-5, 3, 3, 200], 150),
+], ids=["skewed", "one_expert", "negative_and_overrun"])
+def test_the_walk_takes_an_experts_units_together_in_grouped_order(offs, m, tiles_n, group_m):
+    """Thread t asks for unit t of the expert-major walk: (expert, m0, n0, end row); past it, the
+    walk's units. No group of tile rows straddles two experts."""
+    ptx = build_file(PROBE, BuildOptions(defines={"UNITS": "1", "GROUP_M": str(group_m)}, target="sm_90a")).ptx
+    want = unit_walk(offs, m, 128, 256, tiles_n, group_m)
+    threads = len(want) + 2
+    mem = Memory()
+    offs_dev = aligned_array((max(len(offs), 1),), np.int32)
+    offs_dev[:len(offs)] = offs
+    out = aligned_array((threads, 4), np.uint32)
+    Kernel(ptx).run((1, 1, 1), (threads, 1, 1), {"offs": mem.add(offs_dev), "groups": len(offs), "M": m,
+                                                 "tiles_n": tiles_n, "out": mem.add(out)}, mem)
+    got = [tuple(int(x) for x in row) for row in out]
+    assert got[:len(want)] == want
+    assert got[len(want):] == [(0xFFFFFFFF, len(want), 0, 0)] * 2
 
 
 # ---- routing ------------------------------------------------------------------------------------

@@ -401,9 +401,10 @@ def test_narrow_c_beta_zero_never_reads_c():
 @pytest.mark.parametrize("m,n,k,splits", [(31, 747, 7681, 11), (2, 306, 933, 4), (130, 70, 4100, 32)])
 def test_split_k(m, n, k, splits, layout, dtype, c_f32):
     run = _check(m, n, k, layout, dtype, c_f32=c_f32, params={"SPLIT_K": splits, "BM": 64, "BN": 64, "WM": 32,
-                                                               "WN": 32})
-    # (the reduce kernel unless SPLIT_FIXUP=1 asks for the one-launch sum;
-    # tests/test_splitk_fixup_gpu.py checks the two give the same bits)
+                                                               "WN": 32, "CLUSTER_K": 1})
+    # (the reduce kernel unless SPLIT_FIXUP=1 asks for the one-launch sum or, S <= 8 on a GPU with
+    # clusters, CLUSTER_K = 1 is left out; tests/test_splitk_fixup_gpu.py and
+    # tests/test_mma_cluster_k_gpu.py check that each gives the reduce kernel's bits)
     assert run["splits"] > 1 and run["reduce"] == "kernel", run
 
 

@@ -315,14 +315,16 @@ def test_the_spec_refuses_a_fixup_switch_it_cannot_honour(tmp_path, line, abi, m
 
 
 def test_hgemm_mmas_split_candidates_use_the_reduce_kernel_and_name_the_fixup_switch():
-    """The dispatch's split candidates sum in the reduce kernel (the one-launch sum measured slower
-    on the H100: split_k.in_kernel_fixup); their params= say so (SPLIT_FIXUP=0), and a candidate
-    of the one-launch mode asks for it (SPLIT_FIXUP=1)."""
+    """The dispatch's split candidates sum in the reduce kernel or, where the target has clusters,
+    in clusters (tests/test_mma_cluster_k.py), never by the fixup (the one-launch sum measured
+    slower on the H100: split_k.in_kernel_fixup); their params= say so (SPLIT_FIXUP=0), and a
+    candidate of the one-launch mode asks for it (SPLIT_FIXUP=1)."""
     entry = get_spec("hgemm_mma").configs[0]
     cands = catalog.entry_candidates(entry, "hgemm_mma", 1725, plain=True, clusters=True)
     split = [c for c in cands if c.splits > 1]
-    assert split and {c.reduce for c in split} == {"kernel"}
-    c = split[0]
+    assert split and {c.reduce for c in split} == {"kernel", "cluster"}
+    assert all(c.params()["SPLIT_FIXUP"] == 0 for c in split)
+    c = next(c for c in split if c.reduce == "kernel")
     assert c.params()["SPLIT_FIXUP"] == 0 and c.params()["SPLIT_K"] == c.splits
     assert c.label == f"{entry.name}/s{c.splits}"        # the database's names of hgemm_mma's splits
     one = Candidate("hgemm_mma", entry.name, "hgemm_mma", entry.set, entry.tile, 4, "in_kernel")

@@ -191,7 +191,9 @@ def _reduce_kind(kept: KeptLaunch) -> str | None:
 def _rerun_params(kept: KeptLaunch, params: dict) -> dict:
     """params= for the launch's configuration: a plain build's split-K switch is 0, while params=
     name a split by its count (S of a partial pass whose reduce is a kernel, or that sums itself:
-    then the fixup switch says which, 1 in the kernel, 0 the reduce kernel)."""
+    then the fixup switch says which, 1 in the kernel, 0 the reduce kernel; S of a split summed in
+    clusters, whose build's cluster switch is S already: without the count, params= would build
+    the cluster kernel for an unsplit grid)."""
     rerun = {k: int(v) for k, v in params.items()}
     split_spec = get_spec(kept.spec_name).split_k
     if split_spec is not None:
@@ -203,6 +205,8 @@ def _rerun_params(kept: KeptLaunch, params: dict) -> dict:
             rerun[split_spec.switch] = split.splits
             if split_spec.fixup_switch is not None:
                 rerun[split_spec.fixup_switch] = int(kept.fixup is not None)
+        elif kept.cluster_splits:
+            rerun[split_spec.switch] = kept.cluster_splits
     return rerun
 
 

@@ -157,12 +157,16 @@ def cluster_splits(spec: KernelSpec, split: Split | None, target: str, params: d
     target with clusters, S <= 8); 0 where it runs as the partial pass and the reduce kernel (or
     does not split). params= (or a tuning entry) naming the cluster switch asks for one of the two
     whatever cluster_when says (an A/B of the two): 1 the reduce kernel, any other value clusters
-    (of the split's S blocks, S <= 8, on a target with clusters)."""
+    (of the split's S blocks, S <= 8, on a target with clusters). params= naming the fixup switch
+    and not the cluster switch ask for a workspace split (the in-kernel sum or the reduce kernel,
+    in_kernel_fixup), not clusters."""
     sk = spec.split_k
     if split is None or sk is None or sk.cluster_switch is None or split.splits > MAX_CLUSTER_SPLITS:
         return 0
     asked = str(params.get(sk.cluster_switch, "")) if params else ""
     if asked == "1":
+        return 0
+    if not asked and params and sk.fixup_switch is not None and sk.fixup_switch in params:
         return 0
     if not asked and plan is not None and not sk.in_clusters(plan.m, plan.n, plan.k, sm_count, split.splits):
         return 0

@@ -1,5 +1,6 @@
 """Fixtures shared by the test modules: the GPU gate, the in-process CLI runner, a private build
 cache and asmgemm.gemm through a stand-in CuPy that computes what a kernel's packed arguments ask."""
+import gc
 import os
 import shutil
 import sys
@@ -14,6 +15,11 @@ from asmgemm.errors import AsmError
 
 
 MEMOS = {"ASMGEMM_TOOL_MEMO": "asmgemm-tool-memo-", "ASMGEMM_BUILD_MEMO": "asmgemm-build-memo-"}
+# NumPy's BLAS (OpenBLAS) starts a thread per core for each large product. Under `pytest -n auto`
+# every core already runs a worker, so those threads only fight the other workers for the cores:
+# on the 2-core machine test_splitk's bench test (a NumPy stand-in kernel timed a few hundred times)
+# took 2 to 43 s with them and 1.6 s with one thread. The run's processes get one BLAS thread each.
+ONE_BLAS_THREAD = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def pytest_configure(config):
@@ -22,7 +28,8 @@ def pytest_configure(config):
     disassembles the same kernels in many tests; each distinct build or tool run still happens
     once. Set by the process that starts the run, so `pytest -n 2`'s workers (started after this,
     with its environment) share them; removed when that process ends. A caller's own setting is
-    kept. The folders are private (tempfile.mkdtemp): the build memo holds pickles."""
+    kept. The folders are private (tempfile.mkdtemp): the build memo holds pickles. And one BLAS
+    thread a process (ONE_BLAS_THREAD), unless the caller set its own."""
     if hasattr(config, "workerinput"):
         return
     config._asmgemm_memos = []
@@ -32,11 +39,34 @@ def pytest_configure(config):
         folder = tempfile.mkdtemp(prefix=prefix)
         os.environ[env] = folder
         config._asmgemm_memos.append((env, folder))
+    # (the workers start after this and import NumPy themselves; this process has it already, so
+    # a run without -n keeps its threads)
+    config._asmgemm_blas = [env for env in ONE_BLAS_THREAD if env not in os.environ]
+    for env in config._asmgemm_blas:
+        os.environ[env] = "1"
+
+
+# The collector's thresholds for the test processes. The suite keeps large object graphs alive
+# (module-scoped decoded kernels, dependence graphs, ASTs, grammars), and at the default (700, 10,
+# 10) each full collection walks them all again: on the 2-core machine
+# test_sass_stall_pass took 47 s of CPU that way, 43 s with what collection built frozen
+# (gc.freeze) and 36 s with these thresholds as well. Cyclic garbage is still collected.
+GC_THRESHOLDS = (50_000, 50, 100)
+
+
+def pytest_collection_finish(session):
+    """Freeze what collection built (modules, parametrize values, the grammar) out of the
+    collector's sight and collect less often (GC_THRESHOLDS); in each process that runs tests."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def pytest_unconfigure(config):
     for env, folder in getattr(config, "_asmgemm_memos", []):
         shutil.rmtree(folder, ignore_errors=True)
+        os.environ.pop(env, None)
+    for env in getattr(config, "_asmgemm_blas", []):
         os.environ.pop(env, None)
 
 

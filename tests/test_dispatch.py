@@ -483,7 +483,7 @@ def test_the_shipped_catalogs_name_real_kernels_of_their_dtypes():
 
 
 @pytest.mark.toolchain
-@pytest.mark.parametrize("entry", sample_every(8, SGEMM.configs), ids=lambda e: e.name)
+@pytest.mark.parametrize("entry", sample_every(16, SGEMM.configs), ids=lambda e: e.name)
 def test_each_sgemm_entry_builds_with_the_tile_it_names(entry):
     """The model's unit of work is the entry's tile for the call's layout of B (tile_for): the
     build's own launch constants (TM, TN and its k step: BK; the skinny kernel's staged round KC,

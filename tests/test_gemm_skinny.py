@@ -40,7 +40,7 @@ CALLS = {"TRANS_A": 0, "TRANS_B": 0, "VEC_A": 1, "VEC_B": 1, "BIAS": 0, "ACT": 0
 
 # ---- the kernel ------------------------------------------------------------------------------------
 @needs_tools
-@pytest.mark.parametrize("defines", sample_every(4, [{"MR": "4"}, {"MR": "8"}, {"MR": "16"}, {"MR": "4", "TRANS_A": "1", "VEC_B": "0"},
+@pytest.mark.parametrize("defines", sample_every(6, [{"MR": "4"}, {"MR": "8"}, {"MR": "16"}, {"MR": "4", "TRANS_A": "1", "VEC_B": "0"},
                                      {"MR": "16", "SPLIT_K": "1"}, {"MR": "8", "BIAS": "1", "ACT": "2"},
                                      {"MR": "4", "BIAS": "2", "ACT": "3"},
                                      {"DTYPE": "1", "MR": "8"}, {"DTYPE": "1", "MR": "4", "BIAS": "2", "ACT": "3"},
@@ -491,7 +491,7 @@ def test_kmajor_odd_shapes_in_the_interpreter(dtype, m, mr, k):
         assert err < LIMITS[dtype], (m, n, k, dtype, err)
 
 
-@pytest.mark.parametrize("case", sample_every(2, [
+@pytest.mark.parametrize("case", sample_every(4, [
     dict(m=1, n=5, k=7, ldb_pad=5),                                    # 16-byte rows, K = 4 + 3: the lane tail
     dict(m=3, n=130, k=1029, ldb_pad=7),
     dict(m=16, n=37, k=301, mr=16, ldb_pad=7, trans_a=True),
@@ -574,7 +574,7 @@ def simulated_gemm(monkeypatch, private_cache):
 
 @pytest.mark.toolchain
 @needs_tools
-@pytest.mark.parametrize("case", [
+@pytest.mark.parametrize("case", sample_every(2, [
     dict(m=3, n=130, k=300, tile=(4, 32), splits=1),
     dict(m=1, n=70, k=2048, params={"MR": 1, "SPLIT_K": 4}, tile=(1, 32), splits=4, reduce="cluster"),
     dict(m=1, n=70, k=2048, params={"MR": 1, "SPLIT_K": 4, "CLUSTER_K": 1}, tile=(1, 32), splits=4, reduce="kernel"),
@@ -582,7 +582,7 @@ def simulated_gemm(monkeypatch, private_cache):
     dict(m=3, n=40, k=1029, dtype="float16", kernel="hgemm_skinny", tile=(4, 32), splits=3, reduce="cluster"),
     dict(m=3, n=40, k=2000, dtype="float16", kernel="hgemm_skinny", params={"SPLIT_K": 3, "CLUSTER_K": 1},
          tile=(8, 32), splits=3, reduce="kernel", alpha=0.5, beta=2.0),
-], ids=lambda c: f"{c['m']}x{c['n']}x{c['k']}-{c.get('kernel', 'sgemm_skinny')}-{c.get('params', {})}")
+]), ids=lambda c: f"{c['m']}x{c['n']}x{c['k']}-{c.get('kernel', 'sgemm_skinny')}-{c.get('params', {})}")
 def test_gemm_runs_the_kmajor_path_through_the_runtime(simulated_gemm, case):
     """asmgemm.gemm(..., trans_b=True, kernel=...skinny) builds TRANS_B=1, launches ceil(N / 32) x
     ceil(M / MR) blocks (x S for a split: in clusters, or the partial pass and the reduce kernel,

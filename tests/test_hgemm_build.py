@@ -290,7 +290,7 @@ def test_a_cluster_leaves_without_a_cluster_barrier(defines, clustered):
 
 
 @needs_tools
-@pytest.mark.parametrize("bn,stages,bf16", [(256, 3, 0), (192, 4, 1), (128, 5, 1)])
+@pytest.mark.parametrize("bn,stages,bf16", sample_every(3, [(256, 3, 0), (192, 4, 1), (128, 5, 1)], unpack=True))
 def test_staged_wide_stores_build_clean(bn, stages, bf16):
     _check_variant(bn, stages, 0, 0, bf16, 1, wide=1)
 
@@ -319,7 +319,7 @@ def test_c_stored_in_rounds_issues_every_box_once():
 
 
 @needs_tools
-@pytest.mark.parametrize("ta,tb", [(0, 0), (1, 1)])
+@pytest.mark.parametrize("ta,tb", sample_every(2, [(0, 0), (1, 1)], unpack=True))
 def test_without_clusters_builds_clean(ta, tb):
     _check_variant(256, 4, ta, tb, 0, 1, cluster=1)
 
@@ -666,7 +666,7 @@ def test_tmap_c_is_encoded_only_for_whole_16_byte_rows_of_c(monkeypatch):
 
 
 @needs_tools
-@pytest.mark.parametrize("wg_n,in_flight,depbars", sample_every(2, [(256, 1, 2), (256, 2, 2), (128, 0, 1), (128, 2, 2)], unpack=True))
+@pytest.mark.parametrize("wg_n,in_flight,depbars", sample_every(4, [(256, 1, 2), (256, 2, 2), (128, 0, 1), (128, 2, 2)], unpack=True))
 def test_wgmma_width_and_waits_build_as_asked(wg_n, in_flight, depbars):
     """WG_N=128 issues two m64n128k16 per k16 step on the two accumulator halves; MMA_IN_FLIGHT=1
     waits for the K tile before (plus a wait after the loop), 2 commits half a K tile before it waits."""
@@ -717,7 +717,7 @@ def _k_loop(sass: str) -> tuple[int, int]:
 
 @needs_tools
 @pytest.mark.parametrize("act", sample_every(3, [0, 1, 2, 3, 4]))
-@pytest.mark.parametrize("bias", sample_every(2, [0, 1, 2]))
+@pytest.mark.parametrize("bias", sample_every(3, [0, 1, 2]))
 def test_fused_epilogue_builds_keep_the_main_loop_clean(act, bias):
     """Every BIAS x ACT of the default (staged, TMA-stored) build: no ptxas warning, the main loop as
     without an epilogue (4 HGMMA, one wait per K tile), no spills. (With the activation applied by
@@ -741,7 +741,7 @@ def test_fused_epilogue_builds_keep_the_main_loop_clean(act, bias):
 
 
 @needs_tools
-@pytest.mark.parametrize("defines", sample_every(2, [{}, {"BN": "128", "STAGES": "6", "CLUSTER_M": "1"},
+@pytest.mark.parametrize("defines", sample_every(4, [{}, {"BN": "128", "STAGES": "6", "CLUSTER_M": "1"},
                                                   {"TRANS_A": "1", "TRANS_B": "1", "BF16": "1"}, {"C_F32": "1"}]))
 def test_split_k_partial_pass_builds_clean(defines):
     """SPLIT_K=1 (the size rule's decode variant among them): fp32 pair stores only (no staged C,
@@ -808,12 +808,13 @@ def test_size_rule_picks_the_tile_width_by_waves(name, shape, params):
     assert get_spec(name).size_rule(*shape, 132) == params
 
 
-@pytest.mark.parametrize("defines,expected", [
+@pytest.mark.parametrize("defines,expected", sample_every(2, [
     ({"WIDE_C": "1", "ACT": "2"}, 1), ({"WIDE_C": "1", "ACT": "3", "BIAS": "2", "BN": "192"}, 1),
     ({"WIDE_C": "1", "BIAS": "1"}, 0),                       # nothing to apply
     ({"WIDE_C": "1", "ACT": "2", "ACT_WARPS_ASKED": "0"}, 0),
     ({"WIDE_C": "1", "ACT": "2", "C_BOXES_ASKED": "2"}, 0),  # the tile staged in two rounds
-    ({"WIDE_C": "1", "ACT": "2", "TMA_C": "0"}, 0), ({"ACT": "2"}, 0), ({"WIDE_C": "1", "ACT": "2", "C_F32": "1"}, 0)])
+    ({"WIDE_C": "1", "ACT": "2", "TMA_C": "0"}, 0), ({"ACT": "2"}, 0), ({"WIDE_C": "1", "ACT": "2", "C_F32": "1"}, 0)],
+    unpack=True))
 def test_activation_warps_where_the_tile_is_staged_once(defines, expected):
     r = build_file("hgemm", BuildOptions(defines=defines, target="sm_90a"))
     assert r.constants["ACT_WARPS"] == expected
@@ -821,7 +822,7 @@ def test_activation_warps_where_the_tile_is_staged_once(defines, expected):
 
 
 @needs_tools
-@pytest.mark.parametrize("act", sample_every(2, [2, 3, 4]))
+@pytest.mark.parametrize("act", sample_every(3, [2, 3, 4]))
 def test_activation_warps_fit_the_producers_registers(act):
     """The activation warps run after setmaxnreg.dec 40: their loop (from the wait for a staged tile
     to the wait among themselves) may name registers R0..R39 only, and applies the activation
@@ -878,7 +879,7 @@ def test_split_rule_and_size_rule_agree_on_which_shapes_split():
     assert seen == {"split", "0m"}             # the grid reaches both rules
 
 
-@pytest.mark.parametrize("ta,tb", [(0, 0), (1, 1)])
+@pytest.mark.parametrize("ta,tb", sample_every(2, [(0, 0), (1, 1)], unpack=True))
 def test_stream_loads_each_operand_hinted_or_plain(ta, tb):
     """STREAM=1 (kernels.toml's small-M rules): every load that is not a multicast is a branch
     between an evict-first one (a desc[] cache-policy operand) and a plain one, taken from the
@@ -895,7 +896,7 @@ def test_stream_loads_each_operand_hinted_or_plain(ta, tb):
 
 
 @needs_tools
-@pytest.mark.parametrize("defines", sample_every(3, [{}, {"BN": "128", "CLUSTER_M": "2"}, {"C_F32": "1", "BIAS": "1", "ACT": "1"},
+@pytest.mark.parametrize("defines", sample_every(5, [{}, {"BN": "128", "CLUSTER_M": "2"}, {"C_F32": "1", "BIAS": "1", "ACT": "1"},
                                                   {"BN": "64", "CLUSTER_M": "1", "CLUSTER_K": "2", "BF16": "1"},
                                                   {"WIDE_C": "1", "ACT": "3", "BIAS": "2"}]))
 def test_a_loaded_by_the_consumers_builds_clean(defines):
@@ -929,7 +930,7 @@ def test_a_loaded_by_the_consumers_needs_k_major_a():
 
 
 @needs_tools
-@pytest.mark.parametrize("defines,stores", sample_every(3, [({}, 64), ({"BN": "192", "CLUSTER_M": "1"}, 48), ({"BN": "128"}, 32),
+@pytest.mark.parametrize("defines,stores", sample_every(5, [({}, 64), ({"BN": "192", "CLUSTER_M": "1"}, 48), ({"BN": "128"}, 32),
                                                          ({"BN": "64", "STAGES": "8"}, 16), ({"BIAS": "2", "BF16": "1"}, 64)],
                                                      unpack=True))
 def test_fp32_c_is_staged_for_tma_stores(defines, stores):

@@ -156,7 +156,7 @@ def _tiling_key(c: Config) -> tuple:
 
 
 CONFIGS = configs()
-PARAMS = sample_every(6, CONFIGS)
+PARAMS = sample_every(12, CONFIGS)
 
 
 @dataclass

@@ -7,7 +7,10 @@ arrays). The kernel's cp.async copies, ldmatrix loads, mma.sync products, epilog
 run as the PTX says (ptx_sim's docstring says what it does not model), against float64 numpy.
 
 The 64 x 64 tiling (four warps of 32 x 32) keeps each block small; the catalog's other tilings are
-the same code with other constants (tests/test_mma_gemm_build.py builds them all)."""
+the same code with other constants (tests/test_mma_gemm_build.py builds them all).
+
+The realigned paths' layout sweeps keep every other layout in the default run (each runs the
+interpreter over a few thousand threads: 2-4 s a case); `-m slow` runs the rest (tests/sweeps.py)."""
 from __future__ import annotations
 
 import math
@@ -17,6 +20,7 @@ import pytest
 
 from asmgemm.pipeline import BuildOptions, build_file
 from ptx_sim import Kernel, Memory, SimError, aligned_array as _aligned, array_at_end
+from sweeps import sample_every
 
 SMALL = dict(BM=64, BN=64, WM=32, WN=32)
 
@@ -244,7 +248,7 @@ def _odd_call(layout, m, n, k, extra_a, extra_b, realign, lead_a=0, lead_b=0, de
     return c, want
 
 
-@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+@pytest.mark.parametrize("layout", sample_every(2, ["nn", "nt", "tn", "tt"]))
 def test_odd_leading_dimensions_realigned_match_the_2_byte_path_bit_for_bit(layout):
     """ALIGN 2, both operands: lda, ldb odd (rows start at every even offset mod 16 over 8 rows), K
     = 45 (the K edge inside a chunk: tile 1 has 13 elements), M = 70 and N = 67 (edge tiles, rows
@@ -258,7 +262,7 @@ def test_odd_leading_dimensions_realigned_match_the_2_byte_path_bit_for_bit(layo
     assert np.array_equal(got.view(np.uint32), ref.view(np.uint32))
 
 
-@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+@pytest.mark.parametrize("layout", sample_every(2, ["nn", "nt", "tn", "tt"]))
 def test_odd_rows_through_the_cp_async_ring_match_bit_for_bit(layout):
     """REALIGN = 2: the granules copied into the raw ring by cp.async (src-size: nothing past the
     matrix's last byte), realigned in shared memory; the same bits as the 2-byte path, each matrix
@@ -270,7 +274,7 @@ def test_odd_rows_through_the_cp_async_ring_match_bit_for_bit(layout):
     assert np.array_equal(got.view(np.uint32), ref.view(np.uint32))
 
 
-@pytest.mark.parametrize("layout", ["nn", "tt"])
+@pytest.mark.parametrize("layout", sample_every(2, ["nn", "tt"]))
 @pytest.mark.parametrize("realign", [1, 2])
 def test_realigned_whole_tiles_of_an_interior_block_and_an_unaligned_start(layout, realign):
     """K = 203 (7 tiles: the interior blocks' unguarded loop runs, then the guarded last two),
@@ -281,7 +285,7 @@ def test_realigned_whole_tiles_of_an_interior_block_and_an_unaligned_start(layou
     np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3)
 
 
-@pytest.mark.parametrize("layout", ["nt", "tn"])
+@pytest.mark.parametrize("layout", sample_every(2, ["nt", "tn"]))
 def test_realigned_on_the_catalogs_narrow_tiling(layout):
     """The tiling the catalog runs odd operands with (128 x 128, eight warps of 64 x 32: 256
     threads, chunk rows 64 (K-major) or 16 (MN-major) apart), an odd K and both edges."""
@@ -290,7 +294,7 @@ def test_realigned_on_the_catalogs_narrow_tiling(layout):
     np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3)
 
 
-@pytest.mark.parametrize("layout", ["nn", "tt"])
+@pytest.mark.parametrize("layout", sample_every(2, ["nn", "tt"]))
 @pytest.mark.parametrize("realign", [1, 2])
 def test_realigned_split_k_partial_pass(layout, realign):
     """SPLIT_K = 1 moves A and B by k0 = s k_chunk (a multiple of 64 elements: each chunk row's

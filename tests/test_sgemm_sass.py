@@ -228,7 +228,7 @@ def test_load_ahead_pins_global_loads_before_the_barrier(rq, bk, ta, tb, va, vb)
     assert sts and all(i < bar for i in sts), f"shared stores after the barrier: {sts} (BAR at {bar})"
 
 
-@pytest.mark.parametrize("extra", sample_every(2, [{"ASYNC": 1}, {"PREFETCH": 1, "RQ": 4}, {"BK": 16}, {"BK": 16, "THREADS": 64}]),
+@pytest.mark.parametrize("extra", sample_every(4, [{"ASYNC": 1}, {"PREFETCH": 1, "RQ": 4}, {"BK": 16}, {"BK": 16, "THREADS": 64}]),
                          ids=["async", "prefetch-rq4", "bk16", "bk16-t64"])
 def test_load_ahead_applies_only_where_it_fits(extra):
     """LOAD_AHEAD=1 builds the plain kernel with ASYNC=1, PREFETCH=1 or BK=16 with RQ=2 (see AHEAD in the

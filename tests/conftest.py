@@ -48,9 +48,9 @@ def pytest_configure(config):
 
 # The collector's thresholds for the test processes. The suite keeps large object graphs alive
 # (module-scoped decoded kernels, dependence graphs, ASTs, grammars), and at the default (700, 10,
-# 10) each full collection walks them all again: on the 2-core machine
-# test_sass_stall_pass took 47 s of CPU that way, 43 s with what collection built frozen
-# (gc.freeze) and 36 s with these thresholds as well. Cyclic garbage is still collected.
+# 10) each full collection walks them all again: on the 2-core machine test_sass_stall_pass took
+# 48 s of CPU that way and 40-43 s with what collection built frozen (gc.freeze) and these
+# thresholds (two runs each, the same peak memory). Cyclic garbage is still collected.
 GC_THRESHOLDS = (50_000, 50, 100)
 
 

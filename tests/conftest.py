@@ -16,9 +16,10 @@ from asmgemm.errors import AsmError
 
 MEMOS = {"ASMGEMM_TOOL_MEMO": "asmgemm-tool-memo-", "ASMGEMM_BUILD_MEMO": "asmgemm-build-memo-"}
 # NumPy's BLAS (OpenBLAS) starts a thread per core for each large product. Under `pytest -n auto`
-# every core already runs a worker, so those threads only fight the other workers for the cores:
-# on the 2-core machine test_splitk's bench test (a NumPy stand-in kernel timed a few hundred times)
-# took 2 to 43 s with them and 1.6 s with one thread. The run's processes get one BLAS thread each.
+# every core already runs a worker, so those threads only fight the other workers for the cores.
+# On the 2-core machine test_splitk's bench test (a NumPy stand-in kernel timed a few hundred times)
+# took 2.4 s with two threads beside a busy worker and 1.2 s with one; with other work on the
+# machine as well (load ~4), 17 to 43 s against 1.6 s. The run's processes get one BLAS thread each.
 ONE_BLAS_THREAD = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 

@@ -170,7 +170,7 @@ def _store(key: str, digest: str) -> None:
         GOLDEN.write_text(json.dumps({k: on_disk[k] for k in IDS if k in on_disk}, indent=1) + "\n")
 
 
-@pytest.mark.parametrize("name, defines", sample_every(80, CONFIGS, unpack=True), ids=IDS)
+@pytest.mark.parametrize("name, defines", sample_every(160, CONFIGS, unpack=True), ids=IDS)
 def test_shipped_ptx_matches_golden(name, defines):
     key = config_id(name, defines)
     digest = ptx_digest(name, defines)

@@ -76,7 +76,7 @@ CASES = {
 
 @pytest.mark.toolchain
 @needs_ptxas
-@pytest.mark.parametrize("case", sample_every(4, list(CASES)))
+@pytest.mark.parametrize("case", sample_every(7, list(CASES)))
 def test_what_does_not_fold_runs_as_a_batched_launch(fake, case):
     import asmgemm
     cp, torch, launches = fake

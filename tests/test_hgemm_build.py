@@ -90,13 +90,13 @@ def _check_variant(bn, stages, ta, tb, bf16, vec_c, cluster=2, wide=0, cluster_n
 
 
 @needs_tools
-@pytest.mark.parametrize("ta,tb", sample_every(3, LAYOUTS, unpack=True))
+@pytest.mark.parametrize("ta,tb", sample_every(4, LAYOUTS, unpack=True))
 def test_layouts_build_clean(ta, tb):
     _check_variant(256, 4, ta, tb, 0, 1)
 
 
 @needs_tools
-@pytest.mark.parametrize("bn,stages", sample_every(3, TILES, unpack=True))
+@pytest.mark.parametrize("bn,stages", sample_every(6, TILES, unpack=True))
 def test_tiles_build_clean(bn, stages):
     _check_variant(bn, stages, 0, 0, 0, 1)
 
@@ -118,14 +118,14 @@ def test_three_chunk_tiles_build_clean(ta, tb):
 
 @needs_tools
 @pytest.mark.parametrize("ta,tb", sample_every(4, LAYOUTS, unpack=True))
-@pytest.mark.parametrize("bn,cluster", sample_every(3, [(64, 1), (128, 2), (192, 2), (256, 2)], unpack=True))
+@pytest.mark.parametrize("bn,cluster", sample_every(4, [(64, 1), (128, 2), (192, 2), (256, 2)], unpack=True))
 def test_tiles_sharing_a_build_clean(ta, tb, bn, cluster):
     """CLUSTER_N=2 (blocks of a tile row share A by multicast), alone and in 2 x 2 units; staged C."""
     _check_variant(bn, 4, ta, tb, 0, 1, cluster=cluster, wide=1, cluster_n=2)
 
 
 @needs_tools
-@pytest.mark.parametrize("ta,tb", sample_every(3, LAYOUTS, unpack=True))
+@pytest.mark.parametrize("ta,tb", sample_every(4, LAYOUTS, unpack=True))
 @pytest.mark.parametrize("cluster", sample_every(2, [1, 2]))
 def test_96_wide_tiles_build_clean(ta, tb, cluster):
     """BN=96 (size rule 1h): m64n96k16; N-major B in two 64-column chunks (a cluster's blocks one
@@ -137,7 +137,7 @@ def test_96_wide_tiles_build_clean(ta, tb, cluster):
 
 
 @needs_tools
-@pytest.mark.parametrize("ta,tb", sample_every(3, LAYOUTS, unpack=True))
+@pytest.mark.parametrize("ta,tb", sample_every(4, LAYOUTS, unpack=True))
 def test_96_wide_tiles_stage_an_fp32_c_in_three_boxes(ta, tb):
     """An fp32 C at BN = 96 is three 64 x 32 boxes of floats a consumer, staged one box a round
     (C_BOXES_ASKED = 2 does not divide 3) and stored by TMA: the 6-stage ring still fits."""
@@ -184,7 +184,7 @@ def test_tiles_sharing_a_refuse_what_they_cannot_share(defines, message):
 
 
 @needs_tools
-@pytest.mark.parametrize("defines", sample_every(3, [
+@pytest.mark.parametrize("defines", sample_every(6, [
     {"BN": "64", "STAGES": "8", "CLUSTER_M": "1"}, {"BN": "64", "STAGES": "10", "CLUSTER_M": "2", "TRANS_A": "1"},
     {"BN": "256", "STAGES": "4", "WIDE_C": "1", "BIAS": "1", "ACT": "3", "TRANS_B": "1"},
     {"BN": "128", "CLUSTER_M": "1", "CLUSTER_K": "4"}, {"BN": "128", "C_F32": "1", "WIDE_C": "1", "CLUSTER_M": "1"},
@@ -221,8 +221,8 @@ def test_64_row_tiles_refuse_what_they_cannot_split(defines, message):
 
 
 @needs_tools
-@pytest.mark.parametrize("ta,tb", sample_every(3, LAYOUTS, unpack=True))
-@pytest.mark.parametrize("cluster_m,cluster_n", sample_every(2, [(4, 1), (1, 2), (2, 2), (4, 2)], unpack=True))
+@pytest.mark.parametrize("ta,tb", sample_every(4, LAYOUTS, unpack=True))
+@pytest.mark.parametrize("cluster_m,cluster_n", sample_every(4, [(4, 1), (1, 2), (2, 2), (4, 2)], unpack=True))
 def test_64_row_tiles_share_a_and_b_in_clusters_of_up_to_eight(ta, tb, cluster_m, cluster_n):
     """64 x 64 tiles in units of CLUSTER_M x CLUSTER_N: each block multicasts its share of B (a
     quarter with CLUSTER_M = 4: 16 k-rows of N-major B or 16 rows of K-major B, 2 KB at 2 KB steps)
@@ -808,7 +808,7 @@ def test_size_rule_picks_the_tile_width_by_waves(name, shape, params):
     assert get_spec(name).size_rule(*shape, 132) == params
 
 
-@pytest.mark.parametrize("defines,expected", sample_every(2, [
+@pytest.mark.parametrize("defines,expected", sample_every(4, [
     ({"WIDE_C": "1", "ACT": "2"}, 1), ({"WIDE_C": "1", "ACT": "3", "BIAS": "2", "BN": "192"}, 1),
     ({"WIDE_C": "1", "BIAS": "1"}, 0),                       # nothing to apply
     ({"WIDE_C": "1", "ACT": "2", "ACT_WARPS_ASKED": "0"}, 0),

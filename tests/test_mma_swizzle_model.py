@@ -38,7 +38,7 @@ with the lane and the address, and the same change made to the model shows what 
 bank groups and the fragments.
 
 CPU only: builds PTX (no ptxas). The default run keeps a fixed sample of each sweep (every third
-operand case, every fourth configuration run and CPU case); `-m slow` runs the rest (tests/sweeps.py)."""
+operand case, every eighth configuration run, every fourth CPU case); `-m slow` runs the rest (tests/sweeps.py)."""
 from __future__ import annotations
 
 import dataclasses
@@ -774,7 +774,7 @@ def _global_address(o: Operand, c: dict, t: np.ndarray, i: int, tile: int) -> np
     return base + 2 * (r * ld + e)
 
 
-@pytest.fixture(scope="module", params=sample_every(4, TIE_CONFIGS), ids=[_tie_id(c) for c in TIE_CONFIGS])
+@pytest.fixture(scope="module", params=sample_every(8, TIE_CONFIGS), ids=[_tie_id(c) for c in TIE_CONFIGS])
 def tie(request):
     c, run = kernel_run(tuple(sorted(request.param.items())))
     # the copy geometry is of the kernel's chunks: CW bytes (16 for a realigned ALIGN = 2 operand)

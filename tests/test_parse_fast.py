@@ -158,7 +158,7 @@ def _agree(src: SourceFile, label: str) -> bool:
     return fast is not None
 
 
-@pytest.mark.parametrize("name", sample_every(4, MUTANT_FILES))
+@pytest.mark.parametrize("name", sample_every(5, MUTANT_FILES))
 def test_mutants_agree(name: str):
     text = (HERE / "corpus" / "ptx" / name).read_text()
     taken = sum(_agree(SourceFile.from_text(name, mutant), f"{name} mutant {k}")
@@ -171,7 +171,7 @@ SASM_DEBRIS = [".endm", ".endfor", ".endif", ".else", ".for i in range(2)", ".if
                ".error \"e\"", "{a, b}", "{or}"]
 
 
-@pytest.mark.parametrize("path", sample_every(10, KERNELS), ids=[p.name for p in KERNELS])
+@pytest.mark.parametrize("path", sample_every(15, KERNELS), ids=[p.name for p in KERNELS])
 def test_kernel_mutants_agree(path: Path):
     """The macro layer: recognised lines inside macros, loops, branches and schedule regions, and
     errors in and around them."""

@@ -199,7 +199,7 @@ def _hot_by_loop(kernel) -> dict[int, list[int]]:
     return out
 
 
-@pytest.mark.parametrize("every", [1, 4])
+@pytest.mark.parametrize("every", sample_every(2, [1, 4]))
 def test_yield_every_sets_the_pattern_and_clears_reuse_under_yields(cubins, decoded, every):
     plan = plan_patch(cubins["sgemm"], None, "sgemm", yield_every=every)
     assert not plan.hazards, [h.line() for h in plan.hazards[:3]]

@@ -112,7 +112,7 @@ def _check_variant(threads, rq, bk, ta, tb, va, vb, prefetch=0, async_=0):
 
 @toolchain
 @needs_tools
-@pytest.mark.parametrize("ta,tb,va,vb", sample_every(8, LAYOUT_FLAGS, unpack=True), ids=lambda *a: None)
+@pytest.mark.parametrize("ta,tb,va,vb", sample_every(16, LAYOUT_FLAGS, unpack=True), ids=lambda *a: None)
 def test_default_config_every_layout(ta, tb, va, vb):
     _check_variant(256, 2, 8, ta, tb, va, vb)
 
@@ -141,7 +141,7 @@ def test_async_copy_variant(rq, bk):
     _check_variant(256, rq, bk, 1, 1, 0, 0, async_=1)
 
 
-@pytest.mark.parametrize("threads,rq,bk", sample_every(3, CONFIGS, unpack=True), ids=[f"t{t}-rq{r}-bk{b}" for t, r, b in CONFIGS])
+@pytest.mark.parametrize("threads,rq,bk", sample_every(6, CONFIGS, unpack=True), ids=[f"t{t}-rq{r}-bk{b}" for t, r, b in CONFIGS])
 def test_register_plan_has_no_bank_conflicts(threads, rq, bk):
     result = _build(threads, rq, bk)
     plan = result.allocation.functions["sgemm"]

@@ -315,7 +315,7 @@ def test_hgemm_splits_k_in_whole_k_tiles_on_a_persistent_grid():
 @pytest.mark.toolchain
 @needs_ptxas
 @pytest.mark.parametrize("layout", sample_every(4, ["nn", "nt", "tn", "tt"]))
-@pytest.mark.parametrize("variant", sample_every(3, [{"THREADS": 64, "BK": 16, "ASYNC": 1}, {"THREADS": 64, "BK": 16}, {},
+@pytest.mark.parametrize("variant", sample_every(5, [{"THREADS": 64, "BK": 16, "ASYNC": 1}, {"THREADS": 64, "BK": 16}, {},
                                                   {"RQ": 4, "BK": 16, "LOAD_AHEAD": 1, "LDG_NC": 0},
                                                   {"RQ": 4, "BK": 8, "LOAD_AHEAD": 1, "LDG_NC": 0}]),
                          ids=["t64-async", "t64", "default", "rq4-bk16-la", "rq4-bk8-la"])     # every size rule's kernel

@@ -155,7 +155,7 @@ def test_small_bn_needs_k_major_b_and_c_t_no_split_or_wide_c():
 @pytest.mark.toolchain
 @pytest.mark.skipif(find_tool("ptxas", required=False) is None or find_tool("nvdisasm", required=False) is None,
                     reason="ptxas/nvdisasm not installed")
-@pytest.mark.parametrize("defines", sample_every(2, [
+@pytest.mark.parametrize("defines", sample_every(5, [
     {"BN": 16}, {"BN": 32, "BIAS": 2, "ACT": 2}, {"BN": 64, "BF16": 1, "BIAS": 1, "ACT": 3},
     {"BN": 16, "C_F32": 1, "ACT": 4}, {"BN": 32, "CLUSTER_M": 2},
 ]), ids=["bn16", "bn32-gelu", "bn64-bf16", "bn16-f32c", "bn32-cluster"])

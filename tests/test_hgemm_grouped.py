@@ -105,6 +105,19 @@ def test_grouped_builds_have_no_spills(run_cli, build):
 PROBE = Path(__file__).parent / "data" / "hopper" / "expert_rows_probe.sasm"
 
 
+def run_probe(defines: dict, offs: list[int], m: int, tiles_n: int, threads: int) -> list[tuple]:
+    """The probe built with `defines`, run in the interpreter by one block of `threads` threads over
+    these offsets: each thread's four words."""
+    ptx = build_file(PROBE, BuildOptions(defines={k: str(v) for k, v in defines.items()}, target="sm_90a")).ptx
+    mem = Memory()
+    offs_dev = aligned_array((max(len(offs), 1),), np.int32)
+    offs_dev[:len(offs)] = offs
+    out = aligned_array((threads, 4), np.uint32)
+    Kernel(ptx).run((1, 1, 1), (threads, 1, 1), {"offs": mem.add(offs_dev), "groups": len(offs), "M": m,
+                                                 "tiles_n": tiles_n, "out": mem.add(out)}, mem)
+    return [tuple(int(x) for x in row) for row in out]
+
+
 def walk(offs: list[int], m: int, tm: int) -> list[tuple[int, int, int]]:
     """The grouped walk's tile rows by the documented rule (mma_gemm.sasm's): expert e's rows are
     first = offs[e - 1] clamped to 0..M (offs[-1] = 0) to end = offs[e] clamped to first..M; each
@@ -130,16 +143,8 @@ def walk(offs: list[int], m: int, tm: int) -> list[tuple[int, int, int]]:
 def test_the_walk_finds_each_tile_rows_expert_as_the_rule_says(offs, m, tm):
     """Thread t asks for tile row t: within the walk it gets (expert, first row, end row), past it
     the walk's length (what block_setup.inc counts the persistent walk with)."""
-    ptx = build_file(PROBE, BuildOptions(defines={"TM": str(tm)}, target="sm_90a")).ptx
     want = walk(offs, m, tm)
-    threads = len(want) + 3
-    mem = Memory()
-    offs_dev = aligned_array((max(len(offs), 1),), np.int32)
-    offs_dev[:len(offs)] = offs
-    out = aligned_array((threads, 4), np.uint32)
-    Kernel(ptx).run((1, 1, 1), (threads, 1, 1), {"offs": mem.add(offs_dev), "groups": len(offs), "M": m,
-                                                 "tiles_n": 0, "out": mem.add(out)}, mem)
-    got = [tuple(int(x) for x in row) for row in out]
+    got = run_probe({"TM": tm}, offs, m, 0, len(want) + 3)
     assert got[:len(want)] == [(e, first, end, 1) for e, first, end in want]
     assert got[len(want):] == [(0xFFFFFFFF, len(want), 0, 0)] * 3
 
@@ -170,16 +175,8 @@ def unit_walk(offs: list[int], m: int, tm: int, tn: int, tiles_n: int, group_m: 
 def test_the_walk_takes_an_experts_units_together_in_grouped_order(offs, m, tiles_n, group_m):
     """Thread t asks for unit t of the expert-major walk: (expert, m0, n0, end row); past it, the
     walk's units. No group of tile rows straddles two experts."""
-    ptx = build_file(PROBE, BuildOptions(defines={"UNITS": "1", "GROUP_M": str(group_m)}, target="sm_90a")).ptx
     want = unit_walk(offs, m, 128, 256, tiles_n, group_m)
-    threads = len(want) + 2
-    mem = Memory()
-    offs_dev = aligned_array((max(len(offs), 1),), np.int32)
-    offs_dev[:len(offs)] = offs
-    out = aligned_array((threads, 4), np.uint32)
-    Kernel(ptx).run((1, 1, 1), (threads, 1, 1), {"offs": mem.add(offs_dev), "groups": len(offs), "M": m,
-                                                 "tiles_n": tiles_n, "out": mem.add(out)}, mem)
-    got = [tuple(int(x) for x in row) for row in out]
+    got = run_probe({"UNITS": 1, "GROUP_M": group_m}, offs, m, tiles_n, len(want) + 2)
     assert got[:len(want)] == want
     assert got[len(want):] == [(0xFFFFFFFF, len(want), 0, 0)] * 2
 

@@ -30,6 +30,7 @@ from asmgemm.runtime import catalog, dispatch, split_k
 from asmgemm.toolchain import disassemble, find_tool
 from ptx_sim import Kernel, Memory, aligned_array as _aligned
 from sweeps import sample_every
+from test_splitk_fixup import _operand        # fp16 values or bf16 bit patterns, as the fixup tests draw them
 
 SMALL = dict(BM=64, BN=64, WM=32, WN=32)
 SPEC = get_spec("hgemm_mma")
@@ -43,18 +44,6 @@ def _build(name: str, target: str, **defines):
 
 
 # ---- the kernel in the interpreter -------------------------------------------------------------
-def _operand(shape, bf16: bool, seed: int):
-    """fp16 values, or bf16 bit patterns (uint16), uniform in (-1, 1)."""
-    x = np.random.default_rng(seed).uniform(-1, 1, shape).astype(np.float32)
-    if bf16:
-        out = _aligned(shape, np.uint16)
-        out[...] = (x.view(np.uint32) >> 16).astype(np.uint16)
-    else:
-        out = _aligned(shape, np.float16)
-        out[...] = x
-    return out
-
-
 def _as_f64(x, bf16: bool) -> np.ndarray:
     if x.dtype == np.uint16 and bf16:
         return (x.astype(np.uint32) << 16).view(np.float32).astype(np.float64)

@@ -14,20 +14,7 @@ import json
 import torch
 
 from asmgemm.runtime.gemm import gemm, last_launch
-
-
-def gpu_ms(fn, reps: int = 7) -> float:
-    for _ in range(2):
-        fn()
-    times = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    return sorted(times)[len(times) // 2]
+from gpu_events import gpu_ms, variant_params      # tools/gpu_events.py
 
 
 def main() -> None:
@@ -61,8 +48,7 @@ def main() -> None:
         row["default"] = {"ms": ms, "tflops": tf(ms), "params": base, "grid": ran["grid"], "kernel": ran["kernel"]}
         ref = ours()[:4].float()
         for v in args.variant:
-            p = dict(base)
-            p.update({x_.split("=")[0]: int(x_.split("=")[1]) for x_ in v.split(",")})
+            p = variant_params(base, v)
             try:
                 got = ours(p)[:4].float()
                 err = float((got - ref).norm() / ref.norm())

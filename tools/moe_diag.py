@@ -16,20 +16,7 @@ import torch
 from asmgemm.bench.batched import MoeCase
 from asmgemm.runtime.gemm import gemm, last_launch
 from asmgemm.runtime.grouped import grouped_gemm
-
-
-def gpu_ms(fn, reps: int = 7) -> float:
-    for _ in range(2):
-        fn()
-    times = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    return sorted(times)[len(times) // 2]
+from gpu_events import gpu_ms, variant_params      # tools/gpu_events.py
 
 
 def main() -> None:
@@ -55,8 +42,7 @@ def main() -> None:
         row["grouped"] = {"ms": ms, "tflops": tf(ms), "params": base, "grid": ran["grid"]}
         ref = grouped_gemm(a, b, offs).float()
         for v in args.variant:
-            p = dict(base)
-            p.update({x.split("=")[0]: int(x.split("=")[1]) for x in v.split(",")})
+            p = variant_params(base, v)
             try:
                 got = grouped_gemm(a, b, offs, params=p).float()
                 err = float((got - ref).norm() / ref.norm())

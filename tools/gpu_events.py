@@ -1,0 +1,29 @@
+"""What the device diagnostics (tools/moe_diag.py, tools/attention_diag.py) share: GPU time of a
+call between CUDA events, and -D variants as given on their command lines."""
+from __future__ import annotations
+
+import torch
+
+
+def gpu_ms(fn, reps: int = 7, warmup: int = 2) -> float:
+    """Median GPU time of `reps` calls of fn, each between two CUDA events, after `warmup` calls."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    return sorted(times)[len(times) // 2]
+
+
+def variant_params(base: dict, variant: str) -> dict:
+    """base with a variant's overrides laid over it: 'NAME=V[,NAME=V]' (integers)."""
+    out = dict(base)
+    for item in variant.split(","):
+        name, value = item.split("=")
+        out[name.strip()] = int(value)
+    return out

@@ -128,7 +128,8 @@ def _fit_config(rows: list[dict], dm: DeviceModel) -> ConfigFit:
     for s in rows:
         if s.get("blocks_per_sm"):
             by_variant[_variant(s)].append(int(s["blocks_per_sm"]))
-    rv = {v: statistics.mode(b) for v, b in sorted(by_variant.items()) if statistics.mode(b) != r}
+    modes = {v: statistics.mode(b) for v, b in sorted(by_variant.items())}
+    rv = {v: b for v, b in modes.items() if b != r}
     weights = [math.sqrt(w) for w in regime_weights(rows, dm, r)]     # on squared errors
     variants: dict[str, float] = {}
     fit = None

@@ -18,6 +18,11 @@ What a call can vary, and how the sweep covers it:
     no multiple of 16 bytes (paired stores only), which a caller's strided C gives at any N.
   * epilogue: none, and one fused bias + activation per layout so that each bias mode and each
     activation code is reached (EPILOGUES).
+  * batches: contiguous 3-D A, B and C of BATCHES x BATCH_SIZES x BATCH_SIZES x BATCH_DEPTHS
+    (attention's Q.K^T and P.V shapes among them), which TMA reads in place (the kernel's BATCHED
+    mode; a batch it cannot read runs hgemm_mma, left out like the routes). Their size rules see
+    the batch stacked along M (launch.rules_rows), split no K and run unclustered (batch_defines).
+  * C past the L2 (C_STREAM, launch_config.c_stream_defines on an H100's L2_BYTES), 2-D or batched.
 Routes to other kernels (hgemm_skinny) are left out: their configurations are gemm_skinny.sasm's.
 The rules are compiled to Python for the walk (CompiledRules) and every configuration found is
 checked against the spec's own evaluation (RuntimeRules).
@@ -35,7 +40,7 @@ from asmgemm.kernel_spec import ACTIVATIONS, BIAS_MODES, DTYPE_ITEMSIZE, KernelS
 from asmgemm.parse import parse_source
 from asmgemm.pipeline import BuildOptions, build_file, resolve_input
 from asmgemm.runtime import split_k, tensor_map
-from asmgemm.runtime.launch import call_defines, default_params
+from asmgemm.runtime.launch import BATCH_ROWS_TILE, call_defines, default_params
 from asmgemm.runtime.plan import fresh_plan, transposed_bias_mode
 from asmgemm.files import read_source
 
@@ -51,6 +56,11 @@ EPILOGUES = {"nn": (BIAS_MODES["column"], 1), "nt": (BIAS_MODES["row"], 2),
              "tn": (BIAS_MODES["column"], 3), "tt": (BIAS_MODES["row"], len(ACTIVATIONS))}
 # a C view's (vec_c, wide_c): an odd row pitch (neither) and an even one off 16 bytes (pairs only)
 C_VIEWS = ((0, 0), (1, 0))
+# batched calls (3-D operands, every matrix its own): attention's b.h x s x s x d and s x d x s
+BATCHES = (2, 32, 512)
+BATCH_SIZES = (64, 128, 512, 2048, 4096)
+BATCH_DEPTHS = (64, 128, 512, 2048)
+L2_BYTES = 50 * 1024 * 1024                 # the H100 SXM's L2 (cudaDevAttrL2CacheSize): C_STREAM's bound
 
 
 def families() -> list[KernelSpec]:
@@ -131,28 +141,46 @@ def _padded(pitch: int, name: str, values: dict) -> int:
 
 
 def dispatched(rules: RuntimeRules, m: int, n: int, k: int, layout: str, bias: int, act: int,
-               c_view: tuple[int, int] | None) -> tuple[dict, int] | None:
+               c_view: tuple[int, int] | None, batch: int = 1) -> tuple[dict, int] | None:
     """(the -D set an untuned gemm() builds for this call, the index of the size rule that chose
     it, -1 for none), or None where the spec routes the call to another kernel. The steps of
-    gemm._plan_and_launch for an untuned 2-D call: route, swap, size rule over the padded
-    pitches, split, call parameters, the table's fixed defines (asm/runtime/launch.choose_params)."""
+    launch_config.configure for an untuned call: route, swap, size rule over the padded pitches,
+    split, C_STREAM, call parameters, the table's fixed defines (asm/runtime/launch.choose_params).
+    `batch` > 1: a batch of `batch` contiguous M x N x K GEMMs, run by the kernel's BATCHED mode
+    where TMA reads it in place (None otherwise: hgemm_mma runs it)."""
     spec = rules.spec
     item_a, item_c = DTYPE_ITEMSIZE[spec.dtypes.a], DTYPE_ITEMSIZE[spec.dtypes.c]
     plan = fresh_plan(m, n, k, layout, item_a, item_c)
     values = {**plan.call_values, "bias": bias, "activation": act}
     if c_view is not None:
         values["vec_c"], values["wide_c"] = c_view
-    if rules.routes(m, n, k, call_defines(spec, values)):
+    rows = m
+    launch_defines: dict = {}
+    if batch > 1:
+        # launch_config.configure: a batch TMA cannot read in place (rows or matrices off 16
+        # bytes) runs on the in-place kernel; a batched launch is never routed, swapped or split
+        strides = (m * k, k * n)
+        if not all(tensor_map.addressable(256, op.rows, op.ld, item_a) and tensor_map.batch_addressable(s, item_a)
+                   for op, s in zip((plan.a, plan.b), strides)):
+            return None
+        values["batched"] = 1
+        rows = batch * -(-m // BATCH_ROWS_TILE) * BATCH_ROWS_TILE        # launch.rules_rows
+        launch_defines.update({name: 1 for name in (spec.launch.cluster_rows, spec.launch.cluster_cols) if name})
+    elif rules.routes(m, n, k, call_defines(spec, values)):
         return None
-    if rules.swaps(m, n, k, call_defines(spec, values)):
+    elif rules.swaps(m, n, k, call_defines(spec, values)):
         plan = fresh_plan(m, n, k, layout, item_a, item_c, c_trans=True)
         values = {**plan.call_values, "bias": transposed_bias_mode(bias), "activation": act}
+        rows = plan.m
     calls = call_defines(spec, values)
     fresh = spec.fresh_pitches(plan.m, plan.n, k, calls)
-    index = rules.size_rule(plan.m, plan.n, k, calls, {name: _padded(p, name, values) for name, p in fresh.items()})
+    index = rules.size_rule(rows, plan.n, k, calls, {name: _padded(p, name, values) for name, p in fresh.items()})
     defines = {**default_params(spec), **(dict(spec.size_rules[index].set) if index >= 0 else {})}
+    if spec.launch.c_stream and batch * plan.m * plan.n * item_c > L2_BYTES:
+        launch_defines[spec.launch.c_stream] = 1                        # launch_config.c_stream_defines
+    defines.update(launch_defines)
     sk = spec.split_k
-    if sk is not None:
+    if sk is not None and batch == 1:
         requested = max(1, min(rules.splits(plan.m, plan.n, k), split_k.MAX_SPLITS))
         if requested > 1 and (bias or act or (plan.c_trans and not sk.c_trans)):
             requested = 1           # split-K runs only for a plain GEMM (split_k.choose_split)
@@ -164,7 +192,7 @@ def dispatched(rules: RuntimeRules, m: int, n: int, k: int, layout: str, bias: i
 
 
 def calls():
-    """(spec, M, N, K, layout, bias, activation, C view) of every call the walk makes."""
+    """(spec, M, N, K, layout, bias, activation, C view[, batch]) of every call the walk makes."""
     for spec in families():
         for layout in LAYOUTS:
             for epilogue in ((0, 0), EPILOGUES[layout]):
@@ -173,6 +201,8 @@ def calls():
                         if c_view is not None and c_view[0] == 1 and n % 2:
                             continue         # an odd N has no paired stores in any view
                         yield spec, m, n, k, layout, *epilogue, c_view
+            for batch, m, n, k in itertools.product(BATCHES, BATCH_SIZES, BATCH_SIZES, BATCH_DEPTHS):
+                yield spec, m, n, k, layout, 0, 0, None, batch
 
 
 def walk() -> tuple[list[dict], dict[str, set[int]]]:

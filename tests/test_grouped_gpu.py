@@ -194,6 +194,25 @@ def test_grouped_gemm_offsets_stay_on_the_device(torch_cuda):
     assert _err(torch, out, _want(torch, a, b, offs)) < _limit(torch.float16)
 
 
+def test_grouped_gemm_repeated_calls_take_new_operands(torch_cuda, monkeypatch):
+    """The kept launch of a repeated call (gemm allocates out: the lane that skips the checks, made
+    to fail here after the first call) reads each call's own A, B and offs: new tensors of the same
+    layout with other offsets, each result right."""
+    torch = torch_cuda
+    import asmgemm
+    from asmgemm.runtime import grouped
+    first = grouped.check_grouped
+    for dtype in (torch.float16, torch.bfloat16):
+        monkeypatch.setattr(grouped, "check_grouped", first)
+        outs = []
+        for seed, sizes in ((11, [40, 0, 100, 3]), (12, [3, 3, 0, 137]), (13, [0, 143, 0, 0])):
+            a, b, offs = _experts(torch, sizes, 64, 96, dtype, trans_b=True, seed=seed)
+            outs.append((asmgemm.grouped_gemm(a, b, offs), _want(torch, a, b, offs)))
+            monkeypatch.setattr(grouped, "check_grouped", lambda *args: pytest.fail("a repeated call was checked"))
+        for out, want in outs:
+            assert out.shape == (143, 96) and _err(torch, out, want) < _limit(dtype)
+
+
 def test_grouped_gemm_list_form(torch_cuda):
     torch = torch_cuda
     import asmgemm

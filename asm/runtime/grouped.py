@@ -279,11 +279,28 @@ def grouped_gemm(a, b, offs=None, out=None, *, alpha: float = 1.0, beta: float =
         arrays = cache.cupy_arrays
         a, b = as_cupy(cupy, a, "A"), as_cupy(cupy, b, "B")
         out = as_cupy(cupy, out, "out") if out is not None else None
-    ma, mb = arrays.matrix(a, "A"), arrays.matrix(b, "B")
     # on the device: a CuPy array, a torch tensor, anything exposing __cuda_array_interface__;
     # else host values (a sequence, a numpy array), checked and copied over
-    host_offs = not (isinstance(offs, cupy.ndarray) or hasattr(offs, "__cuda_array_interface__")
-                     or torch is not None and isinstance(offs, torch.Tensor))
+    host_offs = not (isinstance(offs, cupy.ndarray) or torch is not None and isinstance(offs, torch.Tensor)
+                     or hasattr(offs, "__cuda_array_interface__"))
+    if not host_offs and out is None and beta == 0:
+        # a repeated call: its kept launch, found by the operands' layouts (arrays.key: shape,
+        # strides, dtype, alignment, device) before any check, since the checks of the call that made
+        # it hold for every call with this key. Only where gemm allocates out (no overlap to check)
+        # and offs are on the device (host offsets are checked on every call). On the H100's host a
+        # small E = 8 call took 113 us from an idle GPU through the checks, against torch._grouped_mm's 51.
+        offs = as_cupy(cupy, offs, "offs") if arrays is cache.cupy_arrays else offs
+        key = _grouped_key(arrays, a, b, None, offs, act, kernel, params)
+        kept = cache.get(key)
+        if kept is not None and kept.current():
+            if cupy.cuda.runtime.getDevice() == kept.device:
+                got = _launch_kept(arrays, kept, a, b, offs, alpha, beta)
+            else:
+                with cupy.cuda.Device(kept.device):
+                    got = _launch_kept(arrays, kept, a, b, offs, alpha, beta)
+            if got is not None:
+                return got
+    ma, mb = arrays.matrix(a, "A"), arrays.matrix(b, "B")
     if host_offs:
         values = check_offsets(offs, mb.shape[0] if mb.ndim == 3 else -1, ma.shape[0] if ma.ndim == 2 else -1)
         offs = (torch.tensor(values, dtype=torch.int32, device=a.device) if arrays is not cache.cupy_arrays
@@ -298,8 +315,7 @@ def grouped_gemm(a, b, offs=None, out=None, *, alpha: float = 1.0, beta: float =
                                                             overlap.described("offs", moffs)])
     elif beta != 0:
         raise AsmError(f"beta = {beta} needs an out to scale; pass out= or beta=0")
-    key = (arrays.key(a), arrays.key(b), arrays.key(out) if out is not None else None, arrays.key(offs), act,
-           kernel, tuple(sorted(params.items())) if params else None, specs_version())
+    key = _grouped_key(arrays, a, b, out, offs, act, kernel, params)
     kept = cache.get(key)
     with cupy.cuda.Device(ma.device):
         if kept is None or not kept.current():
@@ -324,6 +340,23 @@ def grouped_gemm(a, b, offs=None, out=None, *, alpha: float = 1.0, beta: float =
             return out
         kept.launch(arrays.ptr(a), arrays.ptr(b), arrays.ptr(out), alpha, beta, arrays.stream(ma.device), 0, 0,
                     arrays.ptr(offs))
+    return out
+
+
+def _grouped_key(arrays, a, b, out, offs, act: int, kernel: str | None, params: dict | None) -> tuple:
+    """The kept launch's key: every operand's layout (arrays.key), the epilogue and the build asked for."""
+    return (arrays.key(a), arrays.key(b), arrays.key(out) if out is not None else None, arrays.key(offs), act,
+            kernel, tuple(sorted(params.items())) if params else None, specs_version())
+
+
+def _launch_kept(arrays, kept, a, b, offs, alpha, beta):
+    """A repeated call with a new out through its kept launch; None where the allocator's out is not
+    aligned as the kept launch was made for (the caller then plans this call afresh)."""
+    out = arrays.empty(a, kept.c_shape, kept.c_dtype)
+    if arrays.ptr(out) & 15 != kept.c_align:
+        return None
+    kept.launch(arrays.ptr(a), arrays.ptr(b), arrays.ptr(out), alpha, beta, arrays.stream(kept.device), 0, 0,
+                arrays.ptr(offs))
     return out
 
 

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Where a call's time beyond its GPU time goes (the `bench` call mode against its gpu mode), for the
+moe and attention presets' cases: asmgemm against its torch anchor, each timed five ways.
+
+  host      perf_counter around the call on an idle GPU (Python, checks, the launch): the host work
+  call      bench's call mode: synchronize, L2 flush, synchronize, event, call, event
+  call_warm the same, with 200 us of GPU spin queued before the start event: the host work hidden,
+            but the kernel starts right after the spin (clocks and the launch path warm), L2 cold
+  gpu       bench's gpu mode: flush, a spin of twice the host time, event, call, event
+  gpu_late  event, call, event with the spin before it but no flush: L2 warm
+Medians of REPS, implementations interleaved. A call - gpu gap the host column does not explain is
+the kernel's own start from an idle GPU (launch of a persistent cluster grid, clocks).
+
+    python3 tools/call_gap_diag.py --moe 64:14336:4096:32768 --attention qk:512:4096:64:float16
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import pstats
+import statistics
+import time
+
+import torch
+
+from asmgemm.bench import batched
+from asmgemm.bench.timing import CudaEventTimer, GpuPreRoll, L2Flusher
+from asmgemm.runtime.gemm import last_launch
+
+
+def measure(fns: dict, reps: int) -> dict:
+    timer, flush, spin = CudaEventTimer(), L2Flusher(), GpuPreRoll()
+    for fn in fns.values():
+        fn(), fn()
+    timer.synchronize()
+    got = {name: {k: [] for k in ("host", "call", "call_warm", "gpu", "gpu_late")} for name in fns}
+    for rep in range(reps):
+        order = list(fns)[rep % len(fns):] + list(fns)[:rep % len(fns)]
+        for name in order:
+            fn, row = fns[name], got[name]
+            timer.synchronize()
+            t0 = time.perf_counter()
+            fn()
+            row["host"].append((time.perf_counter() - t0) * 1e3)
+            timer.synchronize()
+            flush()
+            timer.synchronize()
+            s = timer.mark()
+            fn()
+            row["call"].append((s, timer.mark()))
+            timer.synchronize()
+            flush()
+            timer.synchronize()
+            spin(200.0)
+            s = timer.mark()
+            fn()
+            row["call_warm"].append((s, timer.mark()))
+            flush()
+            spin(max(40.0, 2 * row["host"][-1] * 1e3))
+            s = timer.mark()
+            fn()
+            row["gpu"].append((s, timer.mark()))
+            spin(40.0)
+            s = timer.mark()
+            fn()
+            row["gpu_late"].append((s, timer.mark()))
+    timer.synchronize()
+    out = {}
+    for name, row in got.items():
+        out[name] = {k: round(statistics.median(v if k == "host" else [timer.elapsed_ms(a, b) for a, b in v]), 4)
+                     for k, v in row.items()}
+    return out
+
+
+def profile(fn, calls: int, label: str) -> None:
+    """cProfile of `calls` calls of fn, each on an idle GPU (synchronized before it)."""
+    if calls <= 0:
+        return
+    prof = cProfile.Profile()
+    for _ in range(calls):
+        torch.cuda.synchronize()
+        prof.enable()
+        fn()
+        prof.disable()
+    torch.cuda.synchronize()
+    print(f"== profile: {label}, {calls} calls")
+    pstats.Stats(prof).sort_stats("tottime").print_stats(20)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--moe", action="append", default=[], help="E:K:N:TOKENS")
+    ap.add_argument("--attention", action="append", default=[], help="qk|pv:BH:S:D:DTYPE")
+    ap.add_argument("--reps", type=int, default=9)
+    ap.add_argument("--profile", type=int, default=0,
+                    help="cProfile asmgemm's call of each case this many times, the GPU idle before each "
+                         "(synchronized, as in the call mode), and list the top 20 functions by own time")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    anchor = "torch._grouped_mm" if batched.grouped_mm_runs(torch) else "torch.matmul loop"
+    rows = []
+    for spec in args.moe:
+        e, k, n, t = map(int, spec.split(":"))
+        case = batched.MoeCase(e, k, n, t)
+        fns, _ = batched.moe_calls(torch, case, anchor)
+        rows.append({"case": "moe " + case.label, **measure(fns, args.reps), "ran": batched.ran_kernel()})
+        profile(fns["asmgemm"], args.profile, case.label)
+    for spec in args.attention:
+        form, bh, s, d, dtype = spec.split(":")
+        case = batched.AttentionCase(int(bh), int(s), int(d), form, dtype)
+        fns, _ = batched.attention_calls(torch, case)
+        rows.append({"case": "attention " + case.label, **measure(fns, args.reps), "ran": batched.ran_kernel(),
+                     "params": last_launch().get("params")})
+        profile(fns["asmgemm"], args.profile, case.label)
+    for r in rows:
+        print(r["case"], r.get("ran"))
+        for name, v in r.items():
+            if isinstance(v, dict) and "host" in v:
+                print(f"   {name:18s} " + " ".join(f"{k} {x * 1e3:9.1f}us" for k, x in v.items()))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -26,7 +26,8 @@ import torch
 
 from asmgemm.bench import batched
 from asmgemm.bench.timing import CudaEventTimer, GpuPreRoll, L2Flusher
-from asmgemm.runtime.gemm import last_launch
+from asmgemm.runtime.gemm import gemm, last_launch
+from gpu_events import variant_params      # tools/gpu_events.py
 
 
 def measure(fns: dict, reps: int) -> dict:
@@ -92,6 +93,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--moe", action="append", default=[], help="E:K:N:TOKENS")
     ap.add_argument("--attention", action="append", default=[], help="qk|pv:BH:S:D:DTYPE")
+    ap.add_argument("--gemm", action="append", default=[], help="M:N:K:LAYOUT:DTYPE (2-D, fresh operands)")
+    ap.add_argument("--variant", action="append", default=[],
+                    help="NAME=V[,NAME=V]: --gemm cases also run these -D overrides of the default launch")
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--profile", type=int, default=0,
                     help="cProfile asmgemm's call of each case this many times, the GPU idle before each "
@@ -113,6 +117,23 @@ def main() -> None:
         rows.append({"case": "attention " + case.label, **measure(fns, args.reps), "ran": batched.ran_kernel(),
                      "params": last_launch().get("params")})
         profile(fns["asmgemm"], args.profile, case.label)
+    for spec in args.gemm:
+        m, n, k, layout, dtype = spec.split(":")
+        m, n, k = int(m), int(n), int(k)
+        g = torch.Generator(device="cuda").manual_seed(0)
+        dt = getattr(torch, dtype)
+        ta, tb = layout[0] == "t", layout[1] == "t"
+        a = torch.randn(*((k, m) if ta else (m, k)), device="cuda", generator=g).to(dt)
+        b = torch.randn(*((n, k) if tb else (k, n)), device="cuda", generator=g).to(dt)
+        opa, opb = (a.t() if ta else a), (b.t() if tb else b)
+        gemm(a, b, trans_a=ta, trans_b=tb)
+        ran = last_launch()
+        fns = {"asmgemm": lambda: gemm(a, b, trans_a=ta, trans_b=tb), "torch": lambda: torch.matmul(opa, opb)}
+        for v in args.variant:
+            params = variant_params(ran["rerun_params"], v)
+            fns[v] = lambda params=params: gemm(a, b, trans_a=ta, trans_b=tb, params=params, kernel=ran["kernel"])
+        rows.append({"case": f"gemm {m}x{n}x{k} {layout} {dtype}", **measure(fns, args.reps),
+                     "ran": f"{ran['kernel']} {ran.get('config')} splits={ran.get('splits')}"})
     for r in rows:
         print(r["case"], r.get("ran"))
         for name, v in r.items():

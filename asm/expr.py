@@ -275,3 +275,92 @@ def _compare(op, a, b, node):
         return _COMPARISONS[op](a, b)
     except TypeError:
         raise AsmError(f"cannot compare {a!r} and {b!r}", node.span) from None
+
+
+def compile_expression(node) -> Callable[[dict], Value]:
+    """The expression as a Python function of a dict of bound names, with evaluate()'s semantics
+    (its checks and errors; an unbound name raises AsmError): nested closures built from the AST,
+    no text handed to Python's compile/eval. For hot loops over one expression (the dispatch
+    walk of tests/hgemm_dispatch_configs.py evaluates every size rule a few hundred thousand times),
+    where evaluate()'s per-node type dispatch would dominate."""
+    if isinstance(node, ast.Num):
+        value = parse_number(node.text, node.span)
+        return lambda values: value
+    if isinstance(node, ast.Name):
+        name, span = node.plain, node.span
+        if name is None:
+            raise AsmError("an interpolated name is not a number here", node.span)
+
+        def name_value(values):
+            try:
+                return values[name]
+            except KeyError:
+                raise AsmError(f"undefined name '{name}' (known: {', '.join(values)})", span) from None
+        return name_value
+    if isinstance(node, ast.Str):
+        text = node.value[1:-1]
+        return lambda values: text
+    if isinstance(node, ast.Brace) and len(node.items) == 1:
+        return compile_expression(node.items[0])
+    if isinstance(node, ast.UnOp):
+        operand, op = compile_expression(node.operand), node.op
+        if op == "-":
+            return lambda values: -_num(operand(values), node)
+        if op == "+":
+            return lambda values: _num(operand(values), node)
+        if op == "~":
+            return lambda values: ~_int(operand(values), node)
+        if op in ("not", "!"):
+            return lambda values: int(not _truthy(operand(values)))
+    if isinstance(node, ast.BinOp):
+        left, right, op = compile_expression(node.left), compile_expression(node.right), node.op
+        if op == "and":
+            def both(values):
+                a = left(values)
+                return right(values) if _truthy(a) else a
+            return both
+        if op == "or":
+            def either(values):
+                a = left(values)
+                return a if _truthy(a) else right(values)
+            return either
+        return lambda values: _check_size(_binop(op, left(values), right(values), node), node.span)
+    if isinstance(node, ast.Compare):
+        first = compile_expression(node.first)
+        rest = [(op, compile_expression(r)) for op, r in node.rest]
+
+        def compare(values):
+            a = first(values)
+            for op, rhs in rest:
+                b = rhs(values)
+                if not _compare(op, a, b, node):
+                    return 0
+                a = b
+            return 1
+        return compare
+    if isinstance(node, ast.Cond):
+        cond, then, other = compile_expression(node.cond), compile_expression(node.then), compile_expression(node.other)
+        return lambda values: then(values) if _truthy(cond(values)) else other(values)
+    if isinstance(node, ast.Call):
+        if node.func == "range":
+            raise AsmError("range() is only valid in '.for NAME in range(...)'", node.span)
+        spec = FUNCTIONS.get(node.func)
+        if spec is None:
+            raise AsmError(f"unknown function '{node.func}' (known: {', '.join(sorted(FUNCTIONS))})", node.span)
+        arity, fn = spec
+        lo, hi = (arity, arity) if isinstance(arity, int) else arity
+        if not lo <= len(node.args) <= hi:
+            want = str(lo) if lo == hi else f"{lo} to {hi}"
+            raise AsmError(f"{node.func}() takes {want} argument(s), got {len(node.args)}", node.span)
+        args = [(compile_expression(a), a) for a in node.args]
+
+        def call(values):
+            got = [_num(arg(values), a) for arg, a in args]
+            try:
+                return _check_size(fn(got, node.span), node.span)
+            except (ValueError, OverflowError, TypeError) as exc:
+                raise AsmError(f"{node.func}(): {exc}", node.span) from None
+        return call
+    if isinstance(node, ast.RegRef):
+        raise AsmError("a register is not a number", node.span)
+    raise AsmError("this is not a constant expression", getattr(node, "span", None))

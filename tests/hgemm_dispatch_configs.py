@@ -36,6 +36,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from asmgemm.expand import expand
+from asmgemm.expr import compile_expression
 from asmgemm.kernel_spec import ACTIVATIONS, BIAS_MODES, DTYPE_ITEMSIZE, KernelSpec, all_specs
 from asmgemm.parse import parse_source
 from asmgemm.pipeline import BuildOptions, build_file, resolve_input
@@ -90,46 +91,46 @@ class RuntimeRules:
 
 
 class CompiledRules(RuntimeRules):
-    """The same rules compiled as Python expressions (kernels.toml's rule language is Python's
-    integer arithmetic, comparisons and and/or/not, with ceil_div, min and max): about a hundred
-    times faster than the tree walk, which the walk over thousands of shapes needs. walk() checks
-    every configuration found this way against RuntimeRules, so a difference cannot go unnoticed."""
-
-    FUNCTIONS = {"ceil_div": lambda a, b: -(-a // b), "min": min, "max": max}
+    """The same rules compiled into Python closures (asmgemm.expr.compile_expression over the
+    spec's own expression trees: no rule text is handed to Python's compile/eval), evaluated over
+    one dict of names per call: many times faster than the tree walk, which the walk over
+    hundreds of thousands of calls needs. walk() checks every configuration found this way against
+    RuntimeRules, so a difference cannot go unnoticed."""
 
     def __init__(self, spec: KernelSpec):
         super().__init__(spec)
-        code = lambda text: compile(text, "<kernels.toml rule>", "eval")
-        self.terms = [(t.name, code(t.text)) for t in spec.terms]
-        self.size_rules = [code(r.when) for r in spec.size_rules]
-        self.swap_rules = [code(r.when) for r in spec.swap_rules]
-        self.route_rules = [code(r.when) for r in spec.routes]
-        self.split_rules = [(code(r.when), code(r.splits)) for r in (spec.split_k.rules if spec.split_k else ())]
+        self.terms = [(t.name, compile_expression(t.tree)) for t in spec.terms]
+        self.size_rules = [compile_expression(r.tree) for r in spec.size_rules]
+        self.swap_rules = [compile_expression(r.tree) for r in spec.swap_rules]
+        self.route_rules = [compile_expression(r.tree) for r in spec.routes]
+        self.split_rules = [(compile_expression(r.when_tree), compile_expression(r.splits_tree))
+                            for r in (spec.split_k.rules if spec.split_k else ())]
         if spec.split_k and any(r.cost is not None for r in spec.split_k.rules):
             raise NotImplementedError("split rules with a cost: use RuntimeRules")
         self.c_bytes = DTYPE_ITEMSIZE[spec.dtypes.c]
 
-    def _names(self, m: int, n: int, k: int, more: dict) -> dict:
-        return {**self.FUNCTIONS, "M": m, "N": n, "K": k, "SMS": SMS, **more}
+    @staticmethod
+    def _names(m: int, n: int, k: int, more: dict) -> dict:
+        return {"M": m, "N": n, "K": k, "SMS": SMS, **more}
 
     def routes(self, m, n, k, calls):
         names = self._names(m, n, k, calls)
-        return any(eval(r, names) for r in self.route_rules)
+        return any(r(names) for r in self.route_rules)
 
     def swaps(self, m, n, k, calls):
         names = self._names(m, n, k, calls)
-        return any(eval(r, names) for r in self.swap_rules)
+        return any(r(names) for r in self.swap_rules)
 
     def size_rule(self, m, n, k, calls, pitches):
         names = self._names(m, n, k, {**dict.fromkeys((p for p, _ in self.spec.call_params), 0), **calls,
                                       **pitches, "C_BYTES": self.c_bytes})
         for name, term in self.terms:
-            names[name] = eval(term, names)
-        return next((i for i, r in enumerate(self.size_rules) if eval(r, names)), -1)
+            names[name] = term(names)
+        return next((i for i, r in enumerate(self.size_rules) if r(names)), -1)
 
     def splits(self, m, n, k):
         names = self._names(m, n, k, {})
-        return next((eval(s, names) for w, s in self.split_rules if eval(w, names)), 1)
+        return next((s(names) for w, s in self.split_rules if w(names)), 1)
 
 
 def _padded(pitch: int, name: str, values: dict) -> int:

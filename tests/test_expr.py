@@ -5,19 +5,30 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from asmgemm.errors import AsmError
-from asmgemm.expr import evaluate, format_number, parse_number
+from asmgemm.expr import compile_expression, evaluate, format_number, parse_number
 from asmgemm.parse_tree import parse_expression
 from asmgemm.source import SourceFile
 
 
 def ev(text, **names):
-    src = SourceFile.from_text("e", text)
+    """The expression's value by evaluate(), after checking that its compiled form
+    (compile_expression) gives the same value, or raises the same error at the same place."""
+    tree = parse_expression(text, SourceFile.from_text("e", text), 0)
 
     def lookup(name, span):
         if name in names:
             return names[name]
         raise AsmError(f"undefined name '{name}'", span)
-    return evaluate(parse_expression(text, src, 0), lookup)
+    try:
+        want = evaluate(tree, lookup)
+    except AsmError as exc:
+        with pytest.raises(AsmError) as ei:
+            compile_expression(tree)(names)
+        assert (ei.value.message.split(" (known")[0], ei.value.span) == (exc.message.split(" (known")[0], exc.span)
+        raise
+    got = compile_expression(tree)(names)
+    assert got == want and type(got) is type(want)
+    return want
 
 
 @pytest.mark.parametrize("text, value", [
@@ -75,3 +86,27 @@ def test_format_number_is_exact():
     assert format_number(True) == "1"
     assert format_number(1.0) == "0d3FF0000000000000"
     assert parse_number(format_number(math.pi)) == math.pi
+
+
+def test_compiled_rules_agree_with_the_tree_walk_on_every_shipped_rule():
+    """compile_expression (the dispatch walk's rule evaluation, tests/hgemm_dispatch_configs.py)
+    against evaluate() on every size, swap, route and split rule and term of kernels.toml."""
+    import itertools
+    from asmgemm.kernel_spec import all_specs
+    sizes = (1, 65, 1000, 14336)
+    checked = 0
+    for spec in all_specs().values():
+        trees = [t.tree for t in spec.terms] + [r.tree for r in spec.size_rules] + [r.tree for r in spec.swap_rules]
+        trees += [r.tree for r in spec.routes]
+        trees += [t for r in (spec.split_k.rules if spec.split_k else ()) for t in (r.when_tree, r.splits_tree)
+                  if r.cost is None]
+        compiled = [compile_expression(t) for t in trees]
+        params = dict.fromkeys((p for p, _ in spec.call_params), 1)
+        for m, n, k in itertools.product(sizes, repeat=3):
+            names = {"M": m, "N": n, "K": k, "SMS": 132, "C_BYTES": 2, "PITCH_A": 2 * k, "PITCH_B": 2 * n, **params}
+            for term in spec.terms:
+                names[term.name] = evaluate(term.tree, lambda name, span: names[name])
+            for tree, fn in zip(trees, compiled):
+                assert fn(names) == evaluate(tree, lambda name, span: names[name])
+                checked += 1
+    assert checked > 2_000

@@ -347,7 +347,7 @@ def test_isa_loads_no_stage_above_it():
     code = ("import sys, asmgemm.isa.arch, asmgemm.isa.register_banks, asmgemm.isa.ptx_operands, "
             "asmgemm.isa.control_bits; print(sorted(m for m in sys.modules if m.startswith('asmgemm.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    loaded = {stage_of(m) for m in eval(out)}
+    loaded = {stage_of(m) for m in ast.literal_eval(out)}
     assert all(STAGE_RANK[s] <= STAGE_RANK["isa"] for s in loaded), loaded
 
 

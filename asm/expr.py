@@ -184,17 +184,7 @@ def evaluate(node, lookup: Callable[[str, object], Value]) -> Value:
     if isinstance(node, ast.Cond):
         return evaluate(node.then, lookup) if _truthy(evaluate(node.cond, lookup)) else evaluate(node.other, lookup)
     if isinstance(node, ast.Call):
-        if node.func == "range":
-            raise AsmError("range() is only valid in '.for NAME in range(...)'", node.span)
-        spec = FUNCTIONS.get(node.func)
-        if spec is None:
-            known = ", ".join(sorted(FUNCTIONS))
-            raise AsmError(f"unknown function '{node.func}' (known: {known})", node.span)
-        arity, fn = spec
-        lo, hi = (arity, arity) if isinstance(arity, int) else arity
-        if not lo <= len(node.args) <= hi:
-            want = str(lo) if lo == hi else f"{lo} to {hi}"
-            raise AsmError(f"{node.func}() takes {want} argument(s), got {len(node.args)}", node.span)
+        fn = _function_of(node)
         args = [_num(evaluate(a, lookup), a) for a in node.args]
         try:
             return _check_size(fn(args, node.span), node.span)
@@ -203,6 +193,22 @@ def evaluate(node, lookup: Callable[[str, object], Value]) -> Value:
     if isinstance(node, ast.RegRef):
         raise AsmError("a register is not a number", node.span)
     raise AsmError("this is not a constant expression", getattr(node, "span", None))
+
+
+def _function_of(node):
+    """The implementation a call node names (FUNCTIONS), its argument count checked."""
+    if node.func == "range":
+        raise AsmError("range() is only valid in '.for NAME in range(...)'", node.span)
+    spec = FUNCTIONS.get(node.func)
+    if spec is None:
+        known = ", ".join(sorted(FUNCTIONS))
+        raise AsmError(f"unknown function '{node.func}' (known: {known})", node.span)
+    arity, fn = spec
+    lo, hi = (arity, arity) if isinstance(arity, int) else arity
+    if not lo <= len(node.args) <= hi:
+        want = str(lo) if lo == hi else f"{lo} to {hi}"
+        raise AsmError(f"{node.func}() takes {want} argument(s), got {len(node.args)}", node.span)
+    return fn
 
 
 def _num(v, node):
@@ -342,16 +348,7 @@ def compile_expression(node) -> Callable[[dict], Value]:
         cond, then, other = compile_expression(node.cond), compile_expression(node.then), compile_expression(node.other)
         return lambda values: then(values) if _truthy(cond(values)) else other(values)
     if isinstance(node, ast.Call):
-        if node.func == "range":
-            raise AsmError("range() is only valid in '.for NAME in range(...)'", node.span)
-        spec = FUNCTIONS.get(node.func)
-        if spec is None:
-            raise AsmError(f"unknown function '{node.func}' (known: {', '.join(sorted(FUNCTIONS))})", node.span)
-        arity, fn = spec
-        lo, hi = (arity, arity) if isinstance(arity, int) else arity
-        if not lo <= len(node.args) <= hi:
-            want = str(lo) if lo == hi else f"{lo} to {hi}"
-            raise AsmError(f"{node.func}() takes {want} argument(s), got {len(node.args)}", node.span)
+        fn = _function_of(node)
         args = [(compile_expression(a), a) for a in node.args]
 
         def call(values):

@@ -16,8 +16,9 @@ import pytest
 
 from asmgemm.errors import AsmError
 from asmgemm.kernel_spec import ConfigEntry, get_spec, load_spec_file
-from asmgemm.runtime import catalog, cost_model, dispatch, dispatch_db
+from asmgemm.runtime import cost_model, dispatch, dispatch_db
 from asmgemm.runtime.catalog import Candidate, candidates, entry_candidates
+from asmgemm.runtime.split_k import MAX_CLUSTER_SPLITS
 from asmgemm.runtime.cost_model import ConfigFit, DeviceModel, estimate, rank
 from asmgemm.runtime.plan import fresh_plan
 from asmgemm.toolchain import find_tool
@@ -67,12 +68,12 @@ def test_splits_only_for_plain_calls():
 
 
 def test_clusters_only_where_the_target_has_them():
-    """sm_90 pairs a split of 2, 4 or 8 with the clusters' sum as well as the reduce kernel;
+    """sm_90 pairs a split of 2..8 with the clusters' sum as well as the reduce kernel;
     sm_80 has no clusters: the reduce kernel only."""
     hopper = candidates(SGEMM, 512, 4096, "sm_90", plain=True)
     ampere = candidates(SGEMM, 512, 4096, "sm_80", plain=True)
     clustered = [c for c in hopper if c.reduce == "cluster"]
-    assert clustered and {c.splits for c in clustered} <= set(catalog.CLUSTER_SIZES)
+    assert clustered and all(2 <= c.splits <= MAX_CLUSTER_SPLITS for c in clustered)
     for c in clustered:              # each beside the same split through the reduce kernel
         assert any(o.config == c.config and o.splits == c.splits and o.reduce == "kernel" for o in hopper)
         assert c.label.endswith("c")
@@ -92,9 +93,10 @@ def test_usable_and_the_target_filter_entries():
 def test_split_counts_that_land_on_the_same_split_are_one_candidate():
     """split_for(K, S) gives whole chunks of the kernel's k multiple: with K = 48 (multiple 16) the
     asks 2, 3, 5, 8 give 2 (chunks of 32), 3 (16), 3 and 3; the candidate is named by the split
-    that results. Clusters only for S in CLUSTER_SIZES; K of one chunk: no split at all."""
+    that results, in clusters too (any S up to MAX_CLUSTER_SPLITS); K of one chunk: no split at all."""
     e = ConfigEntry("e", "sgemm", T64, (64, 64, 16), (1, 2, 3, 5, 8))
-    assert labels(entry_candidates(e, "sgemm", 48, plain=True, clusters=True)) == ["e", "e/s2", "e/s2c", "e/s3"]
+    assert labels(entry_candidates(e, "sgemm", 48, plain=True, clusters=True)) == ["e", "e/s2", "e/s2c", "e/s3",
+                                                                                  "e/s3c"]
     assert labels(entry_candidates(e, "sgemm", 48, plain=True, clusters=False)) == ["e", "e/s2", "e/s3"]
     assert labels(entry_candidates(e, "sgemm", 48, plain=False, clusters=True)) == ["e"]
     assert labels(entry_candidates(e, "sgemm", 16, plain=True, clusters=True)) == ["e"]

@@ -253,16 +253,18 @@ def test_every_mma_kernel_may_split_in_clusters(name):
 
 
 def test_the_catalog_offers_cluster_splits_where_the_target_has_clusters():
-    """6x152x2910: each tiling's splits S = 2, 4, 8 in clusters on sm_90 (beside the reduce
-    kernel's), none on sm_80 nor for a fused call; the model ranks them (a cluster term, no second
-    launch). At K = 825 asking 8 splits gives 7 (k_chunk 128): the catalog's clusters are S = 2, 4."""
+    """6x152x2910: each tiling's splits of at most 8 (S = 2, 3, 4, 6, 8 of the entries' asks) in
+    clusters on sm_90 (beside the reduce kernel's), none on sm_80 nor for a fused call; the model
+    ranks them (a cluster term, no second launch). At K = 825 the asks land on whole chunks of 64:
+    6 asked gives 5 (k_chunk 192), 8 gives 7 (128), and those are the clusters offered, so the
+    8-way cluster is not lost to the rounding (it was while only S = 2, 4, 8 ran in clusters)."""
     on90 = catalog.candidates(SPEC, 6, 2910, "sm_90", plain=True)
     clustered = {c.label for c in on90 if c.reduce == "cluster"}
-    assert clustered == {f"{e.name}/s{s}c" for e in SPEC.configs for s in (2, 4, 8)}
+    assert clustered == {f"{e.name}/s{s}c" for e in SPEC.configs for s in (2, 3, 4, 6, 8)}
     assert all(c.params()["CLUSTER_K"] == c.splits and c.params()["SPLIT_FIXUP"] == 0 for c in on90
                if c.reduce == "cluster")
     assert {c.label for c in catalog.candidates(SPEC, 40, 825, "sm_90", plain=True) if c.reduce == "cluster"} == \
-        {f"{e.name}/s{s}c" for e in SPEC.configs for s in (2, 4)}
+        {f"{e.name}/s{s}c" for e in SPEC.configs for s in (2, 3, 4, 5, 7)}
     assert not any(c.reduce == "cluster" for c in catalog.candidates(SPEC, 6, 2910, "sm_80", plain=True))
     assert not any(c.splits > 1 for c in catalog.candidates(SPEC, 6, 2910, "sm_90", plain=False))
     choice = dispatch.choose(SPEC, "nn", 6, 152, 2910, gpu="NVIDIA H100 80GB HBM3", target="sm_90", sms=132,

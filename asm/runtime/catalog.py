@@ -16,9 +16,11 @@ from ..isa.arch import arch_for
 from ..kernel_spec import ConfigEntry, KernelSpec, get_spec
 from .split_k import MAX_CLUSTER_SPLITS, split_for
 
-# The cluster sizes a split may run in: each is a build of its own (CLUSTER_K is a -D parameter),
-# so the catalog offers powers of two only; other S run through the reduce kernel.
-CLUSTER_SIZES = (2, 4, 8)
+# A split runs in clusters for any S of 2..MAX_CLUSTER_SPLITS it lands on (each S a build of its
+# own: CLUSTER_K is a -D parameter, built when first picked). Offering powers of two only lost the
+# 8-way cluster for most K: split_for rounds each split's K to whole chunks, so 8 asked at K = 3089
+# (chunks of 64) is 7 splits, and 21x54x3089 fp16 then ran s4c (25.4 us of GPU) where s7c took 16.7
+# (H100, docs/log/dispatch.md "The skinny deep-K 16-bit calls").
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,7 @@ def entry_candidates(entry: ConfigEntry, family: str, k: int, *, plain: bool, cl
         # the reduce kernel: the one-launch sum (a fixup switch) is params= only until a sweep fits
         # it (split_k.in_kernel_fixup says why)
         out.append(Candidate(family, entry.name, entry.kernel, entry.set, tile, s, "kernel", entry.swap))
-        if clusters and sk.cluster_switch is not None and s in CLUSTER_SIZES and s <= MAX_CLUSTER_SPLITS:
+        if clusters and sk.cluster_switch is not None and s <= MAX_CLUSTER_SPLITS:
             out.append(Candidate(family, entry.name, entry.kernel, entry.set, tile, s, "cluster", entry.swap))
     return out
 

@@ -211,7 +211,7 @@ def estimate(cand: Candidate, m: int, n: int, k: int, dm: DeviceModel, dtype: st
     r = max(1, fit.blocks(variant))
     slots = dm.sms * r
     if cand.reduce == "cluster":
-        slots = max(1, min(slots, dm.cluster_slots.get(f"{cand.kernel}:{cand.config}:{s}", slots)))
+        slots = max(1, min(slots, cluster_slots(dm, cand, slots)))
     steps = max(1, ceil_div(ceil_div(k, s), bk))
     block = (fit.block_s + fit.step_s * steps) * fit.factor(variant)
     full, rest = divmod(tiles, slots)
@@ -235,6 +235,16 @@ def estimate(cand: Candidate, m: int, n: int, k: int, dm: DeviceModel, dtype: st
         split = dm.cluster_block_s * math.ceil(tiles / slots)
     return Estimate(cand, tiles, slots, full, rest, steps, block, compute, memory, split, host,
                     fit.samples > 0)
+
+
+def cluster_slots(dm: DeviceModel, cand: Candidate, slots: int) -> int:
+    """Blocks of `cand`'s clusters the GPU runs at once, as the sweep's driver queries recorded them
+    (dm.cluster_slots, "kernel:config:S"); for a cluster size the sweep did not time, the nearest
+    larger one's (clusters of fewer blocks pack the GPCs at least as well); `slots` where none."""
+    prefix = f"{cand.kernel}:{cand.config}:"
+    sizes = sorted(int(key[len(prefix):]) for key in dm.cluster_slots if key.startswith(prefix))
+    larger = [size for size in sizes if size >= cand.splits]
+    return dm.cluster_slots[f"{prefix}{larger[0]}"] if larger else slots
 
 
 # Neighbours: the model's error on a measured call is mostly shared by calls near it (the same

@@ -6,6 +6,8 @@
 share that saturates DRAM streams its operands no faster than those SMs can pull. Needs a GPU.
 
     python3 tools/dram_share_probe.py --json dram_share.json
+
+The H100's curve: tools/data/dram_share_h100.json (docs/log/dispatch.md, "How many SMs fill DRAM").
 """
 from __future__ import annotations
 

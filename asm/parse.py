@@ -6,6 +6,8 @@ groups, lives too), so every AST node carries a span into the original file.
 from __future__ import annotations
 
 import re
+import threading
+from collections import OrderedDict
 
 from lark.exceptions import UnexpectedInput
 
@@ -15,7 +17,40 @@ from .parse_tree import MAX_BRACKET_DEPTH, MAX_LINE_CHARS, AstBuilder, statement
 from .source import SourceFile, Span
 
 
+# The ASTs of the last few sources parsed, by (path, text). A process builds one kernel under
+# many configurations (dispatch tries candidates, a sweep builds variants), and every build
+# parsed its source and each of its includes again: the default test run parsed 4,495 times for
+# 1,235 builds, about a quarter of its profiled CPU. Expansion only reads an AST (pipeline's
+# _top_level copies), except that the fast path's LazyOperands are filled and emptied again as
+# expansion passes them, so an AST is shared only within one thread (the key holds the thread).
+# The key holds the fast path as well: a caller that switches it off (parse_fast.parse = lambda
+# s: None, as the tests comparing the two paths do) gets the grammar's own parse. A source that
+# fails to parse is not kept, nor one longer than _MEMO_MAX_CHARS (a large file's AST is many
+# times its text).
+_MEMO: OrderedDict[tuple, ast.Module] = OrderedDict()
+_MEMO_ENTRIES = 32
+_MEMO_MAX_CHARS = 1 << 20
+_MEMO_LOCK = threading.Lock()
+
+
 def parse_source(source: SourceFile) -> ast.Module:
+    if len(source.text) > _MEMO_MAX_CHARS:
+        return _parse_source(source)
+    key = (source.path, source.text, parse_fast.parse, threading.get_ident())
+    with _MEMO_LOCK:
+        module = _MEMO.get(key)
+        if module is not None:
+            _MEMO.move_to_end(key)
+            return module
+    module = _parse_source(source)
+    with _MEMO_LOCK:
+        _MEMO[key] = module
+        while len(_MEMO) > _MEMO_ENTRIES:
+            _MEMO.popitem(last=False)
+    return module
+
+
+def _parse_source(source: SourceFile) -> ast.Module:
     check_text_limits(source)
     fast = parse_fast.parse(source)    # ordinary lines without Lark; None: use the grammar
     if fast is not None:

@@ -289,3 +289,30 @@ def test_function_body_keeps_its_recognised_lines_by_position_only():
     assert len(body) == 8 and body[3] == first[3] and body[2:5] == first[2:5] and body[-1] == first[-1]
     # the same statements as the grammar path builds, in order
     assert body == grammar_path(src).body[3].body
+
+
+def test_parse_source_keeps_a_repeated_sources_ast_per_thread_and_fast_path():
+    """parse_source's memo (asmgemm/parse.py): the same path and text give the same AST in one
+    thread; another thread, the fast path switched off, another path or a failed parse do not
+    share it, and a source over _MEMO_MAX_CHARS is parsed anew."""
+    import threading
+
+    import asmgemm.parse as parse_mod
+    text = ".visible .entry k()\n{\n    .regs .f32 a, b\n    add.f32 a, a, b;\n    ret;\n}\n"
+    first = parse_source(SourceFile.from_text("memo.sasm", text))
+    assert parse_source(SourceFile.from_text("memo.sasm", text)) is first
+    assert parse_source(SourceFile.from_text("other.sasm", text)) is not first
+    grammar = grammar_path(SourceFile.from_text("memo.sasm", text))
+    assert grammar is not first and grammar == first
+    other = []
+    t = threading.Thread(target=lambda: other.append(parse_source(SourceFile.from_text("memo.sasm", text))))
+    t.start()
+    t.join()
+    assert other[0] is not first and other[0] == first
+    bad = SourceFile.from_text("bad.sasm", ".visible .entry k()\n{\n    add.f32 a, ;\n")
+    for _ in range(2):
+        with pytest.raises(AsmError):
+            parse_source(bad)
+    assert not any(key[0] == "bad.sasm" for key in parse_mod._MEMO)
+    big = SourceFile.from_text("big.sasm", text + ("// " + "x" * 1000 + "\n") * (parse_mod._MEMO_MAX_CHARS // 1000))
+    assert parse_source(big) is not parse_source(big)

@@ -22,26 +22,28 @@ What a call can vary, and how the sweep covers it:
     (attention's Q.K^T and P.V shapes among them), which TMA reads in place (the kernel's BATCHED
     mode; a batch it cannot read runs hgemm_mma, left out like the routes). Their size rules see
     the batch stacked along M (launch.rules_rows), split no K and run unclustered (batch_defines).
-  * C past the L2 (C_STREAM, launch_config.c_stream_defines on an H100's L2_BYTES), 2-D or batched.
+  * C past the L2 (C_STREAM, launch_config.c_stream_defines on an H100's L2: H100_L2), 2-D or batched.
 Routes to other kernels (hgemm_skinny) are left out: their configurations are gemm_skinny.sasm's.
 The rules are compiled to Python for the walk (CompiledRules) and every configuration found is
 checked against the spec's own evaluation (RuntimeRules).
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 from asmgemm.expand import expand
 from asmgemm.expr import compile_expression
 from asmgemm.kernel_spec import ACTIVATIONS, BIAS_MODES, DTYPE_ITEMSIZE, KernelSpec, all_specs
 from asmgemm.parse import parse_source
 from asmgemm.pipeline import BuildOptions, build_file, resolve_input
-from asmgemm.runtime import split_k, tensor_map
-from asmgemm.runtime.launch import BATCH_ROWS_TILE, call_defines, default_params
+from asmgemm.runtime import launch_config, split_k, tensor_map
+from asmgemm.runtime.launch import call_defines, default_params, rules_rows
 from asmgemm.runtime.plan import fresh_plan, transposed_bias_mode
 from asmgemm.files import read_source
 
@@ -61,7 +63,8 @@ C_VIEWS = ((0, 0), (1, 0))
 BATCHES = (2, 32, 512)
 BATCH_SIZES = (64, 128, 512, 2048, 4096)
 BATCH_DEPTHS = (64, 128, 512, 2048)
-L2_BYTES = 50 * 1024 * 1024                 # the H100 SXM's L2 (cudaDevAttrL2CacheSize): C_STREAM's bound
+# the H100 SXM's L2 (cudaDevAttrL2CacheSize), as launch_config.c_stream_defines reads it from DeviceFacts
+H100_L2 = SimpleNamespace(l2_bytes=50 * 1024 * 1024)
 
 
 def families() -> list[KernelSpec]:
@@ -155,30 +158,25 @@ def dispatched(rules: RuntimeRules, m: int, n: int, k: int, layout: str, bias: i
     values = {**plan.call_values, "bias": bias, "activation": act}
     if c_view is not None:
         values["vec_c"], values["wide_c"] = c_view
-    rows = m
-    launch_defines: dict = {}
     if batch > 1:
         # launch_config.configure: a batch TMA cannot read in place (rows or matrices off 16
         # bytes) runs on the in-place kernel; a batched launch is never routed, swapped or split
-        strides = (m * k, k * n)
-        if not all(tensor_map.addressable(256, op.rows, op.ld, item_a) and tensor_map.batch_addressable(s, item_a)
-                   for op, s in zip((plan.a, plan.b), strides)):
+        plan = dataclasses.replace(plan, batch=batch, batch_strides=(m * k, k * n, m * n))
+        if launch_config.batch_unreadable(plan, item_a):
             return None
         values["batched"] = 1
-        rows = batch * -(-m // BATCH_ROWS_TILE) * BATCH_ROWS_TILE        # launch.rules_rows
-        launch_defines.update({name: 1 for name in (spec.launch.cluster_rows, spec.launch.cluster_cols) if name})
     elif rules.routes(m, n, k, call_defines(spec, values)):
         return None
     elif rules.swaps(m, n, k, call_defines(spec, values)):
         plan = fresh_plan(m, n, k, layout, item_a, item_c, c_trans=True)
         values = {**plan.call_values, "bias": transposed_bias_mode(bias), "activation": act}
-        rows = plan.m
     calls = call_defines(spec, values)
     fresh = spec.fresh_pitches(plan.m, plan.n, k, calls)
-    index = rules.size_rule(rows, plan.n, k, calls, {name: _padded(p, name, values) for name, p in fresh.items()})
+    index = rules.size_rule(rules_rows(spec, plan), plan.n, k, calls,
+                            {name: _padded(p, name, values) for name, p in fresh.items()})
     defines = {**default_params(spec), **(dict(spec.size_rules[index].set) if index >= 0 else {})}
-    if spec.launch.c_stream and batch * plan.m * plan.n * item_c > L2_BYTES:
-        launch_defines[spec.launch.c_stream] = 1                        # launch_config.c_stream_defines
+    launch_defines = {**launch_config.batch_defines(spec, batch, None),
+                      **launch_config.c_stream_defines(spec, plan, batch, H100_L2, None)}
     defines.update(launch_defines)
     sk = spec.split_k
     if sk is not None and batch == 1:

@@ -283,13 +283,14 @@ def grouped_gemm(a, b, offs=None, out=None, *, alpha: float = 1.0, beta: float =
     # else host values (a sequence, a numpy array), checked and copied over
     host_offs = not (isinstance(offs, cupy.ndarray) or torch is not None and isinstance(offs, torch.Tensor)
                      or hasattr(offs, "__cuda_array_interface__"))
+    if not host_offs and arrays is cache.cupy_arrays:
+        offs = as_cupy(cupy, offs, "offs")
     if not host_offs and out is None and beta == 0:
         # a repeated call: its kept launch, found by the operands' layouts (arrays.key: shape,
         # strides, dtype, alignment, device) before any check, since the checks of the call that made
         # it hold for every call with this key. Only where gemm allocates out (no overlap to check)
         # and offs are on the device (host offsets are checked on every call). On the H100's host a
         # small E = 8 call took 113 us from an idle GPU through the checks, against torch._grouped_mm's 51.
-        offs = as_cupy(cupy, offs, "offs") if arrays is cache.cupy_arrays else offs
         key = _grouped_key(arrays, a, b, None, offs, act, kernel, params)
         kept = cache.get(key)
         if kept is not None and kept.current():
@@ -305,8 +306,6 @@ def grouped_gemm(a, b, offs=None, out=None, *, alpha: float = 1.0, beta: float =
         values = check_offsets(offs, mb.shape[0] if mb.ndim == 3 else -1, ma.shape[0] if ma.ndim == 2 else -1)
         offs = (torch.tensor(values, dtype=torch.int32, device=a.device) if arrays is not cache.cupy_arrays
                 else cupy.asarray(values))
-    elif arrays is cache.cupy_arrays:
-        offs = as_cupy(cupy, offs, "offs")
     moffs = arrays.matrix(offs, "offs")
     mc = arrays.matrix(out, "out") if out is not None else None
     experts, total, k, n = check_grouped(ma, mb, mc, moffs)

@@ -154,11 +154,11 @@ def test_a_candidates_params_say_split_and_reduce():
 def _model(dram=1e12) -> DeviceModel:
     """4 SMs, a = 1 us, b = 0.5 us a K step, f = 0.5, r = 2 (8 slots); host 10 us, a further
     launch 5 us, the reduce 2 us + bytes at 100 GB/s, clusters 1 us a wave, 6 slots for 2-block
-    clusters."""
+    clusters at 2 blocks an SM."""
     return DeviceModel("Hand GPU", sms=4, clock_hz=1e9, dram_bytes_per_s=dram, host_s=10e-6, launch_s=5e-6,
                        reduce_fixed_s=2e-6, reduce_bytes_per_s=1e11, cluster_block_s=1e-6,
                        configs={"sgemm:t": ConfigFit(1e-6, 0.5e-6, 0.5, 2, samples=5, variants={"tn:11:16/16": 1.5})},
-                       cluster_slots={"sgemm:t:2": 6})
+                       cluster_slots={"2x2": 6})
 
 
 def _cand(splits=1, reduce=None) -> Candidate:
@@ -204,6 +204,22 @@ def test_a_split_in_clusters_fills_the_slots_the_driver_gives():
     assert (e.slots, e.full_waves, e.last_wave_blocks) == (6, 5, 2)
     assert e.compute_s == pytest.approx(28.75e-6) and e.split_s == pytest.approx(6e-6)
     assert e.call_s == pytest.approx(44.75e-6)
+
+
+def test_cluster_capacity_is_the_drivers_count_for_the_size_and_blocks_an_sm():
+    """cluster_slots: the recorded count for (S, r) whatever the kernel; an untimed r of a timed
+    size scales the nearest timed r's count; an untimed size takes the next larger size's at r;
+    nothing recorded: the slots r x SMs give. Keys of another form (an older database's
+    "kernel:config:S") match nothing."""
+    dm = _model()
+    dm.cluster_slots = {"3x1": 117, "3x4": 489, "8x2": 240, "hgemm_mma:t128x128_w64x32:6": 120}
+    three, six = _cand(3, "cluster"), _cand(6, "cluster")
+    assert cost_model.cluster_slots(dm, three, 1, 132) == 117
+    assert cost_model.cluster_slots(dm, three, 2, 264) == 234        # 3x1 scaled: 117 x 2
+    assert cost_model.cluster_slots(dm, three, 5, 660) == 611        # the nearest r (4): 489 x 5 // 4
+    assert cost_model.cluster_slots(dm, six, 2, 264) == 240          # the next larger size at r = 2
+    assert cost_model.cluster_slots(dm, six, 3, 396) == 396          # nothing for 6 or larger at r = 3
+    assert cost_model.cluster_key(6, 3) == "6x3"
 
 
 def test_a_load_variants_factor_scales_the_block():
@@ -610,6 +626,23 @@ def test_the_fit_recovers_known_coefficients():
         assert fit.block_s == pytest.approx(a, rel=0.03) and fit.step_s == pytest.approx(b, rel=0.03), name
         assert fit.alone == pytest.approx(f) and fit.blocks_per_sm == r and fit.samples == 45
     assert dm.host_s == pytest.approx(10e-6)
+
+
+def test_the_fit_keys_cluster_capacity_by_size_and_blocks_an_sm():
+    """fit_model: clusters_at_once x S under cluster_key(S, blocks_per_sm), whichever configuration
+    recorded it (the largest where two share a key); a sample without blocks_per_sm records nothing."""
+    from asmgemm.tuning.fit import fit_model
+    doc = _sweep_doc()
+    one, two = list(TRUE)[:2]
+    base = {"family": "sgemm", "kernel": "sgemm", "reduce": "cluster", "layout": "nn", "m": 384, "n": 700,
+            "k": 3000, "gpu_ms": 0.05, "host_us": 10.0}
+    doc["samples"] += [{**base, "config": one, "label": f"{one}/s3c", "splits": 3, "blocks_per_sm": 2,
+                        "clusters_at_once": 2},
+                       {**base, "config": two, "label": f"{two}/s3c", "splits": 3, "blocks_per_sm": 2,
+                        "clusters_at_once": 3},
+                       {**base, "config": one, "label": f"{one}/s5c", "splits": 5, "blocks_per_sm": None,
+                        "clusters_at_once": 1}]
+    assert fit_model(doc).cluster_slots == {"3x2": 9}
 
 
 def test_the_fitted_model_picks_the_measured_best_and_the_database_says_so():

@@ -15,6 +15,10 @@
 #             log-uniform in [256, 16384], 2^33 <= M N K <= 2^38 and none rounded (most operands
 #             then load 2 bytes at a time), seed LARGE_SEED, as train; the train set has almost
 #             none of them, and the in-place kernel's time there is what decides copy or in place.
+#   clusters  calls where the catalog's cluster splits of every size 2-8 are candidates (K picked so
+#             split_for lands on 5 and 7 too; skinny M for sgemm_skinny), nn and tn, every candidate
+#             timed: the driver's clusters at once for each size (cost_model.cluster_slots; sizes
+#             3, 5, 6 and 7 pack the GPCs differently from 2, 4 and 8) and their times.
 # Fit afterwards, on any machine: asmgemm tune FAMILY --fit $OUT/sweep_*.json --out DB.json
 set -u
 family=${1:-sgemm}
@@ -33,6 +37,12 @@ for set_name in $SETS; do
     linear)
         shapes=$(python3 -c "print(','.join(f'{t}x{o}x{i}' for t in (1,8,64,256,1024,4096) for o,i in ((6144,4096),(4096,4096),(28672,4096),(4096,14336))))")
         sweep linear 150 "$shapes" --layout nt ${LINEAR_FLAGS---exhaustive} ;;
+    clusters)
+        for layout in nn tn; do
+            if [[ $family == sgemm ]]; then shapes=24x3001x1451,40x1500x2900,439x593x1451,439x593x700,977x701x1000
+            else shapes=439x593x1451,439x593x1700,439x593x620,211x307x2100,977x701x610,448x592x1456; fi
+            sweep "clusters_$layout" "${SET_SECONDS:-100}" "$shapes" --layout "$layout" --exhaustive
+        done ;;
     train|large_odd)
         for layout in nn nt tn tt; do
             if [[ $set_name == train ]]; then args=("$TRAIN_SEED" "$TRAIN_COUNT" "$layout" 1 18 36)

@@ -115,7 +115,7 @@ class DeviceModel:
     reduce_bytes_per_s: float = 0.0          # 0: the DRAM bandwidth
     cluster_block_s: float = 0.0             # the clusters' extra per block
     configs: dict[str, ConfigFit] = field(default_factory=dict)    # "kernel:config" -> fit
-    cluster_slots: dict[str, int] = field(default_factory=dict)    # "kernel:config:S" -> blocks at once
+    cluster_slots: dict[str, int] = field(default_factory=dict)    # cluster_key(S, r) -> blocks at once
     source: str = "prior"                    # where the coefficients come from, for explain
     # the sweep's calls: what the model got wrong there, per candidate ("neighbours" below)
     residuals: list = field(default_factory=list)
@@ -211,7 +211,7 @@ def estimate(cand: Candidate, m: int, n: int, k: int, dm: DeviceModel, dtype: st
     r = max(1, fit.blocks(variant))
     slots = dm.sms * r
     if cand.reduce == "cluster":
-        slots = max(1, min(slots, cluster_slots(dm, cand, slots)))
+        slots = max(1, min(slots, cluster_slots(dm, cand, r, slots)))
     steps = max(1, ceil_div(ceil_div(k, s), bk))
     block = (fit.block_s + fit.step_s * steps) * fit.factor(variant)
     full, rest = divmod(tiles, slots)
@@ -237,14 +237,33 @@ def estimate(cand: Candidate, m: int, n: int, k: int, dm: DeviceModel, dtype: st
                     fit.samples > 0)
 
 
-def cluster_slots(dm: DeviceModel, cand: Candidate, slots: int) -> int:
-    """Blocks of `cand`'s clusters the GPU runs at once, as the sweep's driver queries recorded them
-    (dm.cluster_slots, "kernel:config:S"); for a cluster size the sweep did not time, the nearest
-    larger one's (clusters of fewer blocks pack the GPCs at least as well); `slots` where none."""
-    prefix = f"{cand.kernel}:{cand.config}:"
-    sizes = sorted(int(key[len(prefix):]) for key in dm.cluster_slots if key.startswith(prefix))
-    larger = [size for size in sizes if size >= cand.splits]
-    return dm.cluster_slots[f"{prefix}{larger[0]}"] if larger else slots
+def cluster_key(splits: int, blocks_per_sm: int) -> str:
+    """dm.cluster_slots' key: clusters of `splits` blocks at `blocks_per_sm` blocks an SM."""
+    return f"{splits}x{blocks_per_sm}"
+
+
+def cluster_slots(dm: DeviceModel, cand: Candidate, r: int, slots: int) -> int:
+    """Blocks of `cand`'s clusters the GPU runs at once at r blocks an SM, as the sweep's driver
+    queries recorded them (dm.cluster_slots, cluster_key). The driver's answer depends on the
+    cluster's size and the blocks an SM holds, not on the kernel: on the H100 (2026-11-28) hgemm_mma
+    and sgemm builds of equal r got the same counts, and sizes 3, 5, 6 and 7 pack the GPCs worse
+    than 4 and 8 (r = 1: 117, 110, 102, 105 against 120, 120; docs/log/dispatch.md). For a pair the
+    sweep did not time: the same size at the nearest other r, scaled by r; else the nearest larger
+    size at r; `slots` where none."""
+    s = cand.splits
+    got = dm.cluster_slots.get(cluster_key(s, r))
+    if got is not None:
+        return got
+    timed = [(int(m[1]), int(m[2])) for m in map(_CLUSTER_KEY.fullmatch, dm.cluster_slots) if m]
+    same_size = sorted((abs(b - r), b) for a, b in timed if a == s)
+    if same_size:
+        other = same_size[0][1]
+        return dm.cluster_slots[cluster_key(s, other)] * r // other
+    larger = sorted(a for a, b in timed if b == r and a > s)
+    return dm.cluster_slots[cluster_key(larger[0], r)] if larger else slots
+
+
+_CLUSTER_KEY = re.compile(r"(\d+)x(\d+)")     # cluster_key's form (a database of another form: none match)
 
 
 # Neighbours: the model's error on a measured call is mostly shared by calls near it (the same

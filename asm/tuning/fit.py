@@ -17,8 +17,8 @@ from collections import defaultdict
 from ..errors import AsmError
 from ..kernel_spec import DTYPE_ITEMSIZE, get_spec
 from ..runtime.catalog import Candidate
-from ..runtime.cost_model import (RETIRED_VARIANT, ConfigFit, DeviceModel, estimate, factor_for, neighbour_factors,
-                                  variant_of)
+from ..runtime.cost_model import (RETIRED_VARIANT, ConfigFit, DeviceModel, cluster_key, estimate, factor_for,
+                                  neighbour_factors, variant_of)
 from ..runtime.dispatch_db import FORMAT, exact_key, model_to_json
 from ..runtime.plan import fresh_plan
 
@@ -169,8 +169,8 @@ def fit_model(doc: dict, samples: list[dict] | None = None) -> DeviceModel:
     dm = DeviceModel(doc["gpu"], int(doc["sms"]), float(doc["clock_hz"]) or 1.5e9,
                      float(doc["dram_bytes_per_s"]) or 1e12, source=f"fitted to a sweep of {doc['gpu']}")
     for s in samples:
-        if s.get("reduce") == "cluster" and s.get("clusters_at_once"):
-            key = f"{s['kernel']}:{s['config']}:{s['splits']}"
+        if s.get("reduce") == "cluster" and s.get("clusters_at_once") and s.get("blocks_per_sm"):
+            key = cluster_key(int(s["splits"]), int(s["blocks_per_sm"]))
             dm.cluster_slots[key] = max(dm.cluster_slots.get(key, 0), int(s["clusters_at_once"]) * int(s["splits"]))
     groups: dict[str, list[dict]] = defaultdict(list)
     for s in samples:

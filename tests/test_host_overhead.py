@@ -135,6 +135,7 @@ def test_a_call_that_pads_a_copy_keeps_its_plan_and_copies_again(gpu, monkeypatc
     monkeypatch.setattr(launch_config, "takes_tensor_maps", lambda spec: True)
     m, n, k = 9, 5 if "B" in which else 6, 3 if "A" in which or "swapped" in which else 4
     order = "F" if "swapped" in which else "C"
+    copies = []
     for round_ in range(3):
         a, b, c = rand(m, k, seed=round_), rand(k, n, seed=10 + round_), rand(m, n, seed=20 + round_, order=order)
         check(a, b, c, alpha=0.5, beta=0.25)
@@ -145,7 +146,9 @@ def test_a_call_that_pads_a_copy_keeps_its_plan_and_copies_again(gpu, monkeypatc
         for ptr, given, copied in operands:
             assert (int(ptr) != given.ctypes.data) == copied
         assert int(args[5]) % 2 == 0 and int(args[7]) % 2 == 0    # each row the kernel reads is 16-byte aligned
+        copies.append(tuple(int(ptr) for ptr, _, copied in operands if copied))
     assert gpu.counts["plan_launch"] == 2                  # the call as given, then on the copies; then kept
+    assert copies[0] == copies[1] == copies[2]              # the copies go to kept storage (split_scratch)
     assert len(gpu.launches) == 3
 
 

@@ -460,6 +460,24 @@ def test_a_two_launch_split_takes_no_counters():
     assert s.counters_ptr == 0 and arrays.made == [((1000,), "float32")]
 
 
+def test_padded_storage_is_kept_per_stream_and_slot_and_grows_twofold():
+    """SplitScratch.buffer (gemm's padded copies): the same address for a repeated call, one per
+    (stream, slot), grown at least twofold; a capturing stream or a size past the cap gets a fresh
+    array the caller holds."""
+    arrays, kept = _Arrays(), split_scratch.SplitScratch(cap_bytes=1 << 20)
+    a, held = kept.buffer(arrays, None, 0, 11, "A", 1000)
+    assert held == () and kept.buffer(arrays, None, 0, 11, "A", 900) == (a, ()) and a % 16 == 0
+    b, _ = kept.buffer(arrays, None, 0, 11, "B", 1000)
+    other, _ = kept.buffer(arrays, None, 0, 12, "A", 1000)
+    assert len({a, b, other}) == 3 and arrays.made == [((1000,), "uint8")] * 3
+    kept.buffer(arrays, None, 0, 11, "A", 1200)
+    assert arrays.made[-1] == ((2000,), "uint8")
+    for capturing, size in ((True, 100), (False, 2 << 20)):
+        ptr, held = kept.buffer(arrays, None, 0, 11, "A", size, capturing)
+        assert len(held) == 1 and held[0].size == size and ptr == held[0].ctypes.data
+    assert kept.buffer(arrays, None, 0, 11, "A", 1500)[1] == ()        # the kept one still serves
+
+
 def test_stream_capturing_asks_the_runtime():
     class Runtime:
         @staticmethod

@@ -28,7 +28,9 @@ A kept launch plan is used only while what it was made from is still current:
     kernel edit: the next call builds again) and its loaded function is still loaded.
 Calls that launch nothing (M, N or K zero) are not kept. A call whose operand TMA cannot read in
 place keeps a plan made on the padded copy's layout (a copy of the same shape always has it) and
-which of A and B to copy: a repeated call copies, then launches, without planning again.
+which of A and B to copy: a repeated call copies (one 2-D copy into storage kept per stream, the
+same address every call, so the tensor map is not encoded again), then launches, without planning
+again.
 A split-K launch plan (runtime/split_k.py) keeps both kernels, the partial pass and the reduce
 (or the one kernel that sums its own splits); its workspace and tile counters are kept per
 (device, stream) and grown when a call needs more (runtime/split_scratch.py), so a repeated call
@@ -46,7 +48,7 @@ import sys
 from ..errors import AsmError
 from ..kernel_spec import ACTIVATIONS, activation_code, specs_version
 from . import dispatch, kept_launch, launch_config, overlap, split_scratch
-from .arrays import Matrix, as_cupy, padded
+from .arrays import Matrix, as_cupy, copy_padded_into, padded, padded_bytes
 from .gpu import device_facts, require_gpu
 from .kept_launch import KeptLaunch, clear_last_launch, last_launch  # noqa: F401  (re-exported: the facade)
 from .launch_config import Problem
@@ -210,32 +212,50 @@ def _launch_kept(arrays, plan: KeptLaunch, a, b, c, alpha, beta, bias=None, ptrs
             _check_alias(arrays.matrix(c, "C"), arrays.matrix(a, "A"), arrays.matrix(b, "B"),
                          arrays.matrix(bias, "bias") if bias is not None else None)
     copy_a, copy_b = plan.copied
-    if copy_a or copy_b:                # held until the launch is queued (then reused in stream order)
-        a = padded(arrays, a, copy_a) if copy_a else a
-        b = padded(arrays, b, copy_b) if copy_b else b
-        a_ptr, b_ptr = arrays.ptr(a), arrays.ptr(b)
-    if plan.swapped:                # column-major C: the kernel's A is the user's B
-        a_ptr, b_ptr = b_ptr, a_ptr
     stream = arrays.stream(plan.device)
     workspace_elems, counters = plan.scratch_needs()
-    if workspace_elems:
-        scratch = _scratch(arrays, a, plan.device, stream, workspace_elems, counters)
-        # (scratch.held: per-call arrays, held until the launches are queued)
-        plan.launch(a_ptr, b_ptr, c_ptr, alpha, beta, stream, bias_ptr, scratch.workspace_ptr,
-                    counters_ptr=scratch.counters_ptr)
-    else:
+    if not (copy_a or copy_b or workspace_elems):
+        if plan.swapped:            # column-major C: the kernel's A is the user's B
+            a_ptr, b_ptr = b_ptr, a_ptr
         plan.launch(a_ptr, b_ptr, c_ptr, alpha, beta, stream, bias_ptr)
+        return c
+    # the stream's kept scratch: padded copies of operands TMA cannot read, split-K's workspace
+    cupy = arrays.cupy
+    stream_ptr = stream.ptr if stream is not None else cupy.cuda.get_current_stream().ptr
+    capturing = split_scratch.stream_capturing(cupy, stream_ptr)
+    kept = split_scratch.SCRATCH
+    with kept.lock(arrays, plan.device, stream_ptr):
+        held = []               # per-call arrays, held until the launches are queued
+        if copy_a:
+            a_ptr = _padded_copy(arrays, a, copy_a, plan.device, stream_ptr, "A", capturing, held)
+        if copy_b:
+            b_ptr = _padded_copy(arrays, b, copy_b, plan.device, stream_ptr, "B", capturing, held)
+        if plan.swapped:
+            a_ptr, b_ptr = b_ptr, a_ptr
+        if workspace_elems:
+            scratch = kept.take(arrays, a, plan.device, stream_ptr, workspace_elems, counters, capturing)
+            held.append(scratch.held)
+            plan.launch(a_ptr, b_ptr, c_ptr, alpha, beta, stream, bias_ptr, scratch.workspace_ptr,
+                        counters_ptr=scratch.counters_ptr)
+        else:
+            plan.launch(a_ptr, b_ptr, c_ptr, alpha, beta, stream, bias_ptr)
     return c
 
 
-def _scratch(arrays, like, device: int, stream, workspace_elems: int, counters: int) -> split_scratch.Scratch:
-    """Split-K's workspace (and tile counters) for a launch on `stream` (None: CuPy's current
-    stream): kept per (device, stream) by split_scratch.SCRATCH, per call while the stream
-    captures a CUDA graph."""
-    cupy = arrays.cupy
-    stream_ptr = stream.ptr if stream is not None else cupy.cuda.get_current_stream().ptr
-    return split_scratch.SCRATCH.take(arrays, like, device, stream_ptr, workspace_elems, counters,
-                                      split_scratch.stream_capturing(cupy, stream_ptr))
+def _padded_copy(arrays, x, itemsize: int, device: int, stream_ptr: int, slot: str, capturing: bool,
+                 held: list) -> int:
+    """The address of x copied into padded rows for TMA, in the stream's kept storage for `slot`
+    (split_scratch.SplitScratch.buffer: the same address every call, so the plan's tensor map is
+    reused), by one 2-D copy; rows that are not runs of adjacent elements are copied elementwise
+    into a fresh array (appended to `held`)."""
+    ptr, fresh = split_scratch.SCRATCH.buffer(arrays, x, device, stream_ptr, slot, padded_bytes(x, itemsize),
+                                              capturing)
+    held.extend(fresh)
+    if copy_padded_into(arrays, x, itemsize, ptr, stream_ptr):
+        return ptr
+    y = padded(arrays, x, itemsize)
+    held.append(y)
+    return arrays.ptr(y)
 
 
 def _plan_and_launch(cupy, cache: PlanCache, arrays, a, b, c, alpha, beta, trans_a, trans_b, params, kernel, key,

@@ -18,7 +18,10 @@ threshold:
 (copied_bytes * 2: the copy reads and writes every byte; fill <= 1: the share of the GPU's block
 slots the tiles fill, so a 5 x 4096 x 4096 call whose tiles are 92% padding and fill an eighth of
 the slots is charged for it). copy_host_s is what each copied operand adds to a call besides moving
-bytes: its allocation, the copy's launch and the tensor map made for the new storage. The copy wins
+bytes: the copy's launch and its start on the GPU (the storage is kept per stream since
+2026-11-28, so no allocation and no new tensor map: in a loop the copy adds 1-12 us a call, but a
+call from an idle GPU, the benchmark's headline, still paid ~28 us more than in place:
+5546x2800x14 against 5546x2800x16 bf16 nt, `tools/call_gap_diag.py`, 85 against 57 us). The copy wins
 where the GEMM is long enough for the faster TMA kernel to earn its copy back: at 4095^3 (fp16,
 both operands copied: 134 MB moved, ~45 us) against ~340 us of GEMM; at 1000^3 the copies' host
 work alone costs more than the in-place GEMM.

@@ -1,5 +1,6 @@
-"""Split-K's scratch memory, kept between calls: the fp32 workspace of the slices and the int32
-arrival counters of a one-launch split (split_k.in_kernel_fixup), per (device, stream).
+"""Scratch memory kept between calls, per (device, stream): split-K's fp32 workspace of the slices
+and the int32 arrival counters of a one-launch split (split_k.in_kernel_fixup), and the padded
+storage an operand TMA cannot read is copied into (gemm's copy path: `buffer`, one per operand).
 
 Allocating the workspace per call from the arrays' pool cost ~3 us of host time a split call on
 the H100 (issue 32); kept, a repeated call allocates nothing. What is kept:
@@ -20,12 +21,23 @@ the H100 (issue 32); kept, a repeated call allocates nothing. What is kept:
     counters from the arrays' pool during the capture (the graph's pool under torch), the
     counters' zeroing captured as a node before the launch, as every split did before.
 
-Not thread-safe beyond what the GIL gives: two threads launching on one stream share its scratch,
-which their launches use one after another in stream order; the growth of the dictionary is one
-assignment."""
+A padded copy's storage follows the same rules (kept per stream and grown, per call while the
+stream captures a graph). Kept, its address stays the same from call to call, so the kernel's
+tensor map for it is encoded once (runtime/launch.py keeps the map of the last address), and a
+repeated call's copy is one cudaMemcpy2DAsync with no allocation (issue 31: "no per-call allocation
+or host work beyond the copy launch itself"). On the H100, before (2026-11-28, `tools/host_profile.py
+5546 2800 14 --dtype bfloat16 --layout nt`: B copied), a loop ran 65.7 us a call, host-bound (the
+copy and the kernel take 21 us of GPU), against torch.matmul's 21.0: a third of it the allocation
+and torch's copy_ of the padded operand.
+
+Threads: two threads launching on one stream share its scratch, and their copies and launches
+could interleave (one thread's copy overwriting the storage the other's kernel is about to read;
+a partial pass between another's partial pass and reduce): `lock(...)` is held from a call's first
+use of the stream's scratch until its last launch is queued."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 
 WORKSPACE_CAP_BYTES = 256 << 20     # the most workspace kept per (device, stream)
 FLOAT_BYTES = 4
@@ -41,6 +53,9 @@ class _Kept:
     counters: object = None          # an int32 array, all zero between launches
     counters_ptr: int = 0
     counter_count: int = 0
+    # padded operand storage by slot ("A", "B"): (array, pointer, bytes)
+    buffers: dict = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 @dataclass(frozen=True)
@@ -65,6 +80,34 @@ class SplitScratch:
         k = self._kept.get((arrays.cupy, device, stream_ptr))
         return (k.workspace_elems, k.counter_count) if k is not None else (0, 0)
 
+    def lock(self, arrays, device: int, stream_ptr: int) -> threading.Lock:
+        """The stream's lock (module docstring: "Threads")."""
+        return self._entry(arrays, device, stream_ptr).lock
+
+    def _entry(self, arrays, device: int, stream_ptr: int) -> _Kept:
+        key = (arrays.cupy, device, stream_ptr)
+        k = self._kept.get(key)
+        if k is None:
+            k = self._kept.setdefault(key, _Kept())
+        return k
+
+    def buffer(self, arrays, like, device: int, stream_ptr: int, slot: str, nbytes: int,
+               capturing: bool = False) -> tuple[int, tuple]:
+        """(pointer, held) of at least `nbytes` of storage for `slot` (e.g. a padded copy of "A")
+        on this stream, 16-byte aligned: kept and grown (at least twofold) like the workspace; a
+        fresh allocation held by the caller until its launch is queued while the stream captures a
+        graph or above the cap."""
+        if capturing or nbytes > self.cap_bytes:
+            fresh = arrays.empty(like, (max(nbytes, 1),), "uint8")
+            return arrays.ptr(fresh), (fresh,)
+        k = self._entry(arrays, device, stream_ptr)
+        have = k.buffers.get(slot)
+        if have is None or have[2] < nbytes:
+            grown = min(max(nbytes, 2 * have[2] if have else 0), self.cap_bytes)
+            fresh = arrays.empty(like, (grown,), "uint8")
+            have = k.buffers[slot] = (fresh, arrays.ptr(fresh), grown)
+        return have[1], ()
+
     def forget(self) -> None:
         """Drop everything kept (the arrays go back to their pools)."""
         self._kept.clear()
@@ -79,10 +122,7 @@ class SplitScratch:
         need_bytes = workspace_elems * FLOAT_BYTES
         if capturing:
             return self._per_call(arrays, like, workspace_elems, counters)
-        key = (arrays.cupy, device, stream_ptr)
-        k = self._kept.get(key)
-        if k is None:
-            k = self._kept[key] = _Kept()
+        k = self._entry(arrays, device, stream_ptr)
         held = []
         if need_bytes > self.cap_bytes:
             ws = arrays.empty(like, (workspace_elems,), "float32")

@@ -567,7 +567,35 @@ def test_explain_builds_its_pick(dispatch_dir, run_cli, private_cache):
     assert code == 0, err
     rep = json.loads(out)
     assert rep["pick"] != "skinny_r1" and "MR must be" in rep["refused"]["skinny_r1"]
+    assert rep["runs"]["kernel"].startswith("sgemm") and rep["runs"]["config"] == rep["pick"] and rep["runs"]["path"] is None
     assert any(r["config"] == "skinny_r1" and r["why"].startswith("refused by the kernel") for r in rep["rows"])
+
+
+@pytest.mark.toolchain
+@needs_ptxas
+def test_explain_says_what_runs_for_16_bit_calls(run_cli, private_cache):
+    """On the H100's shipped database: 4096^3 fp16 runs the TMA kernel by its size rules (no path
+    decision: it reads A and B in place); 5546 x 2800 x 14 bf16 nt (B's rows are 28 bytes) shows
+    the path model's two times, its terms adding up, and runs what they chose."""
+    h100 = "NVIDIA H100 80GB HBM3"
+    code, out, err = run_cli("explain", 4096, 4096, 4096, "--dtype", "float16", "--gpu", h100, "--json", "--top", 1)
+    assert code == 0, err
+    runs = json.loads(out)["runs"]
+    assert runs["kernel"] == "hgemm" and runs["chosen_by"] == "size rules" and runs["path"] is None
+    assert runs["copies"] == [] and runs["tile"][0] >= 128
+    code, out, err = run_cli("explain", 5546, 2800, 14, "--dtype", "bfloat16", "--layout", "nt", "--gpu", h100,
+                             "--json", "--top", 1)
+    assert code == 0, err
+    rep = json.loads(out)
+    p = rep["runs"]["path"]
+    assert p["copies"] == 1 and p["copied_bytes"] == 2800 * 14 * 2
+    assert p["copy_path_us"] == pytest.approx(p["copy_host_us"] + p["copy_bytes_us"] + p["tma_kernel_us"], abs=2e-3)
+    assert p["in_place"] == (p["in_place_us"] <= p["copy_path_us"])
+    assert rep["runs"]["kernel"] == ("bgemm_mma" if p["in_place"] else "bgemm")
+    assert rep["runs"]["copies"] == ([] if p["in_place"] else ["B"])
+    code, out, err = run_cli("explain", 5546, 2800, 14, "--dtype", "bfloat16", "--layout", "nt", "--gpu", h100,
+                             "--top", 1)
+    assert code == 0 and "path: TMA cannot read 1 operand" in out and "bgemm_mma's pick" in out
 
 
 @pytest.mark.parametrize("args, words", [(("--dtype", "float64"), "float64"), (("--layout", "xx"), "xx")])

@@ -140,3 +140,18 @@ def test_an_unaligned_c_is_charged_at_the_tma_kernels_element_store_rate():
     # 40 us of in-place kernel (the C write at DRAM speed) beats the copies and the element stores
     assert in_place_wins(m, n, k, (m * k + k * n) * 2, H100, copies=2, in_place_s=40e-6, c_bytes=c_bytes,
                          c_wide=False)
+
+
+def test_the_decision_carries_the_terms_it_was_made_from():
+    """decide(): the copy path's three terms add up to copy_path_s, the in-place time is the one
+    given (else in_place_path_s), and in_place_wins is its verdict (what explain prints)."""
+    m, n, k = 5546, 2800, 14
+    copied = n * k * 2
+    d = path_model.decide(m, n, k, copied, H100, copies=1, in_place_s=41.8e-6, c_bytes=m * n * 2)
+    assert d.copy_host_s == pytest.approx(H100.copy_host_s) and d.copy_bytes_s == pytest.approx(2 * copied / 3.0e12)
+    assert d.copy_path_s == pytest.approx(copy_path_s(m, n, k, copied, H100, 1, m * n * 2))
+    assert d.in_place == (41.8e-6 <= d.copy_path_s) == in_place_wins(m, n, k, copied, H100, copies=1,
+                                                                       in_place_s=41.8e-6, c_bytes=m * n * 2)
+    assert path_model.decide(1000, 1000, 1000, copied, H100).in_place_s == pytest.approx(
+        in_place_path_s(1000, 1000, 1000, H100))
+    assert d.to_json()["copy_path_us"] == pytest.approx(d.copy_path_s * 1e6, abs=1e-3)

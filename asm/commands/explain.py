@@ -5,11 +5,12 @@ import click
 from rich.table import Table
 
 from ..errors import AsmError
-from ..kernel_spec import DTYPE_ITEMSIZE, get_spec, spec_for_dtype
+from ..kernel_spec import DTYPE_ITEMSIZE, activation_code, get_spec, spec_for_dtype
 from ..runtime import dispatch, dispatch_db
+from ..runtime.arrays import FRESH_ALLOCATION, Dtype, Matrix
 from ..runtime.cost_model import why_slower
 from ..runtime.gpu import DeviceFacts, device_facts, gpu_available
-from ..runtime.launch_config import build_choice
+from ..runtime.launch_config import Problem, build_choice, configure, new_c_dtype, pick_spec
 from ..runtime.plan import fresh_plan
 from .common import emit_json, make_console
 
@@ -30,7 +31,8 @@ DTYPES = ("float32", "float16", "bfloat16")
 @click.option("--top", type=click.IntRange(1, 1000), default=12, show_default=True, help="Candidates listed.")
 @click.option("--no-build", is_flag=True,
               help="Do not build the candidates to check them against the kernels' .error guards (faster; the "
-                   "pick shown is then the model's first, which a guard might still refuse).")
+                   "pick shown is then the model's first, which a guard might still refuse, and the 'runs' line, "
+                   "which plans the call as gemm() does, is left out).")
 @click.option("--json", "as_json", is_flag=True, help="Every candidate and term as JSON.")
 def command(m, n, k, dtype, layout, fused, gpu, top, no_build, as_json):
     """Show the candidates of an M x N x K call, the cost model's estimate for each, the pick, and
@@ -49,6 +51,10 @@ def command(m, n, k, dtype, layout, fused, gpu, top, no_build, as_json):
                     block of each tile, one launch)
       split         that sum's modelled cost
       call          modelled GPU time + host time of the call (what a caller waits for)
+    For 16-bit dtypes on a GPU with a TMA kernel (sm_90), "runs" first says which kernel gemm()
+    launches: the TMA kernel by its size rules where it reads A and B in place; where it cannot
+    (rows not 16-byte multiples), the path model's two times (padded copies + the TMA kernel,
+    against the in-place kernel's pick from the table) and which one won.
 
     \b
     Examples:
@@ -100,7 +106,8 @@ def command(m, n, k, dtype, layout, fused, gpu, top, no_build, as_json):
         else:
             why = why_slower(e, best)
         rows.append({**e.to_json(), "why": why})
-    report = {"call": {"m": m, "n": n, "k": k, "dtype": dtype, "layout": layout, "fused": fused},
+    runs = None if no_build else _what_runs(m, n, k, dtype, layout, fused, facts)
+    report = {"call": {"m": m, "n": n, "k": k, "dtype": dtype, "layout": layout, "fused": fused}, "runs": runs,
               "kernel_call": {"m": plan.m, "n": plan.n, "k": plan.k, "layout": plan.layout, "swapped": plan.swapped},
               "gpu": facts.name, "sms": facts.sm_count, "family": family.name, "note": note,
               "model": choice.model_source, "chosen_by": choice.chosen_by,
@@ -111,6 +118,27 @@ def command(m, n, k, dtype, layout, fused, gpu, top, no_build, as_json):
         emit_json(report)
         return
     _print(report)
+
+
+def _what_runs(m: int, n: int, k: int, dtype: str, layout: str, fused: bool, facts: DeviceFacts) -> dict:
+    """What asmgemm.gemm launches for this call on fresh contiguous operands and a C it allocates:
+    launch_config.configure on their descriptions, as gemm plans (no GPU needed; builds cached)."""
+    item = DTYPE_ITEMSIZE[dtype]
+    dt = Dtype(dtype, item)
+    trans_a, trans_b = layout[0] == "t", layout[1] == "t"
+
+    def fresh(rows: int, cols: int, d: Dtype = dt) -> Matrix:
+        return Matrix((rows, cols), (cols * d.itemsize, d.itemsize), d, FRESH_ALLOCATION, max(facts.id, 0))
+    act = activation_code("relu") if fused else 0
+    spec = pick_spec(None, dtype, None, facts, None, act)
+    c_name = new_c_dtype(spec) or dtype
+    cfg = configure(spec, Problem(fresh(k, m) if trans_a else fresh(m, k), fresh(n, k) if trans_b else fresh(k, n),
+                                  fresh(m, n, Dtype(c_name, DTYPE_ITEMSIZE[c_name])), None, trans_a, trans_b, act),
+                    facts)
+    copies = [name for name, size in zip("AB", cfg.copied) if size]
+    return {"kernel": cfg.spec.name, "config": cfg.config, "chosen_by": cfg.chosen_by, "copies": copies,
+            "tile": [cfg.built.tile_m, cfg.built.tile_n] if cfg.built is not None else None,
+            "path": cfg.path.to_json() if cfg.path is not None else None}
 
 
 def _check_builds(cands, choice, plan, facts, plain, plan_ct=None) -> None:
@@ -159,8 +187,22 @@ def _print(r: dict) -> None:
         console.print(f"  runs as C^T: kernel call {kc['m']} x {kc['n']} x {kc['k']} {kc['layout']}")
     if r["note"]:
         console.print(f"  note: {r['note']}")
+    runs = r["runs"]
+    if runs is not None:
+        what = f"{runs['kernel']} " + (f"[bold]{runs['config']}[/]" if runs["config"] else
+                                      f"{runs['tile'][0]} x {runs['tile'][1]} tiles" if runs["tile"] else "")
+        copies = f", copying {' and '.join(runs['copies'])} to padded rows first" if runs["copies"] else ""
+        console.print(f"  runs: {what} ({runs['chosen_by']}){copies}")
+        p = runs["path"]
+        if p is not None:
+            console.print(f"  path: TMA cannot read {p['copies']} operand(s) in place: copies + TMA kernel "
+                          f"{p['copy_path_us']:.1f} us ({p['copy_host_us']:.1f} per-call cost of the copies, "
+                          f"{p['copy_bytes_us']:.1f} moving {p['copied_bytes']} bytes, {p['tma_kernel_us']:.1f} "
+                          f"the kernel) against the in-place kernel's {p['in_place_us']:.1f} us (GPU): "
+                          f"{'in place' if p['in_place'] else 'copies'} (runtime/path_model.py)")
     console.print(f"  coefficients: {r['model']}")
-    console.print(f"  pick: [bold]{r['pick']}[/] ({'exact hit in the database' if r['chosen_by'] == 'database' else 'the model'})"
+    pick = "pick" if runs is None or runs["kernel"] == r["family"] else f"{r['family']}'s pick (where it runs)"
+    console.print(f"  {pick}: [bold]{r['pick']}[/] ({'exact hit in the database' if r['chosen_by'] == 'database' else 'the model'})"
                   f"  params={r['pick_params']}")
     t = Table(show_edge=False, pad_edge=False)
     for col in ("config", "kernel", "tile", "tiles/slots", "waves", "k steps", "block us", "sum", "split us",

@@ -76,6 +76,8 @@ class LaunchConfig:
     chosen_by: str = "size rules"    # "database", "model", "autotune", "params", "tuning cache"
     empty: bool = False
     choice: dispatch.Choice | None = field(default=None, repr=False)
+    # copy or in place, where TMA could not read an operand and the path model decided (None: no decision)
+    path: path_model.PathDecision | None = None
 
 
 def pick_spec(kernel: str | None, dtype: str, c_dtype: str | None, facts: DeviceFacts, bias=None,
@@ -146,11 +148,12 @@ def configure(spec: KernelSpec, problem: Problem, facts: DeviceFacts,
         # an untuned 2-D call: the spec may send this shape to another kernel (params= are -D
         # parameters of the kernel asked for, so they keep it)
         spec = _routed(spec, plan, facts, mbias, act)
+    decided: list = []
     if params is None and kernel_batch == 1 and spec.in_place and takes_tensor_maps(spec):
         # operands TMA cannot read: a padded copy, or the spec's in-place kernel (path_model); a
         # kernel named with kernel= is the family asked for, so this choice is still open (params=
         # pin one build, so they keep the kernel)
-        spec = _in_place_or(spec, plan, ma.dtype.itemsize, facts, mbias, act)
+        spec = _in_place_or(spec, plan, ma.dtype.itemsize, facts, mbias, act, decided)
     # the tuning cache's entry for the launch as called (an entry was timed unswapped: it keeps the
     # call off the swap rule's transposed store)
     # (none for a batch on a persistent kernel: the entries time 2-D GEMMs, and a batch of them is
@@ -178,7 +181,8 @@ def configure(spec: KernelSpec, problem: Problem, facts: DeviceFacts,
     if takes_tensor_maps(spec):
         plan, copied = _tma_plan(spec, ma, mb, plan, planned)
     cfg = LaunchConfig(spec, plan, c_shape, new_c_dtype(spec), kernel_batch, copied, choice=choice,
-                       chosen_by="params" if params is not None else "tuning cache" if tuned else "size rules")
+                       chosen_by="params" if params is not None else "tuning cache" if tuned else "size rules",
+                       path=decided[0] if decided else None)
     if plan.m == 0 or plan.n == 0:
         cfg.empty = True
         return cfg
@@ -251,11 +255,13 @@ def _other_kernel(spec: KernelSpec, name: str, relation: str, bias, act: int, de
     return other
 
 
-def _in_place_or(spec: KernelSpec, plan: LaunchPlan, itemsize: int, facts: DeviceFacts, bias, act: int) -> KernelSpec:
+def _in_place_or(spec: KernelSpec, plan: LaunchPlan, itemsize: int, facts: DeviceFacts, bias, act: int,
+                 record: list | None = None) -> KernelSpec:
     """The spec's `in_place` kernel where this launch would copy an operand into padded storage
     for `spec` (TMA cannot read its rows) and the path model expects the in-place kernel to finish
     no later than the copies and `spec`; else `spec` (also where the in-place kernel lacks this
-    call's fused epilogue or the device)."""
+    call's fused epilogue or the device). record: gets the path model's decision, where one was
+    made (path_model.PathDecision)."""
     unread = unreadable(spec, plan, itemsize)
     copied = sum(op.rows * op.cols * itemsize for op in unread)
     if not copied:
@@ -285,10 +291,12 @@ def _in_place_or(spec: KernelSpec, plan: LaunchPlan, itemsize: int, facts: Devic
     else:
         chosen = other.size_rule(plan.m, plan.n, plan.k, facts.sm_count, call_defines(other, plan.call_values))
         tile = (int(chosen.get("BM", 128)), int(chosen.get("BN", 128)))
-    wins = path_model.in_place_wins(plan.m, plan.n, plan.k, copied, model, tile, copies=len(unread),
-                                    in_place_s=in_place_s, c_bytes=plan.m * plan.n * DTYPE_ITEMSIZE[spec.dtypes.c],
-                                    c_wide=bool(plan.call_values.get("wide_c", 1)))
-    return other if wins else spec
+    decision = path_model.decide(plan.m, plan.n, plan.k, copied, model, tile, copies=len(unread),
+                                 in_place_s=in_place_s, c_bytes=plan.m * plan.n * DTYPE_ITEMSIZE[spec.dtypes.c],
+                                 c_wide=bool(plan.call_values.get("wide_c", 1)))
+    if record is not None:
+        record.append(decision)
+    return other if decision.in_place else spec
 
 
 def _takes_c_trans(spec: KernelSpec, plan: LaunchPlan, params: dict | None, sm_count: int) -> bool:

@@ -74,8 +74,7 @@ def copy_path_s(m: int, n: int, k: int, copied_bytes: int, c: PathCoefficients, 
                 c_bytes: int = 0, c_wide: bool = True) -> float:
     """Modelled seconds of the padded copies (`copies` operands, copied_bytes in all) and the TMA
     kernel (writing c_bytes of C, in 16-byte pieces or narrower)."""
-    return (copies * c.copy_host_s + 2 * copied_bytes / c.copy_bytes_per_s
-            + tma_kernel_s(m, n, k, c, c_bytes, c_wide))
+    return decide(m, n, k, copied_bytes, c, copies=copies, in_place_s=0.0, c_bytes=c_bytes, c_wide=c_wide).copy_path_s
 
 
 TMA_TILE = (128, 128)            # the TMA kernel's tile the fill is counted in (one block a multiprocessor)
@@ -109,12 +108,44 @@ def in_place_path_s(m: int, n: int, k: int, c: PathCoefficients, tile: tuple[int
     return 2 * tiles * tm * tn * k / (c.in_place_flops * fill)
 
 
-def in_place_wins(m: int, n: int, k: int, copied_bytes: int, c: PathCoefficients,
-                  tile: tuple[int, int] | None = None, copies: int = 1, in_place_s: float | None = None,
-                  c_bytes: int = 0, c_wide: bool = True) -> bool:
-    """Whether the in-place kernel is expected to finish no later than the copies and the TMA
+@dataclass(frozen=True)
+class PathDecision:
+    """One call's choice between the padded copies plus the TMA kernel and the in-place kernel,
+    with the terms that decided it (what `asmgemm explain` shows)."""
+    copies: int                  # operands copied on the copy path
+    copied_bytes: int
+    copy_host_s: float           # copies x copy_host_s
+    copy_bytes_s: float          # the copies' bytes, read and written
+    tma_kernel_s: float
+    in_place_s: float
+    in_place: bool               # the in-place kernel runs
+
+    @property
+    def copy_path_s(self) -> float:
+        return self.copy_host_s + self.copy_bytes_s + self.tma_kernel_s
+
+    def to_json(self) -> dict:
+        us = 1e6
+        return {"copies": self.copies, "copied_bytes": self.copied_bytes,
+                "copy_path_us": round(self.copy_path_s * us, 3), "copy_host_us": round(self.copy_host_s * us, 3),
+                "copy_bytes_us": round(self.copy_bytes_s * us, 3), "tma_kernel_us": round(self.tma_kernel_s * us, 3),
+                "in_place_us": round(self.in_place_s * us, 3), "in_place": self.in_place}
+
+
+def decide(m: int, n: int, k: int, copied_bytes: int, c: PathCoefficients, tile: tuple[int, int] | None = None,
+           copies: int = 1, in_place_s: float | None = None, c_bytes: int = 0, c_wide: bool = True) -> PathDecision:
+    """The in-place kernel runs where it is expected to finish no later than the copies and the TMA
     kernel; in_place_s: its modelled time where the caller has one (the cost model's), else
     in_place_path_s with `tile`."""
     if in_place_s is None:
         in_place_s = in_place_path_s(m, n, k, c, tile)
-    return in_place_s <= copy_path_s(m, n, k, copied_bytes, c, copies, c_bytes, c_wide)
+    host, moved = copies * c.copy_host_s, 2 * copied_bytes / c.copy_bytes_per_s
+    kernel = tma_kernel_s(m, n, k, c, c_bytes, c_wide)
+    return PathDecision(copies, copied_bytes, host, moved, kernel, in_place_s, in_place_s <= host + moved + kernel)
+
+
+def in_place_wins(m: int, n: int, k: int, copied_bytes: int, c: PathCoefficients,
+                  tile: tuple[int, int] | None = None, copies: int = 1, in_place_s: float | None = None,
+                  c_bytes: int = 0, c_wide: bool = True) -> bool:
+    """decide(...).in_place."""
+    return decide(m, n, k, copied_bytes, c, tile, copies, in_place_s, c_bytes, c_wide).in_place

@@ -49,7 +49,7 @@ from ..errors import AsmError
 from ..kernel_spec import ACTIVATIONS, activation_code, specs_version
 from . import dispatch, kept_launch, launch_config, overlap, split_scratch
 from .arrays import Matrix, as_cupy, copy_padded_into, padded, padded_bytes
-from .gpu import device_facts, require_gpu
+from .gpu import device_facts, on_device, require_gpu
 from .kept_launch import KeptLaunch, clear_last_launch, last_launch  # noqa: F401  (re-exported: the facade)
 from .launch_config import Problem
 from .plan_cache import PlanCache
@@ -170,12 +170,8 @@ def _gemm(cupy, cache: PlanCache, arrays, a, b, c, alpha, beta, trans_a, trans_b
         key = (key_a, key_b, key_c, trans_a, trans_b, options, arrays.key(bias) if bias is not None else None, act)
         kept = cache.get(key)
         if kept is not None and kept.current():
-            ptrs = (a_ptr, b_ptr, c_ptr)
-            if cupy.cuda.runtime.getDevice() == kept.device:
-                out = _launch_kept(arrays, kept, a, b, c, alpha, beta, bias, ptrs)
-            else:
-                with cupy.cuda.Device(kept.device):
-                    out = _launch_kept(arrays, kept, a, b, c, alpha, beta, bias, ptrs)
+            out = on_device(cupy, kept.device, _launch_kept, arrays, kept, a, b, c, alpha, beta, bias,
+                            (a_ptr, b_ptr, c_ptr))
             if out is not None:
                 return out
             key = None          # a new C of another alignment than planned: plan this call alone

@@ -98,6 +98,15 @@ def _device_facts(cupy, device_id: int) -> DeviceFacts:
                        int(attrs.get("L2CacheSize", 0)))
 
 
+def on_device(cupy, device: int, fn, *args):
+    """fn(*args) with `device` current: through CuPy's Device context only where another device is
+    current (entering it costs host time a repeated call on the current device need not pay)."""
+    if cupy.cuda.runtime.getDevice() == device:
+        return fn(*args)
+    with cupy.cuda.Device(device):
+        return fn(*args)
+
+
 def gpu_name(device_id: int | None = None) -> str:
     return device_facts(device_id).name
 

@@ -38,7 +38,7 @@ from . import dispatch, kept_launch, overlap, tensor_map
 from .arrays import Matrix, as_cupy, ptr_of
 from .build_cache import build_kernel
 from .gemm import gemm
-from .gpu import DeviceFacts, device_facts, require_gpu
+from .gpu import DeviceFacts, device_facts, on_device, require_gpu
 from .launch import choose_params
 from .launch_config import LaunchConfig, build_choice, missing_epilogue, new_c_dtype, pick_spec
 from .plan import LaunchPlan, plan_launch
@@ -294,11 +294,7 @@ def grouped_gemm(a, b, offs=None, out=None, *, alpha: float = 1.0, beta: float =
         key = _grouped_key(arrays, a, b, None, offs, act, kernel, params)
         kept = cache.get(key)
         if kept is not None and kept.current():
-            if cupy.cuda.runtime.getDevice() == kept.device:
-                got = _launch_kept(arrays, kept, a, b, offs, alpha, beta)
-            else:
-                with cupy.cuda.Device(kept.device):
-                    got = _launch_kept(arrays, kept, a, b, offs, alpha, beta)
+            got = on_device(cupy, kept.device, _launch_kept, arrays, kept, a, b, offs, alpha, beta)
             if got is not None:
                 return got
     ma, mb = arrays.matrix(a, "A"), arrays.matrix(b, "B")

@@ -130,8 +130,12 @@ def hgemm_own_path(monkeypatch):
     A_LDG and swap, which these tests cover. The in-place route has its own tests
     (test_mma_gemm_gpu.py). Kept launches are forgotten before and after: a launch planned
     without the fixture must not answer a call made with it."""
+    import dataclasses
+
     from asmgemm.runtime import gemm, path_model
-    monkeypatch.setattr(path_model, "in_place_wins", lambda *args, **kwargs: False)
+    decide = path_model.decide
+    monkeypatch.setattr(path_model, "decide",
+                        lambda *args, **kwargs: dataclasses.replace(decide(*args, **kwargs), in_place=False))
     gemm.clear_plan_cache()
     yield
     gemm.clear_plan_cache()

@@ -113,3 +113,18 @@ def test_copy_or_in_place_weighs_the_in_place_configuration_that_builds():
     assert first.label in in_place.choice.refused, (first.label, in_place.config)
     assert "registers" in in_place.choice.refused[first.label]
     assert in_place.config != first.label
+
+
+@needs_ptxas
+def test_the_hgemm_own_path_fixture_turns_the_in_place_choice_off(request, monkeypatch):
+    """500 x 3000 x 700 fp16 (A's rows 1400 bytes, which TMA cannot address) runs hgemm_mma in
+    place by the path model on the H100's database, and hgemm with A copied under the fixture the
+    TMA kernel's GPU tests use (conftest.hgemm_own_path): the fixture must reach the decision
+    launch_config makes (it stopped doing so once, when the decision moved to path_model.decide)."""
+    spec = pick_spec(None, "float16", None, H100)
+    prob = problem(500, 3000, 700, F16)
+    cfg = configure(spec, prob, H100)
+    assert cfg.spec.name == "hgemm_mma" and cfg.path is not None and cfg.path.in_place
+    request.getfixturevalue("hgemm_own_path")
+    cfg = configure(spec, prob, H100)
+    assert cfg.spec.name == "hgemm" and cfg.copied == (2, 0) and cfg.path is not None and not cfg.path.in_place

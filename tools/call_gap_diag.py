@@ -22,7 +22,10 @@ import pstats
 import statistics
 import time
 
-import torch
+try:
+    import torch
+except ImportError:     # `--help` works without it; main() says what is missing
+    torch = None
 
 from asmgemm.bench import batched
 from asmgemm.bench.timing import CudaEventTimer, GpuPreRoll, L2Flusher
@@ -102,6 +105,8 @@ def main() -> None:
                          "(synchronized, as in the call mode), and list the top 20 functions by own time")
     ap.add_argument("--json")
     args = ap.parse_args()
+    if torch is None:
+        raise SystemExit("tools/call_gap_diag.py: needs torch and a CUDA GPU (the device machine: source tools/device_setup.sh)")
     anchor = "torch._grouped_mm" if batched.grouped_mm_runs(torch) else "torch.matmul loop"
     rows = []
     for spec in args.moe:

@@ -17,14 +17,21 @@ from pathlib import Path
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
+    if argv in (["-h"], ["--help"]):
+        print(__doc__)
+        return 0
+    if len(argv) != 1 or argv[0].startswith("-"):
         print(__doc__, file=sys.stderr)
         return 2
+    try:
+        import torch
+        import triton
+        import triton.language as tl
+    except ImportError as exc:
+        print(f"capture_triton_ptx.py: needs torch and Triton on a GPU machine ({exc})", file=sys.stderr)
+        return 1
     out = Path(argv[0])
     out.mkdir(parents=True, exist_ok=True)
-    import torch
-    import triton
-    import triton.language as tl
 
     @triton.jit
     def matmul_fp16(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):

@@ -14,7 +14,10 @@ from __future__ import annotations
 import argparse
 import json
 
-import cupy as cp
+try:
+    import cupy as cp
+except ImportError:     # `--help` works without it; main() says what is missing
+    cp = None
 
 SOURCE = r"""
 extern "C" __global__ void copy16(const float4* __restrict__ src, float4* __restrict__ dst, long long n) {
@@ -29,6 +32,8 @@ def main() -> None:
     ap.add_argument("--bytes", type=int, default=1 << 30)
     ap.add_argument("--json")
     args = ap.parse_args()
+    if cp is None:
+        raise SystemExit("tools/dram_share_probe.py: needs CuPy and a CUDA GPU (the device machine: source tools/device_setup.sh)")
     sms = cp.cuda.Device().attributes["MultiProcessorCount"]
     kernel = cp.RawKernel(SOURCE, "copy16")
     n = args.bytes // 16

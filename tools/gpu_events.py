@@ -2,7 +2,10 @@
 call between CUDA events, and -D variants as given on their command lines."""
 from __future__ import annotations
 
-import torch
+try:
+    import torch
+except ImportError:     # `--help` works without it; the tools' main() says what is missing
+    torch = None
 
 
 def gpu_ms(fn, reps: int = 7, warmup: int = 2) -> float:

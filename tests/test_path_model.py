@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 
 from asmgemm.runtime import path_model
-from asmgemm.runtime.path_model import H100, coefficients, copy_path_s, in_place_path_s, in_place_wins, tma_kernel_s
+from asmgemm.runtime.path_model import H100, coefficients, copy_path_s, decide, in_place_path_s, tma_kernel_s
 
 
 def both_copied(m: int, n: int, k: int, itemsize: int = 2) -> int:
@@ -27,14 +27,14 @@ def test_4095_cubed_with_both_operands_copied_takes_the_copy():
         2 * 20e-6 + 2 * copied / 3.0e12 + 2 * 1024 * 128 * 128 * k / 700e12)
     assert in_place_path_s(m, n, k, H100) == pytest.approx(2 * m * n * k / 400e12)
     assert copy_path_s(m, n, k, copied, H100, copies=2) < 300e-6 < in_place_path_s(m, n, k, H100)
-    assert not in_place_wins(m, n, k, copied, H100, copies=2)
+    assert not decide(m, n, k, copied, H100, copies=2).in_place
 
 
 def test_1000_cubed_runs_in_place():
     """At 1000^3 one copy's host work alone costs more than the in-place kernel's whole run."""
     assert in_place_path_s(1000, 1000, 1000, H100) < H100.copy_host_s
-    assert in_place_wins(1000, 1000, 1000, both_copied(1000, 1000, 1000), H100)
-    assert in_place_wins(1000, 1000, 1000, 1000 * 1000 * 2, H100)           # one operand copied
+    assert decide(1000, 1000, 1000, both_copied(1000, 1000, 1000), H100).in_place
+    assert decide(1000, 1000, 1000, 1000 * 1000 * 2, H100).in_place           # one operand copied
 
 
 @pytest.mark.parametrize("operands", [1, 2])
@@ -43,7 +43,7 @@ def test_the_decision_flips_once_from_in_place_to_copy_as_the_problem_grows(oper
     wins = []
     for n in range(64, 8193, 64):
         copied = both_copied(n, n, n) if operands == 2 else n * n * 2
-        wins.append(in_place_wins(n, n, n, copied, H100, copies=operands))
+        wins.append(decide(n, n, n, copied, H100, copies=operands).in_place)
     flips = [i for i in range(1, len(wins)) if wins[i] != wins[i - 1]]
     assert wins[0] and not wins[-1] and len(flips) == 1, flips
     # the flip lies between the two examples of the module docstring
@@ -54,8 +54,8 @@ def test_deep_k_favours_the_copy_and_short_k_in_place():
     """The copy is paid once per operand byte, the kernel's advantage per flop: a long K (more
     flops per copied byte of a K x N B) tips the same M x N towards the copy."""
     m = n = 2048
-    assert in_place_wins(m, n, 64, both_copied(m, n, 64), H100, copies=2)
-    assert not in_place_wins(m, n, 16384, both_copied(m, n, 16384), H100, copies=2)
+    assert decide(m, n, 64, both_copied(m, n, 64), H100, copies=2).in_place
+    assert not decide(m, n, 16384, both_copied(m, n, 16384), H100, copies=2).in_place
 
 
 def test_no_copied_bytes_still_pays_the_host_work():
@@ -82,8 +82,8 @@ def test_an_unknown_device_scales_the_h100s_rates_by_its_sm_count(sms):
     assert c.copy_host_s == H100.copy_host_s
     # halving every rate doubles every term but the launch: a smaller GPU copies sooner
     if sms < 132:
-        n = next(n for n in range(64, 8193, 64) if not in_place_wins(n, n, n, both_copied(n, n, n), H100))
-        assert not in_place_wins(n, n, n, both_copied(n, n, n), c)
+        n = next(n for n in range(64, 8193, 64) if not decide(n, n, n, both_copied(n, n, n), H100).in_place)
+        assert not decide(n, n, n, both_copied(n, n, n), c).in_place
 
 
 def test_a_zero_sm_count_does_not_divide_by_zero():
@@ -108,9 +108,9 @@ def test_padding_and_idle_multiprocessors_are_charged_on_both_paths():
         2 * 64 * 64 * 64 * 4096 / (H100.in_place_flops * 64 / 528))
     assert tma_kernel_s(5, 4096, 4096, H100) == pytest.approx(2 * 32 * 128 * 128 * 4096 / (H100.tma_flops * 32 / 132))
     assert in_place_path_s(5, 4096, 4096, H100, (64, 64)) > 10 * in_place_path_s(5, 4096, 4096, H100)
-    assert in_place_wins(652, 415, 148, 652 * 148 * 2, H100, (64, 64))
-    assert in_place_wins(1000, 1000, 999, 1000 * 999 * 2, H100, (64, 64))
-    assert not in_place_wins(4095, 4095, 4095, both_copied(4095, 4095, 4095), H100, (128, 128), copies=2)
+    assert decide(652, 415, 148, 652 * 148 * 2, H100, (64, 64)).in_place
+    assert decide(1000, 1000, 999, 1000 * 999 * 2, H100, (64, 64)).in_place
+    assert not decide(4095, 4095, 4095, both_copied(4095, 4095, 4095), H100, (128, 128), copies=2).in_place
     # the padded flops of whole tiles, at the rate of the slots they fill
     assert in_place_path_s(64, 64, 64, H100, (64, 64)) == pytest.approx(
         2 * 64 * 64 * 64 / (H100.in_place_flops * 1 / (H100.sms * 4)))
@@ -122,9 +122,9 @@ def test_the_cost_models_time_replaces_the_tile_estimate():
     place once the model's split time says so, and back the other way."""
     m, n, k = 31, 747, 7681
     copied = both_copied(m, n, k)
-    assert not in_place_wins(m, n, k, copied, H100, (128, 128), copies=2)
-    assert in_place_wins(m, n, k, copied, H100, (128, 128), copies=2, in_place_s=15e-6)
-    assert not in_place_wins(m, n, k, copied, H100, copies=2, in_place_s=1e-3)
+    assert not decide(m, n, k, copied, H100, (128, 128), copies=2).in_place
+    assert decide(m, n, k, copied, H100, (128, 128), copies=2, in_place_s=15e-6).in_place
+    assert not decide(m, n, k, copied, H100, copies=2, in_place_s=1e-3).in_place
 
 
 def test_an_unaligned_c_is_charged_at_the_tma_kernels_element_store_rate():
@@ -138,20 +138,20 @@ def test_an_unaligned_c_is_charged_at_the_tma_kernels_element_store_rate():
     assert tma_kernel_s(m, n, k, H100, c_bytes, c_wide=True) < scalar
     assert tma_kernel_s(m, n, k, H100) < tma_kernel_s(m, n, k, H100, c_bytes, c_wide=True)
     # 40 us of in-place kernel (the C write at DRAM speed) beats the copies and the element stores
-    assert in_place_wins(m, n, k, (m * k + k * n) * 2, H100, copies=2, in_place_s=40e-6, c_bytes=c_bytes,
-                         c_wide=False)
+    assert decide(m, n, k, (m * k + k * n) * 2, H100, copies=2, in_place_s=40e-6, c_bytes=c_bytes,
+                  c_wide=False).in_place
 
 
 def test_the_decision_carries_the_terms_it_was_made_from():
     """decide(): the copy path's three terms add up to copy_path_s, the in-place time is the one
-    given (else in_place_path_s), and in_place_wins is its verdict (what explain prints)."""
+    given (else in_place_path_s), and .in_place is its verdict (what launch_config acts on and explain
+    prints)."""
     m, n, k = 5546, 2800, 14
     copied = n * k * 2
-    d = path_model.decide(m, n, k, copied, H100, copies=1, in_place_s=41.8e-6, c_bytes=m * n * 2)
+    d = decide(m, n, k, copied, H100, copies=1, in_place_s=41.8e-6, c_bytes=m * n * 2)
     assert d.copy_host_s == pytest.approx(H100.copy_host_s) and d.copy_bytes_s == pytest.approx(2 * copied / 3.0e12)
     assert d.copy_path_s == pytest.approx(copy_path_s(m, n, k, copied, H100, 1, m * n * 2))
-    assert d.in_place == (41.8e-6 <= d.copy_path_s) == in_place_wins(m, n, k, copied, H100, copies=1,
-                                                                       in_place_s=41.8e-6, c_bytes=m * n * 2)
-    assert path_model.decide(1000, 1000, 1000, copied, H100).in_place_s == pytest.approx(
+    assert d.in_place == (41.8e-6 <= d.copy_path_s)
+    assert decide(1000, 1000, 1000, copied, H100).in_place_s == pytest.approx(
         in_place_path_s(1000, 1000, 1000, H100))
     assert d.to_json()["copy_path_us"] == pytest.approx(d.copy_path_s * 1e6, abs=1e-3)

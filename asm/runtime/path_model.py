@@ -74,7 +74,13 @@ def copy_path_s(m: int, n: int, k: int, copied_bytes: int, c: PathCoefficients, 
                 c_bytes: int = 0, c_wide: bool = True) -> float:
     """Modelled seconds of the padded copies (`copies` operands, copied_bytes in all) and the TMA
     kernel (writing c_bytes of C, in 16-byte pieces or narrower)."""
-    return decide(m, n, k, copied_bytes, c, copies=copies, in_place_s=0.0, c_bytes=c_bytes, c_wide=c_wide).copy_path_s
+    return sum(_copy_terms(m, n, k, copied_bytes, c, copies, c_bytes, c_wide))
+
+
+def _copy_terms(m: int, n: int, k: int, copied_bytes: int, c: PathCoefficients, copies: int, c_bytes: int,
+                c_wide: bool) -> tuple[float, float, float]:
+    """The copy path's seconds: (the copies' per-call cost, their bytes read and written, the TMA kernel)."""
+    return copies * c.copy_host_s, 2 * copied_bytes / c.copy_bytes_per_s, tma_kernel_s(m, n, k, c, c_bytes, c_wide)
 
 
 TMA_TILE = (128, 128)            # the TMA kernel's tile the fill is counted in (one block a multiprocessor)
@@ -139,13 +145,5 @@ def decide(m: int, n: int, k: int, copied_bytes: int, c: PathCoefficients, tile:
     in_place_path_s with `tile`."""
     if in_place_s is None:
         in_place_s = in_place_path_s(m, n, k, c, tile)
-    host, moved = copies * c.copy_host_s, 2 * copied_bytes / c.copy_bytes_per_s
-    kernel = tma_kernel_s(m, n, k, c, c_bytes, c_wide)
+    host, moved, kernel = _copy_terms(m, n, k, copied_bytes, c, copies, c_bytes, c_wide)
     return PathDecision(copies, copied_bytes, host, moved, kernel, in_place_s, in_place_s <= host + moved + kernel)
-
-
-def in_place_wins(m: int, n: int, k: int, copied_bytes: int, c: PathCoefficients,
-                  tile: tuple[int, int] | None = None, copies: int = 1, in_place_s: float | None = None,
-                  c_bytes: int = 0, c_wide: bool = True) -> bool:
-    """decide(...).in_place."""
-    return decide(m, n, k, copied_bytes, c, tile, copies, in_place_s, c_bytes, c_wide).in_place

@@ -148,12 +148,12 @@ def configure(spec: KernelSpec, problem: Problem, facts: DeviceFacts,
         # an untuned 2-D call: the spec may send this shape to another kernel (params= are -D
         # parameters of the kernel asked for, so they keep it)
         spec = _routed(spec, plan, facts, mbias, act)
-    decided: list = []
+    path = None
     if params is None and kernel_batch == 1 and spec.in_place and takes_tensor_maps(spec):
         # operands TMA cannot read: a padded copy, or the spec's in-place kernel (path_model); a
         # kernel named with kernel= is the family asked for, so this choice is still open (params=
         # pin one build, so they keep the kernel)
-        spec = _in_place_or(spec, plan, ma.dtype.itemsize, facts, mbias, act, decided)
+        spec, path = _in_place_or(spec, plan, ma.dtype.itemsize, facts, mbias, act)
     # the tuning cache's entry for the launch as called (an entry was timed unswapped: it keeps the
     # call off the swap rule's transposed store)
     # (none for a batch on a persistent kernel: the entries time 2-D GEMMs, and a batch of them is
@@ -182,7 +182,7 @@ def configure(spec: KernelSpec, problem: Problem, facts: DeviceFacts,
         plan, copied = _tma_plan(spec, ma, mb, plan, planned)
     cfg = LaunchConfig(spec, plan, c_shape, new_c_dtype(spec), kernel_batch, copied, choice=choice,
                        chosen_by="params" if params is not None else "tuning cache" if tuned else "size rules",
-                       path=decided[0] if decided else None)
+                       path=path)
     if plan.m == 0 or plan.n == 0:
         cfg.empty = True
         return cfg
@@ -255,20 +255,19 @@ def _other_kernel(spec: KernelSpec, name: str, relation: str, bias, act: int, de
     return other
 
 
-def _in_place_or(spec: KernelSpec, plan: LaunchPlan, itemsize: int, facts: DeviceFacts, bias, act: int,
-                 record: list | None = None) -> KernelSpec:
-    """The spec's `in_place` kernel where this launch would copy an operand into padded storage
+def _in_place_or(spec: KernelSpec, plan: LaunchPlan, itemsize: int, facts: DeviceFacts, bias,
+                 act: int) -> tuple[KernelSpec, path_model.PathDecision | None]:
+    """(the spec's `in_place` kernel where this launch would copy an operand into padded storage
     for `spec` (TMA cannot read its rows) and the path model expects the in-place kernel to finish
-    no later than the copies and `spec`; else `spec` (also where the in-place kernel lacks this
-    call's fused epilogue or the device). record: gets the path model's decision, where one was
-    made (path_model.PathDecision)."""
+    no later than the copies and `spec`, else `spec` (also where the in-place kernel lacks this
+    call's fused epilogue or the device); the path model's decision, None where it made none)."""
     unread = unreadable(spec, plan, itemsize)
     copied = sum(op.rows * op.cols * itemsize for op in unread)
     if not copied:
-        return spec
+        return spec, None
     other = _other_kernel(spec, spec.in_place, "names in_place", bias, act, facts.target)
     if other is None:
-        return spec
+        return spec, None
     model = path_model.coefficients(facts.name, facts.sm_count)
     in_place_s = tile = None
     if other.configs:
@@ -284,7 +283,7 @@ def _in_place_or(spec: KernelSpec, plan: LaunchPlan, itemsize: int, facts: Devic
         try:
             _, runs, _, _, _, _ = build_choice(choice, plan, facts, plain)
         except AsmError:
-            return spec             # no configuration of the in-place kernel takes these operands
+            return spec, None       # no configuration of the in-place kernel takes these operands
         picked = [e for e in choice.ranked if e.candidate is runs]
         if picked:
             in_place_s = picked[0].gpu_s
@@ -294,9 +293,7 @@ def _in_place_or(spec: KernelSpec, plan: LaunchPlan, itemsize: int, facts: Devic
     decision = path_model.decide(plan.m, plan.n, plan.k, copied, model, tile, copies=len(unread),
                                  in_place_s=in_place_s, c_bytes=plan.m * plan.n * DTYPE_ITEMSIZE[spec.dtypes.c],
                                  c_wide=bool(plan.call_values.get("wide_c", 1)))
-    if record is not None:
-        record.append(decision)
-    return other if decision.in_place else spec
+    return (other if decision.in_place else spec), decision
 
 
 def _takes_c_trans(spec: KernelSpec, plan: LaunchPlan, params: dict | None, sm_count: int) -> bool:

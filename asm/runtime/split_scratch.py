@@ -43,18 +43,18 @@ WORKSPACE_CAP_BYTES = 256 << 20     # the most workspace kept per (device, strea
 FLOAT_BYTES = 4
 
 
+WORKSPACE = "workspace"             # split-K's fp32 slices, among the kept arrays' slots
+
+
 @dataclass
 class _Kept:
     # the arrays (of the library of the call that made them: the stream's calls may mix CuPy and
     # torch, so their pointers are kept as numbers) and their sizes
-    workspace: object = None         # an fp32 array, or None
-    workspace_ptr: int = 0
-    workspace_elems: int = 0
+    # by slot (WORKSPACE; "A", "B": padded operand copies): (array, pointer, elements)
+    buffers: dict = field(default_factory=dict)
     counters: object = None          # an int32 array, all zero between launches
     counters_ptr: int = 0
     counter_count: int = 0
-    # padded operand storage by slot ("A", "B"): (array, pointer, bytes)
-    buffers: dict = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -78,7 +78,7 @@ class SplitScratch:
     def kept(self, arrays, device: int, stream_ptr: int) -> tuple[int, int]:
         """(workspace elements, counters) kept for this stream (0, 0 when none): for tests and reports."""
         k = self._kept.get((arrays.cupy, device, stream_ptr))
-        return (k.workspace_elems, k.counter_count) if k is not None else (0, 0)
+        return (k.buffers.get(WORKSPACE, (None, 0, 0))[2], k.counter_count) if k is not None else (0, 0)
 
     def lock(self, arrays, device: int, stream_ptr: int) -> threading.Lock:
         """The stream's lock (module docstring: "Threads")."""
@@ -97,14 +97,22 @@ class SplitScratch:
         on this stream, 16-byte aligned: kept and grown (at least twofold) like the workspace; a
         fresh allocation held by the caller until its launch is queued while the stream captures a
         graph or above the cap."""
-        if capturing or nbytes > self.cap_bytes:
+        if capturing:
             fresh = arrays.empty(like, (max(nbytes, 1),), "uint8")
             return arrays.ptr(fresh), (fresh,)
-        k = self._entry(arrays, device, stream_ptr)
+        return self._grown(arrays, like, self._entry(arrays, device, stream_ptr), slot, nbytes, "uint8", 1)
+
+    def _grown(self, arrays, like, k: _Kept, slot: str, count: int, dtype: str, itemsize: int) -> tuple[int, tuple]:
+        """(pointer, held) of at least `count` elements of `dtype` kept in k under `slot`: grown at
+        least twofold, up to the cap (the old array is dropped here: the pool reuses it in stream
+        order); past the cap a fresh array, held by the caller until its launch is queued."""
+        if count * itemsize > self.cap_bytes:
+            fresh = arrays.empty(like, (count,), dtype)
+            return arrays.ptr(fresh), (fresh,)
         have = k.buffers.get(slot)
-        if have is None or have[2] < nbytes:
-            grown = min(max(nbytes, 2 * have[2] if have else 0), self.cap_bytes)
-            fresh = arrays.empty(like, (grown,), "uint8")
+        if have is None or have[2] < count:
+            grown = min(max(count, 2 * have[2] if have else 0), self.cap_bytes // itemsize)
+            fresh = arrays.empty(like, (grown,), dtype)
             have = k.buffers[slot] = (fresh, arrays.ptr(fresh), grown)
         return have[1], ()
 
@@ -119,22 +127,10 @@ class SplitScratch:
         counters that are zero (those kept: zeroed when allocated, reset by every launch since).
         `like`: an array of the call (its device and library); `capturing`: the stream is
         capturing a CUDA graph (the module docstring)."""
-        need_bytes = workspace_elems * FLOAT_BYTES
         if capturing:
             return self._per_call(arrays, like, workspace_elems, counters)
         k = self._entry(arrays, device, stream_ptr)
-        held = []
-        if need_bytes > self.cap_bytes:
-            ws = arrays.empty(like, (workspace_elems,), "float32")
-            held.append(ws)
-            ws_ptr = arrays.ptr(ws)
-        else:
-            if k.workspace_elems < workspace_elems:
-                # (the old one, if any, is dropped here: the pool reuses it in stream order)
-                grown = min(max(workspace_elems, 2 * k.workspace_elems), self.cap_bytes // FLOAT_BYTES)
-                k.workspace = arrays.empty(like, (grown,), "float32")
-                k.workspace_ptr, k.workspace_elems = arrays.ptr(k.workspace), grown
-            ws_ptr = k.workspace_ptr
+        ws_ptr, held = self._grown(arrays, like, k, WORKSPACE, workspace_elems, "float32", FLOAT_BYTES)
         ctr_ptr = 0
         if counters > 0:
             if k.counter_count < counters:
@@ -143,7 +139,7 @@ class SplitScratch:
                 arrays.zero(fresh)          # on the call's stream, before the launch that counts on it
                 k.counters, k.counters_ptr, k.counter_count = fresh, arrays.ptr(fresh), grown
             ctr_ptr = k.counters_ptr
-        return Scratch(ws_ptr, ctr_ptr, tuple(held))
+        return Scratch(ws_ptr, ctr_ptr, held)
 
     @staticmethod
     def _per_call(arrays, like, workspace_elems: int, counters: int) -> Scratch:

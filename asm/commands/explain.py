@@ -7,11 +7,11 @@ from rich.table import Table
 from ..errors import AsmError
 from ..kernel_spec import DTYPE_ITEMSIZE, activation_code, get_spec, spec_for_dtype
 from ..runtime import dispatch, dispatch_db
-from ..runtime.arrays import FRESH_ALLOCATION, Dtype, Matrix
+from ..runtime.arrays import Dtype
 from ..runtime.cost_model import why_slower
 from ..runtime.gpu import DeviceFacts, device_facts, gpu_available
 from ..runtime.launch_config import Problem, build_choice, configure, new_c_dtype, pick_spec
-from ..runtime.plan import fresh_plan
+from ..runtime.plan import fresh_operands, fresh_plan
 from .common import emit_json, make_console
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -123,18 +123,12 @@ def command(m, n, k, dtype, layout, fused, gpu, top, no_build, as_json):
 def _what_runs(m: int, n: int, k: int, dtype: str, layout: str, fused: bool, facts: DeviceFacts) -> dict:
     """What asmgemm.gemm launches for this call on fresh contiguous operands and a C it allocates:
     launch_config.configure on their descriptions, as gemm plans (no GPU needed; builds cached)."""
-    item = DTYPE_ITEMSIZE[dtype]
-    dt = Dtype(dtype, item)
-    trans_a, trans_b = layout[0] == "t", layout[1] == "t"
-
-    def fresh(rows: int, cols: int, d: Dtype = dt) -> Matrix:
-        return Matrix((rows, cols), (cols * d.itemsize, d.itemsize), d, FRESH_ALLOCATION, max(facts.id, 0))
     act = activation_code("relu") if fused else 0
     spec = pick_spec(None, dtype, None, facts, None, act)
     c_name = new_c_dtype(spec) or dtype
-    cfg = configure(spec, Problem(fresh(k, m) if trans_a else fresh(m, k), fresh(n, k) if trans_b else fresh(k, n),
-                                  fresh(m, n, Dtype(c_name, DTYPE_ITEMSIZE[c_name])), None, trans_a, trans_b, act),
-                    facts)
+    a, b, c, trans_a, trans_b = fresh_operands(m, n, k, layout, Dtype(dtype, DTYPE_ITEMSIZE[dtype]),
+                                               Dtype(c_name, DTYPE_ITEMSIZE[c_name]))
+    cfg = configure(spec, Problem(a, b, c, None, trans_a, trans_b, act), facts)
     copies = [name for name, size in zip("AB", cfg.copied) if size]
     return {"kernel": cfg.spec.name, "config": cfg.config, "chosen_by": cfg.chosen_by, "copies": copies,
             "tile": [cfg.built.tile_m, cfg.built.tile_n] if cfg.built is not None else None,

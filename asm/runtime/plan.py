@@ -19,10 +19,10 @@ spec's [[NAME.swap_rule]]; the kernel's (i, j) lands at C + j * ldc + i).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import SimpleNamespace
 
 from ..errors import AsmError
 from ..kernel_spec import BIAS_MODES
+from .arrays import FRESH_ALLOCATION, Dtype, Matrix, ptr_of
 from .tensor_map import addressable
 
 U32_LIMIT = (1 << 31) - 1          # the kernel takes sizes and leading dimensions as 32-bit
@@ -240,17 +240,23 @@ def call_values_for(m: int, n: int, k: int, layout: str, itemsize: int, c_trans:
     return fresh_plan(m, n, k, layout, itemsize, c_trans=c_trans).call_values
 
 
+def fresh_operands(m: int, n: int, k: int, layout: str, dtype: Dtype, c_dtype: Dtype | None = None
+                   ) -> tuple[Matrix, Matrix, Matrix, bool, bool]:
+    """(A, B, C, trans_a, trans_b): descriptions of freshly allocated, contiguous operands of a call
+    of this shape and layout (FRESH_ALLOCATION-aligned, as CuPy allocates; device 0), A and B as
+    stored (a transposed one as its K-major storage): what fresh_plan plans and explain configures."""
+    trans_a, trans_b = layout[0] == "t", layout[1] == "t"
+
+    def matrix(rows: int, cols: int, d: Dtype = dtype) -> Matrix:
+        return Matrix((rows, cols), (cols * d.itemsize, d.itemsize), d, FRESH_ALLOCATION, 0)
+    return (matrix(k, m) if trans_a else matrix(m, k), matrix(n, k) if trans_b else matrix(k, n),
+            matrix(m, n, c_dtype or dtype), trans_a, trans_b)
+
+
 def fresh_plan(m: int, n: int, k: int, layout: str, itemsize: int, c_itemsize: int | None = None,
                c_trans: bool = False) -> LaunchPlan:
     """The launch plan of a call on freshly allocated, contiguous operands of this shape and layout
-    (256-byte aligned, as CuPy allocates), with no GPU: what `tune`, the sweep and `explain` plan with."""
-    trans_a, trans_b = layout[0] == "t", layout[1] == "t"
-
-    def matrix(rows, cols, size=itemsize):
-        return SimpleNamespace(shape=(rows, cols), ndim=2, strides=(cols * size, size),
-                               dtype=SimpleNamespace(itemsize=size, name=""))
-
-    a = matrix(k, m) if trans_a else matrix(m, k)
-    b = matrix(n, k) if trans_b else matrix(k, n)
-    return plan_launch(a, b, matrix(m, n, c_itemsize or itemsize), trans_a=trans_a, trans_b=trans_b,
-                       ptr_of=lambda x: 256, c_trans=c_trans)
+    (fresh_operands), with no GPU: what `tune`, the sweep and `explain` plan with."""
+    a, b, c, trans_a, trans_b = fresh_operands(m, n, k, layout, Dtype("", itemsize),
+                                               Dtype("", c_itemsize or itemsize))
+    return plan_launch(a, b, c, trans_a=trans_a, trans_b=trans_b, ptr_of=ptr_of, c_trans=c_trans)

@@ -11,13 +11,8 @@ from __future__ import annotations
 import argparse
 import json
 
-try:
-    import torch
-except ImportError:     # `--help` works without it; main() says what is missing
-    torch = None
-
 from asmgemm.runtime.gemm import gemm, last_launch
-from gpu_events import gpu_ms, variant_params      # tools/gpu_events.py
+from gpu_events import gpu_ms, require_torch, torch, variant_params      # tools/gpu_events.py
 
 
 def main() -> None:
@@ -26,8 +21,7 @@ def main() -> None:
     ap.add_argument("--variant", action="append", default=[], help="NAME=V[,NAME=V]: -D overrides on the default build")
     ap.add_argument("--json")
     args = ap.parse_args()
-    if torch is None:
-        raise SystemExit("tools/attention_diag.py: needs torch and a CUDA GPU (the device machine: source tools/device_setup.sh)")
+    require_torch("tools/attention_diag.py")
     out = []
     for spec in args.case:
         which, bh, s, d, dtype = spec.split(":")

@@ -22,15 +22,10 @@ import pstats
 import statistics
 import time
 
-try:
-    import torch
-except ImportError:     # `--help` works without it; main() says what is missing
-    torch = None
-
 from asmgemm.bench import batched
 from asmgemm.bench.timing import CudaEventTimer, GpuPreRoll, L2Flusher
 from asmgemm.runtime.gemm import gemm, last_launch
-from gpu_events import variant_params      # tools/gpu_events.py
+from gpu_events import require_torch, torch, variant_params      # tools/gpu_events.py
 
 
 def measure(fns: dict, reps: int) -> dict:
@@ -105,8 +100,7 @@ def main() -> None:
                          "(synchronized, as in the call mode), and list the top 20 functions by own time")
     ap.add_argument("--json")
     args = ap.parse_args()
-    if torch is None:
-        raise SystemExit("tools/call_gap_diag.py: needs torch and a CUDA GPU (the device machine: source tools/device_setup.sh)")
+    require_torch("tools/call_gap_diag.py")
     anchor = "torch._grouped_mm" if batched.grouped_mm_runs(torch) else "torch.matmul loop"
     rows = []
     for spec in args.moe:

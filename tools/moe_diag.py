@@ -11,15 +11,10 @@ from __future__ import annotations
 import argparse
 import json
 
-try:
-    import torch
-except ImportError:     # `--help` works without it; main() says what is missing
-    torch = None
-
 from asmgemm.bench.batched import MoeCase
 from asmgemm.runtime.gemm import gemm, last_launch
 from asmgemm.runtime.grouped import grouped_gemm
-from gpu_events import gpu_ms, variant_params      # tools/gpu_events.py
+from gpu_events import gpu_ms, require_torch, torch, variant_params      # tools/gpu_events.py
 
 
 def main() -> None:
@@ -28,8 +23,7 @@ def main() -> None:
     ap.add_argument("--variant", action="append", default=[], help="NAME=V[,NAME=V]: -D overrides on the default build")
     ap.add_argument("--json")
     args = ap.parse_args()
-    if torch is None:
-        raise SystemExit("tools/moe_diag.py: needs torch and a CUDA GPU (the device machine: source tools/device_setup.sh)")
+    require_torch("tools/moe_diag.py")
     out = []
     for spec in args.case:
         e, k, n, t = map(int, spec.split(":"))

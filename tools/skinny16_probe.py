@@ -14,13 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 
-try:
-    import torch
-except ImportError:     # `--help` works without it; main() says what is missing
-    torch = None
-
 from asmgemm.bench.timing import L2Flusher, make_pre_roll, time_modes
 from asmgemm.runtime.gemm import gemm, last_launch
+from gpu_events import require_torch, torch      # tools/gpu_events.py
 
 
 def main() -> None:
@@ -29,8 +25,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--json")
     args = ap.parse_args()
-    if torch is None:
-        raise SystemExit("tools/skinny16_probe.py: needs torch and a CUDA GPU (the device machine: source tools/device_setup.sh)")
+    require_torch("tools/skinny16_probe.py")
     rows = []
     for spec in args.case:
         m, n, k, layout, dtype = spec.split(":")

@@ -128,3 +128,16 @@ def test_the_hgemm_own_path_fixture_turns_the_in_place_choice_off(request, monke
     request.getfixturevalue("hgemm_own_path")
     cfg = configure(spec, prob, H100)
     assert cfg.spec.name == "hgemm" and cfg.copied == (2, 0) and cfg.path is not None and not cfg.path.in_place
+
+
+@needs_ptxas
+def test_a_narrow_c_store_bound_call_is_weighed_against_the_in_place_kernel():
+    """4417 x 2901 x 16 fp16 nt: TMA reads A and B (32-byte rows) but C's rows (5802 bytes) are
+    not 16-byte pieces, and that store is the TMA kernel's modelled time: the path model decides
+    (in place on the H100's database); 4096 x 4096 x 4096 writes whole pieces: no decision."""
+    spec = pick_spec(None, "float16", None, H100)
+    prob = Problem(row_major(4417, 16, F16), row_major(2901, 16, F16), row_major(4417, 2901, F16), trans_b=True)
+    cfg = configure(spec, prob, H100)
+    assert cfg.path is not None and cfg.path.narrow_c and cfg.path.copies == 0
+    assert cfg.spec.name == ("hgemm_mma" if cfg.path.in_place else "hgemm")
+    assert configure(spec, problem(4096, 4096, 4096, F16), H100).path is None

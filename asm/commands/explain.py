@@ -189,7 +189,9 @@ def _print(r: dict) -> None:
         console.print(f"  runs: {what} ({runs['chosen_by']}){copies}")
         p = runs["path"]
         if p is not None:
-            console.print(f"  path: TMA cannot read {p['copies']} operand(s) in place: copies + TMA kernel "
+            why = (f"TMA cannot read {p['copies']} operand(s) in place" if p["copies"] else
+                   "TMA reads A and B but would write C in elements or pairs (rows not 16-byte pieces)")
+            console.print(f"  path: {why}: copies + TMA kernel "
                           f"{p['copy_path_us']:.1f} us ({p['copy_host_us']:.1f} per-call cost of the copies, "
                           f"{p['copy_bytes_us']:.1f} moving {p['copied_bytes']} bytes, {p['tma_kernel_us']:.1f} "
                           f"the kernel) against the in-place kernel's {p['in_place_us']:.1f} us (GPU): "

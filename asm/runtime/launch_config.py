@@ -260,15 +260,21 @@ def _in_place_or(spec: KernelSpec, plan: LaunchPlan, itemsize: int, facts: Devic
     """(the spec's `in_place` kernel where this launch would copy an operand into padded storage
     for `spec` (TMA cannot read its rows) and the path model expects the in-place kernel to finish
     no later than the copies and `spec`, else `spec` (also where the in-place kernel lacks this
-    call's fused epilogue or the device); the path model's decision, None where it made none)."""
+    call's fused epilogue or the device); the path model's decision, None where it made none).
+    Also where TMA reads A and B but writes C in elements or pairs (rows of C not whole 16-byte
+    pieces) and that store is the TMA kernel's modelled time (path_model.narrow_store_bound): the
+    in-place kernel stages C through shared memory and stored such a C at 0.91 TB/s where the TMA
+    kernel managed 0.32-0.61 (docs/log/dispatch.md)."""
     unread = unreadable(spec, plan, itemsize)
     copied = sum(op.rows * op.cols * itemsize for op in unread)
-    if not copied:
+    c_bytes = plan.m * plan.n * DTYPE_ITEMSIZE[spec.dtypes.c]
+    c_wide = bool(plan.call_values.get("wide_c", 1))
+    model = path_model.coefficients(facts.name, facts.sm_count)
+    if not copied and (c_wide or not path_model.narrow_store_bound(plan.m, plan.n, plan.k, model, c_bytes)):
         return spec, None
     other = _other_kernel(spec, spec.in_place, "names in_place", bias, act, facts.target)
     if other is None:
         return spec, None
-    model = path_model.coefficients(facts.name, facts.sm_count)
     in_place_s = tile = None
     if other.configs:
         # the cost model's time for the configuration gemm() would run in place (split-K where the
@@ -291,8 +297,7 @@ def _in_place_or(spec: KernelSpec, plan: LaunchPlan, itemsize: int, facts: Devic
         chosen = other.size_rule(plan.m, plan.n, plan.k, facts.sm_count, call_defines(other, plan.call_values))
         tile = (int(chosen.get("BM", 128)), int(chosen.get("BN", 128)))
     decision = path_model.decide(plan.m, plan.n, plan.k, copied, model, tile, copies=len(unread),
-                                 in_place_s=in_place_s, c_bytes=plan.m * plan.n * DTYPE_ITEMSIZE[spec.dtypes.c],
-                                 c_wide=bool(plan.call_values.get("wide_c", 1)))
+                                 in_place_s=in_place_s, c_bytes=c_bytes, c_wide=c_wide)
     return (other if decision.in_place else spec), decision
 
 

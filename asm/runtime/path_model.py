@@ -96,6 +96,12 @@ def tma_kernel_s(m: int, n: int, k: int, c: PathCoefficients, c_bytes: int = 0, 
     return max(2 * tiles * tm * tn * k / (c.tma_flops * fill), store)
 
 
+def narrow_store_bound(m: int, n: int, k: int, c: PathCoefficients, c_bytes: int) -> bool:
+    """Whether the TMA kernel's modelled time for a C written in elements or pairs (not whole
+    16-byte pieces) is that store's, not its FLOPs': where the in-place kernel may win with no copy."""
+    return tma_kernel_s(m, n, k, c, c_bytes, False) > tma_kernel_s(m, n, k, c, 0, True)
+
+
 def blocks_per_sm(tile_m: int, tile_n: int) -> int:
     """The in-place kernel's blocks a multiprocessor runs at once: 2 of its 128 x 128 tiles (230-240
     registers for 128 threads, `asmgemm check mma_gemm`), 4 of smaller ones (64 x 64: 92 registers,
@@ -125,6 +131,7 @@ class PathDecision:
     tma_kernel_s: float
     in_place_s: float
     in_place: bool               # the in-place kernel runs
+    narrow_c: bool = False       # the TMA kernel would write C in elements or pairs
 
     @property
     def copy_path_s(self) -> float:
@@ -135,7 +142,7 @@ class PathDecision:
         return {"copies": self.copies, "copied_bytes": self.copied_bytes,
                 "copy_path_us": round(self.copy_path_s * us, 3), "copy_host_us": round(self.copy_host_s * us, 3),
                 "copy_bytes_us": round(self.copy_bytes_s * us, 3), "tma_kernel_us": round(self.tma_kernel_s * us, 3),
-                "in_place_us": round(self.in_place_s * us, 3), "in_place": self.in_place}
+                "in_place_us": round(self.in_place_s * us, 3), "in_place": self.in_place, "narrow_c": self.narrow_c}
 
 
 def decide(m: int, n: int, k: int, copied_bytes: int, c: PathCoefficients, tile: tuple[int, int] | None = None,
@@ -146,4 +153,5 @@ def decide(m: int, n: int, k: int, copied_bytes: int, c: PathCoefficients, tile:
     if in_place_s is None:
         in_place_s = in_place_path_s(m, n, k, c, tile)
     host, moved, kernel = _copy_terms(m, n, k, copied_bytes, c, copies, c_bytes, c_wide)
-    return PathDecision(copies, copied_bytes, host, moved, kernel, in_place_s, in_place_s <= host + moved + kernel)
+    return PathDecision(copies, copied_bytes, host, moved, kernel, in_place_s, in_place_s <= host + moved + kernel,
+                        not c_wide)

@@ -141,3 +141,15 @@ def test_a_narrow_c_store_bound_call_is_weighed_against_the_in_place_kernel():
     assert cfg.path is not None and cfg.path.narrow_c and cfg.path.copies == 0
     assert cfg.spec.name == ("hgemm_mma" if cfg.path.in_place else "hgemm")
     assert configure(spec, problem(4096, 4096, 4096, F16), H100).path is None
+
+
+@needs_ptxas
+def test_the_in_place_choice_judges_the_operands_the_tma_kernel_would_run_with_after_its_swap():
+    """32 x 3184 x 31 fp16 nn: unswapped, hgemm loads the K-major A itself (A_LDG) and copies
+    nothing, but its swap rule runs the call as C^T, where that A becomes the B it copies into
+    padded rows: the path model weighs that copy (it was not asked, and the copy ran: 7.6 us GPU
+    and 47.6 us a call against the in-place kernel's 5.3 and 31.6 on the H200, docs/log/dispatch.md)."""
+    spec = pick_spec(None, "float16", None, H100)
+    cfg = configure(spec, problem(32, 3184, 31, F16), H100)
+    assert cfg.path is not None and cfg.path.copies == 1 and cfg.path.in_place
+    assert cfg.spec.name == "hgemm_mma" and cfg.copied == (0, 0)

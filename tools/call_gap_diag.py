@@ -11,12 +11,19 @@ moe and attention presets' cases: asmgemm against its torch anchor, each timed f
 Medians of REPS, implementations interleaved. A call - gpu gap the host column does not explain is
 the kernel's own start from an idle GPU (launch of a persistent cluster grid, clocks).
 
+--paths judges the path model (path_model.decide, `asmgemm explain`'s "path" line) on --gemm
+cases of a kernel with an in-place twin: beside the call as dispatched it times "tma" (the TMA
+kernel with the model's in-place choice turned off: padded copies where TMA cannot read an operand,
+its own store of a narrow C) and "in_place" (kernel= the in-place kernel, its own dispatch).
+
     python3 tools/call_gap_diag.py --moe 64:14336:4096:32768 --attention qk:512:4096:64:float16
+    python3 tools/call_gap_diag.py --paths --gemm 4417:2901:16:nt:float16
 """
 from __future__ import annotations
 
 import argparse
 import cProfile
+import dataclasses
 import json
 import pstats
 import statistics
@@ -24,6 +31,8 @@ import time
 
 from asmgemm.bench import batched
 from asmgemm.bench.timing import CudaEventTimer, GpuPreRoll, L2Flusher
+from asmgemm.runtime import gemm as gemm_module, path_model
+from asmgemm.kernel_spec import get_spec
 from asmgemm.runtime.gemm import gemm, last_launch
 from gpu_events import require_torch, torch, variant_params      # tools/gpu_events.py
 
@@ -87,6 +96,20 @@ def profile(fn, calls: int, label: str) -> None:
     pstats.Stats(prof).sort_stats("tottime").print_stats(20)
 
 
+def tma_path_launch(call) -> dict:
+    """last_launch() of `call` with the path model's in-place choice turned off (as the GPU tests'
+    hgemm_own_path fixture does): the TMA kernel, with padded copies where it cannot read an operand."""
+    decide = path_model.decide
+    path_model.decide = lambda *a, **kw: dataclasses.replace(decide(*a, **kw), in_place=False)
+    gemm_module.clear_plan_cache()
+    try:
+        call()
+        return last_launch()
+    finally:
+        path_model.decide = decide
+        gemm_module.clear_plan_cache()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--moe", action="append", default=[], help="E:K:N:TOKENS")
@@ -94,6 +117,9 @@ def main() -> None:
     ap.add_argument("--gemm", action="append", default=[], help="M:N:K:LAYOUT:DTYPE (2-D, fresh operands)")
     ap.add_argument("--variant", action="append", default=[],
                     help="NAME=V[,NAME=V]: --gemm cases also run these -D overrides of the default launch")
+    ap.add_argument("--paths", action="store_true",
+                    help="--gemm cases also run the TMA kernel with padded copies ('tma') and the in-place "
+                         "kernel ('in_place'), to judge the path model's choice between them")
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--profile", type=int, default=0,
                     help="cProfile asmgemm's call of each case this many times, the GPU idle before each "
@@ -131,6 +157,13 @@ def main() -> None:
         for v in args.variant:
             params = variant_params(ran["rerun_params"], v)
             fns[v] = lambda params=params: gemm(a, b, trans_a=ta, trans_b=tb, params=params, kernel=ran["kernel"])
+        if args.paths:
+            tma = tma_path_launch(lambda: gemm(a, b, trans_a=ta, trans_b=tb))
+            fns["tma"] = lambda tma=tma: gemm(a, b, trans_a=ta, trans_b=tb, params=tma["rerun_params"],
+                                              kernel=tma["kernel"])
+            in_place = get_spec(tma["kernel"]).in_place
+            if in_place:
+                fns["in_place"] = lambda name=in_place: gemm(a, b, trans_a=ta, trans_b=tb, kernel=name)
         rows.append({"case": f"gemm {m}x{n}x{k} {layout} {dtype}", **measure(fns, args.reps),
                      "ran": f"{ran['kernel']} {ran.get('config')} splits={ran.get('splits')}"})
     for r in rows:

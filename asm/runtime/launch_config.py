@@ -152,8 +152,13 @@ def configure(spec: KernelSpec, problem: Problem, facts: DeviceFacts,
     if params is None and kernel_batch == 1 and spec.in_place and takes_tensor_maps(spec):
         # operands TMA cannot read: a padded copy, or the spec's in-place kernel (path_model); a
         # kernel named with kernel= is the family asked for, so this choice is still open (params=
-        # pin one build, so they keep the kernel)
-        spec, path = _in_place_or(spec, plan, ma.dtype.itemsize, facts, mbias, act)
+        # pin one build, so they keep the kernel). Judged on the plan the TMA kernel would run: its
+        # swap rule may run the call as C^T, whose operands are the other way round (an A it loads
+        # itself, A_LDG, unswapped, becomes a B it must copy: 32 x 3184 x 31 fp16 nn)
+        tuned_tma = None if lookups_disabled() else lookup_tuned_choice(facts.name, spec, plan)
+        swaps = not tuned_tma and _takes_c_trans(spec, plan, None, facts.sm_count)
+        tma_plan = planned(ma, mb, c_trans=True) if swaps else plan
+        spec, path = _in_place_or(spec, plan, tma_plan, ma.dtype.itemsize, facts, mbias, act)
     # the tuning cache's entry for the launch as called (an entry was timed unswapped: it keeps the
     # call off the swap rule's transposed store)
     # (none for a batch on a persistent kernel: the entries time 2-D GEMMs, and a batch of them is
@@ -255,22 +260,25 @@ def _other_kernel(spec: KernelSpec, name: str, relation: str, bias, act: int, de
     return other
 
 
-def _in_place_or(spec: KernelSpec, plan: LaunchPlan, itemsize: int, facts: DeviceFacts, bias,
-                 act: int) -> tuple[KernelSpec, path_model.PathDecision | None]:
+def _in_place_or(spec: KernelSpec, plan: LaunchPlan, tma_plan: LaunchPlan, itemsize: int, facts: DeviceFacts,
+                 bias, act: int) -> tuple[KernelSpec, path_model.PathDecision | None]:
     """(the spec's `in_place` kernel where this launch would copy an operand into padded storage
     for `spec` (TMA cannot read its rows) and the path model expects the in-place kernel to finish
     no later than the copies and `spec`, else `spec` (also where the in-place kernel lacks this
     call's fused epilogue or the device); the path model's decision, None where it made none).
+    plan: the call as the in-place kernel's dispatch sees it; tma_plan: as `spec` would run it
+    (swapped where its swap rule runs the call as C^T), whose operands and C the copies and the
+    TMA kernel's store are judged on.
     Also where TMA reads A and B but writes C in elements or pairs (rows of C not whole 16-byte
     pieces) and that store is the TMA kernel's modelled time (path_model.narrow_store_bound): the
     in-place kernel stages C through shared memory and stored such a C at 0.91 TB/s where the TMA
     kernel managed 0.32-0.61 (docs/log/dispatch.md)."""
-    unread = unreadable(spec, plan, itemsize)
+    unread = unreadable(spec, tma_plan, itemsize)
     copied = sum(op.rows * op.cols * itemsize for op in unread)
     c_bytes = plan.m * plan.n * DTYPE_ITEMSIZE[spec.dtypes.c]
-    c_wide = bool(plan.call_values.get("wide_c", 1))
+    c_wide = bool(tma_plan.call_values.get("wide_c", 1))
     model = path_model.coefficients(facts.name, facts.sm_count)
-    if not copied and (c_wide or not path_model.narrow_store_bound(plan.m, plan.n, plan.k, model, c_bytes)):
+    if not copied and (c_wide or not path_model.narrow_store_bound(tma_plan.m, tma_plan.n, plan.k, model, c_bytes)):
         return spec, None
     other = _other_kernel(spec, spec.in_place, "names in_place", bias, act, facts.target)
     if other is None:
@@ -296,7 +304,7 @@ def _in_place_or(spec: KernelSpec, plan: LaunchPlan, itemsize: int, facts: Devic
     else:
         chosen = other.size_rule(plan.m, plan.n, plan.k, facts.sm_count, call_defines(other, plan.call_values))
         tile = (int(chosen.get("BM", 128)), int(chosen.get("BN", 128)))
-    decision = path_model.decide(plan.m, plan.n, plan.k, copied, model, tile, copies=len(unread),
+    decision = path_model.decide(tma_plan.m, tma_plan.n, plan.k, copied, model, tile, copies=len(unread),
                                  in_place_s=in_place_s, c_bytes=c_bytes, c_wide=c_wide)
     return (other if decision.in_place else spec), decision
 

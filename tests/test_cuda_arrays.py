@@ -145,6 +145,37 @@ def test_a_failing_view_is_a_clear_error(fake, monkeypatch):
 
 
 # ---- on the GPU ----------------------------------------------------------------------------------
+def test_torchs_stream_is_wrapped_by_cupys_from_external_where_cupy_has_it():
+    """CuPy 14 deprecates ExternalStream (a warning on each new stream): Stream.from_external gets
+    the stream through the CUDA stream protocol; a CuPy without it, or whose from_external takes
+    another form, gets ExternalStream(ptr, device)."""
+    import types
+
+    from asmgemm.runtime.arrays import external_stream
+
+    got = []
+
+    class Stream:
+        @classmethod
+        def from_external(cls, obj):
+            got.append(obj.__cuda_stream__())
+            return "from_external"
+
+    class OtherForm:
+        @classmethod
+        def from_external(cls, obj, device_id):
+            raise AssertionError("not reached: a TypeError is raised before the call")
+
+    def old(ptr, device):
+        return ("ExternalStream", ptr, device)
+
+    assert external_stream(types.SimpleNamespace(cuda=types.SimpleNamespace(Stream=Stream, ExternalStream=old)),
+                           0x1234, 1) == "from_external"
+    assert got == [(0, 0x1234)]
+    for cuda in (types.SimpleNamespace(ExternalStream=old), types.SimpleNamespace(Stream=OtherForm, ExternalStream=old)):
+        assert external_stream(types.SimpleNamespace(cuda=cuda), 0x1234, 1) == ("ExternalStream", 0x1234, 1)
+
+
 @pytest.fixture
 def torch_gpu(cuda_gpu):
     torch = pytest.importorskip("torch")

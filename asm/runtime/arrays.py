@@ -97,6 +97,31 @@ class CupyArrays:
         c.fill(0)
 
 
+class _StreamHandle:
+    """A raw cudaStream_t as an object of the CUDA stream protocol (`__cuda_stream__`: (version 0,
+    the handle)), which CuPy's Stream.from_external takes."""
+    __slots__ = ("ptr",)
+
+    def __init__(self, ptr: int):
+        self.ptr = ptr
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return 0, self.ptr
+
+
+def external_stream(cupy, ptr: int, device: int):
+    """A CuPy stream object for a stream CuPy did not make (torch's): Stream.from_external where
+    CuPy has it (cupy.cuda.ExternalStream, which older CuPy offers alone, is deprecated there and
+    warned on every new stream), else ExternalStream(ptr, device)."""
+    from_external = getattr(cupy.cuda.Stream, "from_external", None) if hasattr(cupy.cuda, "Stream") else None
+    if from_external is not None:
+        try:
+            return from_external(_StreamHandle(ptr))
+        except TypeError:       # a CuPy whose from_external takes another form: the old wrapper still works
+            pass
+    return cupy.cuda.ExternalStream(ptr, device)
+
+
 class TorchArrays:
     """PyTorch CUDA tensors: read in place, launched on torch's current stream of their device (so
     the kernel is ordered after the work that wrote the inputs), a new C allocated by torch."""
@@ -158,7 +183,7 @@ class TorchArrays:
         if hit is None:
             if len(self._streams) >= 64:      # streams come and go: keep the wrappers bounded
                 self._streams.clear()
-            hit = self._streams[(ptr, device)] = self.cupy.cuda.ExternalStream(ptr, device)
+            hit = self._streams[(ptr, device)] = external_stream(self.cupy, ptr, device)
         return hit
 
     def padded_copy(self, x, pitch: int):

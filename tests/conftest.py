@@ -123,21 +123,17 @@ def private_cache(monkeypatch, tmp_path):
 
 
 @pytest.fixture
-def hgemm_own_path(monkeypatch):
+def hgemm_own_path():
     """The Hopper HGEMM's own route for every call of the test: the path model's in-place choice
     (an operand TMA cannot read goes to the spec's `in_place` kernel, hgemm_mma, when the model
     says that beats the padded copy) is turned off, so odd operands take hgemm's padded copies,
     A_LDG and swap, which these tests cover. The in-place route has its own tests
     (test_mma_gemm_gpu.py). Kept launches are forgotten before and after: a launch planned
     without the fixture must not answer a call made with it."""
-    import dataclasses
-
     from asmgemm.runtime import gemm, path_model
-    decide = path_model.decide
-    monkeypatch.setattr(path_model, "decide",
-                        lambda *args, **kwargs: dataclasses.replace(decide(*args, **kwargs), in_place=False))
-    gemm.clear_plan_cache()
-    yield
+    with path_model.in_place_off():
+        gemm.clear_plan_cache()
+        yield
     gemm.clear_plan_cache()
 
 

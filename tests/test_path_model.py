@@ -155,3 +155,15 @@ def test_the_decision_carries_the_terms_it_was_made_from():
     assert decide(1000, 1000, 1000, copied, H100).in_place_s == pytest.approx(
         in_place_path_s(1000, 1000, 1000, H100))
     assert d.to_json()["copy_path_us"] == pytest.approx(d.copy_path_s * 1e6, abs=1e-3)
+
+
+def test_in_place_off_keeps_the_tma_kernel_inside_and_restores_the_decision_after():
+    before = path_model.decide
+    with path_model.in_place_off():
+        inside = path_model.decide(1000, 1000, 1000, both_copied(1000, 1000, 1000), H100, copies=2)
+        assert not inside.in_place and inside.in_place_s < inside.copy_path_s     # the terms still computed
+    assert path_model.decide is before
+    assert path_model.decide(1000, 1000, 1000, both_copied(1000, 1000, 1000), H100, copies=2).in_place
+    with pytest.raises(RuntimeError), path_model.in_place_off():
+        raise RuntimeError("restored on the way out too")
+    assert path_model.decide is before

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import dataclasses
 import json
 import pstats
 import statistics
@@ -97,16 +96,15 @@ def profile(fn, calls: int, label: str) -> None:
 
 
 def tma_path_launch(call) -> dict:
-    """last_launch() of `call` with the path model's in-place choice turned off (as the GPU tests'
-    hgemm_own_path fixture does): the TMA kernel, with padded copies where it cannot read an operand."""
-    decide = path_model.decide
-    path_model.decide = lambda *a, **kw: dataclasses.replace(decide(*a, **kw), in_place=False)
-    gemm_module.clear_plan_cache()
+    """last_launch() of `call` with the path model's in-place choice turned off (path_model.in_place_off,
+    as the GPU tests' hgemm_own_path fixture): the TMA kernel, with padded copies where it cannot read
+    an operand."""
     try:
-        call()
-        return last_launch()
+        with path_model.in_place_off():
+            gemm_module.clear_plan_cache()
+            call()
+            return last_launch()
     finally:
-        path_model.decide = decide
         gemm_module.clear_plan_cache()
 
 

@@ -30,7 +30,8 @@ Pure: the runtime passes the numbers; tests check the decision on the CPU.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import contextlib
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -159,3 +160,21 @@ def decide(m: int, n: int, k: int, copied_bytes: int, c: PathCoefficients, tile:
     host, moved, kernel = _copy_terms(m, n, k, copied_bytes, c, copies, c_bytes, c_wide)
     return PathDecision(copies, copied_bytes, host, moved, kernel, in_place_s, in_place_s <= host + moved + kernel,
                         not c_wide)
+
+
+@contextlib.contextmanager
+def in_place_off():
+    """Within the block every path decision keeps the TMA kernel (decide's in_place is False), its
+    terms still computed: for the TMA kernel's own GPU tests and for tools that time it
+    (tools/call_gap_diag.py --paths). Launch plans made inside are planned so: callers forget kept
+    plans on both sides (asmgemm.runtime.gemm.clear_plan_cache)."""
+    global decide
+    original = decide
+
+    def keep_tma(*args, **kwargs) -> PathDecision:
+        return replace(original(*args, **kwargs), in_place=False)
+    decide = keep_tma
+    try:
+        yield
+    finally:
+        decide = original

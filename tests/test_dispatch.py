@@ -596,6 +596,11 @@ def test_explain_says_what_runs_for_16_bit_calls(run_cli, private_cache):
     code, out, err = run_cli("explain", 5546, 2800, 14, "--dtype", "bfloat16", "--layout", "nt", "--gpu", h100,
                              "--top", 1)
     assert code == 0 and "path: TMA cannot read 1 operand" in out and "bgemm_mma's pick" in out
+    # a narrow C, nothing copied: the line names the TMA kernel's store, not copies
+    code, out, err = run_cli("explain", 4417, 2901, 16, "--dtype", "float16", "--layout", "nt", "--gpu", h100,
+                             "--top", 1)
+    assert code == 0 and "path: TMA reads A and B but would write C in elements or pairs" in out
+    assert "copies +" not in out and "(GPU): in place" in out
 
 
 @pytest.mark.parametrize("args, words", [(("--dtype", "float64"), "float64"), (("--layout", "xx"), "xx")])

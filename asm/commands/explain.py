@@ -188,14 +188,18 @@ def _print(r: dict) -> None:
         copies = f", copying {' and '.join(runs['copies'])} to padded rows first" if runs["copies"] else ""
         console.print(f"  runs: {what} ({runs['chosen_by']}){copies}")
         p = runs["path"]
-        if p is not None:
-            why = (f"TMA cannot read {p['copies']} operand(s) in place" if p["copies"] else
-                   "TMA reads A and B but would write C in elements or pairs (rows not 16-byte pieces)")
-            console.print(f"  path: {why}: copies + TMA kernel "
+        if p is not None and p["copies"]:
+            console.print(f"  path: TMA cannot read {p['copies']} operand(s) in place: copies + TMA kernel "
                           f"{p['copy_path_us']:.1f} us ({p['copy_host_us']:.1f} per-call cost of the copies, "
                           f"{p['copy_bytes_us']:.1f} moving {p['copied_bytes']} bytes, {p['tma_kernel_us']:.1f} "
                           f"the kernel) against the in-place kernel's {p['in_place_us']:.1f} us (GPU): "
                           f"{'in place' if p['in_place'] else 'copies'} (runtime/path_model.py)")
+        elif p is not None:
+            # nothing to copy: the TMA kernel's time is its store of C in elements or pairs
+            console.print(f"  path: TMA reads A and B but would write C in elements or pairs (rows not 16-byte "
+                          f"pieces): the TMA kernel {p['tma_kernel_us']:.1f} us (that store) against the in-place "
+                          f"kernel's {p['in_place_us']:.1f} us (GPU): "
+                          f"{'in place' if p['in_place'] else 'the TMA kernel'} (runtime/path_model.py)")
     console.print(f"  coefficients: {r['model']}")
     pick = "pick" if runs is None or runs["kernel"] == r["family"] else f"{r['family']}'s pick (where it runs)"
     console.print(f"  {pick}: [bold]{r['pick']}[/] ({'exact hit in the database' if r['chosen_by'] == 'database' else 'the model'})"

@@ -146,3 +146,24 @@ def test_torch_stream_by_its_raw_handle_where_torch_offers_it():
     adapter = arrays.TorchArrays(cupy, fast)
     first = adapter.stream(0)
     assert first.ptr == 0x70 and adapter.stream(0) is first and asked[1:] == [("raw", 0), ("raw", 0)]
+
+
+def test_torch_empty_asks_for_row_major_strides_worked_out_once_per_shape():
+    """arrays.TorchArrays.empty: torch.empty_strided with the row-major strides of the shape (an
+    extent of 0 counting as 1), kept per shape, so a repeated call's new C costs no strides loop;
+    the memo stays bounded."""
+    asked = []
+    torch = types.SimpleNamespace(float16="f16", empty_strided=lambda shape, strides, dtype=None, device=None:
+                                  asked.append((shape, strides, dtype, device)) or "tensor")
+    like = SimpleNamespace(dtype="f32", device="cuda:0")
+    adapter = arrays.TorchArrays(types.SimpleNamespace(), torch)
+    assert adapter.empty(like, (3, 128, 64)) == "tensor"
+    assert adapter.empty(like, [3, 128, 64], "float16") == "tensor"
+    assert adapter.empty(like, (5, 0)) == "tensor"
+    assert asked == [((3, 128, 64), (8192, 64, 1), "f32", "cuda:0"), ((3, 128, 64), (8192, 64, 1), "f16", "cuda:0"),
+                     ((5, 0), (1, 1), "f32", "cuda:0")]
+    assert list(adapter._row_major) == [(3, 128, 64), (5, 0)]
+    for rows in range(300):
+        adapter.empty(like, (rows + 1, 7))
+    assert len(adapter._row_major) <= 256 and asked[-1][:2] == ((300, 7), (7, 1))
+    assert arrays.row_major_strides((2, 3, 4)) == (12, 4, 1) and arrays.row_major_strides(()) == ()

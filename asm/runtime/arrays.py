@@ -122,6 +122,16 @@ def external_stream(cupy, ptr: int, device: int):
     return cupy.cuda.ExternalStream(ptr, device)
 
 
+def row_major_strides(shape: tuple) -> tuple:
+    """The strides, in elements, of a row-major (C-ordered) array of `shape` (extents of 0 count as
+    1, as torch and NumPy lay such arrays out)."""
+    strides, step = [], 1
+    for extent in reversed(shape):
+        strides.append(step)
+        step *= max(int(extent), 1)
+    return tuple(strides[::-1])
+
+
 class TorchArrays:
     """PyTorch CUDA tensors: read in place, launched on torch's current stream of their device (so
     the kernel is ordered after the work that wrote the inputs), a new C allocated by torch."""
@@ -129,6 +139,7 @@ class TorchArrays:
     def __init__(self, cupy, torch):
         self.cupy, self.torch = cupy, torch
         self._streams: dict[tuple[int, int], object] = {}
+        self._row_major: dict[tuple, tuple] = {}       # shape -> its row-major strides (in elements)
         # the current stream's handle without building a torch.cuda.Stream object on every call
         # (the handle query Triton and Inductor launch with); absent: the public call below
         self._raw_stream = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
@@ -167,12 +178,16 @@ class TorchArrays:
 
     def empty(self, like, shape, dtype: str | None = None):
         # empty_strided with the row-major strides: 1.9 us a call on the H100's host, where
-        # torch.empty(shape, dtype=, device=) took 3.1 (its argument parsing; docs/log/mma.md "Host time")
-        strides, step = [], 1
-        for extent in reversed(shape):
-            strides.append(step)
-            step *= max(int(extent), 1)
-        return self.torch.empty_strided(shape, strides[::-1], dtype=getattr(self.torch, dtype) if dtype else like.dtype,
+        # torch.empty(shape, dtype=, device=) took 3.1 (its argument parsing; docs/log/mma.md "Host time");
+        # the strides of a shape kept from its first call (working them out took 0.7 us a call on
+        # CI's host, a third of what the allocation itself costs)
+        key = shape if type(shape) is tuple else tuple(shape)
+        strides = self._row_major.get(key)
+        if strides is None:
+            if len(self._row_major) >= 256:       # shapes come and go: keep the memo bounded
+                self._row_major.clear()
+            strides = self._row_major[key] = row_major_strides(key)
+        return self.torch.empty_strided(key, strides, dtype=getattr(self.torch, dtype) if dtype else like.dtype,
                                         device=like.device)
 
     def stream(self, device: int):

@@ -167,3 +167,45 @@ def test_torch_empty_asks_for_row_major_strides_worked_out_once_per_shape():
         adapter.empty(like, (rows + 1, 7))
     assert len(adapter._row_major) <= 256 and asked[-1][:2] == ((300, 7), (7, 1))
     assert arrays.row_major_strides((2, 3, 4)) == (12, 4, 1) and arrays.row_major_strides(()) == ()
+
+
+def test_a_moved_map_is_rewritten_by_its_address_word_alone_after_its_first_write(monkeypatch):
+    """Where tensor_map.mover moves a map by its address word (the driver's layout checked), the
+    block writes a map whole once, then only those 8 bytes for each new address: the bytes stay
+    exactly packer.pack's, the map is not asked for again, and an address TMA cannot start at is
+    refused as by the mover."""
+    from asmgemm.errors import AsmError
+
+    def driver(tm):
+        words = np.array([tm.rows * 1000 + i for i in range(16)], dtype=np.uint64)
+        words[0] = tm.ptr
+        return np.frombuffer(words.tobytes(), dtype="V128")[0]
+    tensor_map.clear_cache()
+    monkeypatch.setattr(tensor_map, "_encode", driver)
+    built = BuiltKernel("k", "hgemm", 384, 128, 256, 0, HGEMM_PARAMS, "x.cubin", "x.ptx", "sm_90a", (128, 64, 64), 2)
+    packer = ArgPacker(built, _plan(300, 256, 512, 2), "float16", "float16")
+    block = ParamBlock(packer, HGEMM_PARAMS)
+    moves = []
+    real_mover = tensor_map.mover
+
+    def counting_mover(tm):
+        move = real_mover(tm)
+
+        def counted(ptr):
+            moves.append(ptr)
+            return move(ptr)
+        counted.address_word = getattr(move, "address_word", None)
+        return counted
+    monkeypatch.setattr(tensor_map, "mover", counting_mover)
+    block.write(0x10000, 0x20000, 0x30000, 1.0, 0.0)
+    assert moves == [0x10000, 0x20000, 0x30000]                 # each map written whole once
+    for a, b, c, alpha, beta in ((0x10000, 0x20000, 0x70000, 1.0, 0.0), (0x10000, 0x20000, 0x30000, 1.0, 0.0),
+                                 (0x10000, 0x20000, 0x70000, 1.0, 0.0), (0x10000, 0x20000, 2 ** 47 + 0x100, 1.0, 0.0),
+                                 (0x90000, 0xa0000, 0x30000, 0.5, 2.0)):
+        asked = len(moves)
+        block.write(a, b, c, alpha, beta)
+        assert len(moves) == asked                               # the block asked for no map
+        want = _packed(packer.pack(a, b, c, alpha, beta))       # (pack itself moves maps through encode)
+        assert block.arguments() == want and _decoded(block.address, HGEMM_PARAMS) == want
+    with pytest.raises(AsmError, match="16 bytes"):
+        block.write(0x90008, 0xa0000, 0x30000, 0.5, 2.0)

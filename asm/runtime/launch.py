@@ -260,7 +260,7 @@ class ParamBlock:
     Not thread-safe by itself: a launch writes and launches under `lock` (the driver copies the
     arguments during the call, so the block is free again when cuLaunchKernel returns)."""
 
-    __slots__ = ("address", "lock", "_buffers", "_array", "_ints", "_maps", "_floats", "_last_maps", "_ab")
+    __slots__ = ("address", "lock", "_buffers", "_array", "_ints", "_maps", "_floats", "_last_maps", "_words", "_ab")
 
     def __init__(self, packer: ArgPacker, params: tuple[tuple[str, str], ...]):
         if len(params) != len(packer.template):
@@ -284,6 +284,9 @@ class ParamBlock:
         self._ints, self._maps = tuple(ints), tuple(maps)
         self._floats = tuple((self._view(i, params), which) for i, which, _ in packer.scalar_slots)
         self._last_maps = [None] * len(params)
+        # a map's address word, once the map is written whole and its encode moves it by that word
+        # alone (tensor_map.mover's `address_word`): a view of those 8 bytes, else None
+        self._words: list = [None] * len(params)
         self._ab = (None, None)
         self.lock = threading.Lock()
 
@@ -300,8 +303,18 @@ class ParamBlock:
         for i, which, encode in self._maps:
             ptr = ptrs[which]
             if self._last_maps[i] != ptr:
-                raw = np.asarray(encode(ptr)).tobytes()
-                ctypes.memmove(self._buffers[i], raw, len(raw))
+                word = self._words[i]
+                if word is not None:
+                    # the map is written whole already and only its address moves: that word alone
+                    # (encode's copy of the map and its conversions cost ~3.5 us a moved operand)
+                    tensor_map.check_moved_address(ptr)
+                    word.value = ptr
+                else:
+                    raw = np.asarray(encode(ptr)).tobytes()
+                    ctypes.memmove(self._buffers[i], raw, len(raw))
+                    at = getattr(encode, "address_word", None)
+                    if at is not None:
+                        self._words[i] = ctypes.c_uint64.from_buffer(self._buffers[i], 8 * at)
                 self._last_maps[i] = ptr
         if not _same_scalars(self._ab, alpha, beta):
             values = (alpha, beta)
@@ -363,6 +376,9 @@ def _tensor_map_of(built: BuiltKernel, plan: LaunchPlan, name: str, dtype: str):
             if move[0] is None:
                 move[0] = tensor_map.mover(tensor_map.tile_map(label, ptr, dtype, rows, cols, ld, box, batches,
                                                                batch_stride))
+                # the mover's word, for a holder of the map's bytes that moves it itself (ParamBlock)
+                encoded.address_word = getattr(move[0], "address_word", None)
             memo = last[0] = (ptr, move[0](ptr))
         return memo[1]
+    encoded.address_word = None             # not known before the first map is encoded
     return encoded

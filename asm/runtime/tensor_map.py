@@ -220,17 +220,25 @@ def mover(tm: TileMap):
             return by_driver
 
     def rewritten(ptr: int):
-        _moved(tm, ptr)                     # the address rule, as for any map
+        check_moved_address(ptr)            # the address rule, as for any map
         moved = words.copy()
         moved[ADDRESS_WORD] = ptr
         return moved.view("V128")[0]
+    # a holder of this map's bytes may move it itself: check_moved_address, then the address into
+    # this word (launch.ParamBlock does, where numpy's copy and conversion cost ~3.5 us a call)
+    rewritten.address_word = ADDRESS_WORD
     return rewritten
 
 
-def _moved(tm: TileMap, ptr: int) -> TileMap:
-    """tm at address ptr; AsmError for an address TMA cannot start at (the plan's key keeps a kept
-    launch's pointers at the alignment it was planned with, so this is a safeguard)."""
+def check_moved_address(ptr: int) -> None:
+    """AsmError for an address TMA cannot start at (the plan's key keeps a kept launch's pointers at
+    the alignment it was planned with, so this is a safeguard)."""
     if ptr % ALIGN:
         raise AsmError(f"a tensor map's data starts at 0x{ptr:x}, not a multiple of {ALIGN} bytes as TMA requires",
                        hint=TMA_HINT)
+
+
+def _moved(tm: TileMap, ptr: int) -> TileMap:
+    """tm at address ptr; AsmError for an address TMA cannot start at (check_moved_address)."""
+    check_moved_address(ptr)
     return TileMap(ptr, tm.dtype, tm.rows, tm.cols, tm.row_bytes, tm.box_rows, tm.batches, tm.batch_bytes)

@@ -149,6 +149,7 @@ def configure(spec: KernelSpec, problem: Problem, facts: DeviceFacts,
         # parameters of the kernel asked for, so they keep it)
         spec = _routed(spec, plan, facts, mbias, act)
     path = None
+    tma_kept = None     # where the TMA kernel keeps the call below: (its tuning entry, its swap) as judged there
     if params is None and kernel_batch == 1 and spec.in_place and takes_tensor_maps(spec):
         # operands TMA cannot read: a padded copy, or the spec's in-place kernel (path_model); a
         # kernel named with kernel= is the family asked for, so this choice is still open (params=
@@ -158,13 +159,19 @@ def configure(spec: KernelSpec, problem: Problem, facts: DeviceFacts,
         tuned_tma = None if lookups_disabled() else lookup_tuned_choice(facts.name, spec, plan)
         swaps = not tuned_tma and _takes_c_trans(spec, plan, None, facts.sm_count)
         tma_plan = planned(ma, mb, c_trans=True) if swaps else plan
-        spec, path = _in_place_or(spec, plan, tma_plan, ma.dtype.itemsize, facts, mbias, act)
+        chosen, path = _in_place_or(spec, plan, tma_plan, ma.dtype.itemsize, facts, mbias, act)
+        if chosen is spec:
+            tma_kept = (tuned_tma, tma_plan)
+        spec = chosen
     # the tuning cache's entry for the launch as called (an entry was timed unswapped: it keeps the
     # call off the swap rule's transposed store)
     # (none for a batch on a persistent kernel: the entries time 2-D GEMMs, and a batch of them is
     # walked as the tiles of all its matrices, which the size rules see: launch.rules_rows)
-    tuned = None if (params is not None or lookups_disabled() or _walks_batch(spec, kernel_batch)) else \
-        lookup_tuned_choice(facts.name, spec, plan)
+    if tma_kept is not None:
+        tuned = tma_kept[0]
+    else:
+        tuned = None if (params is not None or lookups_disabled() or _walks_batch(spec, kernel_batch)) else \
+            lookup_tuned_choice(facts.name, spec, plan)
     # a family with a catalog: the dispatch database's exact hit or the cost model's ranking
     # (runtime/dispatch.py) decides, unless params= or the user's own tuning entry do
     plain = mbias is None and act == 0 and kernel_batch == 1
@@ -180,7 +187,9 @@ def configure(spec: KernelSpec, problem: Problem, facts: DeviceFacts,
                                  batch=kernel_batch)
         if choice.chosen_by == "model" and not plan.swapped and autotune is not None:
             autotune(choice)
-    if not tuned and _takes_c_trans(spec, plan, params, facts.sm_count):
+    if tma_kept is not None:
+        plan = tma_kept[1]      # as the in-place check planned it (params None: the same swap rule)
+    elif not tuned and _takes_c_trans(spec, plan, params, facts.sm_count):
         plan = planned(ma, mb, c_trans=True)
     copied = (0, 0)
     if takes_tensor_maps(spec):

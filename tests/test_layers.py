@@ -35,6 +35,9 @@ TESTS = Path(__file__).parent
 # installed (asmgemm.scheduler and asmgemm.grammar live outside asm/).
 PACKAGES = ["asmgemm", "asmgemm.expand", "asmgemm.isa", "asmgemm.commands", "asmgemm.sass", "asmgemm.runtime", "asmgemm.bench",
             "asmgemm.tuning", "asmgemm.grammar", "asmgemm.kernels_ptx", "asmgemm.scheduler"]
+# folders of data alone (the Hopper kernel's parts, the dispatch databases), listed in pyproject.toml
+# so that their files ship (package-data); no modules to check
+DATA_PACKAGES = ["asmgemm.kernels_ptx.hgemm", "asmgemm.kernels_ptx.dispatch"]
 
 # Rank of each stage: a module may import its own stage and stages of a lower rank, nothing else.
 # A stage is a top-level module of the package or a subpackage ("sass": asmgemm.sass.*). Stages
@@ -284,7 +287,10 @@ def test_the_packages_are_pyprojects():
     """A new subpackage is added to pyproject.toml's list (or it would not install); it must be
     here too, or its modules would escape these checks."""
     pyproject = tomllib.loads((TESTS.parent / "pyproject.toml").read_text(encoding="utf-8"))
-    assert sorted(pyproject["tool"]["setuptools"]["packages"]) == sorted(PACKAGES)
+    assert sorted(pyproject["tool"]["setuptools"]["packages"]) == sorted(PACKAGES + DATA_PACKAGES)
+    for name in DATA_PACKAGES:
+        folder = Path(importlib.util.find_spec(name).submodule_search_locations[0])
+        assert not list(folder.glob("*.py")), f"{name} holds modules: move it to PACKAGES"
 
 
 def test_the_graph_covers_the_whole_package():

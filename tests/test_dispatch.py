@@ -546,6 +546,21 @@ def test_explain_names_the_pick_and_the_family(dispatch_dir, run_cli):
     assert rep["rows"][0]["config"] == hit and rep["rows"][0]["why"] == "the pick (exact database hit)"
 
 
+def test_explain_takes_a_layout_in_either_case(dispatch_dir, run_cli):
+    """`--layout NT` as the issues and BLAS write it: the same call as `--layout nt`; a layout that
+    is none of the four is refused by name."""
+    dispatch_dir("Test GPU")
+    reps = []
+    for layout in ("NT", "nt", "Nt"):
+        code, out, err = run_cli("explain", 8, 4096, 4096, "--gpu", "Test GPU", "--no-build", "--json",
+                                 "--layout", layout)
+        assert code == 0, err
+        reps.append(json.loads(out))
+    assert reps[0]["call"]["layout"] == "nt" and reps[0] == reps[1] == reps[2]
+    code, _, err = run_cli("explain", 8, 4096, 4096, "--gpu", "Test GPU", "--no-build", "--layout", "NX")
+    assert code == 2 and "'NX' is not one of 'nn', 'nt', 'tn', 'tt'" in err
+
+
 def test_explain_of_the_models_pick(dispatch_dir, run_cli):
     dispatch_dir("Test GPU")
     code, out, err = run_cli("explain", 1, 4096, 4096, "--gpu", "Test GPU", "--no-build", "--json")

@@ -7,10 +7,15 @@ import sys
 import click
 from rich.console import Console
 
+from ..bench.shapes import LAYOUTS
 from ..errors import AsmError
 from ..isa.arch import DEFAULT_TARGET
 from ..pipeline import BuildOptions
 from ..targets import SUPPORTED_TARGETS
+
+# --layout of run, tune and explain: nn, nt, tn or tt in either case (`--layout NT` as the issues and
+# BLAS write it), handed on in lower case
+LAYOUT = click.Choice(LAYOUTS, case_sensitive=False)
 
 
 def parse_defines(values) -> dict[str, str]:

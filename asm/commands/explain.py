@@ -12,7 +12,7 @@ from ..runtime.cost_model import why_slower
 from ..runtime.gpu import DeviceFacts, device_facts, gpu_available
 from ..runtime.launch_config import Problem, build_choice, configure, new_c_dtype, pick_spec
 from ..runtime.plan import fresh_operands, fresh_plan
-from .common import emit_json, make_console
+from .common import LAYOUT, emit_json, make_console
 
 DTYPES = ("float32", "float16", "bfloat16")
 
@@ -22,7 +22,7 @@ DTYPES = ("float32", "float16", "bfloat16")
 @click.argument("n", type=click.IntRange(1, 1 << 20))
 @click.argument("k", type=click.IntRange(1, 1 << 20))
 @click.option("--dtype", type=click.Choice(DTYPES), default="float32", show_default=True, help="A and B's dtype.")
-@click.option("--layout", type=click.Choice(["nn", "nt", "tn", "tt"]), default="nn", show_default=True,
+@click.option("--layout", type=LAYOUT, default="nn", show_default=True,
               help="Storage of A and B: first letter A, second B; n = as is, t = stored transposed.")
 @click.option("--fused", is_flag=True, help="The call has a fused bias or activation (no split-K then).")
 @click.option("--gpu", "gpu", default=None, metavar="NAME",

@@ -7,7 +7,7 @@ from rich.table import Table
 
 from ..bench.run_check import RunConfig, run_gemm
 from ..bench.shapes import MAX_DIM, make_shape
-from .common import emit_json, make_console, parse_defines
+from .common import LAYOUT, emit_json, make_console, parse_defines
 
 # The one bound on M, N and K (bench.shapes.MAX_DIM, also what bench --shapes and tune --shape accept),
 # checked while the options are parsed: a typo never reaches the GPU.
@@ -19,7 +19,7 @@ _DIM = click.IntRange(1, MAX_DIM)
 @click.option("--m", "m", type=_DIM, required=True, help="Rows of C.")
 @click.option("--n", "n", type=_DIM, required=True, help="Columns of C.")
 @click.option("--k", "k", type=_DIM, required=True, help="Inner dimension.")
-@click.option("--layout", type=click.Choice(["nn", "nt", "tn", "tt"]), default="nn", show_default=True,
+@click.option("--layout", type=LAYOUT, default="nn", show_default=True,
               help="op(A), op(B): n = as stored (row-major), t = transposed.")
 @click.option("--alpha", type=float, default=1.0, show_default=True)
 @click.option("--beta", type=float, default=0.0, show_default=True)

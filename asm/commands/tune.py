@@ -12,7 +12,7 @@ from ..bench.timing import tflops
 from ..runtime.tune_cache import shape_bucket
 from ..tuning.workflow import Progress as Callbacks, TuneConfig, tune
 from .bench import _num
-from .common import emit_json, make_console, parse_defines, source_options
+from .common import LAYOUT, emit_json, make_console, parse_defines, source_options
 from .tune_sweep import run_sweep_or_fit
 
 
@@ -20,7 +20,7 @@ from .tune_sweep import run_sweep_or_fit
 @click.argument("kernel")
 @click.option("--shape", "shape_text", default=None, metavar="M,N,K",
               help="The problem to tune for (e.g. 4096,4096,4096). Not with --sweep/--fit.")
-@click.option("--layout", default="nn", show_default=True, type=click.Choice(["nn", "nt", "tn", "tt"]),
+@click.option("--layout", default="nn", show_default=True, type=LAYOUT,
               help="Storage of A and B: first letter A, second B; n = as is, t = stored transposed.")
 @click.option("--dry-run", is_flag=True,
               help="Build every candidate and list it with its ptxas figures and verdict; no GPU needed, nothing saved.")

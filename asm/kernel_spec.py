@@ -194,6 +194,14 @@ PITCH_NAMES = ("PITCH_A", "PITCH_B")
 # rules (`like`) may store C in another type, and the epilogue's share of the time with it
 # (hgemm_f32c's fp32 pair stores against hgemm's 16-bit ones: docs/log/hgemm.md).
 C_BYTES_NAME = "C_BYTES"
+# ... and, of the GPU besides its SM count, its DRAM's nominal bytes per SM and SM clock cycle
+# (runtime/gpu.py, DeviceFacts.dram_per_sm_cycle: 2 x memory clock x bus width / (SMs x clock),
+# rounded down): whether a launch's C stores or its SMs bound it turns on that ratio, not on the
+# SM count alone (hgemm's rule 1c: one consumer a block pays where DRAM bounds the stores, the H100's
+# 12; two where the SMs do, the H200's 18). Where the caller knows no GPU (plans made on the CPU, the
+# golden walks, scripts' defaults) the H100 SXM's, the GPU the rules were measured on.
+DRAM_RATE_NAME = "DRAM_PER_SM_CYCLE"
+H100_DRAM_PER_SM_CYCLE = 12         # 3.35e12 B/s / (132 SMs x 1.98e9 Hz) = 12.8
 
 _TOP_KEYS = {"source", "entry", "summary", "dtypes", "targets", "abi", "call_params", "defines", "rel_err_limit",
              "launch", "terms", "size_rule", "like", "split_k", "route", "swap_rule", "in_place", "config",
@@ -261,7 +269,7 @@ class SizeRule:
     """One `[[NAME.size_rule]]`: where `when` holds, the untuned call runs with `set`. `when` sees
     the sizes (SIZE_NAMES, after the operand swap), this kernel's call parameters (e.g. ACT:
     a fused activation can favour another tile than the plain GEMM), the operands' row pitches
-    (PITCH_NAMES) and C's element size (C_BYTES_NAME)."""
+    (PITCH_NAMES), C's element size (C_BYTES_NAME) and the GPU's DRAM rate (DRAM_RATE_NAME)."""
 
     when: str
     set: tuple[tuple[str, int], ...]
@@ -447,14 +455,16 @@ class KernelSpec:
         return any(rule.holds(m, n, k, sms, call_defines) for rule in self.swap_rules)
 
     def size_rule(self, m: int, n: int, k: int, sms: int, call_defines: dict | None = None,
-                  pitches: dict | None = None) -> dict[str, int]:
+                  pitches: dict | None = None, dram_per_sm_cycle: int | None = None) -> dict[str, int]:
         """The untuned -D overrides for an M x N x K launch (after the operand swap) on a GPU with
         `sms` SMs and the call's parameters `call_defines` (those not given count as 0: no bias,
-        no activation, operands as stored) and row pitches `pitches` (PITCH_NAMES; default: those of
-        contiguous operands, self.fresh_pitches): the first rule that holds; {} keeps the source defaults."""
+        no activation, operands as stored), row pitches `pitches` (PITCH_NAMES; default: those of
+        contiguous operands, self.fresh_pitches) and DRAM rate `dram_per_sm_cycle` (DRAM_RATE_NAME;
+        None: the H100's): the first rule that holds; {} keeps the source defaults."""
         calls = {**dict.fromkeys((p for p, _ in self.call_params), 0), **(call_defines or {})}
         names = {**calls, **(pitches if pitches is not None else self.fresh_pitches(m, n, k, calls)),
-                 C_BYTES_NAME: DTYPE_ITEMSIZE[self.dtypes.c]}
+                 C_BYTES_NAME: DTYPE_ITEMSIZE[self.dtypes.c],
+                 DRAM_RATE_NAME: H100_DRAM_PER_SM_CYCLE if dram_per_sm_cycle is None else int(dram_per_sm_cycle)}
         _add_terms(self.terms, names, m, n, k, sms)
         for rule in self.size_rules:
             if rule.holds(m, n, k, sms, names):
@@ -648,7 +658,7 @@ def _spec(path: Path, loc: "_Locator", name: str, t) -> KernelSpec:
     terms = _terms(loc, where, t.get("terms", {}), calls)
     # what the load-time check of a size rule binds: every call parameter, pitch and C_BYTES as 0,
     # and the terms' values there (a term naming an unknown or later name fails here)
-    check_names = dict.fromkeys((*calls, *PITCH_NAMES, C_BYTES_NAME), 0)
+    check_names = dict.fromkeys((*calls, *PITCH_NAMES, C_BYTES_NAME, DRAM_RATE_NAME), 0)
     _add_terms(terms, check_names, 1, 1, 1, 1)
     rules = t.get("size_rule", [])
     if not isinstance(rules, list):
@@ -979,7 +989,7 @@ def _add_terms(terms: tuple[Term, ...], names: dict, m: int, n: int, k: int, sms
 def _terms(loc: "_Locator", where: str, table, calls: dict) -> tuple[Term, ...]:
     if not isinstance(table, dict):
         raise AsmError(f"{where} terms: a table of NAME = \"expression\"")
-    taken = {*SIZE_NAMES, *calls, *PITCH_NAMES, C_BYTES_NAME}
+    taken = {*SIZE_NAMES, *calls, *PITCH_NAMES, C_BYTES_NAME, DRAM_RATE_NAME}
     out = []
     for name, text in table.items():
         if not (name.isidentifier() and name.isupper()):

@@ -39,7 +39,8 @@ from types import SimpleNamespace
 
 from asmgemm.expand import expand
 from asmgemm.expr import compile_expression
-from asmgemm.kernel_spec import ACTIVATIONS, BIAS_MODES, DTYPE_ITEMSIZE, KernelSpec, all_specs
+from asmgemm.kernel_spec import (ACTIVATIONS, BIAS_MODES, DRAM_RATE_NAME, DTYPE_ITEMSIZE, H100_DRAM_PER_SM_CYCLE,
+                                 KernelSpec, all_specs)
 from asmgemm.parse import parse_source
 from asmgemm.pipeline import BuildOptions, build_file, resolve_input
 from asmgemm.runtime import launch_config, split_k, tensor_map
@@ -126,7 +127,8 @@ class CompiledRules(RuntimeRules):
 
     def size_rule(self, m, n, k, calls, pitches):
         names = self._names(m, n, k, {**dict.fromkeys((p for p, _ in self.spec.call_params), 0), **calls,
-                                      **pitches, "C_BYTES": self.c_bytes})
+                                      **pitches, "C_BYTES": self.c_bytes,
+                                      DRAM_RATE_NAME: H100_DRAM_PER_SM_CYCLE})
         for name, term in self.terms:
             names[name] = term(names)
         return next((i for i, r in enumerate(self.size_rules) if r(names)), -1)

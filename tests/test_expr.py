@@ -103,7 +103,8 @@ def test_compiled_rules_agree_with_the_tree_walk_on_every_shipped_rule():
         compiled = [compile_expression(t) for t in trees]
         params = dict.fromkeys((p for p, _ in spec.call_params), 1)
         for m, n, k in itertools.product(sizes, repeat=3):
-            names = {"M": m, "N": n, "K": k, "SMS": 132, "C_BYTES": 2, "PITCH_A": 2 * k, "PITCH_B": 2 * n, **params}
+            names = {"M": m, "N": n, "K": k, "SMS": 132, "C_BYTES": 2, "PITCH_A": 2 * k, "PITCH_B": 2 * n,
+                     "DRAM_PER_SM_CYCLE": 12 if k < 1000 else 18, **params}
             for term in spec.terms:
                 names[term.name] = evaluate(term.tree, lambda name, span: names[name])
             for tree, fn in zip(trees, compiled):

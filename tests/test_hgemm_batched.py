@@ -207,6 +207,24 @@ def test_attention_p_v_gets_tiles_no_wider_than_its_columns(builds):
     assert builds[-1][1]["CLUSTER_K"] == 4 and builds[-1][1]["BATCHED"] == 0
 
 
+def test_one_consumer_for_stored_scores_only_where_dram_bounds_the_stores(builds):
+    """Q.K^T at 128 x (4096 x 128 . 128 x 4096): rule 1c's one consumer a block on the H100 (DRAM
+    12 bytes an SM cycle), the default two on a GPU whose DRAM takes more than one consumer stores
+    (the H200's 18: DeviceFacts.dram_per_sm_cycle); the rest of the launch alike. Where the facts
+    know no DRAM rate, the H100's."""
+    h200 = DeviceFacts(0, "NVIDIA H200", "sm_90", 132, 1.98e9, 4.81e12)
+    unknown = DeviceFacts(0, "some GPU", "sm_90", 132)
+    assert (H100.dram_per_sm_cycle, h200.dram_per_sm_cycle, unknown.dram_per_sm_cycle) == (12, 18, None)
+    picked = {}
+    for facts in (H100, h200, unknown):
+        q, k, s = batch(128, 4096, 128), batch(128, 4096, 128), batch(128, 4096, 4096)
+        configure(pick_spec(None, "float16", None, facts), Problem(q, k, s, trans_b=True), facts)
+        picked[facts.name] = builds[-1][1]
+    assert picked["NVIDIA H100 80GB HBM3"]["CONSUMERS"] == 1 and picked["some GPU"]["CONSUMERS"] == 1
+    assert picked["NVIDIA H200"].get("CONSUMERS", 2) == 2
+    assert all(d["BATCHED"] == 1 and d["CLUSTER_M"] == 1 and d["BN"] == 256 for d in picked.values())
+
+
 def test_a_batch_with_few_tiles_never_splits_k(builds):
     """2 x (128 x 4096 . 4096 x 64): the 2-D rules split such a K in clusters; a batch not."""
     configured(batch(2, 128, 4096), batch(2, 4096, 64), batch(2, 128, 64))

@@ -82,6 +82,22 @@ set = { T = 256 }
         load_spec_file(bad)
 
 
+def test_size_rules_see_the_gpus_dram_rate(tmp_path):
+    """DRAM_PER_SM_CYCLE: the caller's GPU's (DeviceFacts.dram_per_sm_cycle), the H100's 12 where it
+    gives none; a name of its own, which a term may not take."""
+    p = write_spec(tmp_path, GOOD + """
+[[k.size_rule]]
+when = "DRAM_PER_SM_CYCLE < 15"
+set = { T = 64 }
+""")
+    (spec,) = load_spec_file(p)
+    assert spec.size_rule(64, 64, 64, 132) == {"T": 64} == spec.size_rule(64, 64, 64, 132, dram_per_sm_cycle=12)
+    assert spec.size_rule(64, 64, 64, 132, dram_per_sm_cycle=18) == {}
+    bad = write_spec(tmp_path, GOOD + '\n[k.terms]\nDRAM_PER_SM_CYCLE = "SMS"\n', name="bad.toml")
+    with pytest.raises(AsmError, match="DRAM_PER_SM_CYCLE"):
+        load_spec_file(bad)
+
+
 def test_the_shipped_sgemm_is_dispatched_by_its_catalog():
     """sgemm's tilings, its decoding kernel and its split-K counts are catalog entries ranked by the
     cost model (tests/test_dispatch.py), not size, route or split rules; the skinny entries build

@@ -56,6 +56,14 @@ class DeviceFacts:
     dram_bytes_per_s: float = 0.0   # 2 x memory clock x bus width (DDR), the cost model's DRAM rate
     l2_bytes: int = 0               # the L2 cache (0: unknown): C beyond it is stored evict-first (C_STREAM)
 
+    @property
+    def dram_per_sm_cycle(self) -> int | None:
+        """The size rules' DRAM_PER_SM_CYCLE (kernel_spec.DRAM_RATE_NAME): nominal DRAM bytes per SM
+        and SM clock cycle, rounded down (H100 SXM 12, H200 18); None where either rate is unknown."""
+        if self.dram_bytes_per_s <= 0 or self.clock_hz <= 0 or self.sm_count <= 0:
+            return None
+        return int(self.dram_bytes_per_s / (self.sm_count * self.clock_hz))
+
 
 TARGET_ENV = "ASMGEMM_TARGET"
 

@@ -219,12 +219,13 @@ def a_multicast(n: int, tile_n: int) -> int:
     return 2 if tiles_n >= 2 and (2 * pairs - tiles_n) * PAIR_WASTE_MAX <= 2 * pairs else 1
 
 
-def grouped_params(spec: KernelSpec, plan: LaunchPlan, params: dict | None, sm_count: int) -> dict:
+def grouped_params(spec: KernelSpec, plan: LaunchPlan, params: dict | None, sm_count: int,
+                   dram_per_sm_cycle: int | None = None) -> dict:
     """The -D values of a grouped launch of a kernel without a catalog: params= as given, else its
     size rule for all tokens with grouped_defines and, on the persistent TMA kernel, its tile
-    columns in pairs where they pair up (a_multicast)."""
+    columns in pairs where they pair up (a_multicast). dram_per_sm_cycle: the GPU's, as choose_params."""
     defines = None if params is not None else grouped_defines(spec, plan)
-    chosen = choose_params(spec, plan, params, None, sm_count, defines)
+    chosen = choose_params(spec, plan, params, None, sm_count, defines, dram_per_sm_cycle)
     if defines:
         # (the persistent kernel's tile is BN columns wide: hgemm/config.inc's TN = BN)
         chosen["CLUSTER_N"] = a_multicast(plan.n, int(chosen["BN"]))
@@ -241,7 +242,8 @@ def grouped_config(spec: KernelSpec, plan: LaunchPlan, facts: DeviceFacts, param
     if params is not None or not spec.configs:
         if not spec.configs and params is None:
             cfg.chosen_by = "size_rule"
-        cfg.built = build_kernel(spec, grouped_params(spec, plan, params, facts.sm_count), target)
+        cfg.built = build_kernel(spec, grouped_params(spec, plan, params, facts.sm_count, facts.dram_per_sm_cycle),
+                                 target)
         return cfg
     choice = dispatch.choose(spec, plan.layout, plan.m, plan.n, plan.k, call_values=plan.call_values,
                              gpu=facts.name, target=facts.target, sms=facts.sm_count, plain=False,

@@ -61,10 +61,11 @@ def operand_pitches(spec: KernelSpec, plan: LaunchPlan) -> dict[str, int]:
 
 
 def choose_params(spec: KernelSpec, plan: LaunchPlan, params: dict | None, tuned: dict | None,
-                  sm_count: int, launch_defines: dict | None = None) -> dict:
+                  sm_count: int, launch_defines: dict | None = None, dram_per_sm_cycle: int | None = None) -> dict:
     """-D defines for this launch (see the module docstring for the precedence). `launch_defines`:
     what the runtime decided for this launch besides the call values (split-K's switch, which
-    replaces the split count params= or a tuning entry may carry under the same name)."""
+    replaces the split count params= or a tuning entry may carry under the same name).
+    `dram_per_sm_cycle`: the GPU's DeviceFacts.dram_per_sm_cycle, which the size rules see (None: the H100's)."""
     chosen = default_params(spec)
     if params is not None:
         chosen.update(params)
@@ -72,7 +73,8 @@ def choose_params(spec: KernelSpec, plan: LaunchPlan, params: dict | None, tuned
         chosen.update(tuned)
     else:
         chosen.update(spec.size_rule(rules_rows(spec, plan), plan.n, plan.k, sm_count,
-                                     call_defines(spec, plan.call_values), operand_pitches(spec, plan)))
+                                     call_defines(spec, plan.call_values), operand_pitches(spec, plan),
+                                     dram_per_sm_cycle))
     chosen.update(launch_defines or {})
     chosen.update(call_defines(spec, plan.call_values, chosen))
     chosen.update(spec.defines)       # what makes this kernel this kernel (e.g. BF16=1): never overridden
@@ -122,7 +124,7 @@ def untuned_launch(spec: KernelSpec, m: int, n: int, k: int, layout: str, sm_cou
 
 
 def untuned_size_rule(spec: KernelSpec, m: int, n: int, k: int, layout: str, sm_count: int, *, bias: int = 0,
-                      activation: int = 0) -> dict:
+                      activation: int = 0, dram_per_sm_cycle: int | None = None) -> dict:
     """The size rule's choice for a call of this shape and layout on fresh row-major operands (the
     call values plan.call_values_for gives them, with this bias mode and activation code, after the
     spec's swap): what choose_params picks for such a call untuned, for scripts that lay -D
@@ -135,7 +137,7 @@ def untuned_size_rule(spec: KernelSpec, m: int, n: int, k: int, layout: str, sm_
     fresh = spec.fresh_pitches(km, kn, k, defines)
     padded = {"PITCH_A": "tmap_a" in spec.abi and not values.get("a_ldg"), "PITCH_B": "tmap_b" in spec.abi}
     pitches = {name: tensor_map.padded_pitch(p) if padded[name] else p for name, p in fresh.items()}
-    chosen = spec.size_rule(km, kn, k, sm_count, defines, pitches)
+    chosen = spec.size_rule(km, kn, k, sm_count, defines, pitches, dram_per_sm_cycle)
     if values.get("c_trans"):         # params= swap only when they say so
         chosen[spec.call_value_param("c_trans")] = 1
     return chosen

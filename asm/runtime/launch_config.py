@@ -311,7 +311,8 @@ def _in_place_or(spec: KernelSpec, plan: LaunchPlan, tma_plan: LaunchPlan, items
         if picked:
             in_place_s = picked[0].gpu_s
     else:
-        chosen = other.size_rule(plan.m, plan.n, plan.k, facts.sm_count, call_defines(other, plan.call_values))
+        chosen = other.size_rule(plan.m, plan.n, plan.k, facts.sm_count, call_defines(other, plan.call_values),
+                                 dram_per_sm_cycle=facts.dram_per_sm_cycle)
         tile = (int(chosen.get("BM", 128)), int(chosen.get("BN", 128)))
     decision = path_model.decide(tma_plan.m, tma_plan.n, plan.k, copied, model, tile, copies=len(unread),
                                  in_place_s=in_place_s, c_bytes=c_bytes, c_wide=c_wide)
@@ -357,13 +358,14 @@ def _build_for(spec: KernelSpec, plan: LaunchPlan, params: dict | None, tuned: d
         rejected = (spec.name, target, tuple(sorted((k, str(v)) for k, v in tuned.items())))
         if rejected not in _rejected:
             try:
-                return build_kernel(spec, choose_params(spec, plan, None, tuned, facts.sm_count, launch_defines),
-                                    target)
+                return build_kernel(spec, choose_params(spec, plan, None, tuned, facts.sm_count, launch_defines,
+                                                        facts.dram_per_sm_cycle), target)
             except (AsmError, ValueError, TypeError) as exc:
                 failure = exc
         else:
             failure = None
-        built = build_kernel(spec, choose_params(spec, plan, None, None, facts.sm_count, launch_defines), target)
+        built = build_kernel(spec, choose_params(spec, plan, None, None, facts.sm_count, launch_defines,
+                                                 facts.dram_per_sm_cycle), target)
         if failure is not None:    # the untuned build works, so the entry was at fault
             _rejected.add(rejected)
             why = failure.message if isinstance(failure, AsmError) else str(failure)
@@ -373,7 +375,8 @@ def _build_for(spec: KernelSpec, plan: LaunchPlan, params: dict | None, tuned: d
                        f"({shown}) does not build ({where}{why.splitlines()[0] if why else 'error'}); "
                        "using the untuned choice", once=f"tuned:{rejected}")
         return built
-    return build_kernel(spec, choose_params(spec, plan, params, None, facts.sm_count, launch_defines), target)
+    return build_kernel(spec, choose_params(spec, plan, params, None, facts.sm_count, launch_defines,
+                                             facts.dram_per_sm_cycle), target)
 
 
 def build_choice(choice: dispatch.Choice, plan: LaunchPlan, facts: DeviceFacts, plain: bool,

@@ -225,6 +225,15 @@ def test_one_consumer_for_stored_scores_only_where_dram_bounds_the_stores(builds
     assert all(d["BATCHED"] == 1 and d["CLUSTER_M"] == 1 and d["BN"] == 256 for d in picked.values())
 
 
+def test_one_tile_column_streams_a(builds):
+    """P.V at 32 x (2048 x 2048 . 2048 x 64) and a tall 2-D GEMM into 128 columns: one tile column
+    a matrix, so every A tile is read once (rule 2n: STREAM, the kernel's test then picks A)."""
+    configured(batch(32, 2048, 2048), batch(32, 2048, 64), batch(32, 2048, 64))
+    assert builds[-1][1]["BN"] == 64 and builds[-1][1]["STREAM"] == 1
+    configured(matrix(20000, 2048), matrix(2048, 128), matrix(20000, 128))
+    assert builds[-1][1]["BN"] == 128 and builds[-1][1]["STREAM"] == 1 and builds[-1][1]["BATCHED"] == 0
+
+
 def test_a_batch_with_few_tiles_never_splits_k(builds):
     """2 x (128 x 4096 . 4096 x 64): the 2-D rules split such a K in clusters; a batch not."""
     configured(batch(2, 128, 4096), batch(2, 4096, 64), batch(2, 128, 64))

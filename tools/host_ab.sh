@@ -6,7 +6,9 @@
 #
 # Prepare the old tree here first (it travels as untracked files; delete it afterwards):
 #     git archive <rev> | (mkdir -p ab_old && tar -x -C ab_old)
-# then on the device:  OLD=ab_old REPS=5 bash tools/host_ab.sh   (writes $OUT/host_ab.txt)
+# then on the device:  OLD=ab_old REPS=5 bash tools/host_ab.sh   (writes $OUT/host_ab.txt after every
+# rep: each runs 2 x the shapes' processes, ~140 s for the 7 default shapes on the H200's host, so
+# give a command REPS x that, or fewer shapes)
 # SHAPES: ';'-separated host_profile.py arguments (default below); CALLS per run (default 2000).
 set -uo pipefail
 OLD=${OLD:-ab_old}
@@ -23,20 +25,10 @@ command -v taskset >/dev/null || PIN=""
 raw="$OUT/host_ab_raw.txt"
 : > "$raw"
 IFS=';' read -ra LIST <<< "$SHAPES"
-for rep in $(seq "$REPS"); do
-    for s in "${LIST[@]}"; do
-        for tree in old new; do
-            if [[ $tree == old ]]; then
-                line=$(cd "$OLD" && PYTHONPATH=/tmp/site:.gpu_pkg $PIN python3 tools/host_profile.py $s --calls "$CALLS" --top 0 2>&1 | grep -E "per call|Error|error")
-            else
-                line=$(PYTHONPATH=/tmp/site:.gpu_pkg $PIN python3 tools/host_profile.py $s --calls "$CALLS" --top 0 2>&1 | grep -E "per call|Error|error")
-            fi
-            echo "$tree|$s|$line" >> "$raw"
-        done
-    done
-    echo "host_ab: rep $rep of $REPS done" >&2
-done
-python3 - "$raw" <<'PY' | tee "$OUT/host_ab.txt"
+# the table of the reps done so far, rewritten after every rep: a run its timeout cuts short still
+# leaves the reps it finished in $OUT/host_ab.txt
+summarize() {
+python3 - "$raw" > "$OUT/host_ab.txt" <<'PY'
 import re, statistics, sys
 rows = {}
 for line in open(sys.argv[1]):
@@ -52,3 +44,19 @@ for shape, r in rows.items():
     f = lambda v: f"{min(v):.1f} / {statistics.median(v):.1f}" if v else "-"
     print(f"| {shape} | {f(r['old'])} | {f(r['new'])} | {r['name']} {f(r['ref'])} |")
 PY
+}
+for rep in $(seq "$REPS"); do
+    for s in "${LIST[@]}"; do
+        for tree in old new; do
+            if [[ $tree == old ]]; then
+                line=$(cd "$OLD" && PYTHONPATH=/tmp/site:.gpu_pkg $PIN python3 tools/host_profile.py $s --calls "$CALLS" --top 0 2>&1 | grep -E "per call|Error|error")
+            else
+                line=$(PYTHONPATH=/tmp/site:.gpu_pkg $PIN python3 tools/host_profile.py $s --calls "$CALLS" --top 0 2>&1 | grep -E "per call|Error|error")
+            fi
+            echo "$tree|$s|$line" >> "$raw"
+        done
+    done
+    echo "host_ab: rep $rep of $REPS done" >&2
+    summarize
+done
+cat "$OUT/host_ab.txt"

@@ -461,15 +461,19 @@ class KernelSpec:
         no activation, operands as stored), row pitches `pitches` (PITCH_NAMES; default: those of
         contiguous operands, self.fresh_pitches) and DRAM rate `dram_per_sm_cycle` (DRAM_RATE_NAME;
         None: the H100's): the first rule that holds; {} keeps the source defaults."""
+        i = self.size_rule_index(m, n, k, sms, call_defines, pitches, dram_per_sm_cycle)
+        return {} if i is None else dict(self.size_rules[i].set)
+
+    def size_rule_index(self, m: int, n: int, k: int, sms: int, call_defines: dict | None = None,
+                        pitches: dict | None = None, dram_per_sm_cycle: int | None = None) -> int | None:
+        """The position in self.size_rules of the rule size_rule takes (the first that holds; the
+        same arguments), or None where none holds (the source's defaults)."""
         calls = {**dict.fromkeys((p for p, _ in self.call_params), 0), **(call_defines or {})}
         names = {**calls, **(pitches if pitches is not None else self.fresh_pitches(m, n, k, calls)),
                  C_BYTES_NAME: DTYPE_ITEMSIZE[self.dtypes.c],
                  DRAM_RATE_NAME: H100_DRAM_PER_SM_CYCLE if dram_per_sm_cycle is None else int(dram_per_sm_cycle)}
         _add_terms(self.terms, names, m, n, k, sms)
-        for rule in self.size_rules:
-            if rule.holds(m, n, k, sms, names):
-                return dict(rule.set)
-        return {}
+        return next((i for i, rule in enumerate(self.size_rules) if rule.holds(m, n, k, sms, names)), None)
 
     def fresh_pitches(self, m: int, n: int, k: int, call_defines: dict) -> dict[str, int]:
         """PITCH_NAMES of contiguous operands of an M x N x K launch whose orientation the call

@@ -618,6 +618,37 @@ def test_explain_says_what_runs_for_16_bit_calls(run_cli, private_cache):
     assert "copies +" not in out and "(GPU): in place" in out
 
 
+@pytest.mark.toolchain
+@needs_ptxas
+def test_explain_names_the_size_rule_the_tma_kernel_took(run_cli, private_cache):
+    """A launch chosen by size rules names the rule (numbered as docs/kernel-selection.md numbers
+    them: 1-based positions), its condition and -D set, which the build's own -D values carry, and
+    the DRAM rate the rules saw (the H100 database's); where no rule holds, says so; the text
+    output prints both lines."""
+    from asmgemm.kernel_spec import get_spec
+    h100 = "NVIDIA H100 80GB HBM3"
+    code, out, err = run_cli("explain", 1, 4096, 14336, "--dtype", "bfloat16", "--layout", "nt", "--gpu", h100,
+                             "--json", "--top", 1)
+    assert code == 0, err
+    runs = json.loads(out)["runs"]
+    rule = runs["size_rule"]
+    assert runs["chosen_by"] == "size rules" and rule["spec"] == runs["kernel"] == "bgemm"
+    taken = get_spec("bgemm").size_rules[rule["number"] - 1]
+    assert rule["when"] == taken.when and rule["set"] == dict(taken.set) and rule["dram_per_sm_cycle"] == 12
+    assert all(runs["params"][k] == str(v) for k, v in rule["set"].items())
+    code, out, err = run_cli("explain", 4096, 4096, 4096, "--dtype", "float16", "--gpu", h100, "--json", "--top", 1)
+    assert code == 0, err
+    runs = json.loads(out)["runs"]
+    assert runs["size_rule"]["number"] is None and runs["size_rule"]["set"] == {} and runs["params"]["BN"] == "256"
+    code, out, err = run_cli("explain", 1, 4096, 14336, "--dtype", "bfloat16", "--layout", "NT", "--gpu", h100,
+                             "--top", 1)
+    assert code == 0 and f"size rule {rule['number']} of bgemm: when {taken.when}" in out
+    assert "built with: " in out and "STREAM=1" in out
+    # the in-place kernel's pick is the model's: no size rule to name
+    code, out, err = run_cli("explain", 305, 923, 6, "--dtype", "float16", "--gpu", h100, "--json", "--top", 1)
+    assert code == 0 and json.loads(out)["runs"]["size_rule"] is None
+
+
 @pytest.mark.parametrize("args, words", [(("--dtype", "float64"), "float64"), (("--layout", "xx"), "xx")])
 def test_explain_refuses_bad_options_without_a_traceback(run_cli, args, words):
     code, out, err = run_cli("explain", 64, 64, 64, *args)

@@ -8,8 +8,10 @@ from ..errors import AsmError
 from ..kernel_spec import DTYPE_ITEMSIZE, activation_code, get_spec, spec_for_dtype
 from ..runtime import dispatch, dispatch_db
 from ..runtime.arrays import Dtype
+from ..runtime.build_cache import defines_of
 from ..runtime.cost_model import why_slower
 from ..runtime.gpu import DeviceFacts, device_facts, gpu_available
+from ..runtime.launch import size_rule_index
 from ..runtime.launch_config import Problem, build_choice, configure, new_c_dtype, pick_spec
 from ..runtime.plan import fresh_operands, fresh_plan
 from .common import LAYOUT, emit_json, make_console
@@ -52,7 +54,8 @@ def command(m, n, k, dtype, layout, fused, gpu, top, no_build, as_json):
       split         that sum's modelled cost
       call          modelled GPU time + host time of the call (what a caller waits for)
     For 16-bit dtypes on a GPU with a TMA kernel (sm_90), "runs" first says which kernel gemm()
-    launches: the TMA kernel by its size rules where it reads A and B in place; where it cannot
+    launches: the TMA kernel by its size rules (which rule, numbered as docs/kernel-selection.md
+    numbers them, and the -D values of the build) where it reads A and B in place; where it cannot
     (rows not 16-byte multiples), the path model's two times (padded copies + the TMA kernel,
     against the in-place kernel's pick from the table) and which one won.
 
@@ -132,7 +135,21 @@ def _what_runs(m: int, n: int, k: int, dtype: str, layout: str, fused: bool, fac
     copies = [name for name, size in zip("AB", cfg.copied) if size]
     return {"kernel": cfg.spec.name, "config": cfg.config, "chosen_by": cfg.chosen_by, "copies": copies,
             "tile": [cfg.built.tile_m, cfg.built.tile_n] if cfg.built is not None else None,
-            "path": cfg.path.to_json() if cfg.path is not None else None}
+            "path": cfg.path.to_json() if cfg.path is not None else None,
+            "size_rule": _size_rule(cfg, facts),
+            "params": defines_of(cfg.built) if cfg.built is not None else None}
+
+
+def _size_rule(cfg, facts: DeviceFacts) -> dict | None:
+    """The size rule a launch chosen by its kernel's size rules took: its number (1-based, as
+    docs/kernel-selection.md numbers them), condition and -D set, and the GPU's DRAM rate the rules
+    saw; number None where none holds (the source's defaults). None for other launches."""
+    if cfg.built is None or cfg.chosen_by != "size rules" or not cfg.spec.size_rules:
+        return None
+    i = size_rule_index(cfg.spec, cfg.plan, facts.sm_count, facts.dram_per_sm_cycle)
+    rule = None if i is None else cfg.spec.size_rules[i]
+    return {"spec": cfg.spec.name, "number": None if i is None else i + 1, "when": rule.when if rule else None,
+            "set": dict(rule.set) if rule else {}, "dram_per_sm_cycle": facts.dram_per_sm_cycle}
 
 
 def _check_builds(cands, choice, plan, facts, plain, plan_ct=None) -> None:
@@ -187,6 +204,16 @@ def _print(r: dict) -> None:
                                       f"{runs['tile'][0]} x {runs['tile'][1]} tiles" if runs["tile"] else "")
         copies = f", copying {' and '.join(runs['copies'])} to padded rows first" if runs["copies"] else ""
         console.print(f"  runs: {what} ({runs['chosen_by']}){copies}")
+        rule = runs["size_rule"]
+        if rule is not None:
+            took = (f"size rule {rule['number']} of {rule['spec']}: when {rule['when']} -> "
+                    + " ".join(f"{k}={v}" for k, v in rule["set"].items()) if rule["number"] is not None else
+                    f"no size rule of {rule['spec']} holds: the source's defaults")
+            dram = rule["dram_per_sm_cycle"]
+            console.print(f"  {took} (docs/kernel-selection.md; DRAM_PER_SM_CYCLE "
+                          f"{dram if dram is not None else 'unknown: the H100 SXM' + chr(39) + 's'})")
+        if runs["params"]:
+            console.print("  built with: " + " ".join(f"{k}={v}" for k, v in sorted(runs["params"].items())))
         p = runs["path"]
         if p is not None and p["copies"]:
             console.print(f"  path: TMA cannot read {p['copies']} operand(s) in place: copies + TMA kernel "

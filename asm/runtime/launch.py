@@ -72,13 +72,20 @@ def choose_params(spec: KernelSpec, plan: LaunchPlan, params: dict | None, tuned
     elif tuned:
         chosen.update(tuned)
     else:
-        chosen.update(spec.size_rule(rules_rows(spec, plan), plan.n, plan.k, sm_count,
-                                     call_defines(spec, plan.call_values), operand_pitches(spec, plan),
-                                     dram_per_sm_cycle))
+        i = size_rule_index(spec, plan, sm_count, dram_per_sm_cycle)
+        if i is not None:
+            chosen.update(spec.size_rules[i].set)
     chosen.update(launch_defines or {})
     chosen.update(call_defines(spec, plan.call_values, chosen))
     chosen.update(spec.defines)       # what makes this kernel this kernel (e.g. BF16=1): never overridden
     return chosen
+
+
+def size_rule_index(spec: KernelSpec, plan: LaunchPlan, sm_count: int, dram_per_sm_cycle: int | None = None) -> int | None:
+    """The position in spec.size_rules of the rule an untuned launch of this plan takes (what
+    choose_params applies; `asmgemm explain` names it), or None where none holds (the source's defaults)."""
+    return spec.size_rule_index(rules_rows(spec, plan), plan.n, plan.k, sm_count, call_defines(spec, plan.call_values),
+                                operand_pitches(spec, plan), dram_per_sm_cycle)
 
 
 # The tile height the rows of a batch are counted in for the size rules (rules_rows): the TMA kernel's

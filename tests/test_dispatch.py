@@ -649,6 +649,38 @@ def test_explain_names_the_size_rule_the_tma_kernel_took(run_cli, private_cache)
     assert code == 0 and json.loads(out)["runs"]["size_rule"] is None
 
 
+@pytest.mark.toolchain
+@needs_ptxas
+def test_explain_plans_a_batch_as_gemm_does(run_cli, private_cache):
+    """--batch: 3-D operands of that many matrices. Attention's Q.K^T (128 x 4096 x 4096 x 128 fp16
+    nt) runs hgemm's batched mode by rule 1c on the H100's DRAM rate (one consumer); a small odd
+    bf16 batch runs the in-place kernel with its batch as grid z; the batch is in the report, and a
+    batched call is never split (no candidate of the table splits K)."""
+    h100 = "NVIDIA H100 80GB HBM3"
+    code, out, err = run_cli("explain", 4096, 4096, 128, "--dtype", "float16", "--layout", "nt", "--batch", 128,
+                             "--gpu", h100, "--json", "--top", 5)
+    assert code == 0, err
+    rep = json.loads(out)
+    runs = rep["runs"]
+    assert rep["call"]["batch"] == 128 and runs["kernel"] == "hgemm" and runs["params"]["BATCHED"] == "1"
+    assert runs["params"]["CONSUMERS"] == "1" and "DRAM_PER_SM_CYCLE < 15" in runs["size_rule"]["when"]
+    code, out, err = run_cli("explain", 77, 65, 33, "--dtype", "bfloat16", "--batch", 12, "--gpu", h100, "--json",
+                             "--top", 1)
+    assert code == 0, err
+    rep = json.loads(out)
+    assert rep["runs"]["kernel"] == "bgemm_mma" and rep["runs"]["params"]["BATCHED"] == "1"
+    # deep K: one such product alone splits K ("/sN" candidates, the pick among them); a batch of them not
+    splits = {}
+    for batch in (1, 2):
+        code, out, err = run_cli("explain", 77, 65, 8000, "--dtype", "bfloat16", "--batch", batch, "--gpu", h100,
+                                 "--json", "--no-build", "--top", 100)
+        assert code == 0, err
+        splits[batch] = sum("/s" in r["config"] for r in json.loads(out)["rows"])
+    assert splits[1] > 0 and splits[2] == 0
+    code, out, _ = run_cli("explain", 77, 65, 33, "--dtype", "bfloat16", "--batch", 12, "--gpu", h100, "--top", 1)
+    assert code == 0 and out.startswith("a batch of 12 x 77 x 65 x 33 bfloat16")
+
+
 @pytest.mark.parametrize("args, words", [(("--dtype", "float64"), "float64"), (("--layout", "xx"), "xx")])
 def test_explain_refuses_bad_options_without_a_traceback(run_cli, args, words):
     code, out, err = run_cli("explain", 64, 64, 64, *args)

@@ -27,6 +27,9 @@ DTYPES = ("float32", "float16", "bfloat16")
 @click.option("--layout", type=LAYOUT, default="nn", show_default=True,
               help="Storage of A and B: first letter A, second B; n = as is, t = stored transposed.")
 @click.option("--fused", is_flag=True, help="The call has a fused bias or activation (no split-K then).")
+@click.option("--batch", type=click.IntRange(1, 1 << 20), default=1, show_default=True,
+              help="A batch of this many M x N x K products, each with its own A and B (attention's Q.K^T "
+                   "and P.V: 3-D operands one matrix after another); batched calls are never split.")
 @click.option("--gpu", "gpu", default=None, metavar="NAME",
               help="Explain for this GPU's dispatch database (a name such as 'NVIDIA H100 80GB HBM3' or its "
                    "file's slug). Default: the GPU here, else the shipped database's GPU.")
@@ -36,7 +39,7 @@ DTYPES = ("float32", "float16", "bfloat16")
                    "pick shown is then the model's first, which a guard might still refuse, and the 'runs' line, "
                    "which plans the call as gemm() does, is left out).")
 @click.option("--json", "as_json", is_flag=True, help="Every candidate and term as JSON.")
-def command(m, n, k, dtype, layout, fused, gpu, top, no_build, as_json):
+def command(m, n, k, dtype, layout, fused, batch, gpu, top, no_build, as_json):
     """Show the candidates of an M x N x K call, the cost model's estimate for each, the pick, and
     why the others lost.
 
@@ -64,6 +67,7 @@ def command(m, n, k, dtype, layout, fused, gpu, top, no_build, as_json):
       asmgemm explain 4096 4096 4096
       asmgemm explain 1 4096 14336 --layout nt
       asmgemm explain 305 923 6 --dtype float16 --json
+      asmgemm explain 4096 4096 128 --dtype float16 --layout nt --batch 128    # attention's Q.K^T
     """
     facts = _facts(gpu)
     family = spec_for_dtype(dtype, facts.target)
@@ -79,19 +83,22 @@ def command(m, n, k, dtype, layout, fused, gpu, top, no_build, as_json):
         note = None
     size = DTYPE_ITEMSIZE[family.dtypes.a]
     plan = fresh_plan(m, n, k, layout, size, DTYPE_ITEMSIZE[family.dtypes.c])
+    # (a batch is never swapped nor split: launch_config.configure's plan_ct and `plain`)
     plan_ct = (fresh_plan(m, n, k, layout, size, DTYPE_ITEMSIZE[family.dtypes.c], c_trans=True)
-               if any(e.swap for e in family.configs) else None)
+               if batch == 1 and any(e.swap for e in family.configs) else None)
+    plain = not fused and batch == 1
     choice = dispatch.choose(family, plan.layout, plan.m, plan.n, plan.k, call_values=plan.call_values,
-                             gpu=facts.name, target=facts.target, sms=facts.sm_count, plain=not fused,
+                             gpu=facts.name, target=facts.target, sms=facts.sm_count, plain=plain,
                              clock_hz=facts.clock_hz, dram_bytes_per_s=facts.dram_bytes_per_s,
-                             swapped=(plan_ct.layout, plan_ct.call_values) if plan_ct is not None else None)
-    ran = None if no_build else _first_that_builds(choice, plan, facts, not fused, plan_ct)
+                             swapped=(plan_ct.layout, plan_ct.call_values) if plan_ct is not None else None,
+                             batch=batch)
+    ran = None if no_build else _first_that_builds(choice, plan, facts, plain, plan_ct)
     pick = ran or choice.pick
     if not no_build and pick is not None:
         # the candidates modelled faster than the pick need a reason: a refusal is one
         pick_s = next(e.call_s for e in choice.ranked if e.candidate.label == pick.label)
         _check_builds([e.candidate for e in choice.ranked[:top] if e.call_s < pick_s], choice, plan, facts,
-                      not fused, plan_ct)
+                      plain, plan_ct)
     by_label = {e.candidate.label: e for e in choice.ranked}
     best = by_label[pick.label] if pick is not None else None
     rows = []
@@ -109,8 +116,9 @@ def command(m, n, k, dtype, layout, fused, gpu, top, no_build, as_json):
         else:
             why = why_slower(e, best)
         rows.append({**e.to_json(), "why": why})
-    runs = None if no_build else _what_runs(m, n, k, dtype, layout, fused, facts)
-    report = {"call": {"m": m, "n": n, "k": k, "dtype": dtype, "layout": layout, "fused": fused}, "runs": runs,
+    runs = None if no_build else _what_runs(m, n, k, dtype, layout, fused, facts, batch)
+    report = {"call": {"m": m, "n": n, "k": k, "dtype": dtype, "layout": layout, "fused": fused, "batch": batch},
+              "runs": runs,
               "kernel_call": {"m": plan.m, "n": plan.n, "k": plan.k, "layout": plan.layout, "swapped": plan.swapped},
               "gpu": facts.name, "sms": facts.sm_count, "family": family.name, "note": note,
               "model": choice.model_source, "chosen_by": choice.chosen_by,
@@ -123,14 +131,16 @@ def command(m, n, k, dtype, layout, fused, gpu, top, no_build, as_json):
     _print(report)
 
 
-def _what_runs(m: int, n: int, k: int, dtype: str, layout: str, fused: bool, facts: DeviceFacts) -> dict:
-    """What asmgemm.gemm launches for this call on fresh contiguous operands and a C it allocates:
-    launch_config.configure on their descriptions, as gemm plans (no GPU needed; builds cached)."""
+def _what_runs(m: int, n: int, k: int, dtype: str, layout: str, fused: bool, facts: DeviceFacts,
+               batch: int = 1) -> dict:
+    """What asmgemm.gemm launches for this call on fresh contiguous operands and a C it allocates
+    (batch > 1: 3-D ones): launch_config.configure on their descriptions, as gemm plans (no GPU
+    needed; builds cached)."""
     act = activation_code("relu") if fused else 0
     spec = pick_spec(None, dtype, None, facts, None, act)
     c_name = new_c_dtype(spec) or dtype
     a, b, c, trans_a, trans_b = fresh_operands(m, n, k, layout, Dtype(dtype, DTYPE_ITEMSIZE[dtype]),
-                                               Dtype(c_name, DTYPE_ITEMSIZE[c_name]))
+                                               Dtype(c_name, DTYPE_ITEMSIZE[c_name]), batch)
     cfg = configure(spec, Problem(a, b, c, None, trans_a, trans_b, act), facts)
     copies = [name for name, size in zip("AB", cfg.copied) if size]
     return {"kernel": cfg.spec.name, "config": cfg.config, "chosen_by": cfg.chosen_by, "copies": copies,
@@ -191,7 +201,8 @@ def _facts(gpu_name: str | None):
 def _print(r: dict) -> None:
     console = make_console()
     c, kc = r["call"], r["kernel_call"]
-    console.print(f"[bold]{c['m']} x {c['n']} x {c['k']}[/] {c['dtype']} {c['layout']}"
+    batch = f"a batch of {c['batch']} x " if c["batch"] > 1 else ""
+    console.print(f"[bold]{batch}{c['m']} x {c['n']} x {c['k']}[/] {c['dtype']} {c['layout']}"
                   f"{' fused' if c['fused'] else ''} on {r['gpu']} ({r['sms']} SMs): family [bold]{r['family']}[/], "
                   f"{r['candidates']} candidates")
     if kc["swapped"]:

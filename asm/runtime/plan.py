@@ -240,14 +240,18 @@ def call_values_for(m: int, n: int, k: int, layout: str, itemsize: int, c_trans:
     return fresh_plan(m, n, k, layout, itemsize, c_trans=c_trans).call_values
 
 
-def fresh_operands(m: int, n: int, k: int, layout: str, dtype: Dtype, c_dtype: Dtype | None = None
-                   ) -> tuple[Matrix, Matrix, Matrix, bool, bool]:
+def fresh_operands(m: int, n: int, k: int, layout: str, dtype: Dtype, c_dtype: Dtype | None = None,
+                   batch: int = 1) -> tuple[Matrix, Matrix, Matrix, bool, bool]:
     """(A, B, C, trans_a, trans_b): descriptions of freshly allocated, contiguous operands of a call
     of this shape and layout (FRESH_ALLOCATION-aligned, as CuPy allocates; device 0), A and B as
-    stored (a transposed one as its K-major storage): what fresh_plan plans and explain configures."""
+    stored (a transposed one as its K-major storage): what fresh_plan plans and explain configures.
+    batch > 1: 3-D operands of that many matrices each, one after the other (a per-matrix B: no fold)."""
     trans_a, trans_b = layout[0] == "t", layout[1] == "t"
 
     def matrix(rows: int, cols: int, d: Dtype = dtype) -> Matrix:
+        if batch > 1:
+            return Matrix((batch, rows, cols), (rows * cols * d.itemsize, cols * d.itemsize, d.itemsize), d,
+                          FRESH_ALLOCATION, 0)
         return Matrix((rows, cols), (cols * d.itemsize, d.itemsize), d, FRESH_ALLOCATION, 0)
     return (matrix(k, m) if trans_a else matrix(m, k), matrix(n, k) if trans_b else matrix(k, n),
             matrix(m, n, c_dtype or dtype), trans_a, trans_b)

@@ -664,6 +664,8 @@ def test_explain_plans_a_batch_as_gemm_does(run_cli, private_cache):
     runs = rep["runs"]
     assert rep["call"]["batch"] == 128 and runs["kernel"] == "hgemm" and runs["params"]["BATCHED"] == "1"
     assert runs["params"]["CONSUMERS"] == "1" and "DRAM_PER_SM_CYCLE < 15" in runs["size_rule"]["when"]
+    # the database knows no L2 size: the runtime's C_STREAM for this 4 GB C is named as unknown
+    assert "C_STREAM" not in runs["params"] and runs["c_stream_unknown"] is True
     code, out, err = run_cli("explain", 77, 65, 33, "--dtype", "bfloat16", "--batch", 12, "--gpu", h100, "--json",
                              "--top", 1)
     assert code == 0, err

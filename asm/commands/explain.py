@@ -147,7 +147,10 @@ def _what_runs(m: int, n: int, k: int, dtype: str, layout: str, fused: bool, fac
             "tile": [cfg.built.tile_m, cfg.built.tile_n] if cfg.built is not None else None,
             "path": cfg.path.to_json() if cfg.path is not None else None,
             "size_rule": _size_rule(cfg, facts),
-            "params": defines_of(cfg.built) if cfg.built is not None else None}
+            "params": defines_of(cfg.built) if cfg.built is not None else None,
+            # the runtime stores C evict-first (launch.c_stream) where C is larger than the GPU's L2,
+            # which a GPU explained from its dispatch database does not say
+            "c_stream_unknown": bool(cfg.built is not None and cfg.spec.launch.c_stream and not facts.l2_bytes)}
 
 
 def _size_rule(cfg, facts: DeviceFacts) -> dict | None:
@@ -225,6 +228,9 @@ def _print(r: dict) -> None:
                           f"{dram if dram is not None else 'unknown: the H100 SXM' + chr(39) + 's'})")
         if runs["params"]:
             console.print("  built with: " + " ".join(f"{k}={v}" for k, v in sorted(runs["params"].items())))
+        if runs["c_stream_unknown"]:
+            console.print("  (the GPU's L2 size is not in its dispatch database: on the GPU itself a C larger than "
+                          "L2 is also stored evict-first, C_STREAM=1)")
         p = runs["path"]
         if p is not None and p["copies"]:
             console.print(f"  path: TMA cannot read {p['copies']} operand(s) in place: copies + TMA kernel "

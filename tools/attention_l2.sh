@@ -17,36 +17,17 @@ set -uo pipefail
 source tools/device_setup.sh >/dev/null || exit 1
 export ASMGEMM_NO_TUNE_CACHE=1
 mkdir -p "$OUT"
-driver="$OUT/attention_l2_driver.py"
-cat > "$driver" <<'PY'
-"""Each case once per kernel inside an NVTX range named after it (two warm-up calls first)."""
-import sys
-import torch
-from asmgemm.runtime.gemm import gemm
-params = dict((k, int(v)) for k, v in (kv.split("=") for kv in sys.argv[1].split(",") if kv)) or None
-for case in sys.argv[2:]:
-    which, bh, s, d, dtype = case.split(":")
-    bh, s, d, dt = int(bh), int(s), int(d), getattr(torch, dtype)
-    x = torch.randn(bh, s, s if which == "pv" else d, device="cuda").to(dt)
-    y = torch.randn(bh, s, d, device="cuda").to(dt)
-    ours = (lambda: gemm(x, y, trans_b=True, params=params)) if which == "qk" else (lambda: gemm(x, y, params=params))
-    theirs = (lambda: torch.matmul(x, y.transpose(1, 2))) if which == "qk" else (lambda: torch.matmul(x, y))
-    for _ in range(2):
-        ours(); theirs()
-    torch.cuda.synchronize()
-    torch.cuda.nvtx.range_push(case.replace(":", "_"))      # (ncu's CSV separates an NVTX name's fields by ':')
-    ours(); theirs()
-    torch.cuda.synchronize()
-    torch.cuda.nvtx.range_pop()
-    del x, y
-    torch.cuda.empty_cache()
-PY
+# the cases' calls: tools/attention_diag.py --nvtx (each case once in an NVTX range named after it,
+# ':' as '_'; PARAMS as one of its variants, laid over asmgemm's own build)
+driver=(python3 tools/attention_diag.py --nvtx)
+for c in $CASES; do driver+=(--case "$c"); done
+[[ -n "$PARAMS" ]] && driver+=(--variant "$PARAMS")
 include=()
 for c in $CASES; do include+=(--nvtx-include "${c//:/_}/"); done
 metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sectors_srcunit_tex_op_read_lookup_hit.sum,lts__t_sectors_srcunit_tex_op_read_lookup_miss.sum
-python3 "$driver" "$PARAMS" $CASES >/dev/null || { echo "attention_l2: the driver fails without ncu" >&2; exit 1; }
+"${driver[@]}" >/dev/null || { echo "attention_l2: the driver fails without ncu" >&2; exit 1; }
 ncu --replay-mode application --clock-control none --nvtx "${include[@]}" --metrics "$metrics" --csv \
-    python3 "$driver" "$PARAMS" $CASES > "$OUT/attention_l2.csv" 2> "$OUT/attention_l2.err"
+    "${driver[@]}" > "$OUT/attention_l2.csv" 2> "$OUT/attention_l2.err"
 rc=$?
 python3 - "$OUT/attention_l2.csv" <<'PY' | tee "$OUT/attention_l2.txt"
 import csv, re, sys

@@ -224,8 +224,8 @@ def _print(r: dict) -> None:
                     + " ".join(f"{k}={v}" for k, v in rule["set"].items()) if rule["number"] is not None else
                     f"no size rule of {rule['spec']} holds: the source's defaults")
             dram = rule["dram_per_sm_cycle"]
-            console.print(f"  {took} (docs/kernel-selection.md; DRAM_PER_SM_CYCLE "
-                          f"{dram if dram is not None else 'unknown: the H100 SXM' + chr(39) + 's'})")
+            dram = "unknown: the H100 SXM's" if dram is None else dram
+            console.print(f"  {took} (docs/kernel-selection.md; DRAM_PER_SM_CYCLE {dram})")
         if runs["params"]:
             console.print("  built with: " + " ".join(f"{k}={v}" for k, v in sorted(runs["params"].items())))
         if runs["c_stream_unknown"]:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from ..errors import AsmError
 from ..kernel_spec import BIAS_MODES
-from .arrays import FRESH_ALLOCATION, Dtype, Matrix, ptr_of
+from .arrays import FRESH_ALLOCATION, Dtype, Matrix, ptr_of, row_major_strides
 from .tensor_map import addressable
 
 U32_LIMIT = (1 << 31) - 1          # the kernel takes sizes and leading dimensions as 32-bit
@@ -249,10 +249,8 @@ def fresh_operands(m: int, n: int, k: int, layout: str, dtype: Dtype, c_dtype: D
     trans_a, trans_b = layout[0] == "t", layout[1] == "t"
 
     def matrix(rows: int, cols: int, d: Dtype = dtype) -> Matrix:
-        if batch > 1:
-            return Matrix((batch, rows, cols), (rows * cols * d.itemsize, cols * d.itemsize, d.itemsize), d,
-                          FRESH_ALLOCATION, 0)
-        return Matrix((rows, cols), (cols * d.itemsize, d.itemsize), d, FRESH_ALLOCATION, 0)
+        shape = (batch, rows, cols) if batch > 1 else (rows, cols)
+        return Matrix(shape, tuple(s * d.itemsize for s in row_major_strides(shape)), d, FRESH_ALLOCATION, 0)
     return (matrix(k, m) if trans_a else matrix(m, k), matrix(n, k) if trans_b else matrix(k, n),
             matrix(m, n, c_dtype or dtype), trans_a, trans_b)
 

@@ -5,7 +5,8 @@ path: cp.async, ldmatrix, mma.sync m16n8k16, and the warp scan of its grouped mo
 vote.ballot, popc; and the arrival count of its one-launch split-K: atom.global.inc/add, fence,
 membar, bar.red.or.pred); the instructions are the ones handled here, anything else is a clear
 NotImplementedError. Not a model of timing or of the memory model: cp.async copies at once (its
-groups and waits are checked only for their form), mma.sync accumulates in float64 and rounds
+groups and waits are checked only for their form; a partial src-size still reads the whole copy,
+as compute-sanitizer reports sm_90's LDGSTS.ZFILL doing), mma.sync accumulates in float64 and rounds
 once to fp32; blocks run one after another (`run`'s order), so every store of an earlier block
 is seen by a later one and fences have nothing to order (they run as no-ops); an atomic is a
 read-modify-write per thread in thread order.
@@ -788,7 +789,10 @@ class _Run:
             if width == 0:
                 continue
             rows = np.nonzero(src_size == width)[0]
-            data[rows, :width] = self.mem.load(src[rows], width)
+            # a partial src-size still reads all cp-size bytes (sm_90's LDGSTS.ZFILL takes a
+            # predicate, not a size: compute-sanitizer memcheck reports a 16-byte read there on the
+            # H200), so the whole source must lie inside an array; only its first src-size bytes land
+            data[rows, :width] = self.mem.load(src[rows], size)[:, :width]
         self._shared(idx, dst, size, data=data)
         return None
 

@@ -314,10 +314,13 @@ def test_main_loop_runs_hmma_ldsm_and_the_copies_of_its_alignment(cfg):
         assert (c[f"STAGED_{x}"], c[f"REALIGN_{x}"], c[f"RING_{x}"]) == \
             tuple(int(align == 2 and cfg.realign == r) for r in (0, 1, 2)), cfg
     # a realigned chunk: two 16-byte granules (LDG.128 through L1's non-coherent path), one STS.128;
-    # through the ring: two 16-byte cp.async (LDGSTS) of its granules, two LDS.128, one STS.128
+    # through the ring: two 16-byte cp.async (LDGSTS) of its granules, two LDS.128, one STS.128; a
+    # guarded ring loop (its copies zero-fill: LDGSTS...ZFILL) also stores each granule from the
+    # matrix's last granule's words where that is the one it reads (lg: one more STS.128 a granule)
     assert main["LDG.E.128.CONSTANT"] == 2 * tiles * realigned, f"{cfg}: {main}"
     for n in copying:
-        assert n["STS.128"] == _total(n, "BAR") * (realigned + ring), f"{cfg}: {n}"
+        guarded = int(any(op.endswith(".ZFILL") for op in n))
+        assert n["STS.128"] == _total(n, "BAR") * (realigned + ring + guarded * 2 * ring), f"{cfg}: {n}"
         assert n["LDS.128"] == _total(n, "BAR") * 2 * ring, f"{cfg}: {n}"
     assert _total(main, "LDGSTS") == tiles * (cp_chunks + 2 * ring), f"{cfg}: {main}"
     # cp.async of 16 bytes bypasses L1 (.cg: LDGSTS.E.BYPASS...128), 8 and 4 bytes do not (.ca)

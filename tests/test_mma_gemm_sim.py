@@ -364,3 +364,34 @@ def test_the_interpreters_prmt_selects_and_sign_replicates_bytes():
     mem = Memory()
     Kernel(ptx).run((1, 1, 1), (1, 1, 1), dict(out=mem.add(out)), mem, 0)
     assert [hex(v) for v in out] == ["0x66554433", "0x44332211", "0x88776655", "0x66552211", "0x443322ff"]
+
+
+# ---- the copies at the end of the matrix --------------------------------------------------------
+
+@pytest.mark.parametrize("layout,align_a,align_b", [("nn", 16, 8), ("tt", 4, 16), ("nt", 8, 4), ("tn", 4, 8)])
+@pytest.mark.parametrize("k", [65, 41, 9], ids=["k65-main-loop", "k41-prologue-second", "k9-one-tile"])
+def test_a_chunk_cut_by_the_matrix_end_is_not_read_past_it(layout, align_a, align_b, k):
+    """An odd K (a K-major row ends inside a chunk) and M, N not multiples of 8 (an MN-major row
+    too), leading dimensions padded up to the copy width, each matrix ending at the last byte of its
+    buffer: the chunk of the stored matrix's last row that the row's end cuts would read past the
+    matrix by cp.async (a src-size below the copy's size still reads the whole copy: ptx_sim models
+    it so, as compute-sanitizer reports it on the H200), so the last K tile's copies load it 2 bytes
+    at a time (COPY_TILE's `last`, TAIL_CHUNK): the last tile copied by k_last (K = 65: 3 tiles after
+    the prologue's), by the prologue's second copy (K = 41) or its first (K = 9)."""
+    ta, tb = layout[0] == "t", layout[1] == "t"
+    m, n = 70, 66
+    kern, threads, smem, bm, bn = _kernel(TRANS_A=int(ta), TRANS_B=int(tb), ALIGN_A=align_a, ALIGN_B=align_b,
+                                          C_F32=1)
+    keep = []
+    ra, ca = (k, m) if ta else (m, k)
+    rb, cb = (n, k) if tb else (k, n)
+    lda, ldb = -(-ca // (align_a // 2)) * (align_a // 2), -(-cb // (align_b // 2)) * (align_b // 2)
+    a_buf, a = _stored_operand(ra, ca, lda, keep)
+    b_buf, b = _stored_operand(rb, cb, ldb, keep, seed=1)
+    c = _aligned((m, n), np.float32, np.nan)
+    mem = Memory()
+    mem.add(a_buf)
+    mem.add(b_buf)
+    kern.run((math.ceil(n / bn), math.ceil(m / bm), 1), (threads, 1, 1),
+             _args(a_buf, b_buf, c, m, n, k, lda, ldb, n, mem), mem, smem)
+    _close(c, (a.T if ta else a) @ (b.T if tb else b))

@@ -838,8 +838,10 @@ def test_kernel_copies_are_the_models(tie):
                 continue
             wanted = {i: o.copy_dest(t, i) + (g % stages) * stage_bytes for i in range(o.nch)}
             if staged:
+                # (a load no thread runs is none: the other operand's 2-byte loads of a chunk at
+                # the matrix's end, COPY_TILE's `last`, predicated off here)
                 loads = [r for r in window if r["kind"] == "ld.global" and r["mma_before"] < run.mmas
-                         and (r["addr"][r["active"]] >> 32 == o.op + 1).all()]
+                         and r["active"].any() and (r["addr"][r["active"]] >> 32 == o.op + 1).all()]
                 stores = [r for r in window if r["kind"] == "st.shared" and r["size"] == 2
                           and (r["addr"] - (g - 1) % stages * stage_bytes - o.obase < o.tile_bytes).all()
                           and (r["addr"] >= (g - 1) % stages * stage_bytes + o.obase).all()]

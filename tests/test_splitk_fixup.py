@@ -227,10 +227,10 @@ BUILDS = ([(kernel, name, "nn", 16 if name == "t128x128_w64x64" else 2)
              for name in ENTRIES for layout in ("nt", "tn", "tt")]
           + [(kernel, "t64x64_w32x32", layout, 16) for kernel in ("hgemm_mma", "bgemm_mma")
              for layout in ("nn", "nt", "tn", "tt")])
-# ptxas gives the one-launch build two registers more here (96 -> 98: 5 -> 4 blocks of 128 threads
-# a SM; the sum itself is not the cause: the arrival alone, without it, took 106), and no tiling
-# parameter steers it; left as found, for the next step (docs/log/mma.md, step 6)
-FEWER_BLOCKS = {("hgemm_mma", "t64x64_w32x32", "nt", 16), ("bgemm_mma", "t64x64_w32x32", "nt", 16)}
+# (the 64 x 64 nt builds at align 16 took two registers more in the one-launch build, 96 -> 98, 5 -> 4
+# blocks of 128 threads an SM, docs/log/mma.md step 6, an expected failure here until the last K
+# tile's copies with their chunk at the matrix's end, COPY_TILE's `last`, changed ptxas's
+# allocation on 2026-11-28)
 
 
 def _assembled(kernel_name, entry, layout, align, fixup):
@@ -244,19 +244,15 @@ def _assembled(kernel_name, entry, layout, align, fixup):
 
 
 # Each case costs two builds, two ptxas runs and an nvdisasm run (~4.5 s on the 2-core machine):
-# the default run keeps the first (hgemm_mma's default tiling, 16-byte copies) and one of the known
-# cases above; `-m slow` runs the rest.
+# the default run keeps the first (hgemm_mma's default tiling, 16-byte copies) and the 64 x 64 nt
+# build above; `-m slow` runs the rest.
 KNOWN_IN_DEFAULT = ("hgemm_mma", "t64x64_w32x32", "nt", 16)
 
 
 @pytest.mark.toolchain
 @needs_tools
 @pytest.mark.parametrize("kernel_name, entry, layout, align", [
-    # (a known case in the default run, strict: a ptxas that gives the blocks back fails it; the
-    # bgemm twin, the same tiling with bf16, runs under -m slow)
-    pytest.param(*case, marks=[pytest.mark.xfail(strict=True, reason="96 -> 98 registers (see FEWER_BLOCKS)")]
-                 + ([] if case == KNOWN_IN_DEFAULT else [pytest.mark.slow]))
-    if case in FEWER_BLOCKS else p
+    pytest.param(*case) if case == KNOWN_IN_DEFAULT else p
     for case, p in zip(BUILDS, sample_every(len(BUILDS), BUILDS, unpack=True))],
     ids=[f"{k}-{e}-{lay}-a{al}" for k, e, lay, al in BUILDS])
 def test_each_catalog_tiling_builds_the_mode_without_spills_at_its_occupancy(kernel_name, entry, layout, align):

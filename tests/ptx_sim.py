@@ -162,7 +162,7 @@ class Kernel:
             if line.startswith(".reg"):
                 rm = re.match(r"\.reg\s+\.(\w+)\s+(.*);", line)
                 for name in _split_args(rm.group(2)):
-                    rng = re.match(r"(\w+)<(\d+)>$", name)
+                    rng = re.match(r"([%\w]+)<(\d+)>$", name)
                     names = [f"{rng.group(1)}{i}" for i in range(int(rng.group(2)))] if rng else [name]
                     for x in names:
                         self.reg_types[x] = rm.group(1)
@@ -512,9 +512,11 @@ class _Run:
             v = self.val(s, t)
             return v.astype(np.int64)
         with np.errstate(all="ignore"):
-            if op in ("add", "sub", "mul", "mad", "and", "or", "xor", "shl", "not"):
+            if op in ("add", "sub", "mul", "mad", "and", "or", "xor", "shl", "not", "neg"):
                 x = [u(s) for s in a[1:]]
-                if op == "add":
+                if op == "neg":
+                    r = _U64(0) - x[0]
+                elif op == "add":
                     r = x[0] + x[1]
                 elif op == "sub":
                     r = x[0] - x[1]

@@ -2,10 +2,11 @@
 # Issue 31, odd leading dimensions read at full width in place: mma_gemm.sasm's REALIGN = 1 (an
 # ALIGN = 2 operand read in aligned 16-byte granules and realigned in registers) against REALIGN = 0
 # (2-byte loads staged through registers), on the H100 in one device command, in this order (each
-# part under its own timeout, ~7.5 minutes in all):
+# part under its own timeout; PARTS=tests alone takes up to ~9.5 minutes, the others ~5):
 #   1. tests: the realigned path's GPU tests first (odd rows in every layout, fp16/bf16, fp32 C,
 #      REALIGN 0 and 1 bit for bit; the other odd-leading-dimension and copy-width tests), then
-#      the whole of tests/test_mma_gemm_gpu.py (-x; what a cold machine builds in its time);
+#      the whole of tests/test_mma_gemm_gpu.py (-n 8, ALL_TESTS_SECONDS, default 420: run PARTS=tests
+#      alone in a device command);
 #   2. bench: tools/variant_ab.py hgemm_mma --from-dispatch (the configuration gemm's dispatch runs
 #      for the plain kernel) with r1: REALIGN=1, r2: REALIGN=2 (the granules through a cp.async
 #      ring) and r0: REALIGN=0 laid over it, interleaved in one
@@ -31,7 +32,8 @@ if [[ " $PARTS " == *" tests "* ]]; then
     timeout 150 python3 -m pytest -q -m gpu tests/test_mma_gemm_gpu.py -x -p no:cacheprovider \
         -k 'realigned or odd_leading or each_copy_width or in_place_on_hopper' > "$OUT/tests.txt" 2>&1
     rc=$?; echo "== realign gpu tests: exit $rc"; tail -n 8 "$OUT/tests.txt"; (( rc )) && status=1
-    timeout 150 python3 -m pytest -q -m gpu tests/test_mma_gemm_gpu.py -x -p no:cacheprovider \
+    # (the whole file: ~305 tests whose builds dominate; -n 8 ran 60% of it in 240 s on a cold H200)
+    timeout "${ALL_TESTS_SECONDS:-420}" python3 -m pytest -q -n 8 -m gpu tests/test_mma_gemm_gpu.py -p no:cacheprovider \
         > "$OUT/tests_all.txt" 2>&1
     rc=$?; echo "== all of test_mma_gemm_gpu.py: exit $rc (124: out of time, see the count)"
     tail -n 4 "$OUT/tests_all.txt"; (( rc && rc != 124 )) && status=1

@@ -876,6 +876,17 @@ def array_at_end(shape, dtype, fill=0.0, keep=None):
     return out
 
 
+def matrix_at_end(rows, cols, ld, dtype, keep, lead=0, seed=0):
+    """A rows x cols matrix of leading dimension ld starting `lead` elements into a buffer that ends
+    at its last element (array_at_end: a read past it fails), uniform in [-1, 1): (the buffer, the
+    matrix's values in float64). The buffer is appended to `keep`."""
+    count = lead + (rows - 1) * ld + cols
+    buf = array_at_end((count,), dtype, keep=keep)
+    buf[...] = np.random.default_rng(seed).uniform(-1, 1, count)
+    idx = lead + np.arange(rows)[:, None] * ld + np.arange(cols)[None, :]
+    return buf, buf.astype(np.float64)[idx]
+
+
 def aligned_array(shape, dtype, fill=0.0):
     """A new array whose data starts at a multiple of 256 bytes (as GPU allocators give), for a
     kernel's operands in Memory."""

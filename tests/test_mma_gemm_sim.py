@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from asmgemm.pipeline import BuildOptions, build_file
-from ptx_sim import Kernel, Memory, SimError, aligned_array as _aligned, array_at_end
+from ptx_sim import Kernel, Memory, SimError, aligned_array as _aligned, matrix_at_end
 from sweeps import sample_every
 
 SMALL = dict(BM=64, BN=64, WM=32, WN=32)
@@ -217,14 +217,8 @@ def test_grouped_mode_deep_k_runs_the_interior_loop_on_the_experts_rows():
 # ---- ALIGN = 2 (odd leading dimensions): the realigned 16-byte path (REALIGN = 1) ------------------
 
 def _stored_operand(rows, cols, ld, keep, lead=0, seed=0):
-    """A rows x cols fp16 matrix of leading dimension ld, starting `lead` elements into a buffer
-    that ends at its last element (ptx_sim.array_at_end: a read past it fails): the buffer, the
-    matrix's values (float64) and the address to pass."""
-    count = lead + (rows - 1) * ld + cols
-    buf = array_at_end((count,), np.float16, keep=keep)
-    buf[...] = np.random.default_rng(seed).uniform(-1, 1, count)
-    idx = lead + np.arange(rows)[:, None] * ld + np.arange(cols)[None, :]
-    return buf, buf.astype(np.float64)[idx]
+    """An fp16 matrix at the end of its buffer (ptx_sim.matrix_at_end): the buffer and its values."""
+    return matrix_at_end(rows, cols, ld, np.float16, keep, lead, seed)
 
 
 def _odd_call(layout, m, n, k, extra_a, extra_b, realign, lead_a=0, lead_b=0, defines=None):

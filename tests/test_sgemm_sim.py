@@ -12,15 +12,7 @@ import numpy as np
 import pytest
 
 from asmgemm.pipeline import BuildOptions, build_file
-from ptx_sim import Kernel, Memory, aligned_array, array_at_end
-
-
-def _stored(rows, cols, ld, keep, seed):
-    """A rows x cols fp32 matrix of leading dimension ld at the end of its buffer: (buffer, values)."""
-    count = (rows - 1) * ld + cols
-    buf = array_at_end((count,), np.float32, keep=keep)
-    buf[...] = np.random.default_rng(seed).uniform(-1, 1, count)
-    return buf, buf.astype(np.float64)[np.arange(rows)[:, None] * ld + np.arange(cols)[None, :]]
+from ptx_sim import Kernel, Memory, aligned_array, matrix_at_end
 
 
 @pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
@@ -37,8 +29,8 @@ def test_cp_async_copies_stay_inside_matrices_at_their_buffers_ends(layout, m, n
     rb, cb = (n, k) if tb else (k, n)
     lda, ldb = -(-ca // 4) * 4, -(-cb // 4) * 4          # rows padded to 16 bytes, the last one not
     keep = []
-    a_buf, a = _stored(ra, ca, lda, keep, 0)
-    b_buf, b = _stored(rb, cb, ldb, keep, 1)
+    a_buf, a = matrix_at_end(ra, ca, lda, np.float32, keep, seed=0)
+    b_buf, b = matrix_at_end(rb, cb, ldb, np.float32, keep, seed=1)
     out = aligned_array((m, n), np.float32, np.nan)
     mem = Memory()
     args = dict(A=mem.add(a_buf), B=mem.add(b_buf), C=mem.add(out), M=m, N=n, K=k, lda=lda, ldb=ldb, ldc=n,

@@ -48,11 +48,9 @@ PY
 for rep in $(seq "$REPS"); do
     for s in "${LIST[@]}"; do
         for tree in old new; do
-            if [[ $tree == old ]]; then
-                line=$(cd "$OLD" && PYTHONPATH=/tmp/site:.gpu_pkg $PIN python3 tools/host_profile.py $s --calls "$CALLS" --top 0 2>&1 | grep -E "per call|Error|error")
-            else
-                line=$(PYTHONPATH=/tmp/site:.gpu_pkg $PIN python3 tools/host_profile.py $s --calls "$CALLS" --top 0 2>&1 | grep -E "per call|Error|error")
-            fi
+            dir=.
+            [[ $tree == old ]] && dir=$OLD
+            line=$(cd "$dir" && PYTHONPATH=/tmp/site:.gpu_pkg $PIN python3 tools/host_profile.py $s --calls "$CALLS" --top 0 2>&1 | grep -E "per call|Error|error")
             echo "$tree|$s|$line" >> "$raw"
         done
     done

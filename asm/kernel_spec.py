@@ -159,7 +159,11 @@ CALL_VALUES = ("trans_a", "trans_b", "vec_a", "vec_b", "vec_c", "wide_c",
                "a_ldg",
                # align_a, align_b: the widest copy (16, 8, 4 or 2 bytes) every row of the kernel's
                # A (B) allows: the largest of those dividing its base address and its row pitch
-               "align_a", "align_b")
+               "align_a", "align_b",
+               # shifted_c: 1 when C is 16-bit, row-major and unswapped but its rows are not whole,
+               # aligned 16-byte pieces (wide_c 0): a kernel mapping it stages the tile with each
+               # row shifted to C's 16-byte boundaries and stores whole aligned pieces (hgemm)
+               "shifted_c")
 BIAS_MODES = {"none": 0, "column": 1, "row": 2}
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 _ACTIVATION_CODES = {None: 0, **{name: i + 1 for i, name in enumerate(ACTIVATIONS)}}

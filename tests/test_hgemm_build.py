@@ -953,3 +953,66 @@ def test_fp32_c_with_an_activation_keeps_the_pair_stores():
     d = {"C_F32": "1", "WIDE_C": "1", "ACT": "3"}
     result = build_file("hgemm", BuildOptions(defines=d, target="sm_90a"))
     assert "st.shared.v2.f32" not in result.ptx and "cp.async.bulk.tensor.2d.global.shared" not in result.ptx
+
+
+@needs_tools
+@pytest.mark.parametrize("defines", sample_every(3, [
+    {}, {"BN": "128", "CONSUMERS": "1"}, {"BN": "192", "BF16": "1"}, {"BIAS": "1", "ACT": "2"},
+    {"BN": "128", "CLUSTER_N": "2", "CLUSTER_M": "1"}, {"BATCHED": "1", "CLUSTER_M": "1"},
+]))
+def test_shifted_c_builds_clean(defines):
+    """SHIFTED_C (a C whose rows are not whole 16-byte pieces, staged with each row shifted): no
+    spills; the tile leaves by 16-byte global stores (STG.E.128) of whole pieces and 2-byte ones at
+    the rows' ends, none by TMA (its boxes start on 16 bytes of a row), and the staging is st.shared,
+    not stmatrix (a shifted pair may straddle a word)."""
+    r = build_file("hgemm", BuildOptions(defines={**defines, "SHIFTED_C": "1"}, target="sm_90a"))
+    c = r.constants
+    assert (c["SHIFTED"], c["C_BY_TMA"], c["STAGED_C"]) == (1, 0, 1)
+    assert c["C_STAGE"] == 64 * c["C_ROW"] and c["SMEM_BYTES"] <= 232448
+    asm = assemble(r)
+    assert not asm.warnings, asm.warnings
+    (k,) = asm.kernels
+    assert k.spill_stores == k.spill_loads == k.local_bytes == k.stack_frame == 0
+    ops = _opcodes(disassemble(asm.cubin))
+    assert not any(op.startswith("UTMASTG") for op in ops) and not any(op.startswith("STSM") for op in ops)
+    assert any(op.startswith("STG") and ".128" in op for op in ops)
+    assert any(op.startswith("STG") and ".U16" in op for op in ops)
+
+
+def test_shifted_c_leaves_other_builds_alone():
+    """SHIFTED_C is off where C's rows are whole pieces (WIDE_C: TMA stores as before) and refused
+    where the staged pairs are not 16-bit rows of an unswapped C."""
+    wide = build_file("hgemm", BuildOptions(defines={"SHIFTED_C": "1", "WIDE_C": "1"}, target="sm_90a"))
+    assert (wide.constants["SHIFTED"], wide.constants["C_BY_TMA"]) == (0, 1)
+    # gelu_tanh in the consumers beside the shifted staging spilled at BN = 256: refused (the
+    # runtime stores such a C by pairs), built at BN = 128
+    with pytest.raises(AsmError, match="gelu_tanh"):
+        build_file("hgemm", BuildOptions(defines={"SHIFTED_C": "1", "ACT": "3", "BIAS": "1"}, target="sm_90a"))
+    assert build_file("hgemm", BuildOptions(defines={"SHIFTED_C": "1", "ACT": "3", "BN": "128"},
+                                            target="sm_90a")).constants["SHIFTED"] == 1
+    for defines in ({"SHIFTED_C": "1", "C_F32": "1"}, {"SHIFTED_C": "1", "C_T": "1", "BN": "64", "TRANS_B": "1"}):
+        with pytest.raises(AsmError, match="SHIFTED_C stages 16-bit rows"):
+            build_file("hgemm", BuildOptions(defines=defines, target="sm_90a"))
+
+
+def test_shifted_c_is_asked_for_a_16_bit_c_whose_rows_are_not_whole_pieces():
+    """The call value shifted_c (plan.py): odd N or ldc, or a base off 16 bytes, for a 16-bit,
+    unswapped C; not an fp32 C, not whole pieces (wide_c), not under gelu_tanh."""
+    from types import SimpleNamespace
+
+    from asmgemm.runtime.plan import GELU_TANH, plan_launch
+
+    def matrix(rows, cols, ptr, item=2, ld=None):
+        return SimpleNamespace(shape=(rows, cols), ndim=2, strides=((ld or cols) * item, item),
+                               dtype=SimpleNamespace(itemsize=item), ptr=ptr)
+
+    def values(n, ldc=None, ptr=0x30000, item=2, activation=0):
+        b = matrix(64, n, 0x20000, ld=208)                # B's rows 16-byte aligned whatever N is
+        return plan_launch(matrix(300, 64, 0x10000), b, matrix(300, n, ptr, item, ldc),
+                           trans_a=False, trans_b=False, ptr_of=lambda x: x.ptr, activation=activation).call_values
+    assert values(201)["shifted_c"] == 1 and values(201)["wide_c"] == 0
+    assert values(200, ldc=203)["shifted_c"] == 1
+    assert values(200, ptr=0x30002)["shifted_c"] == 1
+    assert values(200)["shifted_c"] == 0 and values(200)["wide_c"] == 1
+    assert values(201, item=4)["shifted_c"] == 0
+    assert values(201, activation=GELU_TANH)["shifted_c"] == 0 and values(201, activation=1)["shifted_c"] == 1

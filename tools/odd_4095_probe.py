@@ -13,7 +13,7 @@ import argparse
 import json
 import statistics
 
-KEYS = ("VEC_C", "WIDE_C", "TMA_C", "BN", "CLUSTER_M", "CLUSTER_N", "REALIGN")
+KEYS = ("VEC_C", "WIDE_C", "SHIFTED_C", "TMA_C", "BN", "CLUSTER_M", "CLUSTER_N", "REALIGN")
 
 
 def main() -> int:

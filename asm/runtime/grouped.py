@@ -175,7 +175,7 @@ def grouped_plan(ma: Matrix, mb: Matrix, mc: Matrix, experts: int, act: int) -> 
         values["align_a"] = 2
     # (the Hopper kernel's, hgemm/guards.inc): A through its map, C unswapped; wide_c stays the
     # plan's (the staged C: the kernel stores a warpgroup's rows that cross its expert's end by pairs)
-    values.update(a_ldg=0, c_trans=0)
+    values.update(a_ldg=0, c_trans=0, shifted_c=0)    # (the grouped tiles' C by TMA or pairs: tested so)
     return dataclasses.replace(plan, call_values=values, groups=experts)
 
 

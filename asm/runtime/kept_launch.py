@@ -18,7 +18,7 @@ from .build_cache import BuiltKernel, build_kernel
 from .cluster_capacity import blocks_per_sm, max_active_clusters
 from .gpu import DeviceFacts, function_handle
 from .launch import ArgPacker, ParamBlock, grid, launch_block
-from .launch_config import LaunchConfig, loads_a_itself
+from .launch_config import LaunchConfig, loads_a_itself, stores_c_shifted
 from .plan import LaunchPlan
 
 _functions: dict[tuple[str, int], object] = {}
@@ -53,7 +53,7 @@ class KeptLaunch:
     """Everything a repeated call needs that does not change with the pointers and scalars."""
 
     __slots__ = ("built", "fn", "fn_key", "grid", "block", "smem", "packer", "swapped", "c_shape", "c_align",
-                 "device", "c_dtype", "split", "spec_name", "c_trans", "cluster_splits", "copied", "a_ldg", "raw",
+                 "device", "c_dtype", "split", "spec_name", "c_trans", "cluster_splits", "copied", "a_ldg", "c_shifted", "raw",
                  "current_stream", "alias", "config", "chosen_by", "fixup")
 
     def __init__(self, built: BuiltKernel, fn, fn_key, grid_, packer: ArgPacker, swapped: bool, c_shape, c_align: int,
@@ -72,6 +72,7 @@ class KeptLaunch:
         # only 16-byte aligned rows), as when the plan was made; 0: read in place
         self.copied = (0, 0)
         self.a_ldg = False              # the kernel reads its A by its own loads (call value a_ldg, A_LDG)
+        self.c_shifted = False          # C staged with shifted rows, stored in whole pieces (SHIFTED_C)
         # cuLaunchKernel over a kept parameter block (_raw_launcher), or None: CuPy's call of fn
         self.raw, self.current_stream = None, None
         # overlap.kept_bounds of a caller's C against A, B and the bias: where `c_ptr - x_ptr`
@@ -142,7 +143,9 @@ def last_launch() -> dict | None:
     and "c_trans" (the swap rule's launch: the kernel computed C^T and stored it transposed, its
     tile counted in C^T's rows and columns), "copies" (the caller's operands, "A" and/or "B", copied
     to padded rows first because TMA could not read them in place) and "a_ldg" (the kernel read
-    its A by its own loads instead: call value a_ldg), "target" (what the kernel was built for) and
+    its A by its own loads instead: call value a_ldg), "c_shifted" (the kernel stages a C whose rows are
+    not whole 16-byte pieces, each row shifted, and stores it in whole aligned pieces where beta = 0:
+    call value shifted_c), "target" (what the kernel was built for) and
     "params" (the -D parameters of the build: the configuration that ran), "config" (its name in the
     family's catalog, e.g. 't128x128_k16/s4'; None where no catalog decided) and "chosen_by" (what
     decided: "database", "model", "params", "tuning cache" or "size rules"), "sass_patch" (the
@@ -164,7 +167,7 @@ def last_launch() -> dict | None:
             "cluster": kept.cluster_splits or kept.built.cluster, "splits": splits,
             "reduce": _reduce_kind(kept),
             "c_trans": kept.c_trans, "copies": tuple(name for name, size in zip("AB", kept.copied) if size),
-            "a_ldg": kept.a_ldg, "target": kept.built.target, "params": params,
+            "a_ldg": kept.a_ldg, "c_shifted": kept.c_shifted, "target": kept.built.target, "params": params,
             "rerun_params": _rerun_params(kept, params),
             "config": kept.config, "chosen_by": kept.chosen_by,
             "sass_patch": {k: v for k, v in kept.built.sass_patch} or None,
@@ -241,6 +244,7 @@ def make(cupy, cfg: LaunchConfig, facts: DeviceFacts, c_align: int, device: int)
     kept.config = cfg.config
     kept.chosen_by = cfg.chosen_by
     kept.a_ldg = loads_a_itself(spec, plan)
+    kept.c_shifted = stores_c_shifted(spec, plan)
     use_raw_launch(cupy, kept)
     return kept
 

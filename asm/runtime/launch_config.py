@@ -285,6 +285,8 @@ def _in_place_or(spec: KernelSpec, plan: LaunchPlan, tma_plan: LaunchPlan, items
     unread = unreadable(spec, tma_plan, itemsize)
     copied = sum(op.rows * op.cols * itemsize for op in unread)
     c_bytes = plan.m * plan.n * DTYPE_ITEMSIZE[spec.dtypes.c]
+    # (a C the kernel stores shifted, SHIFTED_C, is still priced at the narrow rate: its store rate is
+    # not measured yet on the large, store-bound calls this is for)
     c_wide = bool(tma_plan.call_values.get("wide_c", 1))
     model = path_model.coefficients(facts.name, facts.sm_count)
     if not copied and (c_wide or not path_model.narrow_store_bound(tma_plan.m, tma_plan.n, plan.k, model, c_bytes)):
@@ -575,6 +577,13 @@ def unreadable(spec: KernelSpec, plan: LaunchPlan, itemsize: int) -> list:
     loads_a = loads_a_itself(spec, plan)
     return [op for op in (plan.a, plan.b)
             if not (op is plan.a and loads_a) and not addressable(op.ptr, op.rows, op.ld, itemsize)]
+
+
+def stores_c_shifted(spec: KernelSpec, plan: LaunchPlan) -> bool:
+    """Whether the kernel stages a C whose rows are not whole 16-byte pieces and stores it in whole
+    aligned pieces, each staged row shifted (call value shifted_c in a kernel whose spec maps it:
+    hgemm's SHIFTED_C; with beta != 0 the kernel's pair stores run instead)."""
+    return bool(plan.call_values.get("shifted_c")) and spec.call_value_param("shifted_c") is not None
 
 
 def _tma_plan(spec: KernelSpec, ma: Matrix, mb: Matrix, plan: LaunchPlan, planned) -> tuple[LaunchPlan, tuple]:

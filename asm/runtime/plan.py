@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import AsmError
-from ..kernel_spec import BIAS_MODES
+from ..kernel_spec import ACTIVATIONS, BIAS_MODES
 from .arrays import FRESH_ALLOCATION, Dtype, Matrix, ptr_of, row_major_strides
 from .tensor_map import addressable
 
@@ -31,6 +31,8 @@ VECTOR_BYTES = 16                  # one 128-bit global load (ld.global.v4.f32, 
 # value a_ldg reads by its own loads: one 64-wide K tile of the Hopper kernels, loaded once per
 # tile; deeper, a padded copy (one pass over A) read by TMA costs less than such loads per K tile.
 LDG_A_MAX_K = 64
+# the activation code of gelu_tanh (kernel_spec.ACTIVATIONS, codes from 1)
+GELU_TANH = ACTIVATIONS.index("gelu_tanh") + 1
 
 
 @dataclass(frozen=True)
@@ -194,6 +196,8 @@ def plan_launch(a, b, c, *, trans_a: bool, trans_b: bool, ptr_of=lambda x: x.dat
     elems = max(1, VECTOR_BYTES // itemsize)
     ab_elems = max(1, VECTOR_BYTES // int(a.dtype.itemsize))     # A and B may be narrower than C
     # (every batch's matrix must be aligned as the first one is: a batch stride counts as a pitch)
+    wide_c = int(n % elems == 0 and ldc % elems == 0 and ptr_of(c) % VECTOR_BYTES == 0 and not c_trans
+                 and sc % elems == 0)
     values = {
         "trans_a": int(A.trans),
         "trans_b": int(B.trans),
@@ -205,8 +209,7 @@ def plan_launch(a, b, c, *, trans_a: bool, trans_b: bool, ptr_of=lambda x: x.dat
         # (c_trans: a pair's two elements lie in two rows of C, so neither applies)
         "vec_c": int(n % 2 == 0 and ldc % 2 == 0 and ptr_of(c) % (2 * itemsize) == 0 and not c_trans and sc % 2 == 0),
         # C written in 16-byte pieces: every row of C a whole number of them, all aligned
-        "wide_c": int(n % elems == 0 and ldc % elems == 0 and ptr_of(c) % VECTOR_BYTES == 0 and not c_trans
-                      and sc % elems == 0),
+        "wide_c": wide_c,
         "bias": bias_mode,
         "activation": int(activation),
         "batched": int(batch > 1),
@@ -215,6 +218,11 @@ def plan_launch(a, b, c, *, trans_a: bool, trans_b: bool, ptr_of=lambda x: x.dat
         "a_ldg": int(not A.trans and not addressable(A.ptr, A.rows, A.ld, int(a.dtype.itemsize)) and k <= LDG_A_MAX_K),
         "align_a": copy_alignment(A, int(a.dtype.itemsize), sa),
         "align_b": copy_alignment(B, int(b.dtype.itemsize), sb),
+        # C's rows in 16-byte pieces after all, each staged row shifted to C's 16-byte boundaries
+        # (hgemm SHIFTED_C): a 16-bit, unswapped C whose rows are not whole pieces; not under
+        # gelu_tanh, whose temporaries spilled beside it (hgemm/guards.inc)
+        "shifted_c": int(itemsize == 2 and not c_trans and not wide_c and ptr_of(c) % 2 == 0
+                         and activation != GELU_TANH),
     }
     return LaunchPlan(A, B, ptr_of(c), m, n, k, ldc, swap, itemsize, values,
                       ptr_of(bias) if bias is not None else 0, int(batch), (sa, sb, sc))

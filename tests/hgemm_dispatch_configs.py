@@ -45,7 +45,7 @@ from asmgemm.parse import parse_source
 from asmgemm.pipeline import BuildOptions, build_file, resolve_input
 from asmgemm.runtime import launch_config, split_k, tensor_map
 from asmgemm.runtime.launch import call_defines, default_params, rules_rows
-from asmgemm.runtime.plan import fresh_plan, transposed_bias_mode
+from asmgemm.runtime.plan import fresh_plan, shifted_c, transposed_bias_mode
 from asmgemm.files import read_source
 
 import ptx_digest as golden
@@ -160,6 +160,7 @@ def dispatched(rules: RuntimeRules, m: int, n: int, k: int, layout: str, bias: i
     values = {**plan.call_values, "bias": bias, "activation": act}
     if c_view is not None:
         values["vec_c"], values["wide_c"] = c_view
+    values["shifted_c"] = shifted_c(item_c, False, values["wide_c"], act)
     if batch > 1:
         # launch_config.configure: a batch TMA cannot read in place (rows or matrices off 16
         # bytes) runs on the in-place kernel; a batched launch is never routed, swapped or split
@@ -172,6 +173,7 @@ def dispatched(rules: RuntimeRules, m: int, n: int, k: int, layout: str, bias: i
     elif rules.swaps(m, n, k, call_defines(spec, values)):
         plan = fresh_plan(m, n, k, layout, item_a, item_c, c_trans=True)
         values = {**plan.call_values, "bias": transposed_bias_mode(bias), "activation": act}
+        values["shifted_c"] = shifted_c(item_c, True, values["wide_c"], act)
     calls = call_defines(spec, values)
     fresh = spec.fresh_pitches(plan.m, plan.n, k, calls)
     index = rules.size_rule(rules_rows(spec, plan), plan.n, k, calls,

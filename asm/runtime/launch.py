@@ -123,11 +123,11 @@ def untuned_launch(spec: KernelSpec, m: int, n: int, k: int, layout: str, sm_cou
     operands and C (plan.call_values_for, with this bias mode and activation code), after the
     swap the spec's swap rules ask for."""
     item = DTYPE_ITEMSIZE[spec.dtypes.a]
-    values = {**call_values_for(m, n, k, layout, item), "bias": bias, "activation": activation}
+    values = {**call_values_for(m, n, k, layout, item, activation=activation), "bias": bias}
     if not takes_c_trans(spec, m, n, k, sm_count, values):
         return m, n, values
-    return n, m, {**call_values_for(m, n, k, layout, item, c_trans=True), "bias": transposed_bias_mode(bias),
-                  "activation": activation}
+    return n, m, {**call_values_for(m, n, k, layout, item, c_trans=True, activation=activation),
+                  "bias": transposed_bias_mode(bias)}
 
 
 def untuned_size_rule(spec: KernelSpec, m: int, n: int, k: int, layout: str, sm_count: int, *, bias: int = 0,

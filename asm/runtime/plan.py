@@ -221,11 +221,17 @@ def plan_launch(a, b, c, *, trans_a: bool, trans_b: bool, ptr_of=lambda x: x.dat
         # C's rows in 16-byte pieces after all, each staged row shifted to C's 16-byte boundaries
         # (hgemm SHIFTED_C): a 16-bit, unswapped C whose rows are not whole pieces; not under
         # gelu_tanh, whose temporaries spilled beside it (hgemm/guards.inc)
-        "shifted_c": int(itemsize == 2 and not c_trans and not wide_c and ptr_of(c) % 2 == 0
-                         and activation != GELU_TANH),
+        "shifted_c": shifted_c(itemsize, c_trans, wide_c, activation) if ptr_of(c) % 2 == 0 else 0,
     }
     return LaunchPlan(A, B, ptr_of(c), m, n, k, ldc, swap, itemsize, values,
                       ptr_of(bias) if bias is not None else 0, int(batch), (sa, sb, sc))
+
+
+def shifted_c(c_itemsize: int, c_trans: bool, wide_c: int, activation: int) -> int:
+    """The call value shifted_c: a 16-bit, unswapped C whose rows are not whole 16-byte pieces, staged
+    with each row shifted to C's 16-byte boundaries (hgemm SHIFTED_C); not under gelu_tanh, whose
+    temporaries spilled beside it (hgemm/guards.inc)."""
+    return int(c_itemsize == 2 and not c_trans and not wide_c and activation != GELU_TANH)
 
 
 def copy_alignment(op: Operand, itemsize: int, batch_stride: int = 0) -> int:
@@ -241,11 +247,12 @@ def copy_alignment(op: Operand, itemsize: int, batch_stride: int = 0) -> int:
     return itemsize
 
 
-def call_values_for(m: int, n: int, k: int, layout: str, itemsize: int, c_trans: bool = False) -> dict[str, int]:
+def call_values_for(m: int, n: int, k: int, layout: str, itemsize: int, c_trans: bool = False,
+                    activation: int = 0) -> dict[str, int]:
     """The call values the runtime computes for freshly allocated, contiguous operands of this
     shape and layout (CuPy allocations are 256-byte aligned), so that `tune` builds exactly the
     variant that then runs (c_trans: those of the swapped launch, whose M and N are n and m)."""
-    return fresh_plan(m, n, k, layout, itemsize, c_trans=c_trans).call_values
+    return fresh_plan(m, n, k, layout, itemsize, c_trans=c_trans, activation=activation).call_values
 
 
 def fresh_operands(m: int, n: int, k: int, layout: str, dtype: Dtype, c_dtype: Dtype | None = None,
@@ -264,9 +271,9 @@ def fresh_operands(m: int, n: int, k: int, layout: str, dtype: Dtype, c_dtype: D
 
 
 def fresh_plan(m: int, n: int, k: int, layout: str, itemsize: int, c_itemsize: int | None = None,
-               c_trans: bool = False) -> LaunchPlan:
+               c_trans: bool = False, activation: int = 0) -> LaunchPlan:
     """The launch plan of a call on freshly allocated, contiguous operands of this shape and layout
     (fresh_operands), with no GPU: what `tune`, the sweep and `explain` plan with."""
     a, b, c, trans_a, trans_b = fresh_operands(m, n, k, layout, Dtype("", itemsize),
                                                Dtype("", c_itemsize or itemsize))
-    return plan_launch(a, b, c, trans_a=trans_a, trans_b=trans_b, ptr_of=ptr_of, c_trans=c_trans)
+    return plan_launch(a, b, c, trans_a=trans_a, trans_b=trans_b, ptr_of=ptr_of, c_trans=c_trans, activation=activation)

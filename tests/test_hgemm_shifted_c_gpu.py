@@ -87,10 +87,12 @@ def _run(m, n, k, *, ldc=None, c_off=0, layout="nn", dtype="float16", params=Non
 
 
 def _shifted(ran):
-    """The call ran SHIFTED_C: its one-pass launches (a split's partial pass writes fp32 slices and
-    a reduce or cluster sum writes C, so the dispatch's split picks for some shapes leave it out)."""
+    """The call ran SHIFTED_C, unless the dispatch split it (a split's partial pass writes fp32
+    slices and a reduce or cluster sum writes C: last_launch() says no shifted C then)."""
     if ran["splits"] == 1:
         assert ran["c_shifted"] and not ran["c_trans"], ran
+    else:
+        assert not ran["c_shifted"], ran
 
 
 @pytest.mark.parametrize("m,n,k,ldc,c_off", [

@@ -145,7 +145,7 @@ def last_launch() -> dict | None:
     to padded rows first because TMA could not read them in place) and "a_ldg" (the kernel read
     its A by its own loads instead: call value a_ldg), "c_shifted" (the kernel stages a C whose rows are
     not whole 16-byte pieces, each row shifted, and stores it in whole aligned pieces where beta = 0:
-    call value shifted_c), "target" (what the kernel was built for) and
+    call value shifted_c; never a split launch), "target" (what the kernel was built for) and
     "params" (the -D parameters of the build: the configuration that ran), "config" (its name in the
     family's catalog, e.g. 't128x128_k16/s4'; None where no catalog decided) and "chosen_by" (what
     decided: "database", "model", "params", "tuning cache" or "size rules"), "sass_patch" (the
@@ -244,7 +244,8 @@ def make(cupy, cfg: LaunchConfig, facts: DeviceFacts, c_align: int, device: int)
     kept.config = cfg.config
     kept.chosen_by = cfg.chosen_by
     kept.a_ldg = loads_a_itself(spec, plan)
-    kept.c_shifted = stores_c_shifted(spec, plan)
+    # (a split launch stages nothing: its partial pass writes fp32 slices, a reduce or a cluster sum C)
+    kept.c_shifted = stores_c_shifted(spec, plan) and split is None
     use_raw_launch(cupy, kept)
     return kept
 

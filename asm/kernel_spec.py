@@ -137,6 +137,12 @@ ARGUMENTS: dict[str, tuple[str, ...]] = {
     # split-K summed inside the partial pass ([NAME.split_k] fixup_switch): the slices' workspace
     # (C is then the call's own) and one int32 arrival counter per tile of C, zero between launches
     "workspace": (".u64", ".b64", ".s64"), "tile_counters": (".u64", ".b64", ".s64"),
+    # the runtime's padded copy of an operand TMA cannot read (pad_rows.sasm, runtime/pad_copy.py):
+    # source and copy, the source matrix's end (its last byte + 1), the two row pitches in bytes,
+    # the rows and the bytes of each
+    "src": (".u64", ".b64", ".s64"), "dst": (".u64", ".b64", ".s64"), "src_end": (".u64", ".b64", ".s64"),
+    "src_pitch": (".u64", ".b64", ".s64"), "dst_pitch": (".u32", ".s32", ".b32"),
+    "rows": (".u32", ".s32", ".b32"), "row_bytes": (".u32", ".s32", ".b32"),
 }
 # Arguments passed as a .param array: their element count.
 ARRAY_ARGUMENTS = {"tmap_a": 128, "tmap_b": 128, "tmap_c": 128}

@@ -281,6 +281,8 @@ def interpreting_kernel(launches: list, dtype=np.float64) -> Callable[[str, str]
         ta, tb = defines.get("TRANS_A", "0") == "1", defines.get("TRANS_B", "0") == "1"
         if entry == "splitk_reduce":
             return _reduce_kernel(launches, names, defines)
+        if entry == "pad_rows":
+            return _pad_rows_kernel(names)
         split = defines.get("SPLIT_K", "0") == "1"
 
         def fn(grid, block, args, shared_mem=0, stream=None):
@@ -416,11 +418,26 @@ def _reduce_kernel(launches: list, names: list, defines: dict) -> Callable:
     return fn
 
 
+def _pad_rows_kernel(names: list) -> Callable:
+    """pad_rows.sasm (the runtime's padded copy of an operand TMA cannot read): `rows` rows of
+    `row_bytes` bytes, src_pitch apart from src, to dst_pitch apart from dst (not recorded as a
+    launch: the list holds the GEMMs)."""
+    def fn(grid, block, args, shared_mem=0, stream=None):
+        v = {k: int(x) for k, x in zip(names, args)}
+        assert v["src_end"] == v["src"] + (v["rows"] - 1) * v["src_pitch"] + v["row_bytes"], "src_end"
+        assert v["dst"] % 16 == 0 and v["dst_pitch"] % 16 == 0 and v["dst_pitch"] >= v["row_bytes"]
+        assert grid[0] * block[0] * 16 >= v["row_bytes"] and grid[1] == min(v["rows"], 65535)
+        for row in range(v["rows"]):
+            ctypes.memmove(v["dst"] + row * v["dst_pitch"], v["src"] + row * v["src_pitch"], v["row_bytes"])
+    return fn
+
+
 def forget_loaded(monkeypatch) -> None:
     """Functions loaded through another test's stand-in must not be reused."""
-    from asmgemm.runtime import kept_launch
+    from asmgemm.runtime import kept_launch, pad_copy
     monkeypatch.setattr(kept_launch, "_functions", {})
     monkeypatch.setattr(kept_launch, "_modules", {})
+    monkeypatch.setattr(pad_copy, "_kept", {})
 
 
 def install_fakes(monkeypatch, tmp_path, specs, dtype=np.float64):

@@ -552,6 +552,18 @@ class _Run:
                     r = np.where(amt >= n, _U64(0), v >> np.minimum(amt, 63).astype(_U64))
                 self.put(a[0], r, mask, t)
                 return None
+            if op == "shf":
+                # shf.{l,r}.{clamp,wrap}.b32 d, a, b, c: the 64 bits b:a shifted by c (clamp: at
+                # most 32; wrap: c mod 32), d = the high (l) or low (r) word
+                if n != 32 or p[1] not in ("l", "r") or p[2] not in ("clamp", "wrap"):
+                    raise NotImplementedError(ins.text)
+                lo, hi = u(a[1]), u(a[2])
+                amt = self.val(a[3], "u32").astype(_U64)
+                amt = np.minimum(amt, _U64(32)) if p[2] == "clamp" else amt & _U64(31)
+                both = (hi << _U64(32)) | lo
+                r = (both >> amt) if p[1] == "r" else ((both << amt) >> _U64(32))
+                self.put(a[0], (r & _U64(0xFFFFFFFF)).astype(np.uint32), mask, t)
+                return None
             if op in ("min", "max", "div", "rem"):
                 if t.startswith("s"):
                     x, y = s_(a[1]), s_(a[2])

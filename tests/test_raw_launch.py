@@ -1,5 +1,5 @@
 """The launch through cuLaunchKernel (runtime/launch.py ParamBlock and launch_block, runtime/gemm.py
-kept_launch._raw_launcher): the argument bytes a kept parameter block holds must be, call after call, those of
+kept_launch.raw_launcher): the argument bytes a kept parameter block holds must be, call after call, those of
 the argument tuple CuPy's RawKernel call would have packed (ArgPacker.pack), and the driver must be
 handed an array of pointers to them in .param order. Decoded here from memory on the CPU; the GPU
 tests run every launch through this path (tests/test_raw_launch_gpu.py compares it with CuPy's)."""
@@ -121,15 +121,15 @@ def test_a_block_of_the_wrong_size_is_refused():
         ParamBlock(packer, SGEMM_PARAMS[:-1])
 
 
-def test_the_raw_launcher_needs_the_driver_and_a_handle(monkeypatch):
+def test_theraw_launcher_needs_the_driver_and_a_handle(monkeypatch):
     fn = SimpleNamespace(kernel=SimpleNamespace(ptr=0xabc))
     launch = object()
     cupy = types.SimpleNamespace(cuda=types.SimpleNamespace(driver=types.SimpleNamespace(launchKernel=launch)))
-    assert kept_launch._raw_launcher(cupy, fn) == (launch, 0xabc)
-    assert kept_launch._raw_launcher(types.SimpleNamespace(cuda=types.SimpleNamespace()), fn) is None
-    assert kept_launch._raw_launcher(cupy, lambda *a, **k: None) is None          # a stand-in's function
+    assert kept_launch.raw_launcher(cupy, fn) == (launch, 0xabc)
+    assert kept_launch.raw_launcher(types.SimpleNamespace(cuda=types.SimpleNamespace()), fn) is None
+    assert kept_launch.raw_launcher(cupy, lambda *a, **k: None) is None          # a stand-in's function
     monkeypatch.setenv("ASMGEMM_RAW_LAUNCH", "0")
-    assert kept_launch._raw_launcher(cupy, fn) is None
+    assert kept_launch.raw_launcher(cupy, fn) is None
 
 
 def test_torch_stream_by_its_raw_handle_where_torch_offers_it():

@@ -249,25 +249,6 @@ def padded_bytes(x, itemsize: int) -> int:
     return x.shape[0] * padded_pitch(x.shape[1] * itemsize)
 
 
-def copy_padded_into(arrays, x, itemsize: int, dst_ptr: int, stream_ptr: int) -> bool:
-    """x's rows into storage at dst_ptr laid out as `padded` lays them, by one cudaMemcpy2DAsync on
-    stream_ptr (2-3x the elementwise copy's speed: CupyArrays.padded_copy); False, copying nothing,
-    where x's rows are not runs of adjacent elements (the caller then uses `padded`)."""
-    ptr, (rows, cols), (row_stride, col_stride) = arrays.layout(x)
-    width = cols * itemsize
-    if rows == 1:
-        row_stride = width              # a lone row's stride is free (torch gives size-1 dims any)
-    if cols == 1:
-        col_stride = itemsize
-    if col_stride != itemsize or row_stride < width:
-        return False
-    if rows and cols:
-        runtime = arrays.cupy.cuda.runtime
-        runtime.memcpy2DAsync(dst_ptr, padded_pitch(width), ptr, row_stride, width, rows,
-                              runtime.memcpyDeviceToDevice, stream_ptr)
-    return True
-
-
 def padded_matrix(x: Matrix) -> Matrix:
     """The Matrix a padded copy of x will have (row-major rows at ALIGN-byte multiples, a fresh
     allocation's alignment): what a launch is planned on before the copy is made."""

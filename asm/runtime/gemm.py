@@ -28,9 +28,9 @@ A kept launch plan is used only while what it was made from is still current:
     kernel edit: the next call builds again) and its loaded function is still loaded.
 Calls that launch nothing (M, N or K zero) are not kept. A call whose operand TMA cannot read in
 place keeps a plan made on the padded copy's layout (a copy of the same shape always has it) and
-which of A and B to copy: a repeated call copies (one 2-D copy into storage kept per stream, the
-same address every call, so the tensor map is not encoded again), then launches, without planning
-again.
+which of A and B to copy: a repeated call copies (one launch of pad_copy.py's kernel into storage
+kept per stream, the same address every call, so the tensor map is not encoded again), then
+launches, without planning again.
 A split-K launch plan (runtime/split_k.py) keeps both kernels, the partial pass and the reduce
 (or the one kernel that sums its own splits); its workspace and tile counters are kept per
 (device, stream) and grown when a call needs more (runtime/split_scratch.py), so a repeated call
@@ -48,10 +48,11 @@ import sys
 from ..errors import AsmError
 from ..kernel_spec import ACTIVATIONS, activation_code, specs_version
 from . import dispatch, kept_launch, launch_config, overlap, split_scratch
-from .arrays import Matrix, as_cupy, copy_padded_into, padded, padded_bytes
+from .arrays import Matrix, as_cupy, padded, padded_bytes
 from .gpu import device_facts, on_device, require_gpu
 from .kept_launch import KeptLaunch, clear_last_launch, last_launch  # noqa: F401  (re-exported: the facade)
 from .launch_config import Problem
+from .pad_copy import copy_padded_into
 from .plan_cache import PlanCache
 from .tune_cache import lookups_disabled
 
@@ -242,7 +243,7 @@ def _padded_copy(arrays, x, itemsize: int, device: int, stream_ptr: int, slot: s
                  held: list) -> int:
     """The address of x copied into padded rows for TMA, in the stream's kept storage for `slot`
     (split_scratch.SplitScratch.buffer: the same address every call, so the plan's tensor map is
-    reused), by one 2-D copy; rows that are not runs of adjacent elements are copied elementwise
+    reused), by one launch of the realigning copy (pad_copy.py); rows that are not runs of adjacent elements are copied elementwise
     into a fresh array (appended to `held`)."""
     ptr, fresh = split_scratch.SCRATCH.buffer(arrays, x, device, stream_ptr, slot, padded_bytes(x, itemsize),
                                               capturing)

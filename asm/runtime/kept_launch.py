@@ -73,7 +73,7 @@ class KeptLaunch:
         self.copied = (0, 0)
         self.a_ldg = False              # the kernel reads its A by its own loads (call value a_ldg, A_LDG)
         self.c_shifted = False          # C staged with shifted rows, stored in whole pieces (SHIFTED_C)
-        # cuLaunchKernel over a kept parameter block (_raw_launcher), or None: CuPy's call of fn
+        # cuLaunchKernel over a kept parameter block (raw_launcher), or None: CuPy's call of fn
         self.raw, self.current_stream = None, None
         # overlap.kept_bounds of a caller's C against A, B and the bias: where `c_ptr - x_ptr`
         # means the output shares memory with an input (all (0, 0) for a C gemm allocates)
@@ -266,7 +266,7 @@ def _cluster_capacity(spec: KernelSpec, fn, built: BuiltKernel, device: int) -> 
     return max_active_clusters(fn, built, device) if spec.launch.grid == "persistent" else None
 
 
-def _raw_launcher(cupy, fn):
+def raw_launcher(cupy, fn):
     """(cuLaunchKernel, the function's CUfunction handle) where this CuPy and its loaded function
     offer them, else None (a stand-in CuPy; ASMGEMM_RAW_LAUNCH=0). CuPy's own call of a RawKernel
     converts the argument tuple on every call: ~10 us of host time on the H100's host against
@@ -282,13 +282,13 @@ def _raw_launcher(cupy, fn):
 
 
 def use_raw_launch(cupy, kept: KeptLaunch) -> None:
-    """Switch a new kept launch (and its split's reduce) to cuLaunchKernel where _raw_launcher
+    """Switch a new kept launch (and its split's reduce) to cuLaunchKernel where raw_launcher
     allows it for every kernel it launches."""
-    main = _raw_launcher(cupy, kept.fn)
+    main = raw_launcher(cupy, kept.fn)
     if main is None:
         return
     if kept.split is not None:
-        reduce = _raw_launcher(cupy, kept.split.fn)
+        reduce = raw_launcher(cupy, kept.split.fn)
         if reduce is None:
             return
         kept.split.raw = (*reduce, ParamBlock(kept.split.packer, kept.split.built.params))

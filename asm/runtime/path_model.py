@@ -23,8 +23,8 @@ bytes: the copy's launch and its start on the GPU (the storage is kept per strea
 call from an idle GPU, the benchmark's headline, still paid ~28 us more than in place:
 5546x2800x14 against 5546x2800x16 bf16 nt, `tools/call_gap_diag.py`, 85 against 57 us). The copy wins
 where the GEMM is long enough for the faster TMA kernel to earn its copy back: at 4095^3 (fp16,
-both operands copied: 134 MB moved, ~45 us) against ~340 us of GEMM; at 1000^3 the copies' host
-work alone costs more than the in-place GEMM.
+both operands copied: 134 MB moved, ~58 us on the H200 by pad_copy.py's kernel) against ~340 us of
+GEMM in place; at 1000^3 the copies' host work alone costs more than the in-place GEMM.
 
 Pure: the runtime passes the numbers; tests check the decision on the CPU.
 """
@@ -46,7 +46,9 @@ class PathCoefficients:
 
 
 # NVIDIA H100 80GB HBM3 (nvidia-h100-x1): the copy bandwidth is the workplace's reading of a large
-# device-to-device copy (~3.0 TB/s read + write, /work/.library/device/KINDS.md); the host cost per
+# device-to-device copy (~3.0 TB/s read + write, /work/.library/device/KINDS.md; rows at odd pitches
+# by cudaMemcpy2DAsync reached only 1.3-1.5 TB/s on the H200, the runtime's own copy since,
+# pad_copy.py, 2.3-3.8 there: tools/pad_rows_probe.py, not yet read on the H100); the host cost per
 # copied operand from `asmgemm bench hgemm|bgemm --shapes random:41:60|random:43:60` (2026-11-27,
 # docs/log/dispatch.md): a call's host time was 12-19 us in place, 29-48 us with one operand
 # copied and 40-78 us with two; the rates are the kernels' measured TFLOP/s at 4096^3-8192^3

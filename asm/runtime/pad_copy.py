@@ -1,0 +1,107 @@
+"""The padded copy of an operand TMA cannot read in place (its rows not 16-byte aligned), by
+kernels_ptx/pad_rows.sasm: every row's bytes to the start of a 16-byte aligned row of the copy, in
+whole 16-byte pieces realigned by funnel shifts, nothing past the matrix read.
+
+It replaced one cudaMemcpy2DAsync, which moves rows at odd pitches at well under DRAM speed: on the
+H200 (tools/pad_rows_probe.py, GPU time, 2026-11-28) 4095 x 4095 halves 51.5 us (1.30 TB/s read +
+written) against the kernel's 26.6 (2.52), 8191 x 8191 176.5 against 70.6 (3.80); 4095^3 fp16
+copies both operands. Small copies are launch-bound either way. The kernel goes through
+cuLaunchKernel over kept argument bytes where CuPy offers it (kept_launch.raw_launcher: CuPy's
+own call of a kernel costs ~10 us of host time), else CuPy's call.
+
+The kernel is built once per target (build cache) and loaded once per device; a launch writes its
+seven arguments into the device's kept block under a lock."""
+from __future__ import annotations
+
+import ctypes
+import functools
+import threading
+
+import numpy as np
+
+from ..kernel_spec import Dtypes, KernelSpec, Launch, shipped_spec_file
+from .build_cache import build_kernel
+from .gpu import device_facts
+from .kept_launch import load, raw_launcher
+from .tensor_map import padded_pitch
+
+PAD_ABI = ("src", "dst", "src_end", "src_pitch", "dst_pitch", "rows", "row_bytes")
+# each argument's numpy type, in .param order (pad_rows.sasm's entry)
+_TYPES = (np.uint64, np.uint64, np.uint64, np.uint64, np.uint32, np.uint32, np.uint32)
+MAX_GRID_Y = 65535
+
+
+@functools.lru_cache(maxsize=1)
+def pad_spec() -> KernelSpec:
+    """pad_rows.sasm as a spec the build cache can build and check (its abi, its launch
+    constants); not a GEMM anyone launches by name."""
+    spec_file = shipped_spec_file()
+    return KernelSpec("pad_rows", spec_file.parent / "pad_rows.sasm", "pad_rows",
+                      "padded copy of rows TMA cannot read in place", Dtypes("float16", "float16", "float16", "float16"),
+                      ("sm_90", "sm_90a"), PAD_ABI, (), 0.0, Launch("THREADS", "ROWS", "COLS", "SMEM_BYTES"), (),
+                      spec_file)
+
+
+class _KeptCopy:
+    """One device's loaded kernel and its kept argument block for cuLaunchKernel."""
+
+    def __init__(self, cupy, device: int):
+        built = build_kernel(pad_spec(), {}, device_facts(device).target)
+        self.fn = load(cupy, built, 48 * 1024)
+        self.threads = built.threads
+        self.raw = raw_launcher(cupy, self.fn)
+        self.lock = threading.Lock()
+        self._buffers = [ctypes.create_string_buffer(np.dtype(t).itemsize) for t in _TYPES]
+        self._array = (ctypes.c_void_p * len(_TYPES))(*[ctypes.addressof(b) for b in self._buffers])
+
+    def launch(self, args: tuple, grid: tuple, stream_ptr: int, cupy) -> None:
+        values = tuple(t(v) for t, v in zip(_TYPES, args))
+        if self.raw is None:
+            stream = cupy.cuda.ExternalStream(stream_ptr) if stream_ptr else None
+            self.fn(grid, (self.threads, 1, 1), values, stream=stream)
+            return
+        launch, handle = self.raw
+        with self.lock:
+            for buf, v in zip(self._buffers, values):
+                raw = v.tobytes()
+                ctypes.memmove(buf, raw, len(raw))
+            launch(handle, grid[0], grid[1], grid[2], self.threads, 1, 1, 0, stream_ptr,
+                   ctypes.addressof(self._array), 0)
+
+
+_kept: dict[int, _KeptCopy] = {}
+_kept_lock = threading.Lock()
+
+
+def _kept_copy(cupy) -> _KeptCopy:
+    device = cupy.cuda.Device().id
+    kept = _kept.get(device)
+    if kept is None:
+        with _kept_lock:
+            kept = _kept.get(device)
+            if kept is None:
+                kept = _kept[device] = _KeptCopy(cupy, device)
+    return kept
+
+
+def copy_padded_into(arrays, x, itemsize: int, dst_ptr: int, stream_ptr: int) -> bool:
+    """x's rows into storage at dst_ptr (16-byte aligned) laid out as arrays.padded lays them
+    (rows padded_pitch bytes apart), by one launch of pad_rows on stream_ptr, on the current
+    device; False, copying nothing, where x's rows are not runs of adjacent elements (the caller
+    then uses arrays.padded)."""
+    ptr, (rows, cols), (row_stride, col_stride) = arrays.layout(x)
+    width = cols * itemsize
+    if rows == 1:
+        row_stride = width              # a lone row's stride is free (torch gives size-1 dims any)
+    if cols == 1:
+        col_stride = itemsize
+    if col_stride != itemsize or row_stride < width or itemsize % 2:
+        return False                    # (the kernel moves 2-byte elements: rows at even addresses)
+    if rows and cols:
+        kept = _kept_copy(arrays.cupy)
+        pieces = -(-width // 16)
+        grid = (-(-pieces // kept.threads), min(rows, MAX_GRID_Y), 1)
+        src_end = ptr + (rows - 1) * row_stride + width
+        kept.launch((ptr, dst_ptr, src_end, row_stride, padded_pitch(width), rows, width), grid, stream_ptr,
+                    arrays.cupy)
+    return True

@@ -426,7 +426,7 @@ def _pad_rows_kernel(names: list) -> Callable:
         v = {k: int(x) for k, x in zip(names, args)}
         assert v["src_end"] == v["src"] + (v["rows"] - 1) * v["src_pitch"] + v["row_bytes"], "src_end"
         assert v["dst"] % 16 == 0 and v["dst_pitch"] % 16 == 0 and v["dst_pitch"] >= v["row_bytes"]
-        assert grid[0] * block[0] * 16 >= v["row_bytes"] and grid[1] == min(v["rows"], 65535)
+        assert grid[0] * block[0] * 16 >= v["row_bytes"] and 1 <= grid[1] <= min(v["rows"], 65535)
         for row in range(v["rows"]):
             ctypes.memmove(v["dst"] + row * v["dst_pitch"], v["src"] + row * v["src_pitch"], v["row_bytes"])
     return fn

@@ -67,7 +67,7 @@ def main(argv=None) -> int:
         dst_k = cp.zeros(rows * pitch // 2, dtype=cp.uint16)
         dst_m = cp.zeros(rows * pitch // 2, dtype=cp.uint16)
         pieces = -(-row_bytes // 16)
-        grid = (-(-pieces // 256), min(rows, 65535), 1)
+        grid = (-(-pieces // 256), min(-(-rows // result.constants["GROUP"]), 65535), 1)
         kargs = (np.uint64(src), np.uint64(dst_k.data.ptr), np.uint64(src_end), np.uint64(2 * ld),
                  np.uint32(pitch), np.uint32(rows), np.uint32(row_bytes))
 

@@ -3,9 +3,10 @@ kernels_ptx/pad_rows.sasm: every row's bytes to the start of a 16-byte aligned r
 whole 16-byte pieces realigned by funnel shifts, nothing past the matrix read.
 
 It replaced one cudaMemcpy2DAsync, which moves rows at odd pitches at well under DRAM speed: on the
-H200 (tools/pad_rows_probe.py, GPU time, 2026-11-28) 4095 x 4095 halves 51.5 us (1.30 TB/s read +
-written) against the kernel's 26.6 (2.52), 8191 x 8191 176.5 against 70.6 (3.80); 4095^3 fp16
-copies both operands. Small copies are launch-bound either way. The kernel goes through
+H200 (tools/pad_rows_probe.py, GPU time with CuPy's launch inside, 2026-11-28) 4095 x 4095 halves
+50.7 us (1.32 TB/s read + written) against the kernel's 25.8 (2.60), 8191 x 8191 180.3 against 74.9
+(3.58), 2000 x 2001 14.7 against 11.3; 4095^3 fp16 copies both operands. Small copies are
+launch-bound either way. The kernel goes through
 cuLaunchKernel over kept argument bytes where CuPy offers it (kept_launch.raw_launcher: CuPy's
 own call of a kernel costs ~10 us of host time), else CuPy's call.
 
@@ -49,6 +50,7 @@ class _KeptCopy:
         built = build_kernel(pad_spec(), {}, device_facts(device).target)
         self.fn = load(cupy, built, 48 * 1024)
         self.threads = built.threads
+        self.rows_per_block = built.tile_m        # the rows a thread copies at once (pad_rows.sasm's GROUP)
         self.raw = raw_launcher(cupy, self.fn)
         self.lock = threading.Lock()
         self._buffers = [ctypes.create_string_buffer(np.dtype(t).itemsize) for t in _TYPES]
@@ -100,7 +102,7 @@ def copy_padded_into(arrays, x, itemsize: int, dst_ptr: int, stream_ptr: int) ->
     if rows and cols:
         kept = _kept_copy(arrays.cupy)
         pieces = -(-width // 16)
-        grid = (-(-pieces // kept.threads), min(rows, MAX_GRID_Y), 1)
+        grid = (-(-pieces // kept.threads), min(-(-rows // kept.rows_per_block), MAX_GRID_Y), 1)
         src_end = ptr + (rows - 1) * row_stride + width
         kept.launch((ptr, dst_ptr, src_end, row_stride, padded_pitch(width), rows, width), grid, stream_ptr,
                     arrays.cupy)

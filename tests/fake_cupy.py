@@ -109,20 +109,10 @@ def make_cupy(function: Callable[[str, str], Callable], name: str = "Fake GPU") 
     cp.random = types.SimpleNamespace(RandomState=RandomState)
     cp.cuda = types.SimpleNamespace(
         runtime=types.SimpleNamespace(getDeviceCount=lambda: 1, getDeviceProperties=lambda d: {"name": name.encode()},
-                                      getDevice=lambda: Device.current[0], memcpy2DAsync=_memcpy_2d,
-                                      memcpyDeviceToDevice=3),
+                                      getDevice=lambda: Device.current[0]),
         Device=Device, ExternalStream=ExternalStream,
         get_current_stream=lambda: types.SimpleNamespace(ptr=0))
     return cp
-
-
-def _memcpy_2d(dst: int, dpitch: int, src: int, spitch: int, width: int, height: int, kind: int, stream: int):
-    """cudaMemcpy2DAsync over the stand-in's host memory: `height` rows of `width` bytes, `spitch`
-    and `dpitch` bytes apart (the runtime's padded copies)."""
-    if width > min(dpitch, spitch) or kind != 3:
-        raise ValueError(f"memcpy2DAsync: width {width} past a pitch ({spitch}, {dpitch}) or kind {kind}")
-    for row in range(height):
-        ctypes.memmove(dst + row * dpitch, src + row * spitch, width)
 
 
 class _Capsule:

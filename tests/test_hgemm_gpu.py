@@ -173,7 +173,7 @@ def test_odd_leading_dimensions_are_copied_not_refused():
 
 @pytest.mark.parametrize("view", ["rows", "strided_rows", "column_major"])
 def test_padded_copies_of_views(view):
-    """An operand TMA cannot read is copied by one 2-D copy of whole rows (rows of 509 halves,
+    """An operand TMA cannot read is copied by one launch of pad_rows where its rows are runs (509 halves,
     contiguous or 517 apart) or elementwise otherwise (a column-major A whose columns are 300
     halves apart); the GEMM is that of the view either way. On a non-blocking stream, inputs
     written on it: the copy must run on the launch's stream, after them."""

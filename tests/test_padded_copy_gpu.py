@@ -1,6 +1,6 @@
 """The copy path of the TMA kernel on the GPU (issue 31: "a copy costs no per-call allocation or host
-work beyond the copy launch itself"): an operand whose rows TMA cannot read is copied by one 2-D
-copy into storage kept per stream (runtime/split_scratch.py, SplitScratch.buffer), the same
+work beyond the copy launch itself"): an operand whose rows TMA cannot read is copied by one copy
+launch (runtime/pad_copy.py) into storage kept per stream (runtime/split_scratch.py, SplitScratch.buffer), the same
 address every call. Repeated calls on new data, two streams alternating without a sync, and a
 torch CUDA graph replayed on new inputs must each give C right. The CPU side (the plan kept on
 the copy's layout, the kept address, the graph's per-call storage) is tests/test_host_overhead.py

@@ -77,19 +77,10 @@ class CupyArrays:
         return None                     # CuPy's current stream: the launch leaves stream= out
 
     def padded_copy(self, x, pitch: int):
+        # (rows that are runs of adjacent elements never get here: pad_copy.copy_padded_into copies them)
         rows, cols = x.shape
         y = self.cupy.empty((rows, pitch), dtype=x.dtype)[:, :cols]
-        item = x.dtype.itemsize
-        row_stride, col_stride = x.strides
-        if rows and cols and col_stride == item and row_stride >= cols * item:
-            # whole rows of elements: one 2-D copy on the current stream, which ran 2-3x the speed of
-            # the elementwise kernel `y[...] = x` on the H100 (4099 x 509 halves: 12 against 28 us,
-            # 4097 x 4097: 55 against 96, with a launch's ~9 us in each; docs/log/hgemm.md)
-            runtime = self.cupy.cuda.runtime
-            runtime.memcpy2DAsync(y.data.ptr, pitch * item, x.data.ptr, row_stride, cols * item, rows,
-                                  runtime.memcpyDeviceToDevice, self.cupy.cuda.get_current_stream().ptr)
-        else:
-            y[...] = x
+        y[...] = x
         return y
 
     @staticmethod
@@ -239,8 +230,9 @@ def as_cupy(cupy, x, name: str):
 
 
 def padded(arrays, x, itemsize: int):
-    """x copied into row-major storage whose rows start at multiples of 16 bytes (TMA's rule; its
-    pitch in elements: tensor_map.padded_pitch, as padded_matrix plans it)."""
+    """x copied elementwise into new row-major storage whose rows start at multiples of 16 bytes
+    (TMA's rule; its pitch in elements: tensor_map.padded_pitch, as padded_matrix plans it): for an
+    x whose rows are not runs of adjacent elements (pad_copy.copy_padded_into copies the others)."""
     return arrays.padded_copy(x, padded_pitch(x.shape[1] * itemsize) // itemsize)
 
 

@@ -243,8 +243,8 @@ def _padded_copy(arrays, x, itemsize: int, device: int, stream_ptr: int, slot: s
                  held: list) -> int:
     """The address of x copied into padded rows for TMA, in the stream's kept storage for `slot`
     (split_scratch.SplitScratch.buffer: the same address every call, so the plan's tensor map is
-    reused), by one launch of the realigning copy (pad_copy.py); rows that are not runs of adjacent elements are copied elementwise
-    into a fresh array (appended to `held`)."""
+    reused), by one launch of the realigning copy (pad_copy.py); rows that are not runs of adjacent
+    elements are copied elementwise into a fresh array (appended to `held`)."""
     ptr, fresh = split_scratch.SCRATCH.buffer(arrays, x, device, stream_ptr, slot, padded_bytes(x, itemsize),
                                               capturing)
     held.extend(fresh)

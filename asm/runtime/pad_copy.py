@@ -6,9 +6,9 @@ It replaced one cudaMemcpy2DAsync, which moves rows at odd pitches at well under
 H200 (tools/pad_rows_probe.py, GPU time with CuPy's launch inside, 2026-11-28) 4095 x 4095 halves
 50.7 us (1.32 TB/s read + written) against the kernel's 25.8 (2.60), 8191 x 8191 180.3 against 74.9
 (3.58), 2000 x 2001 14.7 against 11.3; 4095^3 fp16 copies both operands. Small copies are
-launch-bound either way. The kernel goes through
-cuLaunchKernel over kept argument bytes where CuPy offers it (kept_launch.raw_launcher: CuPy's
-own call of a kernel costs ~10 us of host time), else CuPy's call.
+launch-bound either way. The kernel goes through cuLaunchKernel over kept argument bytes where
+CuPy offers it (kept_launch.raw_launcher: CuPy's own call of a kernel costs ~10 us of host time),
+else CuPy's call.
 
 The kernel is built once per target (build cache) and loaded once per device; a launch writes its
 seven arguments into the device's kept block under a lock."""
@@ -23,7 +23,7 @@ import numpy as np
 from ..kernel_spec import Dtypes, KernelSpec, Launch, shipped_spec_file
 from .build_cache import build_kernel
 from .gpu import device_facts
-from .kept_launch import load, raw_launcher
+from .kept_launch import STATIC_SMEM_DEFAULT, load, raw_launcher
 from .tensor_map import padded_pitch
 
 PAD_ABI = ("src", "dst", "src_end", "src_pitch", "dst_pitch", "rows", "row_bytes")
@@ -48,7 +48,7 @@ class _KeptCopy:
 
     def __init__(self, cupy, device: int):
         built = build_kernel(pad_spec(), {}, device_facts(device).target)
-        self.fn = load(cupy, built, 48 * 1024)
+        self.fn = load(cupy, built, STATIC_SMEM_DEFAULT)
         self.threads = built.threads
         self.rows_per_block = built.tile_m        # the rows a thread copies at once (pad_rows.sasm's GROUP)
         self.raw = raw_launcher(cupy, self.fn)

@@ -24,8 +24,8 @@ the H100 (issue 32); kept, a repeated call allocates nothing. What is kept:
 A padded copy's storage follows the same rules (kept per stream and grown, per call while the
 stream captures a graph). Kept, its address stays the same from call to call, so the kernel's
 tensor map for it is encoded once (runtime/launch.py keeps the map of the last address), and a
-repeated call's copy is one launch (pad_copy.py; a cudaMemcpy2DAsync before) with no allocation (issue 31: "no per-call allocation
-or host work beyond the copy launch itself"). On the H100, before (2026-11-28, `tools/host_profile.py
+repeated call's copy is one launch (pad_copy.py; a cudaMemcpy2DAsync before) with no allocation
+(issue 31: "no per-call allocation or host work beyond the copy launch itself"). On the H100, before (2026-11-28, `tools/host_profile.py
 5546 2800 14 --dtype bfloat16 --layout nt`: B copied), a loop ran 65.7 us a call, host-bound (the
 copy and the kernel take 21 us of GPU), against torch.matmul's 21.0: a third of it the allocation
 and torch's copy_ of the padded operand.

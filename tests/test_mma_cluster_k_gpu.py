@@ -66,10 +66,10 @@ def _values(c, dtype, c_f32):
     return (c.astype(cp.uint32) << 16).view(cp.float32).astype(cp.float64)
 
 
-def _both(m, n, k, s, layout, dtype, c_f32, *, aligned, alpha=0.75, beta=-0.5, order="C", tiling="t64"):
-    """C from each mode (the same inputs and initial C), what each launch reported, and the float64
-    reference. aligned: leading dimensions padded to a multiple of 8 (16-byte copies); else to an
-    odd one (2-byte copies)."""
+def problem(m, n, k, layout, dtype, c_f32, *, aligned, alpha, beta, order):
+    """op(A), op(B) as gemm() takes them, C's initial value and the float64 reference of alpha op(A)
+    op(B) + beta C. aligned: leading dimensions padded to a multiple of 8 (16-byte copies); else to
+    an odd one (2-byte copies)."""
     rng = np.random.default_rng(m * 31 + n * 7 + k)
     ta, tb = layout[0] == "t", layout[1] == "t"
     ar, ac = (k, m) if ta else (m, k)
@@ -84,6 +84,13 @@ def _both(m, n, k, s, layout, dtype, c_f32, *, aligned, alpha=0.75, beta=-0.5, o
     ref = alpha * ((av.T if ta else av) @ (bv.T if tb else bv))
     if beta:
         ref += beta * _values(c0, dtype, c_f32)
+    return opa, opb, c0, ref
+
+
+def _both(m, n, k, s, layout, dtype, c_f32, *, aligned, alpha=0.75, beta=-0.5, order="C", tiling="t64"):
+    """C from each mode (the same inputs and initial C), what each launch reported, and the float64
+    reference (problem())."""
+    opa, opb, c0, ref = problem(m, n, k, layout, dtype, c_f32, aligned=aligned, alpha=alpha, beta=beta, order=order)
     out, runs = {}, {}
     for mode, cluster in (("kernel", 1), ("cluster", s)):
         c = c0.copy(order=order)

@@ -209,7 +209,7 @@ def test_the_workspace_needs_its_tile_width_of_floats_past_the_last_slice():
 
 # ---- the kernel's guards and its build ---------------------------------------------------------
 @pytest.mark.parametrize("defines, message", [
-    (dict(SPLIT_FIXUP=1), "SPLIT_FIXUP sums the slices of split-K's partial pass: it needs SPLIT_K = 1"),
+    (dict(SPLIT_FIXUP=1), "SPLIT_FIXUP sums the slices of split-K's partial pass .SPLIT_K = 1. or the clusters' sums"),
     (dict(SPLIT_K=1, SPLIT_FIXUP=2), "SPLIT_FIXUP is 0 or 1"),
 ])
 def test_the_kernel_refuses_what_the_mode_does_not_support(defines, message):
@@ -320,14 +320,17 @@ def test_the_spec_refuses_a_fixup_switch_it_cannot_honour(tmp_path, line, abi, m
 
 def test_hgemm_mmas_split_candidates_use_the_reduce_kernel_and_name_the_fixup_switch():
     """The dispatch's split candidates sum in the reduce kernel or, where the target has clusters,
-    in clusters (tests/test_mma_cluster_k.py), never by the fixup (the one-launch sum measured
-    slower on the H100: split_k.in_kernel_fixup); their params= say so (SPLIT_FIXUP=0), and a
-    candidate of the one-launch mode asks for it (SPLIT_FIXUP=1)."""
+    in clusters (tests/test_mma_cluster_k.py), past 8 splits in clusters whose sums the kernel adds
+    (tests/test_mma_cluster_fixup.py), never by the tile's last block alone (the one-launch sum
+    measured slower on the H100: split_k.in_kernel_fixup); their params= say so (SPLIT_FIXUP=0, 1
+    for the clusters' sum), and a candidate of the one-launch mode asks for it (SPLIT_FIXUP=1)."""
     entry = get_spec("hgemm_mma").configs[0]
     cands = catalog.entry_candidates(entry, "hgemm_mma", 1725, plain=True, clusters=True)
     split = [c for c in cands if c.splits > 1]
-    assert split and {c.reduce for c in split} == {"kernel", "cluster"}
-    assert all(c.params()["SPLIT_FIXUP"] == 0 for c in split)
+    assert split and {c.reduce for c in split} == {"kernel", "cluster", "cluster+in_kernel"}
+    assert all(c.params()["SPLIT_FIXUP"] == (c.reduce == "cluster+in_kernel") for c in split)
+    assert not any(c.reduce == "in_kernel" for c in
+                   catalog.entry_candidates(entry, "hgemm_mma", 13520, plain=True, clusters=False))
     c = next(c for c in split if c.reduce == "kernel")
     assert c.params()["SPLIT_FIXUP"] == 0 and c.params()["SPLIT_K"] == c.splits
     assert c.label == f"{entry.name}/s{c.splits}"        # the database's names of hgemm_mma's splits

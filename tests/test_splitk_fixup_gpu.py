@@ -92,8 +92,10 @@ def test_one_launch_gives_the_two_launch_bits(m, n, k, splits, layout, dtype, c_
 def test_the_other_tilings_give_the_same_bits_and_the_model_pick_never_sums_in_the_kernel():
     """The catalog's 128 x 128 tilings (four warps of 64 x 64 on 16-byte rows; eight of 64 x 32 on
     odd ones) give the same bits too; untuned, the model's pick for 16x314x1725 never sums its split
-    in the kernel (the one-launch sum is params= only: split_k.in_kernel_fixup): it runs unsplit, the
-    reduce kernel or, on a GPU with clusters, a split in clusters (tests/test_mma_cluster_k_gpu.py)."""
+    by each tile's last block alone (the one-launch sum is params= only: split_k.in_kernel_fixup):
+    it runs unsplit, the reduce kernel or, on a GPU with clusters, a split in clusters
+    (tests/test_mma_cluster_k_gpu.py) or past 8 splits clusters whose sums the kernel adds
+    (tests/test_mma_cluster_fixup_gpu.py; on the H200 the model picked s14c8 here, 2026-11-28)."""
     out, runs = _both(64, 256, 4096, 8, "nn", "float16", False, 1.0, 0.0, tiling={})
     assert bool((out[0].view(cp.uint16) == out[1].view(cp.uint16)).all()) and runs[1]["tile"] == (128, 128)
     out, runs = _both(77, 301, 3001, 6, "tn", "bfloat16", False, -1.5, 0.25, tiling={"WN": 32})
@@ -101,7 +103,7 @@ def test_the_other_tilings_give_the_same_bits_and_the_model_pick_never_sums_in_t
     a, b = _operands(16, 314, 1725, "nn", "float16")
     asmgemm.gemm(a, b, kernel="hgemm_mma")
     run = last_launch()
-    assert run["splits"] == 1 or run["reduce"] in ("kernel", "cluster"), run
+    assert run["splits"] == 1 or run["reduce"] in ("kernel", "cluster", "cluster+in_kernel"), run
     assert run["chosen_by"] in ("model", "database"), run
 
 

@@ -52,8 +52,10 @@ def command(m, n, k, dtype, layout, fused, batch, gpu, top, no_build, as_json):
       waves         tiles / slots; a last wave that fills few slots wastes the rest
       block         one block's modelled time (fixed part + K steps)
       sum           where a split's slices are added: "kernel" (the reduce kernel, a second
-                    launch), "cluster" (inside clusters of S blocks) or "in_kernel" (the last
-                    block of each tile, one launch)
+                    launch), "cluster" (inside clusters of S blocks), "in_kernel" (the last
+                    block of each tile, one launch) or "cluster+in_kernel" (past 8 splits:
+                    clusters of C blocks, label /sScC, each into a slice that the last block of
+                    each rank adds, one launch)
       split         that sum's modelled cost
       call          modelled GPU time + host time of the call (what a caller waits for)
     For 16-bit dtypes on a GPU with a TMA kernel (sm_90), "runs" first says which kernel gemm()

@@ -2,8 +2,10 @@
 crossed with its split-K choices, less what cannot run this call.
 
 A candidate is one configuration (its -D set) on one kernel, with S splits of K summed by the
-reduce kernel or inside clusters of S blocks (the sum by the last block of each tile in the same
-launch, a kernel's fixup switch, is params= only: runtime/split_k.in_kernel_fixup). Pure data, no
+reduce kernel, inside clusters of S blocks (S <= 8), or, past 8 and where the kernel has a fixup
+switch, inside clusters of C blocks whose sums the last block of each rank adds from a workspace
+("cluster+in_kernel": one launch, no serial sum of all S slices; the sum by the last block of each
+tile alone is params= only: runtime/split_k.in_kernel_fixup). Pure data, no
 GPU: the cost model
 (cost_model.py) ranks the list, gemm() builds the best one, and a build that one of the kernel's
 own `.error` guards refuses is skipped for the next (legality comes from the kernel source itself,
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 
 from ..isa.arch import arch_for
 from ..kernel_spec import ConfigEntry, KernelSpec, get_spec
-from .split_k import MAX_CLUSTER_SPLITS, split_for
+from .split_k import MAX_CLUSTER_SPLITS, hybrid_cluster, split_for
 
 # A split runs in clusters for any S of 2..MAX_CLUSTER_SPLITS it lands on (each S a build of its
 # own: CLUSTER_K is a -D parameter, built when first picked). Offering powers of two only lost the
@@ -31,18 +33,27 @@ class Candidate:
     set: tuple[tuple[str, int], ...]
     tile: tuple[int, int, int]       # rows, columns, k step of one block
     splits: int = 1                  # S: K split S ways (1: unsplit)
-    reduce: str | None = None        # S > 1: "kernel" (workspace + splitk_reduce), "cluster" or
-                                     # "in_kernel" (workspace summed by each tile's last block)
+    reduce: str | None = None        # S > 1: "kernel" (workspace + splitk_reduce), "cluster",
+                                     # "in_kernel" (workspace summed by each tile's last block) or
+                                     # "cluster+in_kernel" (clusters' sums, summed by each rank's last)
     swap: bool = False               # runs as C^T with the kernel's transposed store (ConfigEntry.swap)
+    cluster: int = 0                 # "cluster+in_kernel": blocks of a cluster (split_k.hybrid_cluster)
+
+    @property
+    def cluster_size(self) -> int:
+        """Blocks of the candidate's clusters along z (0: none)."""
+        return self.splits if self.reduce == "cluster" else self.cluster
 
     @property
     def label(self) -> str:
         """The configuration's name as explain, last_launch() and the sweep database write it:
         t128x128_k16, t128x128_k16/s4 (S = 4 summed by the reduce kernel; "in_kernel", the
-        one-launch sum, where a caller's candidate asks for it), t128x128_k16/s4c (clusters of 4)."""
+        one-launch sum, where a caller's candidate asks for it), t128x128_k16/s4c (clusters of 4),
+        t64x64_w32x32/s53c8 (clusters of 8 summed into slices, "cluster+in_kernel")."""
         if self.splits == 1:
             return self.config
-        return f"{self.config}/s{self.splits}{'c' if self.reduce == 'cluster' else ''}"
+        tail = "c" if self.reduce == "cluster" else f"c{self.cluster}" if self.reduce == "cluster+in_kernel" else ""
+        return f"{self.config}/s{self.splits}{tail}"
 
     def params(self) -> dict:
         """The params= of gemm() that run exactly this candidate (the split-K switch carries S, the
@@ -56,9 +67,9 @@ class Candidate:
         if sk is not None:
             out[sk.switch] = self.splits
             if sk.cluster_switch is not None:
-                out[sk.cluster_switch] = self.splits if self.reduce == "cluster" else 1
+                out[sk.cluster_switch] = self.cluster_size or 1
             if sk.fixup_switch is not None:
-                out[sk.fixup_switch] = int(self.reduce == "in_kernel")
+                out[sk.fixup_switch] = int(self.reduce in ("in_kernel", "cluster+in_kernel"))
         return out
 
 
@@ -85,6 +96,9 @@ def entry_candidates(entry: ConfigEntry, family: str, k: int, *, plain: bool, cl
         out.append(Candidate(family, entry.name, entry.kernel, entry.set, tile, s, "kernel", entry.swap))
         if clusters and sk.cluster_switch is not None and s <= MAX_CLUSTER_SPLITS:
             out.append(Candidate(family, entry.name, entry.kernel, entry.set, tile, s, "cluster", entry.swap))
+        elif clusters and sk.cluster_switch is not None and sk.fixup_switch is not None:
+            out.append(Candidate(family, entry.name, entry.kernel, entry.set, tile, s, "cluster+in_kernel",
+                                 entry.swap, hybrid_cluster(s)))
     return out
 
 

@@ -28,6 +28,12 @@ new for it: a, b, f and r are the partial pass's (the same blocks either way), a
 bandwidth is the one fitted on the reduce kernel's samples; only the reading SMs' share is a
 modelled assumption (a sweep with the new mode would fit it).
 
+The clusters' in-kernel sum (reduce "cluster+in_kernel": S past 8, clusters of C blocks, catalog.py)
+is the two put together from their fitted terms: the clusters' extra per block-wave, then
+G = ceil(S / C) slices (one a cluster) written and read as the in-kernel sum's, by C blocks a tile
+of C instead of one (share min(1, tiles of C x C / SMs)); its grid is S rounded up to whole
+clusters. No sweep has timed it yet: every term is one fitted on the other modes' samples.
+
 a, b, f and r are per configuration and per GPU; the sweep (`asmgemm tune --sweep`) fits them
 (fit.py) into the GPU's database (dispatch_db.py). Where there is none, a prior from the GPU's
 peak rates stands in and `explain` says so. The model's job is ranking, so its errors matter only
@@ -207,10 +213,12 @@ def estimate(cand: Candidate, m: int, n: int, k: int, dm: DeviceModel, dtype: st
     fit = dm.fit_of(cand, dtype)
     bm, bn, bk = cand.tile
     s = cand.splits
-    tiles = (ceil_div(m, bm) * batch + extra_tile_rows) * ceil_div(n, bn) * s
+    c_tiles = (ceil_div(m, bm) * batch + extra_tile_rows) * ceil_div(n, bn)
+    # (a cluster+in_kernel grid rounds S up to whole clusters: its extra blocks have no k range)
+    tiles = c_tiles * (ceil_div(s, cand.cluster) * cand.cluster if cand.reduce == "cluster+in_kernel" else s)
     r = max(1, fit.blocks(variant))
     slots = dm.sms * r
-    if cand.reduce == "cluster":
+    if cand.reduce in ("cluster", "cluster+in_kernel"):
         slots = max(1, min(slots, cluster_slots(dm, cand, r, slots)))
     steps = max(1, ceil_div(ceil_div(k, s), bk))
     block = (fit.block_s + fit.step_s * steps) * fit.factor(variant)
@@ -233,6 +241,14 @@ def estimate(cand: Candidate, m: int, n: int, k: int, dm: DeviceModel, dtype: st
         split = s * m * n * 4 / bw + (s * m * n * 4 + m * n * c_bytes) / (bw * share)
     elif cand.reduce == "cluster":
         split = dm.cluster_block_s * math.ceil(tiles / slots)
+    elif cand.reduce == "cluster+in_kernel":
+        # the clusters' sums (as "cluster"), then G slices written by the clusters and read (C
+        # written) by the last block of each rank: cluster blocks a tile of C, not one
+        bw = dm.reduce_bytes_per_s or dm.dram_bytes_per_s
+        g = ceil_div(s, cand.cluster)
+        share = min(1.0, c_tiles * cand.cluster / dm.sms)
+        split = (dm.cluster_block_s * math.ceil(tiles / slots) + g * m * n * 4 / bw
+                 + (g * m * n * 4 + m * n * c_bytes) / (bw * share))
     return Estimate(cand, tiles, slots, full, rest, steps, block, compute, memory, split, host,
                     fit.samples > 0)
 
@@ -250,7 +266,7 @@ def cluster_slots(dm: DeviceModel, cand: Candidate, r: int, slots: int) -> int:
     than 4 and 8 (r = 1: 117, 110, 102, 105 against 120, 120; docs/log/dispatch.md). For a pair the
     sweep did not time: the same size at the nearest other r, scaled by r; else the nearest larger
     size at r; `slots` where none."""
-    s = cand.splits
+    s = cand.cluster_size
     got = dm.cluster_slots.get(cluster_key(s, r))
     if got is not None:
         return got
@@ -307,9 +323,13 @@ def neighbour_factors(dm: DeviceModel, family: str, variant: str | None, m: int,
 
 
 def split_kind(label: str) -> str:
-    """'t64x64_k16/s12' -> 't64x64_k16/s*', '.../s4c' -> '.../s*c'; an unsplit label is its own kind."""
+    """'t64x64_k16/s12' -> 't64x64_k16/s*', '.../s4c' -> '.../s*c', '.../s53c8' -> '.../s*c*'; an
+    unsplit label is its own kind."""
     base, _, split = label.partition("/s")
-    return label if not split else f"{base}/s*{'c' if split.endswith('c') else ''}"
+    if not split:
+        return label
+    _, c, size = split.partition("c")
+    return f"{base}/s*{'c' if c else ''}{'*' if size else ''}"
 
 
 def factor_for(factors: dict[str, float], label: str) -> float:

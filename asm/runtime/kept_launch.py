@@ -60,7 +60,7 @@ class KeptLaunch:
                  device: int, c_dtype: str | None = None, split: split_k.SplitLaunch | None = None,
                  spec_name: str | None = None, c_trans: bool = False, cluster_splits: int = 0):
         self.built, self.fn, self.fn_key = built, fn, fn_key
-        self.cluster_splits = cluster_splits    # S of a split summed inside clusters (one launch); 0: none
+        self.cluster_splits = cluster_splits    # blocks of a split's clusters along z (S; or a cluster+in_kernel's); 0: none
         self.c_trans = c_trans          # the kernel stores C^T (the swap rule's launch)
         self.spec_name = spec_name or built.name    # the kernel spec that ran (after a route)
         self.grid, self.block, self.smem = grid_, (built.threads, 1, 1), built.smem_bytes
@@ -139,7 +139,9 @@ def last_launch() -> dict | None:
     entry point, the grid and block, the block's tile of C (rows, columns), the cluster size, the
     K splits (1: none), where they were added ("reduce": "kernel", the reduce kernel after a
     workspace; "cluster", inside clusters of that many blocks, one launch; "in_kernel", by the last
-    block of each tile from a workspace, one launch; None without a split)
+    block of each tile from a workspace, one launch; "cluster+in_kernel", inside clusters of
+    "cluster" blocks into a workspace slice each, which the last block of each rank adds, one
+    launch; None without a split)
     and "c_trans" (the swap rule's launch: the kernel computed C^T and stored it transposed, its
     tile counted in C^T's rows and columns), "copies" (the caller's operands, "A" and/or "B", copied
     to padded rows first because TMA could not read them in place) and "a_ldg" (the kernel read
@@ -187,7 +189,7 @@ def _reduce_kind(kept: KeptLaunch) -> str | None:
     if kept.split is not None:
         return "kernel"
     if kept.fixup is not None:
-        return "in_kernel"
+        return "cluster+in_kernel" if kept.cluster_splits else "in_kernel"
     return "cluster" if kept.cluster_splits else None
 
 
@@ -222,9 +224,9 @@ def make(cupy, cfg: LaunchConfig, facts: DeviceFacts, c_align: int, device: int)
     target = built.target
     static_smem = _static_smem_limit(target)
     fn = load(cupy, built, static_smem)
-    if split is not None and not in_cluster and cfg.fixup:
-        kept = _fixup_launch(cupy, spec, built, fn, plan, split, facts.sm_count, cfg.c_shape, c_align, device,
-                             cfg.new_c_dtype)
+    if split is not None and cfg.fixup:
+        kept = _fixup_launch(cupy, spec, built, fn, plan, split, in_cluster, facts.sm_count, cfg.c_shape, c_align,
+                             device, cfg.new_c_dtype)
     elif split is None or in_cluster:
         # (a split in one cluster: one launch whose grid's z is S, no workspace, no reduce; its
         # k_chunk is the partial pass's, so both modes cut K at the same places)
@@ -305,19 +307,21 @@ class FixupNeeds:
         self.split, self.workspace_elems, self.counters = split, workspace_elems, counters
 
 
-def _fixup_launch(cupy, spec: KernelSpec, built: BuiltKernel, fn, plan: LaunchPlan, split, sm_count: int, c_shape,
-                  c_align: int, device: int, c_dtype) -> KeptLaunch:
-    """A kept launch of a split summed in the kernel: the partial pass's grid (z = S) on the call's
-    C, k_chunk and split_stride packed; the workspace and tile counters come per call
-    (split_scratch.py keeps them per stream)."""
+def _fixup_launch(cupy, spec: KernelSpec, built: BuiltKernel, fn, plan: LaunchPlan, split, in_cluster: int,
+                  sm_count: int, c_shape, c_align: int, device: int, c_dtype) -> KeptLaunch:
+    """A kept launch of a split summed in the kernel: the partial pass's grid (z = S, or S rounded
+    up to whole clusters of in_cluster blocks whose sums are the slices) on the call's C, k_chunk
+    and split_stride packed; the workspace and tile counters come per call (split_scratch.py keeps
+    them per stream)."""
     dev = cupy.cuda.Device().id
-    grid_ = grid(spec, built, plan, sm_count, split.splits, _cluster_capacity(spec, fn, built, dev))
+    grid_ = grid(spec, built, plan, sm_count, split_k.grid_splits(split, in_cluster),
+                 _cluster_capacity(spec, fn, built, dev))
     packer = ArgPacker(built, plan, spec.dtypes.a, spec.dtypes.c, split_k.fixup_values(split, plan),
                        a_map=not loads_a_itself(spec, plan))
     kept = KeptLaunch(built, fn, (built.key, dev), grid_, packer, plan.swapped, c_shape, c_align, device, c_dtype,
-                      spec_name=spec.name)
-    kept.fixup = FixupNeeds(split, split_k.fixup_workspace_elems(split, plan, built.tile_n),
-                            split_k.fixup_counters(grid_))
+                      spec_name=spec.name, cluster_splits=in_cluster)
+    kept.fixup = FixupNeeds(split, split_k.fixup_workspace_elems(split, plan, built.tile_n, in_cluster),
+                            split_k.fixup_counters(grid_, in_cluster))
     return kept
 
 

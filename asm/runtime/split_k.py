@@ -159,12 +159,23 @@ def cluster_splits(spec: KernelSpec, split: Split | None, target: str, params: d
     whatever cluster_when says (an A/B of the two): 1 the reduce kernel, any other value clusters
     (of the split's S blocks, S <= 8, on a target with clusters). params= naming the fixup switch
     and not the cluster switch ask for a workspace split (the in-kernel sum or the reduce kernel,
-    in_kernel_fixup), not clusters."""
+    in_kernel_fixup), not clusters; naming both (the fixup switch 1, the cluster switch C of 2..8)
+    ask for clusters of C blocks whose sums the kernel adds from a workspace (any S: grid z is S
+    rounded up to whole clusters, grid_splits): C is returned."""
     sk = spec.split_k
-    if split is None or sk is None or sk.cluster_switch is None or split.splits > MAX_CLUSTER_SPLITS:
+    if split is None or sk is None or sk.cluster_switch is None:
         return 0
-    asked = str(params.get(sk.cluster_switch, "")) if params else ""
+    asked = str(params.get(sk.cluster_switch, "")).strip() if params else ""
     if asked == "1":
+        return 0
+    if asked and _fixup_asked(sk, params):
+        # clusters of `asked` blocks whose sums the last block of each rank adds (any S)
+        size = requested_splits(asked, sk.cluster_switch, "params:")
+        if size > MAX_CLUSTER_SPLITS:
+            raise AsmError(f"params: {sk.cluster_switch}={asked}: a cluster has 2 to {MAX_CLUSTER_SPLITS} blocks "
+                           "(the portable cluster size)")
+        return size if "clusters" in arch_for(target).features else 0
+    if split.splits > MAX_CLUSTER_SPLITS:
         return 0
     if not asked and params and sk.fixup_switch is not None and sk.fixup_switch in params:
         return 0
@@ -173,23 +184,50 @@ def cluster_splits(spec: KernelSpec, split: Split | None, target: str, params: d
     return split.splits if "clusters" in arch_for(target).features else 0
 
 
-def in_kernel_fixup(spec: KernelSpec, split: Split | None, params: dict | None = None, clustered: int = 0) -> bool:
-    """Whether this split sums its slices inside the partial pass (one launch: the spec's
-    fixup_switch) rather than in the reduce kernel: only where params= (or a tuning entry) name
-    the fixup switch 1. Not the dispatch's choice: on the H100 (2026-11-27, fourth session) the
-    one-launch split doubled the GPU time of small split calls (8880x30x161 bf16: 11.2 -> 23.7 us;
-    random seed 62's GPU-time geomean 1.104 -> 1.019) and saved less host time than that, with the
-    cost model's term for it not fitted to any sweep (docs/log/mma.md, step 6)."""
-    sk = spec.split_k
-    if split is None or clustered or sk is None or sk.fixup_switch is None:
-        return False
-    asked = params.get(sk.fixup_switch) if params else None
+def _fixup_asked(sk, params: dict | None) -> bool:
+    """Whether params= (or a tuning entry) name the fixup switch 1 (AsmError for a value not 0/1)."""
+    asked = params.get(sk.fixup_switch) if params and sk.fixup_switch is not None else None
     if asked is None:
         return False
     if str(asked).strip() not in ("0", "1") or isinstance(asked, float):
         raise AsmError(f"params: {sk.fixup_switch}={asked!r}: 1 sums split-K's slices inside the kernel (one "
                        "launch), 0 in the reduce kernel (two)")
     return str(asked).strip() == "1"
+
+
+def in_kernel_fixup(spec: KernelSpec, split: Split | None, params: dict | None = None, clustered: int = 0) -> bool:
+    """Whether this split sums its slices inside the launch from a workspace (the spec's
+    fixup_switch) rather than in the reduce kernel: only where params= (or a tuning entry) name
+    the fixup switch 1. With `clustered` (cluster_splits: the cluster switch named too) the
+    slices are the clusters' sums ("cluster+in_kernel"); without, the partial pass's ("in_kernel").
+    The plain in-kernel sum is not the dispatch's choice: on the H100 (2026-11-27, fourth session)
+    it doubled the GPU time of small split calls (8880x30x161 bf16: 11.2 -> 23.7 us; random seed
+    62's GPU-time geomean 1.104 -> 1.019; docs/log/mma.md, step 6): one block of each tile reads
+    all S slices alone. The clusters' version reads S / cluster slices, spread over a cluster's
+    worth of blocks a tile (catalog.py offers it past MAX_CLUSTER_SPLITS)."""
+    sk = spec.split_k
+    if split is None or sk is None or sk.fixup_switch is None:
+        return False
+    if clustered and not str(params.get(sk.cluster_switch, "")).strip():
+        return False             # clusters of S (cluster_splits' own choice): their sum is C's
+    return _fixup_asked(sk, params)
+
+
+def hybrid_cluster(splits: int) -> int:
+    """The cluster size of a "cluster+in_kernel" split of `splits` (> MAX_CLUSTER_SPLITS): 8 or 4,
+    whichever rounds the grid up by fewer empty blocks, 8 on a tie (fewer slices to sum; and the
+    H100's driver packs clusters of 4 and 8 best, cost_model.cluster_slots)."""
+    return min((8, 4), key=lambda c: (-(-splits // c) * c - splits, -c))
+
+
+def grid_splits(split: Split, clustered: int) -> int:
+    """Grid z of a split launch: S, or S rounded up to whole clusters of `clustered` blocks."""
+    return -(-split.splits // clustered) * clustered if clustered else split.splits
+
+
+def slices(split: Split, clustered: int = 0) -> int:
+    """The workspace slices a one-launch split sums: S, or one per cluster (G = grid z / cluster)."""
+    return grid_splits(split, clustered) // clustered if clustered else split.splits
 
 
 def switch_define(spec: KernelSpec, split: Split | None, clustered: int = 0, fixup: bool = False) -> dict:
@@ -214,17 +252,18 @@ def fixup_values(split: Split, plan: LaunchPlan) -> dict:
     return {"k_chunk": split.k_chunk, "split_stride": plan.m * plan.n}
 
 
-def fixup_counters(grid_: tuple[int, int, int]) -> int:
+def fixup_counters(grid_: tuple[int, int, int], clustered: int = 0) -> int:
     """The int32 arrival counters a one-launch split needs: one per tile of C (grid x * grid y;
-    the kernel's counter of block (x, y, s) is y * grid x + x)."""
-    return grid_[0] * grid_[1]
+    the kernel's counter of block (x, y, s) is y * grid x + x), times the cluster's ranks where
+    clusters' sums are the slices (rank r's counter: (y * grid x + x) * cluster + r)."""
+    return grid_[0] * grid_[1] * max(1, clustered)
 
 
-def fixup_workspace_elems(split: Split, plan: LaunchPlan, tile_n: int) -> int:
-    """fp32 elements of a one-launch split's workspace: the S slices and tile_n more, which the
-    last block's loads of a partial tile's columns past N may read (their sums are never stored;
-    the loads stay unguarded: mma_gemm.sasm, SPLIT_FIXUP_TILE)."""
-    return split.workspace_elems(plan.m, plan.n) + tile_n
+def fixup_workspace_elems(split: Split, plan: LaunchPlan, tile_n: int, clustered: int = 0) -> int:
+    """fp32 elements of a one-launch split's workspace: its slices (slices()) and tile_n more,
+    which the last block's loads of a partial tile's columns past N may read (their sums are never
+    stored; the loads stay unguarded: mma_gemm.sasm, SPLIT_FIXUP_TILE)."""
+    return slices(split, clustered) * plan.m * plan.n + tile_n
 
 
 def workspace_plan(plan: LaunchPlan) -> LaunchPlan:

@@ -260,6 +260,13 @@ class ArgPacker:
         return tuple(out)
 
 
+def argument_buffers(sizes) -> tuple[list, object]:
+    """cuLaunchKernel's `kernelParams` for arguments of these byte sizes: one zeroed buffer each
+    and the array of pointers to them (keep both alive while the driver may read them)."""
+    buffers = [ctypes.create_string_buffer(size) for size in sizes]
+    return buffers, (ctypes.c_void_p * len(buffers))(*[ctypes.addressof(b) for b in buffers])
+
+
 class ParamBlock:
     """An ArgPacker's arguments in the form cuLaunchKernel takes them (`kernelParams`: an array of
     pointers, one per .param, each to that argument's bytes), kept for the plan's lifetime and
@@ -276,13 +283,12 @@ class ParamBlock:
             raise AsmError(f"a parameter block of {len(params)} .params for {len(packer.template)} arguments")
         # an argument's bytes: its PTX type's (the numpy scalar ArgPacker packs), an array argument's
         # count of them (a tensor map: .b8 [128])
-        self._buffers = [ctypes.create_string_buffer(ARRAY_ARGUMENTS.get(name) or np.dtype(_SCALAR[ptype]).itemsize)
-                         for name, ptype in params]
+        self._buffers, self._array = argument_buffers(
+            ARRAY_ARGUMENTS.get(name) or np.dtype(_SCALAR[ptype]).itemsize for name, ptype in params)
         for buf, value in zip(self._buffers, packer.template):
             if value is not None:
                 raw = np.asarray(value).tobytes()
                 ctypes.memmove(buf, raw, len(raw))
-        self._array = (ctypes.c_void_p * len(params))(*[ctypes.addressof(b) for b in self._buffers])
         self.address = ctypes.addressof(self._array)
         ints, maps = [], []
         for i, which, convert in packer.pointer_slots:

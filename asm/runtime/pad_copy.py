@@ -24,6 +24,7 @@ from ..kernel_spec import Dtypes, KernelSpec, Launch, shipped_spec_file
 from .build_cache import build_kernel
 from .gpu import device_facts
 from .kept_launch import STATIC_SMEM_DEFAULT, load, raw_launcher
+from .launch import argument_buffers
 from .tensor_map import padded_pitch
 
 PAD_ABI = ("src", "dst", "src_end", "src_pitch", "dst_pitch", "rows", "row_bytes")
@@ -53,8 +54,7 @@ class _KeptCopy:
         self.rows_per_block = built.tile_m        # the rows a thread copies at once (pad_rows.sasm's GROUP)
         self.raw = raw_launcher(cupy, self.fn)
         self.lock = threading.Lock()
-        self._buffers = [ctypes.create_string_buffer(np.dtype(t).itemsize) for t in _TYPES]
-        self._array = (ctypes.c_void_p * len(_TYPES))(*[ctypes.addressof(b) for b in self._buffers])
+        self._buffers, self._array = argument_buffers(np.dtype(t).itemsize for t in _TYPES)
 
     def launch(self, args: tuple, grid: tuple, stream_ptr: int, cupy) -> None:
         values = tuple(t(v) for t, v in zip(_TYPES, args))

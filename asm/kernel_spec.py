@@ -148,6 +148,9 @@ ARGUMENTS: dict[str, tuple[str, ...]] = {
 ARRAY_ARGUMENTS = {"tmap_a": 128, "tmap_b": 128, "tmap_c": 128}
 # -D parameters the runtime can derive from a call (runtime/plan.py computes them).
 CALL_VALUES = ("trans_a", "trans_b", "vec_a", "vec_b", "vec_c", "wide_c",
+               # c_piece: the widest aligned piece (16, 8, 4 bytes, else C's element size) that every
+               # row of C is a whole number of (wide_c is c_piece == 16); the element size for c_trans
+               "c_piece",
                # the fused epilogue (gemm(bias=, activation=)), after the operand swap:
                # bias: 0 none, 1 one value per kernel column n, 2 one per kernel row m (BIAS_MODES);
                # activation: 0 none, then ACTIVATIONS in order (1 relu, 2 gelu, 3 gelu_tanh, 4 silu)

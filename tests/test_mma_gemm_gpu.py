@@ -379,6 +379,26 @@ def test_narrow_c_catalog_tilings(params, dtype, c_f32, bias, activation):
     assert run["params"].get("WN", "64") == str(params.get("WN", 64)), run
 
 
+@pytest.mark.parametrize("dtype,c_f32", [("float16", False), ("bfloat16", False), ("float16", True)])
+@pytest.mark.parametrize("m,n,k,ldc_pad,c_offset,layout,params", [
+    (300, 520, 21, 2, 0, "nt", None),         # rows of 1044 bytes (fp32 C: 2088): 4- (8-) byte pieces
+    (300, 520, 21, 4, 0, "tn", None),         # 1048 bytes: 8-byte pieces (fp32 C: 16, the wide path)
+    (129, 68, 7, 0, 2, "nn", None),           # C 4 bytes off a 16-byte boundary
+    (613, 390, 24, 0, 0, "nt", {"WN": 64}),   # the 64-column warp tile: 32 lanes a row
+    (4543, 4546, 3, 0, 0, "nn", None),        # the random seed's store-bound call
+])
+def test_c_in_narrower_pieces(m, n, k, ldc_pad, c_offset, layout, params, dtype, c_f32):
+    """Rows of C that are whole 8- or 4-byte pieces but not 16-byte ones (call value c_piece):
+    stored a piece a lane (C_PIECE), beta, a per-column bias and gelu, the padding untouched."""
+    from asmgemm.runtime.plan import c_piece
+    item = 4 if c_f32 else 2
+    want = c_piece(n, n + ldc_pad, 256 + c_offset * item, 0, item)
+    run = _check_narrow_c(m, n, k, layout, dtype, c_f32=c_f32, ldc_pad=ldc_pad, c_offset=c_offset, beta=-0.5,
+                          bias="column", activation="gelu", params=params) if want < 16 else None
+    if run is not None:
+        assert run["params"]["C_PIECE"] == str(want), run
+
+
 def test_narrow_c_beta_zero_never_reads_c():
     """beta == 0: C holds NaN before the call and none survives (C is not read)."""
     rng = np.random.default_rng(5)

@@ -45,12 +45,14 @@ def default_params(spec: KernelSpec) -> dict:
 
 def call_defines(spec: KernelSpec, plan_values: dict, chosen: dict | None = None) -> dict:
     """The spec's call-derived -D parameters for a launch. A `vec_*` value only ever lowers what
-    `chosen` asks for (128-bit loads where the call allows them, off where a caller turned them off)."""
+    `chosen` asks for (128-bit loads where the call allows them, off where a caller turned them off),
+    and so does c_piece (a narrower piece of C than the call allows: an A/B of the epilogues)."""
     chosen = chosen or {}
     out = {}
     for param, value in spec.call_params:
         v = int(plan_values[value])
-        out[param] = min(int(chosen.get(param, 1)), v) if value.startswith("vec_") else v
+        lowers = value.startswith("vec_") or value == "c_piece"
+        out[param] = min(int(chosen.get(param, v)), v) if lowers else v
     return out
 
 

@@ -210,6 +210,8 @@ def plan_launch(a, b, c, *, trans_a: bool, trans_b: bool, ptr_of=lambda x: x.dat
         "vec_c": int(n % 2 == 0 and ldc % 2 == 0 and ptr_of(c) % (2 * itemsize) == 0 and not c_trans and sc % 2 == 0),
         # C written in 16-byte pieces: every row of C a whole number of them, all aligned
         "wide_c": wide_c,
+        # ... or in the widest pieces (8 or 4 bytes) that still divide every row of C
+        "c_piece": c_piece(n, ldc, ptr_of(c), sc, itemsize) if not c_trans else itemsize,
         "bias": bias_mode,
         "activation": int(activation),
         "batched": int(batch > 1),
@@ -225,6 +227,17 @@ def plan_launch(a, b, c, *, trans_a: bool, trans_b: bool, ptr_of=lambda x: x.dat
     }
     return LaunchPlan(A, B, ptr_of(c), m, n, k, ldc, swap, itemsize, values,
                       ptr_of(bias) if bias is not None else 0, int(batch), (sa, sb, sc))
+
+
+def c_piece(n: int, ldc: int, ptr: int, batch_stride: int, itemsize: int) -> int:
+    """The call value c_piece: the widest aligned piece, 16, 8 or 4 bytes, that every row of an
+    n-column C of pitch ldc at ptr (and every batch's C, batch_stride elements on) is a whole number
+    of; the element size where none is wider than one element."""
+    for piece in (16, 8, 4):
+        if piece > itemsize and not (n * itemsize % piece or ldc * itemsize % piece or ptr % piece
+                                     or batch_stride * itemsize % piece):
+            return piece
+    return itemsize
 
 
 def shifted_c(c_itemsize: int, c_trans: bool, wide_c: int, activation: int) -> int:

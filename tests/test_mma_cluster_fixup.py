@@ -72,12 +72,12 @@ def _hybrid(case, ws_c0, order=None, runs=1):
     c_mode, ta, tb, m, n, k, alpha, beta, chunk, pads, c_pad, cl = case
     kind, a, b, c0, lda, ldb = _problem(c_mode, ta, tb, m, n, k, pads, c_pad)
     split = split_k.Split(math.ceil(k / chunk), chunk)
-    z = split_k.grid_splits(split, cl)
+    z = split_k.grid_splits(split.splits, cl)
     built = _build("mma_gemm", "sm_90", **kind, CLUSTER_K=cl, SPLIT_FIXUP=1)
     p = built.constants
     gx, gy = math.ceil(n / p["BN"]), math.ceil(m / p["BM"])
     mem = Memory()
-    ws = _aligned((split_k.slices(split, cl) * m * n + p["BN"],), np.float32, np.nan)
+    ws = _aligned((split_k.slices(split.splits, cl) * m * n + p["BN"],), np.float32, np.nan)
     counters = _aligned((split_k.fixup_counters((gx, gy, z), cl),), np.int32, 0)
     c = c0.copy()
     args = _args(mem, a, b, c, m, n, k, lda, ldb, n + c_pad, alpha=alpha, beta=beta, k_chunk=chunk,
@@ -164,6 +164,8 @@ def test_params_naming_both_switches_ask_for_it():
     # without clusters on the target: the tile's last block alone sums the 53 slices
     assert split_k.cluster_splits(SPEC, split, "sm_80", ask, plan, 132) == 0
     assert split_k.in_kernel_fixup(SPEC, split, ask, 0)
+    # clusters of S that the cluster rule chose (nothing named): their sum is C's, no fixup
+    assert not split_k.in_kernel_fixup(SPEC, split_k.Split(4, 3392), None, 4)
     # the fixup without the cluster switch: the plain in-kernel sum; the cluster switch alone past 8: none
     assert split_k.cluster_splits(SPEC, split, "sm_90", {"SPLIT_K": 53, "SPLIT_FIXUP": 1}, plan, 132) == 0
     assert split_k.cluster_splits(SPEC, split, "sm_90", {"SPLIT_K": 53, "CLUSTER_K": 8}, plan, 132) == 0
@@ -173,8 +175,8 @@ def test_params_naming_both_switches_ask_for_it():
 
 def test_grid_workspace_and_counters():
     split = split_k.Split(53, 256)
-    assert split_k.grid_splits(split, 8) == 56 and split_k.slices(split, 8) == 7
-    assert split_k.grid_splits(split, 0) == 53 and split_k.slices(split) == 53
+    assert split_k.grid_splits(53, 8) == 56 and split_k.slices(53, 8) == 7
+    assert split_k.grid_splits(53, 0) == 53 and split_k.slices(53) == 53
     assert split_k.fixup_counters((2, 3, 56), 8) == 48 and split_k.fixup_counters((2, 3, 53)) == 6
     plan = _plan(21, 7, 13520)
     assert split_k.fixup_workspace_elems(split, plan, 64, 8) == 7 * 21 * 7 + 64

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field, replace
 
 from ..kernel_spec import DTYPE_ITEMSIZE, get_spec
 from .catalog import Candidate
+from .split_k import grid_splits, slices
 
 # Prior rates for a GPU without a fitted database: per SM and clock, the FMA pipes' flops (fp32:
 # 128 FMA a cycle on sm_80/sm_90, H100 whitepaper) and the dense fp16 tensor flops of mma.sync
@@ -215,7 +216,7 @@ def estimate(cand: Candidate, m: int, n: int, k: int, dm: DeviceModel, dtype: st
     s = cand.splits
     c_tiles = (ceil_div(m, bm) * batch + extra_tile_rows) * ceil_div(n, bn)
     # (a cluster+in_kernel grid rounds S up to whole clusters: its extra blocks have no k range)
-    tiles = c_tiles * (ceil_div(s, cand.cluster) * cand.cluster if cand.reduce == "cluster+in_kernel" else s)
+    tiles = c_tiles * grid_splits(s, cand.cluster)
     r = max(1, fit.blocks(variant))
     slots = dm.sms * r
     if cand.reduce in ("cluster", "cluster+in_kernel"):
@@ -245,7 +246,7 @@ def estimate(cand: Candidate, m: int, n: int, k: int, dm: DeviceModel, dtype: st
         # the clusters' sums (as "cluster"), then G slices written by the clusters and read (C
         # written) by the last block of each rank: cluster blocks a tile of C, not one
         bw = dm.reduce_bytes_per_s or dm.dram_bytes_per_s
-        g = ceil_div(s, cand.cluster)
+        g = slices(s, cand.cluster)
         share = min(1.0, c_tiles * cand.cluster / dm.sms)
         split = (dm.cluster_block_s * math.ceil(tiles / slots) + g * m * n * 4 / bw
                  + (g * m * n * 4 + m * n * c_bytes) / (bw * share))

@@ -60,7 +60,8 @@ class KeptLaunch:
                  device: int, c_dtype: str | None = None, split: split_k.SplitLaunch | None = None,
                  spec_name: str | None = None, c_trans: bool = False, cluster_splits: int = 0):
         self.built, self.fn, self.fn_key = built, fn, fn_key
-        self.cluster_splits = cluster_splits    # blocks of a split's clusters along z (S; or a cluster+in_kernel's); 0: none
+        # blocks of a split's clusters along z (S, or a cluster+in_kernel split's cluster); 0: none
+        self.cluster_splits = cluster_splits
         self.c_trans = c_trans          # the kernel stores C^T (the swap rule's launch)
         self.spec_name = spec_name or built.name    # the kernel spec that ran (after a route)
         self.grid, self.block, self.smem = grid_, (built.threads, 1, 1), built.smem_bytes
@@ -314,7 +315,7 @@ def _fixup_launch(cupy, spec: KernelSpec, built: BuiltKernel, fn, plan: LaunchPl
     and split_stride packed; the workspace and tile counters come per call (split_scratch.py keeps
     them per stream)."""
     dev = cupy.cuda.Device().id
-    grid_ = grid(spec, built, plan, sm_count, split_k.grid_splits(split, in_cluster),
+    grid_ = grid(spec, built, plan, sm_count, split_k.grid_splits(split.splits, in_cluster),
                  _cluster_capacity(spec, fn, built, dev))
     packer = ArgPacker(built, plan, spec.dtypes.a, spec.dtypes.c, split_k.fixup_values(split, plan),
                        a_map=not loads_a_itself(spec, plan))

@@ -193,11 +193,10 @@ def plan_launch(a, b, c, *, trans_a: bool, trans_b: bool, ptr_of=lambda x: x.dat
     # ldc * itemsize and row offsets are formed in 32 bits inside the epilogue's row stepping.
     if ldc * itemsize > 0xFFFFFFFF:
         raise AsmError(f"ldc = {ldc} is too large for the kernel (ldc * {itemsize} bytes must fit 32 bits)")
-    elems = max(1, VECTOR_BYTES // itemsize)
     ab_elems = max(1, VECTOR_BYTES // int(a.dtype.itemsize))     # A and B may be narrower than C
     # (every batch's matrix must be aligned as the first one is: a batch stride counts as a pitch)
-    wide_c = int(n % elems == 0 and ldc % elems == 0 and ptr_of(c) % VECTOR_BYTES == 0 and not c_trans
-                 and sc % elems == 0)
+    piece = c_piece(n, ldc, ptr_of(c), sc, itemsize) if not c_trans else itemsize
+    wide_c = int(piece == VECTOR_BYTES)
     values = {
         "trans_a": int(A.trans),
         "trans_b": int(B.trans),
@@ -211,7 +210,7 @@ def plan_launch(a, b, c, *, trans_a: bool, trans_b: bool, ptr_of=lambda x: x.dat
         # C written in 16-byte pieces: every row of C a whole number of them, all aligned
         "wide_c": wide_c,
         # ... or in the widest pieces (8 or 4 bytes) that still divide every row of C
-        "c_piece": c_piece(n, ldc, ptr_of(c), sc, itemsize) if not c_trans else itemsize,
+        "c_piece": piece,
         "bias": bias_mode,
         "activation": int(activation),
         "batched": int(batch > 1),
@@ -233,7 +232,7 @@ def c_piece(n: int, ldc: int, ptr: int, batch_stride: int, itemsize: int) -> int
     """The call value c_piece: the widest aligned piece, 16, 8 or 4 bytes, that every row of an
     n-column C of pitch ldc at ptr (and every batch's C, batch_stride elements on) is a whole number
     of; the element size where none is wider than one element."""
-    for piece in (16, 8, 4):
+    for piece in (VECTOR_BYTES, 8, 4):
         if piece > itemsize and not (n * itemsize % piece or ldc * itemsize % piece or ptr % piece
                                      or batch_stride * itemsize % piece):
             return piece

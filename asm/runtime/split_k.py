@@ -208,7 +208,7 @@ def in_kernel_fixup(spec: KernelSpec, split: Split | None, params: dict | None =
     sk = spec.split_k
     if split is None or sk is None or sk.fixup_switch is None:
         return False
-    if clustered and not str(params.get(sk.cluster_switch, "")).strip():
+    if clustered and not (params and str(params.get(sk.cluster_switch, "")).strip()):
         return False             # clusters of S (cluster_splits' own choice): their sum is C's
     return _fixup_asked(sk, params)
 
@@ -220,14 +220,16 @@ def hybrid_cluster(splits: int) -> int:
     return min((8, 4), key=lambda c: (-(-splits // c) * c - splits, -c))
 
 
-def grid_splits(split: Split, clustered: int) -> int:
-    """Grid z of a split launch: S, or S rounded up to whole clusters of `clustered` blocks."""
-    return -(-split.splits // clustered) * clustered if clustered else split.splits
+def grid_splits(splits: int, clustered: int = 0) -> int:
+    """Grid z of a split launch of S = `splits`: S, or S rounded up to whole clusters of
+    `clustered` blocks."""
+    return -(-splits // clustered) * clustered if clustered else splits
 
 
-def slices(split: Split, clustered: int = 0) -> int:
-    """The workspace slices a one-launch split sums: S, or one per cluster (G = grid z / cluster)."""
-    return grid_splits(split, clustered) // clustered if clustered else split.splits
+def slices(splits: int, clustered: int = 0) -> int:
+    """The workspace slices a one-launch split of S = `splits` sums: S, or one per cluster
+    (G = grid z / cluster)."""
+    return grid_splits(splits, clustered) // clustered if clustered else splits
 
 
 def switch_define(spec: KernelSpec, split: Split | None, clustered: int = 0, fixup: bool = False) -> dict:
@@ -263,7 +265,7 @@ def fixup_workspace_elems(split: Split, plan: LaunchPlan, tile_n: int, clustered
     """fp32 elements of a one-launch split's workspace: its slices (slices()) and tile_n more,
     which the last block's loads of a partial tile's columns past N may read (their sums are never
     stored; the loads stay unguarded: mma_gemm.sasm, SPLIT_FIXUP_TILE)."""
-    return slices(split, clustered) * plan.m * plan.n + tile_n
+    return slices(split.splits, clustered) * plan.m * plan.n + tile_n
 
 
 def workspace_plan(plan: LaunchPlan) -> LaunchPlan:

@@ -181,10 +181,12 @@ class Kernel:
 
     # ---- running ----------------------------------------------------------------------------------
     def run(self, grid, block, args: dict, memory: Memory, smem_bytes: int = 0, cluster: tuple = (1, 1, 1),
-            max_steps: int = 5_000_000, order=None) -> None:
+            max_steps: int = 5_000_000, order=None, issued=None) -> None:
         """Every block (cluster) of the grid, one after another: z outermost, then y, then x, or
         in `order` (a sequence of (x, y, z) block indices, each once: the order blocks happen to
-        finish in, for kernels whose result must not depend on it)."""
+        finish in, for kernels whose result must not depend on it). `issued`: a Counter that gets
+        each instruction's opcode (with its modifiers, no guard) once for every warp that
+        executes it, predicated off or not (what the SM issues, as ncu's inst_executed counts)."""
         names = [n for _, n in self.params]
         missing = [n for n in names if n.removeprefix("param_") not in args]
         if missing:
@@ -198,14 +200,15 @@ class Kernel:
                 raise ValueError("order: each block of the grid once")
             every = list(order)
         for ctaid in every:
-            _Run(self, ctaid, cz, block[0], args, memory, smem_bytes, max_steps, grid).go()
+            _Run(self, ctaid, cz, block[0], args, memory, smem_bytes, max_steps, grid, issued).go()
 
 
 class _Run:
     """One cluster of blocks (bx, by, bz .. bz + cz - 1) of `threads` threads each."""
 
-    def __init__(self, k: Kernel, ctaid, cz, threads, args, memory, smem_bytes, max_steps, grid):
+    def __init__(self, k: Kernel, ctaid, cz, threads, args, memory, smem_bytes, max_steps, grid, issued=None):
         self.k, self.mem, self.args, self.max_steps = k, memory, args, max_steps
+        self.issued = issued
         self.nt = threads
         self.T = T = cz * threads
         self.rank = np.repeat(np.arange(cz), threads).astype(_U64)
@@ -322,6 +325,9 @@ class _Run:
             if pc >= len(code):
                 raise SimError("ran past the end of the kernel")
             ins = code[pc]
+            if self.issued is not None:
+                warps = np.unique((self.rank * _U64(self.nt) + self.tid)[sel] // _U64(32))
+                self.issued[".".join(ins.parts)] += len(warps)
             mask = sel
             if ins.guard is not None:
                 g = self.val(ins.guard, "pred")

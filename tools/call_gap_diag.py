@@ -164,6 +164,7 @@ def main() -> None:
                 fns["in_place"] = lambda name=in_place: gemm(a, b, trans_a=ta, trans_b=tb, kernel=name)
         rows.append({"case": f"gemm {m}x{n}x{k} {layout} {dtype}", **measure(fns, args.reps),
                      "ran": f"{ran['kernel']} {ran.get('config')} splits={ran.get('splits')}"})
+        profile(fns["asmgemm"], args.profile, f"gemm {m}x{n}x{k} {layout} {dtype}")
     for r in rows:
         print(r["case"], r.get("ran"))
         for name, v in r.items():

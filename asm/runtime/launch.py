@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
+import struct
 import threading
 
 import numpy as np
@@ -260,6 +261,22 @@ class ArgPacker:
         for i, value in memo[2]:
             out[i] = value
         return tuple(out)
+
+
+def packed_arguments(fmt: str) -> tuple[object, object]:
+    """cuLaunchKernel's `kernelParams` for arguments laid out by the struct format `fmt` (standard
+    sizes, "<", each field at an offset its size divides): one buffer that a launch rewrites with a
+    single struct.pack_into, and the array of pointers to its fields (keep both alive while the
+    driver may read them)."""
+    fields = fmt[1:]
+    if not fmt.startswith("<") or not fields or any(f not in "bBhHiIqQfd" for f in fields):
+        raise AsmError(f"packed_arguments: {fmt!r} is not '<' and one letter a scalar field")
+    offsets = [struct.calcsize("<" + fields[:i]) for i in range(len(fields))]
+    if any(o % struct.calcsize("<" + f) for o, f in zip(offsets, fields)):
+        raise AsmError(f"packed_arguments: {fmt!r} has a field at an offset its size does not divide")
+    block = ctypes.create_string_buffer(struct.calcsize(fmt))
+    base = ctypes.addressof(block)
+    return block, (ctypes.c_void_p * len(fields))(*[base + o for o in offsets])
 
 
 def argument_buffers(sizes) -> tuple[list, object]:

@@ -37,7 +37,7 @@ PACKAGES = ["asmgemm", "asmgemm.expand", "asmgemm.isa", "asmgemm.commands", "asm
             "asmgemm.tuning", "asmgemm.grammar", "asmgemm.kernels_ptx", "asmgemm.scheduler"]
 # folders of data alone (the Hopper kernel's parts, the dispatch databases), listed in pyproject.toml
 # so that their files ship (package-data); no modules to check
-DATA_PACKAGES = ["asmgemm.kernels_ptx.hgemm", "asmgemm.kernels_ptx.dispatch"]
+DATA_PACKAGES = ["asmgemm.kernels_ptx.hgemm", "asmgemm.kernels_ptx.mma_gemm", "asmgemm.kernels_ptx.dispatch"]
 
 # Rank of each stage: a module may import its own stage and stages of a lower rank, nothing else.
 # A stage is a top-level module of the package or a subpackage ("sass": asmgemm.sass.*). Stages

@@ -398,7 +398,7 @@ def _parsed():
 ])
 def test_bad_parameters_stop_at_the_kernels_error(defines, message):
     """Refused while expanding (as a build does; the first one through build_file itself), with
-    the kernel's message and a span on its `.error` line in mma_gemm.sasm."""
+    the kernel's message and a span on its `.error` line in mma_gemm/config.inc."""
     with pytest.raises(AsmError) as err:
         if defines == dict(BK=48):
             build_file("mma_gemm", BuildOptions(defines={k: str(v) for k, v in defines.items()}, target="sm_80"))
@@ -406,7 +406,7 @@ def test_bad_parameters_stop_at_the_kernels_error(defines, message):
             expand(_parsed(), {k: str(v) for k, v in defines.items()})
     e = err.value
     assert message in e.message
-    assert e.span is not None and Path(e.span.source.path).name == "mma_gemm.sasm"
+    assert e.span is not None and Path(e.span.source.path).parts[-2:] == ("mma_gemm", "config.inc")
     line = e.span.source.line_text(e.span.line)
     assert line.lstrip().startswith(".error") and message.split(" ")[0] in line, line
 

@@ -71,6 +71,11 @@ class ToolchainError(AsmError):
     """ptxas/nvdisasm missing or failing in a way that is not the user's source."""
 
 
+def format_note(message: str, span: Span | None) -> str:
+    """A note as the CLI prints one: `FILE:LINE:COL: note: message`, the source line, a caret."""
+    return _format_one("note", shorten_literals(message), span)
+
+
 def _format_one(kind: str, message: str, span: Span | None) -> str:
     if span is None:
         return f"asmgemm: {kind}: {message}"

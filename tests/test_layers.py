@@ -57,7 +57,7 @@ STAGE_RANK = {
     "toolchain": 4, "control_line": 4, "build_memo": 4,
     "targets": 5, "parse_tree": 5, "ptxas_names": 5,
     "parse_fast": 6, "regalloc": 6, "scheduler": 6, "emit": 6,
-    "parse": 7, "sass": 7,
+    "parse": 7, "sass": 7, "slow_ops": 7,
     "expand": 8, "kernel_spec": 8,
     "pipeline": 9,
     "runtime": 10,

@@ -6,7 +6,9 @@ import sys
 import click
 from rich.table import Table
 
+from ..errors import format_note
 from ..pipeline import assemble, build_file
+from ..slow_ops import slow_ops
 from .common import build_options, emit_json, make_console, source_options
 
 
@@ -20,6 +22,10 @@ def command(file, as_json, no_spills, max_registers, defines, target, include_di
     """Build FILE, run `ptxas -v` on it, and report per kernel: registers, spill stores/loads,
     stack frame, local memory, shared memory, constant banks and barriers.
 
+    Notes follow, at the .sasm line, for instructions ptxas assembles into a long sequence where one
+    would do: an unsigned div/rem by an immediate power of two (ptxas 13.0 keeps it a ~15-instruction
+    division; a shift or a mask is one). Notes never change the exit status.
+
     Exits 1 when ptxas rejects the PTX (with the error at the .sasm line), and 2 when a check
     asked for (--no-spills, --max-registers) fails.
     """
@@ -32,9 +38,13 @@ def command(file, as_json, no_spills, max_registers, defines, target, include_di
                             f"{k.local_bytes} bytes local memory, {k.stack_frame} bytes stack)")
         if max_registers is not None and k.registers > max_registers:
             failures.append(f"{k.name}: {k.registers} registers > {max_registers}")
+    notes = slow_ops(result.allocated)
     if as_json:
         emit_json({"source": result.source.path, "target": result.target,
-                   "kernels": [k.to_json() for k in asm.kernels], "warnings": asm.warnings, "failures": failures})
+                   "kernels": [k.to_json() for k in asm.kernels], "warnings": asm.warnings, "failures": failures,
+                   "notes": [{"path": n.span.path if n.span else None, "line": n.span.line if n.span else None,
+                              "col": n.span.col if n.span else None, "opcode": n.opcode, "divisor": n.divisor,
+                              "count": n.count, "message": n.message()} for n in notes]})
     else:
         t = Table(title=f"ptxas -v: {result.source.path} ({result.target})", title_justify="left")
         # ptxas 13 no longer prints constant-bank usage with -v; show the column only when it did.
@@ -52,6 +62,8 @@ def command(file, as_json, no_spills, max_registers, defines, target, include_di
         con.print(t)
         for w in asm.warnings:
             con.print(f"[yellow]ptxas warning:[/] {w}")
+        for n in notes:
+            con.print(format_note(n.message(), n.span), markup=False, highlight=False, soft_wrap=True)
         for f in failures:
             con.print(f"[red]check failed:[/] {f}")
     if failures:

@@ -203,10 +203,10 @@ def plan_launch(a, b, c, *, trans_a: bool, trans_b: bool, ptr_of=lambda x: x.dat
         # A is K-contiguous unless transposed; B is K-contiguous only when transposed.
         "vec_a": int(_aligned(A.ptr, A.ld, ab_elems) and (not A.trans or m % ab_elems == 0) and sa % ab_elems == 0),
         "vec_b": int(_aligned(B.ptr, B.ld, ab_elems) and (B.trans or n % ab_elems == 0) and sb % ab_elems == 0),
-        # C written in pairs of elements (one 2-element store): both columns of every pair in
-        # C and aligned, which takes an even N and ldc and a pair-aligned base.
-        # (c_trans: a pair's two elements lie in two rows of C, so neither applies)
-        "vec_c": int(n % 2 == 0 and ldc % 2 == 0 and ptr_of(c) % (2 * itemsize) == 0 and not c_trans and sc % 2 == 0),
+        # C written in pairs of elements (one 2-element store): every row of C whole aligned pairs,
+        # i.e. pieces of at least two elements (an even N and ldc, a pair-aligned base and batch
+        # stride). (c_trans: a pair's two elements lie in two rows of C, so no piece applies)
+        "vec_c": int(piece >= 2 * itemsize),
         # C written in 16-byte pieces: every row of C a whole number of them, all aligned
         "wide_c": wide_c,
         # ... or in the widest pieces (8 or 4 bytes) that still divide every row of C

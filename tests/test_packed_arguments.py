@@ -38,9 +38,14 @@ def test_misaligned_or_native_layouts_are_refused(fmt):
 
 
 def test_the_pad_copy_layout_is_its_entry_s_params():
+    """The packed layout against pad_rows.sasm's own .params: names (PAD_ABI) and widths."""
+    from asmgemm.pipeline import BuildOptions, build_file
+    from ptx_sim import Kernel
+    params = Kernel(build_file("pad_rows", BuildOptions(target="sm_90")).ptx).params
     fields = pad_copy._LAYOUT[1:]
-    assert len(fields) == len(pad_copy.PAD_ABI) == len(pad_copy._TYPES)
-    assert [struct.calcsize("<" + f) for f in fields] == [np.dtype(t).itemsize for t in pad_copy._TYPES]
+    assert [name.removeprefix("param_") for _, name in params] == list(pad_copy.PAD_ABI)
+    assert [struct.calcsize("<" + f) for f in fields] == [int(t[1:]) // 8 for t, _ in params]
+    assert [np.dtype(t).itemsize for t in pad_copy._TYPES] == [int(t[1:]) // 8 for t, _ in params]
 
 
 def test_the_pad_copy_launch_passes_its_arguments_in_order():

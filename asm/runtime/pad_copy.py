@@ -29,11 +29,12 @@ from .launch import packed_arguments
 from .tensor_map import padded_pitch
 
 PAD_ABI = ("src", "dst", "src_end", "src_pitch", "dst_pitch", "rows", "row_bytes")
-# each argument's numpy type, in .param order (pad_rows.sasm's entry), and the same as one struct
-# layout: a launch packs all seven with one struct.pack_into (seven numpy scalars, their tobytes and
-# memmoves cost ~20 us of host time a copy on an idle GPU's host, H200 profile 2026-11-28)
-_TYPES = (np.uint64, np.uint64, np.uint64, np.uint64, np.uint32, np.uint32, np.uint32)
+# the arguments' layout, in .param order (pad_rows.sasm's entry: four .u64, three .u32): a launch
+# packs all seven with one struct.pack_into (seven numpy scalars, their tobytes and memmoves were
+# the largest own time in a cProfile of idle-GPU calls of the copy path, H200, 2026-11-28); CuPy's
+# own call (no raw launcher) takes them as numpy scalars of the same types
 _LAYOUT = "<QQQQIII"
+_TYPES = tuple({"Q": np.uint64, "I": np.uint32}[f] for f in _LAYOUT[1:])
 MAX_GRID_Y = 65535
 
 

@@ -29,6 +29,7 @@ ex2.approx, rcp.approx and div.full are numpy's exact float32 versions (the PTX 
 2 ulp)."""
 from __future__ import annotations
 
+import collections
 import ctypes
 import re
 from dataclasses import dataclass
@@ -185,8 +186,8 @@ class Kernel:
         """Every block (cluster) of the grid, one after another: z outermost, then y, then x, or
         in `order` (a sequence of (x, y, z) block indices, each once: the order blocks happen to
         finish in, for kernels whose result must not depend on it). `issued`: a Counter that gets
-        each instruction's opcode (with its modifiers, no guard) once for every warp that
-        executes it, predicated off or not (what the SM issues, as ncu's inst_executed counts)."""
+        each instruction's index in `code` once for every warp that executes it, predicated off or
+        not (what the SM issues, as ncu's inst_executed counts); by opcode: by_opcode(issued)."""
         names = [n for _, n in self.params]
         missing = [n for n in names if n.removeprefix("param_") not in args]
         if missing:
@@ -201,6 +202,14 @@ class Kernel:
             every = list(order)
         for ctaid in every:
             _Run(self, ctaid, cz, block[0], args, memory, smem_bytes, max_steps, grid, issued).go()
+
+
+    def by_opcode(self, issued) -> collections.Counter:
+        """An `issued` count (run()) summed by opcode, modifiers included ('cp.async.ca.shared.global')."""
+        out = collections.Counter()
+        for pc, warps in issued.items():
+            out[".".join(self.code[pc].parts)] += warps
+        return out
 
 
 class _Run:
@@ -327,7 +336,7 @@ class _Run:
             ins = code[pc]
             if self.issued is not None:
                 warps = np.unique((self.rank * _U64(self.nt) + self.tid)[sel] // _U64(32))
-                self.issued[".".join(ins.parts)] += len(warps)
+                self.issued[pc] += len(warps)
             mask = sel
             if ins.guard is not None:
                 g = self.val(ins.guard, "pred")

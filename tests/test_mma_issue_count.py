@@ -36,7 +36,7 @@ def _issued(stages, *, m, n, k, lda, ldb, **defines):
     want = a[:, :k].astype(np.float64) @ b[:, :n].astype(np.float64)
     np.testing.assert_allclose(c.astype(np.float64), want, rtol=1e-2, atol=1e-2)
     blocks_warps = math.ceil(n / bn) * math.ceil(m / bm) * threads // 32
-    copies = sum(v for op, v in issued.items() if op.startswith(COPIES))
+    copies = sum(v for op, v in kern.by_opcode(issued).items() if op.startswith(COPIES))
     return sum(issued.values()) / blocks_warps, copies / blocks_warps
 
 

@@ -76,17 +76,8 @@ def count(kernel: str, defines: dict, m: int, n: int, k: int, lds: tuple | None,
     grid = (math.ceil(n / int(const["BN"])), math.ceil(m / int(const["BM"])), 1)
     if not (0 <= block[0] < grid[0] and 0 <= block[1] < grid[1]):
         raise SystemExit(f"block_issue_count: block {block} outside the grid {grid[:2]}")
-    per_pc = collections.Counter()
-    step = _Run.step
-
-    def counting(run, ins, mask, sel):
-        per_pc[int(run.pc[sel][0])] += len(np.unique(run.tid[sel] // 32))
-        return step(run, ins, mask, sel)
-    _Run.step = counting
-    try:
-        _Run(ptx, (block[0], block[1], 0), 1, threads, args, mem, smem, 20_000_000, grid).go()
-    finally:
-        _Run.step = step
+    per_pc = collections.Counter()       # warps that issue each instruction (ptx_sim's `issued`)
+    _Run(ptx, (block[0], block[1], 0), 1, threads, args, mem, smem, 20_000_000, grid, per_pc).go()
     warps = threads // 32
     labels = sorted((pc, name) for name, pc in ptx.labels.items())
     regions: dict[str, dict] = collections.defaultdict(lambda: {"ptx": 0.0, "sass": 0.0})

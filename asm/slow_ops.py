@@ -44,27 +44,32 @@ class SlowOp:
         return (f"{self.opcode} by {self.divisor}: ptxas assembles it as a division sequence (~15 SASS "
                 f"instructions: MUFU.RCP and its fix-ups); {instead} is one instruction{times}")
 
+    def to_json(self) -> dict:
+        span = self.span
+        return {"path": span.path if span else None, "line": span.line if span else None,
+                "col": span.col if span else None, "opcode": self.opcode, "divisor": self.divisor,
+                "count": self.count, "message": self.message()}
 
-def _divisor(ins: ir.Instruction) -> int | None:
+
+def _slow_division(ins: ir.Instruction) -> tuple[str, int] | None:
+    """('div.u32', 4) for an unsigned div/rem by an immediate power of two, else None."""
     parts = ins.opcode.split(".")
     if parts[0] not in ("div", "rem") or parts[-1] not in _UNSIGNED or len(ins.operands) != 3:
         return None
     d = ins.operands[2]
-    if not isinstance(d, ir.Imm) or not isinstance(d.value, int) or d.value <= 0:
+    if not isinstance(d, ir.Imm) or not isinstance(d.value, int) or d.value <= 0 or d.value & (d.value - 1):
         return None
-    return d.value if d.value & (d.value - 1) == 0 else None
+    return f"{parts[0]}.{parts[-1]}", d.value
 
 
 def slow_ops(module: ir.Module) -> list[SlowOp]:
     """The module's unsigned divisions and remainders by an immediate power of two, one entry per
     source line (in the order they first appear)."""
-    found: dict[tuple, list] = {}
+    found: dict[tuple, int] = {}
     for fn in module.functions():
         for ins in fn.instructions():
-            d = _divisor(ins)
-            if d is None:
-                continue
-            op = ".".join((ins.opcode.split(".")[0], ins.opcode.split(".")[-1]))
-            key = (ins.span, op, d)
-            found.setdefault(key, [0])[0] += 1
-    return [SlowOp(span, op, d, n[0]) for (span, op, d), n in found.items()]
+            slow = _slow_division(ins)
+            if slow is not None:
+                key = (ins.span, *slow)
+                found[key] = found.get(key, 0) + 1
+    return [SlowOp(span, op, d, n) for (span, op, d), n in found.items()]

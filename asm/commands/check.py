@@ -42,9 +42,7 @@ def command(file, as_json, no_spills, max_registers, defines, target, include_di
     if as_json:
         emit_json({"source": result.source.path, "target": result.target,
                    "kernels": [k.to_json() for k in asm.kernels], "warnings": asm.warnings, "failures": failures,
-                   "notes": [{"path": n.span.path if n.span else None, "line": n.span.line if n.span else None,
-                              "col": n.span.col if n.span else None, "opcode": n.opcode, "divisor": n.divisor,
-                              "count": n.count, "message": n.message()} for n in notes]})
+                   "notes": [n.to_json() for n in notes]})
     else:
         t = Table(title=f"ptxas -v: {result.source.path} ({result.target})", title_justify="left")
         # ptxas 13 no longer prints constant-bank usage with -v; show the column only when it did.

@@ -393,10 +393,11 @@ def test_c_in_narrower_pieces(m, n, k, ldc_pad, c_offset, layout, params, dtype,
     from asmgemm.runtime.plan import c_piece
     item = 4 if c_f32 else 2
     want = c_piece(n, n + ldc_pad, 256 + c_offset * item, 0, item)
+    if want == 16:
+        pytest.skip("this C's rows are whole 16-byte pieces: the wide path (WIDE_C), not a narrow piece")
     run = _check_narrow_c(m, n, k, layout, dtype, c_f32=c_f32, ldc_pad=ldc_pad, c_offset=c_offset, beta=-0.5,
-                          bias="column", activation="gelu", params=params) if want < 16 else None
-    if run is not None:
-        assert run["params"]["C_PIECE"] == str(want), run
+                          bias="column", activation="gelu", params=params)
+    assert run["params"]["C_PIECE"] == str(want), run
 
 
 def test_narrow_c_beta_zero_never_reads_c():

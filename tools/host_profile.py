@@ -4,10 +4,17 @@ shape (CuPy or torch operands), beside the per-call wall time of asmgemm and of 
 torch.matmul on the same operands. The kept launch plan is made before profiling, so what is
 profiled is the steady state a loop of calls sees. Needs a GPU.
 
+--pieces times each step of that repeated call alone instead (a loop of perf_counter, no profiler,
+whose own cost per call is many times what it measures for calls this short): the argument checks
+gemm() makes, the plan key, the kept plan's lookup, C's allocation, the stream, the argument block
+and the driver's launch, and "rest" = the whole call less their sum (the glue between them: Python
+calls and branches). What a cut would save, before the cut is made.
+
 Usage (GPU):
     python3 tools/host_profile.py 16 314 1725 --dtype float16            # a split-K call
     python3 tools/host_profile.py 652 415 148 --dtype float16 --torch --top 30
     python3 tools/host_profile.py 128 128 128 --torch --hold -1   # every call's C at a new address
+    python3 tools/host_profile.py 652 415 148 --dtype float16 --torch --pieces
 """
 from __future__ import annotations
 
@@ -15,12 +22,17 @@ import argparse
 import collections
 import cProfile
 import pstats
+import statistics
 import sys
 import time
 
 from asmgemm.errors import AsmError
+from asmgemm.kernel_spec import specs_version
+from asmgemm.runtime import gemm as gemm_module
 from asmgemm.runtime.gemm import gemm, last_launch
 from asmgemm.runtime.gpu import require_gpu
+from asmgemm.runtime.kept_launch import _last_launch
+from asmgemm.runtime.tune_cache import lookups_disabled
 
 
 def per_call_us(fn, calls: int, sync) -> float:
@@ -31,6 +43,57 @@ def per_call_us(fn, calls: int, sync) -> float:
         fn()
     sync()
     return (time.perf_counter() - t0) / calls * 1e6
+
+
+def pieces(cp, a, b, ta: bool, tb: bool, calls: int, sync) -> list[tuple[str, float]]:
+    """(step, us a call) for the steps of gemm(a, b)'s repeated call, each timed alone; the last
+    row is the whole call, the one before it what the steps leave unexplained."""
+    gemm(a, b, trans_a=ta, trans_b=tb)
+    plan = _last_launch[0]
+    cache = gemm_module._cache
+    torch = sys.modules.get("torch")
+    arrays = cache.torch(cp, torch) if torch is not None and isinstance(a, torch.Tensor) else cache.cupy_arrays
+    options = gemm_module._options_key(None, None)
+    (key_a, a_ptr), (key_b, b_ptr) = arrays.key_ptr(a), arrays.key_ptr(b)
+    key = (key_a, key_b, True, ta, tb, options, None, 0)
+    if cache.get(key) is not plan:
+        raise AsmError("host_profile --pieces: the kept plan is not under the key this tool builds (gemm's key "
+                       "changed: update pieces())")
+    c = arrays.empty(a, plan.c_shape, plan.c_dtype)
+    c_ptr = arrays.ptr(c)
+    stream = arrays.stream(plan.device)
+    kernel_a, kernel_b = (b_ptr, a_ptr) if plan.swapped else (a_ptr, b_ptr)
+    steps = [
+        ("require_gpu", lambda: gemm_module.require_gpu("asmgemm.gemm")),
+        ("specs_version", specs_version),
+        ("tune cache switch (env)", lookups_disabled),
+        ("options key", lambda: gemm_module._options_key(None, None)),
+        ("A and B key_ptr", lambda: (arrays.key_ptr(a), arrays.key_ptr(b))),
+        ("key tuple + cache.get", lambda: cache.get((key_a, key_b, True, ta, tb, options, None, 0))),
+        ("plan.current()", plan.current),
+        ("getDevice (on_device)", cp.cuda.runtime.getDevice),
+        ("C allocation", lambda: arrays.empty(a, plan.c_shape, plan.c_dtype)),
+        ("C ptr", lambda: arrays.ptr(c)),
+        ("stream", lambda: arrays.stream(plan.device)),
+        ("scratch_needs", plan.scratch_needs),
+    ]
+    raw = plan.raw
+    if raw is not None:
+        launch_fn, function, block = raw
+        g, t = plan.grid, plan.block
+        stream_ptr = stream.ptr if stream is not None else plan.current_stream().ptr
+        steps.append(("argument block write", lambda: block.write(kernel_a, kernel_b, c_ptr, 1.0, 0.0)))
+        steps.append(("driver launch", lambda: launch_fn(function, g[0], g[1], g[2], t[0], t[1], t[2], plan.smem,
+                                                         stream_ptr, block.address, 0)))
+    steps.append(("plan.launch (all of it)", lambda: plan.launch(kernel_a, kernel_b, c_ptr, 1.0, 0.0, stream)))
+    whole = per_call_us(lambda: gemm(a, b, trans_a=ta, trans_b=tb), calls, sync)
+    rows = [(name, per_call_us(fn, calls, sync)) for name, fn in steps]
+    loop = per_call_us(lambda: None, calls, sync)      # the timing loop's own cost, taken off each row
+    rows = [(name, max(0.0, us - loop)) for name, us in rows]
+    parts = sum(us for name, us in rows if name not in ("plan.launch (all of it)",))
+    rows.append(("rest (glue: the call less the steps)", whole - loop - parts))
+    rows.append(("the whole call", whole - loop))
+    return rows
 
 
 def main(argv=None) -> int:
@@ -46,6 +109,8 @@ def main(argv=None) -> int:
     ap.add_argument("--hold", type=int, default=0,
                     help="keep the last HOLD results alive (default 0: each is dropped, so the allocator hands "
                          "the next call the same C; -1: keep all, every call a new C pointer)")
+    ap.add_argument("--pieces", action="store_true",
+                    help="time each step of the repeated call alone (no profiler), not cProfile")
     args = ap.parse_args(argv)
     try:
         cp = require_gpu("host_profile.py")
@@ -68,6 +133,16 @@ def main(argv=None) -> int:
 
         held = collections.deque(maxlen=None if args.hold < 0 else max(args.hold, 1))
         hold = held.append if args.hold else (lambda x: None)
+
+        if args.pieces:
+            pieces(cp, a, b, ta, tb, 200, sync)         # warm
+            print(f"{args.m}x{args.n}x{args.k} {args.dtype} {args.layout} "
+                  f"({'torch' if args.torch else 'CuPy'} operands): us a call, each step alone, median of 5 loops")
+            runs = [pieces(cp, a, b, ta, tb, args.calls, sync) for _ in range(5)]
+            for i, (name, _) in enumerate(runs[0]):
+                print(f"  {name:38s} {statistics.median(r[i][1] for r in runs):7.2f}")
+            print(f"  {ref_name:38s} {statistics.median(per_call_us(ref, args.calls, sync) for _ in range(5)):7.2f}")
+            return 0
 
         def call():
             hold(gemm(a, b, trans_a=ta, trans_b=tb))

@@ -198,6 +198,11 @@ class Tensor:
     def get_device(self):
         return self._dev
 
+    def new_empty_strided(self, size, stride, dtype=None):
+        """Through the stand-in torch module's empty_strided (a test's tracker of it sees it), with
+        this tensor's dtype unless another is asked."""
+        return _made_torch[0].empty_strided(size, stride, dtype=dtype or self.dtype, device=self.device)
+
     @property
     def device(self):
         return TorchDevice("cuda" if self._dev >= 0 else "cpu", self._dev if self._dev >= 0 else None)
@@ -228,6 +233,9 @@ class Tensor:
         return self._a
 
 
+_made_torch: list = [None]      # the latest make_torch() module (Tensor.new_empty_strided allocates through it)
+
+
 def make_torch() -> types.ModuleType:
     """A torch module: float32/float64/float16, empty() (NaN-filled), tensor(), and
     torch.cuda.current_stream(device).cuda_stream read from `torch.stream_ptr[0]`."""
@@ -250,6 +258,7 @@ def make_torch() -> types.ModuleType:
             raise NotImplementedError(f"the stand-in makes row-major tensors only, not strides {tuple(stride)}")
         return out
     torch.empty_strided = empty_strided
+    _made_torch[0] = torch
     torch.from_numpy = lambda a, device_index=0: Tensor(a, by_np[a.dtype], device_index)
     torch.cuda = types.SimpleNamespace(
         current_stream=lambda device=None: types.SimpleNamespace(cuda_stream=torch.stream_ptr[0]))

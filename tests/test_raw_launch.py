@@ -149,19 +149,27 @@ def test_torch_stream_by_its_raw_handle_where_torch_offers_it():
 
 
 def test_torch_empty_asks_for_row_major_strides_worked_out_once_per_shape():
-    """arrays.TorchArrays.empty: torch.empty_strided with the row-major strides of the shape (an
+    """arrays.TorchArrays.empty: like.new_empty_strided with the row-major strides of the shape (an
     extent of 0 counting as 1), kept per shape, so a repeated call's new C costs no strides loop;
-    the memo stays bounded."""
+    the dtype named only where it is not like's (the keyword's parsing costs host time); the memo
+    stays bounded."""
     asked = []
-    torch = types.SimpleNamespace(float16="f16", empty_strided=lambda shape, strides, dtype=None, device=None:
-                                  asked.append((shape, strides, dtype, device)) or "tensor")
-    like = SimpleNamespace(dtype="f32", device="cuda:0")
+    torch = types.SimpleNamespace(float16="f16", float32="f32")
+
+    class Like:
+        dtype = "f32"
+
+        def new_empty_strided(self, size, stride, **kw):
+            asked.append((size, stride, kw))
+            return "tensor"
+    like = Like()
     adapter = arrays.TorchArrays(types.SimpleNamespace(), torch)
     assert adapter.empty(like, (3, 128, 64)) == "tensor"
     assert adapter.empty(like, [3, 128, 64], "float16") == "tensor"
+    assert adapter.empty(like, (3, 128, 64), "float32") == "tensor"
     assert adapter.empty(like, (5, 0)) == "tensor"
-    assert asked == [((3, 128, 64), (8192, 64, 1), "f32", "cuda:0"), ((3, 128, 64), (8192, 64, 1), "f16", "cuda:0"),
-                     ((5, 0), (1, 1), "f32", "cuda:0")]
+    assert asked == [((3, 128, 64), (8192, 64, 1), {}), ((3, 128, 64), (8192, 64, 1), {"dtype": "f16"}),
+                     ((3, 128, 64), (8192, 64, 1), {}), ((5, 0), (1, 1), {})]
     assert list(adapter._row_major) == [(3, 128, 64), (5, 0)]
     for rows in range(300):
         adapter.empty(like, (rows + 1, 7))

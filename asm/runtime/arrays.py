@@ -168,18 +168,22 @@ class TorchArrays:
         return x.data_ptr(), (rows, cols), (row_stride * item, col_stride * item)
 
     def empty(self, like, shape, dtype: str | None = None):
-        # empty_strided with the row-major strides: 1.9 us a call on the H100's host, where
-        # torch.empty(shape, dtype=, device=) took 3.1 (its argument parsing; docs/log/mma.md "Host time");
-        # the strides of a shape kept from its first call (working them out took 0.7 us a call on
-        # CI's host, a third of what the allocation itself costs)
+        # like.new_empty_strided with the row-major strides: `like`'s device (and dtype, unless
+        # another is asked) without passing them as keywords to parse: 1.83-2.01 us a call against
+        # torch.empty_strided's 2.01-2.08 in one process on the H200's host (one core; torch.empty
+        # took 3.1 on the H100's: docs/log/mma.md "Host time"). The strides of a shape kept from
+        # its first call (working them out took 0.7 us a call on CI's host).
         key = shape if type(shape) is tuple else tuple(shape)
         strides = self._row_major.get(key)
         if strides is None:
             if len(self._row_major) >= 256:       # shapes come and go: keep the memo bounded
                 self._row_major.clear()
             strides = self._row_major[key] = row_major_strides(key)
-        return self.torch.empty_strided(key, strides, dtype=getattr(self.torch, dtype) if dtype else like.dtype,
-                                        device=like.device)
+        if dtype is not None:
+            wanted = getattr(self.torch, dtype)
+            if wanted is not like.dtype:
+                return like.new_empty_strided(key, strides, dtype=wanted)
+        return like.new_empty_strided(key, strides)
 
     def stream(self, device: int):
         """torch's current stream on `device`, as the CuPy stream object the launch takes."""

@@ -46,6 +46,13 @@ def _variant(s: dict) -> str:
     return s["variant"]
 
 
+def _sizes(s: dict) -> tuple[str, int, int]:
+    """(dtype, C's element size, A's and B's) of the sample's family, as dispatch prices its calls
+    (an hgemm_mma sample priced as fp32 doubled its DRAM floor and took the fp32 prior's rates)."""
+    spec = get_spec(s["family"])
+    return spec.dtypes.a, DTYPE_ITEMSIZE[spec.dtypes.c], DTYPE_ITEMSIZE[spec.dtypes.a]
+
+
 def _call_key(s: dict) -> str:
     """The call a sample timed (recorded by the sweep; older samples: their own launch's sizes)."""
     return s.get("call") or exact_key(s["family"], s["layout"], s["m"], s["n"], s["k"], True)
@@ -90,7 +97,7 @@ def _features(cand: Candidate, s: dict, dm: DeviceModel, fit: ConfigFit) -> tupl
     probe = DeviceModel(dm.gpu, dm.sms, dm.clock_hz, dm.dram_bytes_per_s, configs={f"{cand.kernel}:{cand.config}": unit},
                         cluster_slots=dm.cluster_slots)
     # (the unit fit has no variant factors: the variant only picks the build's blocks per SM)
-    e = estimate(cand, s["m"], s["n"], s["k"], probe, "float32", 4, 4, _variant(s))
+    e = estimate(cand, s["m"], s["n"], s["k"], probe, *_sizes(s), _variant(s))
     # compute = (waves term) x (a + b steps): x1 = compute with a = 1, b = 0; x2 = x1 x steps
     return e.compute_s, e.compute_s * e.steps
 
@@ -150,7 +157,7 @@ def _fit_config(rows: list[dict], dm: DeviceModel) -> ConfigFit:
         fit = ConfigFit(a, b, f, r, len(rows), variant_blocks=rv)
         logs: dict[str, list[float]] = defaultdict(list)
         for s in rows:
-            e = estimate(_candidate(s), s["m"], s["n"], s["k"], _with(dm, s, fit), "float32", 4, 4, _variant(s))
+            e = estimate(_candidate(s), s["m"], s["n"], s["k"], _with(dm, s, fit), *_sizes(s), _variant(s))
             if e.compute_s > 0:
                 logs[_variant(s)].append(math.log(s["gpu_ms"] * 1e-3 / e.compute_s))
         variants = {v: math.exp(sum(x) / (len(x) + VARIANT_PRIOR)) for v, x in logs.items()}
@@ -183,7 +190,7 @@ def fit_model(doc: dict, samples: list[dict] | None = None) -> DeviceModel:
     for s in samples:
         if s.get("reduce") != "kernel" or f"{s['kernel']}:{s['config']}" not in dm.configs:
             continue
-        e = estimate(_candidate(s), s["m"], s["n"], s["k"], _no_split_costs(dm), "float32", 4, 4, _variant(s))
+        e = estimate(_candidate(s), s["m"], s["n"], s["k"], _no_split_costs(dm), *_sizes(s), _variant(s))
         y = s["gpu_ms"] * 1e-3
         moved = s["splits"] * s["m"] * s["n"] * 8 + s["m"] * s["n"] * 4
         resid.append((1.0 / y, moved / y, (y - max(e.compute_s, e.memory_s)) / y))
@@ -195,7 +202,7 @@ def fit_model(doc: dict, samples: list[dict] | None = None) -> DeviceModel:
     for s in samples:
         if s.get("reduce") != "cluster" or f"{s['kernel']}:{s['config']}" not in dm.configs:
             continue
-        e = estimate(_candidate(s), s["m"], s["n"], s["k"], _no_split_costs(dm), "float32", 4, 4, _variant(s))
+        e = estimate(_candidate(s), s["m"], s["n"], s["k"], _no_split_costs(dm), *_sizes(s), _variant(s))
         extra.append((s["gpu_ms"] * 1e-3 - max(e.compute_s, e.memory_s)) / max(1, math.ceil(e.tiles / e.slots)))
     if extra:
         dm.cluster_block_s = max(0.0, statistics.median(extra))
@@ -218,7 +225,7 @@ def _residuals(dm: DeviceModel, samples: list[dict]) -> list[dict]:
         variant, m, n = _call_sizes(s0)
         res = {}
         for s in rows:
-            e = estimate(_candidate(s), s["m"], s["n"], s["k"], dm, "float32", 4, 4, _variant(s))
+            e = estimate(_candidate(s), s["m"], s["n"], s["k"], dm, *_sizes(s), _variant(s))
             res[s["label"]] = round(math.log(_call_ms(s, dm) * 1e-3 / e.call_s), 4)
         out.append({"family": s0["family"], "variant": variant, "m": m, "n": n, "k": s0["k"], "plain": True,
                     "res": res})

@@ -304,6 +304,33 @@ def test_dram_is_a_floor():
     assert e.memory_s == pytest.approx(2.097152e-3) and e.gpu_s == pytest.approx(2.097152e-3)
 
 
+def test_loaded_bytes_count_a_per_tile_column_and_b_per_tile_row():
+    """cost_model.loaded_bytes: 300 x 500 x 64 in 128 x 128 tiles is 4 tile columns each reading
+    all 300 rows of A and 3 tile rows each reading all 500 columns of B, over all 64 of K, at 4
+    bytes: (4 x 300 + 3 x 500) x 64 x 4; a batch of 2 doubles it; a grouped launch's 2 extra tile
+    rows read B twice more."""
+    assert cost_model.loaded_bytes(_cand(), 300, 500, 64, 4) == (4 * 300 + 3 * 500) * 64 * 4
+    assert cost_model.loaded_bytes(_cand(), 300, 500, 64, 4, batch=2) == 2 * (4 * 300 + 3 * 500) * 64 * 4
+    assert cost_model.loaded_bytes(_cand(), 300, 500, 64, 2, extra_tile_rows=2) == (4 * 300 + 5 * 500) * 64 * 2
+    # a split reads its share of K: the same bytes in all
+    assert cost_model.loaded_bytes(_cand(4, "kernel"), 300, 500, 64, 4) == cost_model.loaded_bytes(_cand(), 300, 500, 64, 4)
+
+
+def test_a_configurations_load_rate_is_a_floor():
+    """512 x 512 x 256 (18 us of blocks, test_full_waves) loads (4 x 512 + 4 x 512) x 256 x 4 bytes
+    = 4 MiB: at 1 TB/s that is 4.2 us, under the blocks' time, so nothing changes; at 0.1 TB/s
+    it is 41.9 us and bounds the call, and explain says why; a rate of 0 is no floor."""
+    loaded = (4 * 512 + 4 * 512) * 256 * 4
+    for rate, gpu in ((0.0, 18e-6), (1e12, 18e-6), (0.1e12, loaded / 0.1e12)):
+        dm = _model()
+        dm.configs["sgemm:t"] = replace(dm.configs["sgemm:t"], load_bytes_per_s=rate)
+        e = estimate(_cand(), 512, 512, 256, dm, "float32", 4, 4)
+        assert e.load_s == pytest.approx(loaded / rate if rate else 0.0) and e.gpu_s == pytest.approx(gpu)
+        assert e.to_json()["load_us"] == pytest.approx(round(e.load_s * 1e6, 3))
+    other = estimate(_cand(), 512, 512, 256, _model(), "float32", 4, 4)
+    assert "L2 traffic" in cost_model.why_slower(e, replace(other, compute_s=1e-6))
+
+
 def test_the_prior_from_peak_rates():
     """No fitted entry: a = 3 us, f = 0.6, r = 1, and b the larger of the FMAs of a K step at 75%
     of 256 fp32 flops a cycle (128 x 128 x 16 at 1 GHz: 2.7307 us) and its B tile read at the SM's
@@ -372,7 +399,8 @@ def test_a_hit_naming_a_configuration_the_catalog_lacks_is_ignored(dispatch_dir)
 
 
 # ---- dispatch_db: where a GPU's model comes from -------------------------------------------------
-H100_FIT = {"block_s": 2e-6, "step_s": 1e-6, "alone": 0.5, "blocks_per_sm": 2, "samples": 10}
+H100_FIT = {"block_s": 2e-6, "step_s": 1e-6, "alone": 0.5, "blocks_per_sm": 2, "samples": 10,
+            "load_bytes_per_s": 3e12}
 
 
 def test_another_gpu_of_the_same_target_lends_its_coefficients_scaled_by_clock(dispatch_dir):
@@ -383,6 +411,7 @@ def test_another_gpu_of_the_same_target_lends_its_coefficients_scaled_by_clock(d
     fit = dm.configs["sgemm:t128x128_k8"]
     assert fit.block_s == pytest.approx(2.64e-6) and fit.step_s == pytest.approx(1.32e-6)    # x 1.98 / 1.5
     assert (fit.alone, fit.blocks_per_sm) == (0.5, 2)
+    assert fit.load_bytes_per_s == pytest.approx(3e12 * 1.5 / 1.98)      # the load rate follows the clock
     assert (dm.gpu, dm.sms, dm.clock_hz, dm.dram_bytes_per_s) == ("NVIDIA H200", 132, 1.5e9, 4.8e12)
     assert dm.source.startswith("the model alone") and "NVIDIA H100 80GB HBM3" in dm.source
     dm, _ = dispatch_db.device_model("NVIDIA H200", "sm_90", 114, 0.0, 0.0)     # clock unknown: unscaled
@@ -739,6 +768,31 @@ def test_the_fit_recovers_known_coefficients():
         assert fit.block_s == pytest.approx(a, rel=0.03) and fit.step_s == pytest.approx(b, rel=0.03), name
         assert fit.alone == pytest.approx(f) and fit.blocks_per_sm == r and fit.samples == 45
     assert dm.host_s == pytest.approx(10e-6)
+
+
+def test_the_fit_takes_each_configurations_fastest_load_rate_where_it_has_enough_samples():
+    """fit.load_rates: the largest loaded_bytes / GPU time over a configuration's samples (so none
+    of them runs under its own floor); a configuration with fewer than LOAD_RATE_MIN_SAMPLES
+    samples gets no floor; the database keeps the rate."""
+    from asmgemm.tuning import fit
+    doc = _sweep_doc()
+    dm = fit.fit_model(doc)
+    entries = {e.name: e for e in SGEMM.configs}
+    for name in TRUE:
+        rows = [s for s in doc["samples"] if s["config"] == name]
+        cand = Candidate("sgemm", name, "sgemm", entries[name].set, entries[name].tile)
+        want = max(cost_model.loaded_bytes(cand, s["m"], s["n"], s["k"], 4) / (s["gpu_ms"] * 1e-3) for s in rows)
+        assert dm.configs[f"sgemm:{name}"].load_bytes_per_s == pytest.approx(want)
+        for s in rows:
+            e = estimate(cand, s["m"], s["n"], s["k"], dm, "float32", 4, 4)
+            assert e.load_s <= s["gpu_ms"] * 1e-3 * (1 + 1e-9)
+    few = dict(doc, samples=[s for s in doc["samples"] if s["config"] != "t64x64_k16"]
+               + [s for s in doc["samples"] if s["config"] == "t64x64_k16"][:fit.LOAD_RATE_MIN_SAMPLES - 1])
+    assert fit.fit_model(few).configs["sgemm:t64x64_k16"].load_bytes_per_s == 0.0
+    # the database keeps it
+    back = dispatch_db.model_from(fit.make_database([doc])[0], "test")
+    assert back.configs["sgemm:t64x64_k16"].load_bytes_per_s == pytest.approx(
+        dm.configs["sgemm:t64x64_k16"].load_bytes_per_s)
 
 
 def test_the_fit_keys_cluster_capacity_by_size_and_blocks_an_sm():

@@ -251,11 +251,12 @@ def _print(r: dict) -> None:
     console.print(f"  {pick}: [bold]{r['pick']}[/] ({'exact hit in the database' if r['chosen_by'] == 'database' else 'the model'})"
                   f"  params={r['pick_params']}")
     t = Table(show_edge=False, pad_edge=False)
-    for col in ("config", "kernel", "tile", "tiles/slots", "waves", "k steps", "block us", "sum", "split us",
-                "call us", "why"):
+    for col in ("config", "kernel", "tile", "tiles/slots", "waves", "k steps", "block us", "load us", "sum",
+                "split us", "call us", "why"):
         t.add_column(col, justify="left" if col in ("config", "kernel", "sum", "why") else "right")
     for row in r["rows"]:
         t.add_row(row["config"], row["kernel"], "x".join(map(str, row["tile"])), f"{row['tiles']}/{row['slots']}",
-                  f"{row['waves']:.2f}", str(row["k_steps"]), f"{row['block_us']:.1f}", row["reduce"] or "-",
+                  f"{row['waves']:.2f}", str(row["k_steps"]), f"{row['block_us']:.1f}",
+                  f"{row['load_us']:.1f}" if row.get("load_us") else "-", row["reduce"] or "-",
                   f"{row['split_us']:.1f}", f"{row['call_us']:.1f}", row["why"])
     console.print(t)

@@ -15,7 +15,12 @@ slots (cluster candidates: the slots the driver says their clusters fill):
                runs faster than with r - 1 neighbours, but not r times (f of a full wave's time)
     compute    W t + last wave
     memory     (A + B + C bytes) / DRAM bandwidth         a floor: no kernel beats the stream
-    gpu        max(compute, memory) + the split's reduce (a launch plus S M N fp32 words read and
+    load       L / the configuration's load rate          a floor: the bytes all the blocks load,
+               L = (ceil(N / BN) M G + (ceil(M / BM) G + E) N) K    hits and misses alike (each tile
+               times the element size                     column reads all of A, each tile row all of
+                                                          B), at the fastest rate the sweep ever saw
+                                                          that configuration load (0: no floor)
+    gpu        max(compute, memory, load) + the split's reduce (a launch plus S M N fp32 words read and
                M N written) or the clusters' extra per block (their distributed-shared-memory sums)
                or the in-kernel sum's (below)
     call       gpu + host time of the call (+ one launch per extra kernel)
@@ -34,7 +39,14 @@ G = ceil(S / C) slices (one a cluster) written and read as the in-kernel sum's, 
 of C instead of one (share min(1, tiles of C x C / SMs)); its grid is S rounded up to whole
 clusters. No sweep has timed it yet: every term is one fitted on the other modes' samples.
 
-a, b, f and r are per configuration and per GPU; the sweep (`asmgemm tune --sweep`) fits them
+Why the load floor: a, b and f are fitted mostly where few blocks share the GPU's L2 bandwidth,
+so a block's K step there is its own time. Where many blocks each stream the same large operand
+(sgemm_skinny's 8-row blocks at 61 rows: B read 8 times, 9106 x 61 x 1639 tt), the blocks contend
+and a + b s runs 2.2x short (H200: 134.8 us measured, 60.7 modelled; docs/log/dispatch.md, "The
+load floor"). The aggregate rate is measured, not assumed: the largest L / (GPU time) over the
+configuration's samples, so no sample it was fitted on runs under its own floor.
+
+a, b, f, r and the load rate are per configuration and per GPU; the sweep (`asmgemm tune --sweep`) fits them
 (fit.py) into the GPU's database (dispatch_db.py). Where there is none, a prior from the GPU's
 peak rates stands in and `explain` says so. The model's job is ranking, so its errors matter only
 where they reorder candidates; the sweep's held-out check measures exactly that."""
@@ -91,6 +103,9 @@ class ConfigFit:
     # may hold more registers (mma_gemm's realigned granules: 96 -> 152 a thread at 64 x 64, so
     # 5 -> 3 blocks an SM), which changes the slots of a wave, not only each block's time
     variant_blocks: dict = field(default_factory=dict)
+    # the fastest the configuration's blocks together were seen to load (bytes a second, hits and
+    # misses alike: loaded_bytes over the sample's GPU time); 0: no floor (too few samples)
+    load_bytes_per_s: float = 0.0
 
     def factor(self, variant: str | None) -> float:
         return self.variants.get(variant, 1.0) if variant else 1.0
@@ -176,10 +191,11 @@ class Estimate:
     host_s: float
     fitted: bool
     correction: float = 1.0          # the neighbours' factor (neighbour_factors)
+    load_s: float = 0.0              # the load floor (loaded_bytes at the configuration's load rate)
 
     @property
     def gpu_s(self) -> float:
-        return max(self.compute_s, self.memory_s) + self.split_s
+        return max(self.compute_s, self.memory_s, self.load_s) + self.split_s
 
     @property
     def call_s(self) -> float:
@@ -195,7 +211,8 @@ class Estimate:
                 "splits": c.splits, "reduce": c.reduce, "tiles": self.tiles, "slots": self.slots,
                 "waves": round(self.waves, 3), "last_wave_blocks": self.last_wave_blocks, "k_steps": self.steps,
                 "block_us": round(self.block_s * 1e6, 3), "compute_us": round(self.compute_s * 1e6, 3),
-                "memory_us": round(self.memory_s * 1e6, 3), "split_us": round(self.split_s * 1e6, 3),
+                "memory_us": round(self.memory_s * 1e6, 3), "load_us": round(self.load_s * 1e6, 3),
+                "split_us": round(self.split_s * 1e6, 3),
                 "host_us": round(self.host_s * 1e6, 3), "gpu_us": round(self.gpu_s * 1e6, 3),
                 "call_us": round(self.call_s * 1e6, 3), "fitted": self.fitted,
                 "neighbours": round(self.correction, 4)}
@@ -203,6 +220,16 @@ class Estimate:
 
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def loaded_bytes(cand: Candidate, m: int, n: int, k: int, ab_bytes: int, batch: int = 1,
+                 extra_tile_rows: int = 0) -> int:
+    """The bytes every block of the launch loads together, L2 hits and misses alike: each tile
+    column reads all of A's rows, each tile row all of B's columns, over all of K (a split reads
+    its share of K, so the sum is the same). The module docstring's L."""
+    bm, bn, _ = cand.tile
+    tile_rows = ceil_div(m, bm) * batch + extra_tile_rows
+    return (ceil_div(n, bn) * m * batch + tile_rows * n) * k * ab_bytes
 
 
 def estimate(cand: Candidate, m: int, n: int, k: int, dm: DeviceModel, dtype: str, c_bytes: int,
@@ -230,6 +257,8 @@ def estimate(cand: Candidate, m: int, n: int, k: int, dm: DeviceModel, dtype: st
         j = min(r, ceil_div(rest, min(dm.sms, slots)))
         compute += block * (fit.alone + (1.0 - fit.alone) * j / r)
     memory = ((m * k + k * n) * ab_bytes + m * n * c_bytes) * batch / dm.dram_bytes_per_s
+    load = (loaded_bytes(cand, m, n, k, ab_bytes, batch, extra_tile_rows) / fit.load_bytes_per_s
+            if fit.load_bytes_per_s > 0 else 0.0)
     split = 0.0
     host = dm.host_s
     if cand.reduce == "kernel":
@@ -251,7 +280,7 @@ def estimate(cand: Candidate, m: int, n: int, k: int, dm: DeviceModel, dtype: st
         split = (dm.cluster_block_s * math.ceil(tiles / slots) + g * m * n * 4 / bw
                  + (g * m * n * 4 + m * n * c_bytes) / (bw * share))
     return Estimate(cand, tiles, slots, full, rest, steps, block, compute, memory, split, host,
-                    fit.samples > 0)
+                    fit.samples > 0, load_s=load)
 
 
 def cluster_key(splits: int, blocks_per_sm: int) -> str:
@@ -368,7 +397,9 @@ def why_slower(e: Estimate, best: Estimate) -> str:
         reasons.append(f"{e.tiles} blocks fill {e.tiles / e.slots:.0%} of {e.slots} slots")
     if e.block_s > 1.5 * best.block_s and e.tiles <= best.tiles:
         reasons.append(f"{e.steps} K steps of {e.block_s * 1e6 / max(1, e.steps):.2f} us a block")
-    if e.memory_s > e.compute_s:
+    if e.load_s > max(e.compute_s, e.memory_s):
+        reasons.append(f"its blocks load {e.load_s * 1e6:.1f} us of L2 traffic at its best rate")
+    elif e.memory_s > e.compute_s:
         reasons.append("bound by DRAM")
     if not reasons:
         reasons.append(f"{e.compute_s * 1e6:.1f} us of blocks against {best.compute_s * 1e6:.1f}")

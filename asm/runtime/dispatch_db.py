@@ -110,7 +110,8 @@ def model_from(data: dict, source: str, path: Path | None = None) -> DeviceModel
             configs={k: ConfigFit(float(v["block_s"]), float(v["step_s"]), float(v["alone"]),
                                   int(v["blocks_per_sm"]), int(v.get("samples", 0)),
                                   {str(a): float(b) for a, b in v.get("variants", {}).items()},
-                                  {str(a): int(b) for a, b in v.get("variant_blocks", {}).items()})
+                                  {str(a): int(b) for a, b in v.get("variant_blocks", {}).items()},
+                                  float(v.get("load_bytes_per_s", 0.0)))
                      for k, v in m["configs"].items()},
             cluster_slots={k: int(v) for k, v in m.get("cluster_slots", {}).items()}, source=source,
             residuals=list(m.get("residuals", [])))
@@ -126,7 +127,8 @@ def model_to_json(dm: DeviceModel) -> dict:
             "configs": {k: {"block_s": f.block_s, "step_s": f.step_s, "alone": f.alone,
                             "blocks_per_sm": f.blocks_per_sm, "samples": f.samples,
                             "variants": dict(sorted(f.variants.items())),
-                            "variant_blocks": dict(sorted(f.variant_blocks.items()))}
+                            "variant_blocks": dict(sorted(f.variant_blocks.items())),
+                            "load_bytes_per_s": f.load_bytes_per_s}
                         for k, f in sorted(dm.configs.items())},
             "cluster_slots": dict(sorted(dm.cluster_slots.items())), "residuals": dm.residuals}
 
@@ -145,7 +147,9 @@ def device_model(gpu: str, target: str, sms: int, clock_hz: float, dram_bytes_pe
         dm = model_from(other, f"the model alone: coefficients of {other['gpu']} ({path.name}), scaled to this "
                                "GPU's clock; no exact hits", path)
         scale = (dm.clock_hz / clock_hz) if clock_hz and dm.clock_hz else 1.0
-        dm.configs = {k: replace(f, block_s=f.block_s * scale, step_s=f.step_s * scale) for k, f in dm.configs.items()}
+        # times follow the clock, and so does the rate the blocks load at (L2 and the SMs run on it)
+        dm.configs = {k: replace(f, block_s=f.block_s * scale, step_s=f.step_s * scale,
+                                 load_bytes_per_s=f.load_bytes_per_s / scale) for k, f in dm.configs.items()}
         dm.gpu, dm.sms = gpu, sms or dm.sms
         dm.clock_hz = clock_hz or dm.clock_hz
         dm.dram_bytes_per_s = dram_bytes_per_s or dm.dram_bytes_per_s

@@ -6,25 +6,31 @@ the squared relative error of the modelled GPU time over its unsplit samples: f 
 0.05, a and b by least squares for each f (both kept >= 0), r from the driver's occupancy. Then,
 with those fixed, the reduce kernel's fixed cost and bandwidth from the residuals of the split
 samples, the clusters' extra per block-wave from the clustered ones, and the host costs from the
-measured host time of a call. Pure Python: no GPU, no numpy."""
+measured host time of a call; and each configuration's load rate (cost_model's load floor): the
+largest loaded_bytes / GPU time over its samples, where it has LOAD_RATE_MIN_SAMPLES of them.
+Pure Python: no GPU, no numpy."""
 from __future__ import annotations
 
 import math
 import statistics
 import zlib
 from collections import defaultdict
+from dataclasses import replace
 
 from ..errors import AsmError
 from ..kernel_spec import DTYPE_ITEMSIZE, get_spec
 from ..runtime.catalog import Candidate
 from ..runtime.cost_model import (RETIRED_VARIANT, ConfigFit, DeviceModel, cluster_key, estimate, factor_for,
-                                  neighbour_factors, variant_of)
+                                  loaded_bytes, neighbour_factors, variant_of)
 from ..runtime.dispatch_db import FORMAT, exact_key, model_to_json
 from ..runtime.plan import fresh_plan
 
 ALONE_GRID = [i / 20 for i in range(21)]
 HELD_OUT_SHARE = 4          # one call in 4 is held out of the fit (by a hash of its key: stable)
 WITHIN = 0.05               # the model's pick "within 5%" of the best measured
+# a configuration's load rate is its fastest sample's: with fewer samples than this the fastest
+# seen may be far from what it can do, and a floor that binds too early costs more than none
+LOAD_RATE_MIN_SAMPLES = 20
 
 
 def _candidate(s: dict) -> Candidate:
@@ -185,6 +191,9 @@ def fit_model(doc: dict, samples: list[dict] | None = None) -> DeviceModel:
             groups[f"{s['kernel']}:{s['config']}"].append(s)
     for key, rows in groups.items():
         dm.configs[key] = _fit_config(rows, dm)
+    for key, rate in load_rates(samples).items():
+        if key in dm.configs:
+            dm.configs[key] = replace(dm.configs[key], load_bytes_per_s=rate)
     # the reduce kernel: residual = fixed + bytes / bandwidth
     resid = []
     for s in samples:
@@ -193,7 +202,8 @@ def fit_model(doc: dict, samples: list[dict] | None = None) -> DeviceModel:
         e = estimate(_candidate(s), s["m"], s["n"], s["k"], _no_split_costs(dm), *_sizes(s), _variant(s))
         y = s["gpu_ms"] * 1e-3
         moved = s["splits"] * s["m"] * s["n"] * 8 + s["m"] * s["n"] * 4
-        resid.append((1.0 / y, moved / y, (y - max(e.compute_s, e.memory_s)) / y))
+        # (no split costs: gpu_s is the partial pass's own time, its floors included)
+        resid.append((1.0 / y, moved / y, (y - e.gpu_s) / y))
     if resid:
         fixed, per_byte = _solve2(resid)
         dm.reduce_fixed_s = fixed
@@ -203,7 +213,7 @@ def fit_model(doc: dict, samples: list[dict] | None = None) -> DeviceModel:
         if s.get("reduce") != "cluster" or f"{s['kernel']}:{s['config']}" not in dm.configs:
             continue
         e = estimate(_candidate(s), s["m"], s["n"], s["k"], _no_split_costs(dm), *_sizes(s), _variant(s))
-        extra.append((s["gpu_ms"] * 1e-3 - max(e.compute_s, e.memory_s)) / max(1, math.ceil(e.tiles / e.slots)))
+        extra.append((s["gpu_ms"] * 1e-3 - e.gpu_s) / max(1, math.ceil(e.tiles / e.slots)))
     if extra:
         dm.cluster_block_s = max(0.0, statistics.median(extra))
     unsplit = [s["host_us"] for s in samples if s["splits"] == 1 and s.get("host_us")]
@@ -214,6 +224,20 @@ def fit_model(doc: dict, samples: list[dict] | None = None) -> DeviceModel:
         dm.launch_s = max(0.0, statistics.median(split) - statistics.median(unsplit)) * 1e-6
     dm.residuals = _residuals(dm, samples)
     return dm
+
+
+def load_rates(samples: list[dict]) -> dict[str, float]:
+    """"kernel:config" -> the largest rate its blocks were seen to load at (cost_model.loaded_bytes
+    over the sample's GPU time, split samples included: they load the same bytes), for each
+    configuration with LOAD_RATE_MIN_SAMPLES samples or more."""
+    rates: dict[str, list[float]] = defaultdict(list)
+    for s in samples:
+        if "error" in s or not s.get("gpu_ms"):
+            continue
+        size = DTYPE_ITEMSIZE[get_spec(s["kernel"]).dtypes.a]
+        rates[f"{s['kernel']}:{s['config']}"].append(
+            loaded_bytes(_candidate(s), s["m"], s["n"], s["k"], size) / (s["gpu_ms"] * 1e-3))
+    return {key: max(r) for key, r in rates.items() if len(r) >= LOAD_RATE_MIN_SAMPLES}
 
 
 def _residuals(dm: DeviceModel, samples: list[dict]) -> list[dict]:

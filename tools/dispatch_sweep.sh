@@ -15,6 +15,11 @@
 #             log-uniform in [256, 16384], 2^33 <= M N K <= 2^38 and none rounded (most operands
 #             then load 2 bytes at a time), seed LARGE_SEED, as train; the train set has almost
 #             none of them, and the in-place kernel's time there is what decides copy or in place.
+#   rows      sgemm's skinny class with many tile rows: per layout, ROWS_COUNT calls with M in
+#             [17, 128] (2-16 tile rows of the skinny blocks), N in [2048, 16384], K in [512, 8192],
+#             log-uniform, seed ROWS_SEED, every candidate timed: the blocks of one call contend for
+#             L2 there, the regime the cost model's load floor (cost_model.py) is fitted on and the
+#             train set almost never draws (docs/log/dispatch.md, "The load floor").
 #   clusters  calls where the catalog's cluster splits of every size 2-8 are candidates (K picked so
 #             split_for lands on 5 and 7 too; skinny M for sgemm_skinny), nn and tn, every candidate
 #             timed: the driver's clusters at once for each size (cost_model.cluster_slots; sizes
@@ -23,7 +28,7 @@
 set -u
 family=${1:-sgemm}
 : "${OUT:?set OUT}" "${TRAIN_SEED:=9001}" "${TRAIN_COUNT:=10}" "${SETS:=presets linear train}"
-: "${LARGE_SEED:=9003}" "${LARGE_COUNT:=8}"
+: "${LARGE_SEED:=9003}" "${LARGE_COUNT:=8}" "${ROWS_SEED:=9005}" "${ROWS_COUNT:=3}"
 source tools/device_setup.sh >/dev/null || exit 1
 sweep() {   # name, seconds, args...
     local name=$1 secs=$2; shift 2
@@ -42,6 +47,17 @@ for set_name in $SETS; do
             if [[ $family == sgemm ]]; then shapes=24x3001x1451,40x1500x2900,439x593x1451,439x593x700,977x701x1000
             else shapes=439x593x1451,439x593x1700,439x593x620,211x307x2100,977x701x610,448x592x1456; fi
             sweep "clusters_$layout" "${SET_SECONDS:-100}" "$shapes" --layout "$layout" --exhaustive
+        done ;;
+    rows)
+        for layout in nn nt tn tt; do
+            shapes=$(python3 - "$ROWS_SEED" "$ROWS_COUNT" "$layout" <<'PY'
+import math, random, sys
+rng = random.Random(f"{sys.argv[1]}:{sys.argv[3]}")
+draw = lambda lo, hi: int(math.exp(rng.uniform(math.log(lo), math.log(hi))))
+print(",".join(f"{draw(17, 128)}x{draw(2048, 16384)}x{draw(512, 8192)}" for _ in range(int(sys.argv[2]))))
+PY
+)
+            sweep "rows_$layout" "${SET_SECONDS:-100}" "$shapes" --layout "$layout" --exhaustive
         done ;;
     train|large_odd)
         for layout in nn nt tn tt; do

@@ -257,6 +257,6 @@ def _print(r: dict) -> None:
     for row in r["rows"]:
         t.add_row(row["config"], row["kernel"], "x".join(map(str, row["tile"])), f"{row['tiles']}/{row['slots']}",
                   f"{row['waves']:.2f}", str(row["k_steps"]), f"{row['block_us']:.1f}",
-                  f"{row['load_us']:.1f}" if row.get("load_us") else "-", row["reduce"] or "-",
+                  f"{row['load_us']:.1f}" if row["load_us"] else "-", row["reduce"] or "-",
                   f"{row['split_us']:.1f}", f"{row['call_us']:.1f}", row["why"])
     console.print(t)

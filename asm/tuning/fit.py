@@ -52,11 +52,16 @@ def _variant(s: dict) -> str:
     return s["variant"]
 
 
-def _sizes(s: dict) -> tuple[str, int, int]:
-    """(dtype, C's element size, A's and B's) of the sample's family, as dispatch prices its calls
-    (an hgemm_mma sample priced as fp32 doubled its DRAM floor and took the fp32 prior's rates)."""
-    spec = get_spec(s["family"])
+def _family_sizes(family: str) -> tuple[str, int, int]:
+    """(dtype, C's element size, A's and B's) of a family, as dispatch prices its calls."""
+    spec = get_spec(family)
     return spec.dtypes.a, DTYPE_ITEMSIZE[spec.dtypes.c], DTYPE_ITEMSIZE[spec.dtypes.a]
+
+
+def _sizes(s: dict) -> tuple[str, int, int]:
+    """_family_sizes of the sample's family (an hgemm_mma sample priced as fp32 doubled its DRAM
+    floor and took the fp32 prior's rates)."""
+    return _family_sizes(s["family"])
 
 
 def _call_key(s: dict) -> str:
@@ -234,9 +239,8 @@ def load_rates(samples: list[dict]) -> dict[str, float]:
     for s in samples:
         if "error" in s or not s.get("gpu_ms"):
             continue
-        size = DTYPE_ITEMSIZE[get_spec(s["kernel"]).dtypes.a]
         rates[f"{s['kernel']}:{s['config']}"].append(
-            loaded_bytes(_candidate(s), s["m"], s["n"], s["k"], size) / (s["gpu_ms"] * 1e-3))
+            loaded_bytes(_candidate(s), s["m"], s["n"], s["k"], _sizes(s)[2]) / (s["gpu_ms"] * 1e-3))
     return {key: max(r) for key, r in rates.items() if len(r) >= LOAD_RATE_MIN_SAMPLES}
 
 
@@ -316,10 +320,7 @@ def make_database(docs: list[dict]) -> tuple[dict, dict]:
     # a sample of a load variant the kernels no longer make timed code that no call runs now
     samples = [s for s in every if not RETIRED_VARIANT.search(_variant(s))
                and not RETIRED_VARIANT.search(s.get("call_variant") or "")]
-    dtypes = {}
-    for fam in families:
-        spec = get_spec(fam)
-        dtypes[fam] = (spec.dtypes.a, DTYPE_ITEMSIZE[spec.dtypes.c], DTYPE_ITEMSIZE[spec.dtypes.a])
+    dtypes = {fam: _family_sizes(fam) for fam in families}
     train = [s for s in samples if not _held_out(_call_key(s))]
     test = [s for s in samples if _held_out(_call_key(s))]
     report = {"gpu": doc["gpu"], "families": families, "samples": len(samples), "retired": len(every) - len(samples),

@@ -231,6 +231,31 @@ def test_a_load_variants_factor_scales_the_block():
     assert cost_model.variant_of("tn", {"vec_a": 0, "vec_b": 1}) == "tn:01:16/16"
 
 
+def test_a_variant_the_sweep_never_saw_takes_its_layouts_factor():
+    """ConfigFit.factor: the variant's own factor; a variant never swept, its layout's ('tn', which
+    fit._variant_factors stores beside the variants); a layout never swept either, 1."""
+    fit = ConfigFit(1e-6, 0.5e-6, 0.5, 2, variants={"tn:11:16/16": 1.5, "tn": 1.4})
+    assert fit.factor("tn:11:16/16") == 1.5 and fit.factor("tn:00:4/4") == 1.4
+    assert fit.factor("nn:00:4/4") == 1.0 and fit.factor(None) == 1.0
+
+
+def test_a_variants_factor_is_shrunk_toward_its_layouts():
+    """fit._variant_factors: log residuals nn:00:4/4 [ln 2] x 3 and nn:11:16/16 [0]: the layout's
+    mean 3 ln 2 / (4 + 3) is the nn factor; each variant's mean is shrunk toward it as if 3 more
+    samples had it (nn:00:4/4: (3 ln 2 + 3 x 3 ln 2 / 7) / 6); a lone layout's variant, toward its
+    own layout's (tt: ln 3 / 4, then (ln 3 + 3 ln 3 / 4) / 4)."""
+    from asmgemm.tuning.fit import VARIANT_PRIOR, _variant_factors
+    assert VARIANT_PRIOR == 3
+    ln2, ln3 = math.log(2), math.log(3)
+    got = _variant_factors({"nn:00:4/4": [ln2] * 3, "nn:11:16/16": [0.0], "tt:00:8/8": [ln3]})
+    nn = 3 * ln2 / 7
+    assert got["nn"] == pytest.approx(math.exp(nn))
+    assert got["nn:00:4/4"] == pytest.approx(math.exp((3 * ln2 + 3 * nn) / 6))
+    assert got["nn:11:16/16"] == pytest.approx(math.exp(3 * nn / 4))
+    assert got["tt"] == pytest.approx(math.exp(ln3 / 4))
+    assert got["tt:00:8/8"] == pytest.approx(math.exp((ln3 + 3 * ln3 / 4) / 4))
+
+
 def test_a_variants_own_occupancy_sets_the_slots_of_a_wave():
     """r = 2 (8 slots) for the configuration, 1 for the builds of 'nn:00:2r/2r' (their registers):
     512 x 512 x 256's 16 tiles then take 4 full waves of one block an SM, 36 us, where the aligned

@@ -108,7 +108,10 @@ class ConfigFit:
     load_bytes_per_s: float = 0.0
 
     def factor(self, variant: str | None) -> float:
-        return self.variants.get(variant, 1.0) if variant else 1.0
+        if not variant:
+            return 1.0
+        # a variant the sweep never saw: its layout's factor (fit._variant_factors), else 1
+        return self.variants.get(variant, self.variants.get(variant.split(":")[0], 1.0))
 
     def blocks(self, variant: str | None) -> int:
         """Blocks per SM of this configuration's build for operands that load as `variant`: as the

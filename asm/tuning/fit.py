@@ -113,7 +113,7 @@ def _features(cand: Candidate, s: dict, dm: DeviceModel, fit: ConfigFit) -> tupl
     return e.compute_s, e.compute_s * e.steps
 
 
-VARIANT_PRIOR = 3           # a variant's factor is shrunk toward 1 as if 3 more samples had no residual
+VARIANT_PRIOR = 3           # a variant's factor is shrunk toward its layout's as if 3 more samples had its residual
 VARIANT_ROUNDS = 3
 
 
@@ -135,6 +135,23 @@ def regime_weights(rows: list[dict], dm: DeviceModel, r: int) -> list[float]:
     regimes = [regime(s) for s in rows]
     counts = {g: regimes.count(g) for g in set(regimes)}
     return [(len(rows) / (len(counts) * counts[g])) ** REGIME_BALANCE for g in regimes]
+
+
+def _variant_factors(logs: dict[str, list[float]]) -> dict[str, float]:
+    """Per load variant, the mean log residual of its samples shrunk toward its layout's (as if
+    VARIANT_PRIOR more samples had the layout's mean), the layout's shrunk toward 0 likewise; the
+    layouts' own factors under their names ('nn'), for the variants the sweep never saw
+    (ConfigFit.factor). Which operand is transposed sets how a kernel reads it (sgemm_skinny's
+    K-major B, the transposed C of its ct builds) more than the alignment does: skinny_r4's nn
+    variants ran 1.19-2.08x its fitted block time on the H100, its nt ones 0.91-0.99x."""
+    by_layout: dict[str, list[float]] = defaultdict(list)
+    for v, x in logs.items():
+        by_layout[v.split(":")[0]].extend(x)
+    layouts = {lay: sum(x) / (len(x) + VARIANT_PRIOR) for lay, x in by_layout.items()}
+    out = {lay: math.exp(mu) for lay, mu in layouts.items()}
+    for v, x in logs.items():
+        out[v] = math.exp((sum(x) + VARIANT_PRIOR * layouts[v.split(":")[0]]) / (len(x) + VARIANT_PRIOR))
+    return out
 
 
 def _fit_config(rows: list[dict], dm: DeviceModel) -> ConfigFit:
@@ -171,7 +188,7 @@ def _fit_config(rows: list[dict], dm: DeviceModel) -> ConfigFit:
             e = estimate(_candidate(s), s["m"], s["n"], s["k"], _with(dm, s, fit), *_sizes(s), _variant(s))
             if e.compute_s > 0:
                 logs[_variant(s)].append(math.log(s["gpu_ms"] * 1e-3 / e.compute_s))
-        variants = {v: math.exp(sum(x) / (len(x) + VARIANT_PRIOR)) for v, x in logs.items()}
+        variants = _variant_factors(logs)
     return ConfigFit(fit.block_s, fit.step_s, fit.alone, r, len(rows), dict(sorted(variants.items())), rv)
 
 

@@ -625,6 +625,28 @@ def test_explain_of_the_models_pick(dispatch_dir, run_cli):
     assert rep["model"].startswith("fitted on this GPU")
 
 
+def test_explain_shows_the_load_variant_and_where_each_factor_came_from(dispatch_dir, run_cli):
+    """The call's load variant (3001 x 5000 x 700 tn: A's rows of 3001 floats, not whole 16-byte
+    pieces: 'tn:01:4/16'), and per candidate the block's factor for it: the variant's own where the
+    sweep timed it (1.5), the layout's where it did not ('tn': 1.25, marked '(layout)'), none ('-')."""
+    fit = {"block_s": 2e-6, "step_s": 1e-6, "alone": 0.5, "blocks_per_sm": 2, "samples": 10}
+    dispatch_dir("Test GPU", configs={"sgemm:t128x128_k8": dict(fit, variants={"tn:01:4/16": 1.5, "tn": 1.2}),
+                                      "sgemm:t64x64_k16": dict(fit, variants={"tn:11:16/16": 1.1, "tn": 1.25})})
+    code, out, err = run_cli("explain", 3001, 5000, 700, "--layout", "tn", "--gpu", "Test GPU", "--no-build",
+                             "--json", "--top", 1000)
+    assert code == 0, err
+    rep = json.loads(out)
+    assert rep["load_variant"] == "tn:01:4/16"
+    rows = {r["config"]: r for r in rep["rows"]}
+    assert (rows["t128x128_k8"]["variant_factor"], rows["t128x128_k8"]["factor_from"]) == (1.5, "variant")
+    assert (rows["t64x64_k16"]["variant_factor"], rows["t64x64_k16"]["factor_from"]) == (1.25, "layout")
+    assert (rows["t128x128_k16"]["variant_factor"], rows["t128x128_k16"]["factor_from"]) == (1.0, "none")
+    code, out, err = run_cli("explain", 3001, 5000, 700, "--layout", "tn", "--gpu", "Test GPU", "--no-build",
+                             "--top", 1000)
+    assert code == 0, err
+    assert "load variant tn:01:4/16" in out and "1.25 (layout)" in out and "1.50" in out
+
+
 @pytest.mark.toolchain
 @needs_ptxas
 def test_explain_builds_its_pick(dispatch_dir, run_cli, private_cache):

@@ -1,6 +1,7 @@
-"""tools/judge_model.py on the kept H200 sweeps (tools/data/judge_h200/): every call of them judged,
-the model the H200 gets (the H100's, rescaled), a report per family whose counts agree with
-fit.evaluate's; a database laid over with --db is the one judged; sweeps of two GPUs refused."""
+"""tools/judge_model.py on the kept H200 sweeps (tools/data/judge_h200.json.gz, compact): every call
+of them judged, with the model the H200 gets (the H100's, rescaled); a compact document judges as
+the full one it was made from; a database laid over with --db is the one judged; sweeps of two GPUs
+refused."""
 from __future__ import annotations
 
 import gzip
@@ -10,7 +11,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SWEEPS = sorted(str(p) for p in (ROOT / "tools" / "data" / "judge_h200").glob("sweep_*.json.gz"))
+SWEEPS = [str(ROOT / "tools" / "data" / "judge_h200.json.gz")]
 
 
 def _run(*args):
@@ -19,8 +20,10 @@ def _run(*args):
 
 
 def _calls() -> int:
-    """The calls the sweeps timed (a swapped candidate's sample keeps its call's key)."""
-    return len({s["call"] for path in SWEEPS for s in json.load(gzip.open(path))["samples"] if "error" not in s})
+    """The calls the sweeps timed: a sample's own M x N x K and layout, or the call it keeps (a
+    swapped candidate's)."""
+    return len({s.get("call") or f"sgemm|{s['layout']}|{s['m']}x{s['n']}x{s['k']}|plain"
+                for path in SWEEPS for s in json.load(gzip.open(path))["samples"]})
 
 
 def test_the_kept_sweeps_are_judged_with_the_model_the_h200_gets(tmp_path):
@@ -51,6 +54,27 @@ def test_a_database_laid_over_is_the_one_judged(tmp_path):
     a, b = reports
     assert a["families"]["sgemm"]["calls"] == b["families"]["sgemm"]["calls"]
     assert a["families"]["sgemm"]["geomean_pick_over_best"] != b["families"]["sgemm"]["geomean_pick_over_best"]
+
+
+def test_a_compact_document_judges_as_the_full_one(tmp_path):
+    """The compact document with the fields it leaves out written in (family, kernel, call,
+    call_variant, swap) and "compact" dropped: the same report."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        from judge_model import expand
+    finally:
+        sys.path.pop(0)
+    doc = json.load(gzip.open(SWEEPS[0]))
+    full = expand(doc)
+    assert all({"family", "kernel", "call", "call_variant", "swap"} <= set(s) for s in full["samples"])
+    plain = {k: v for k, v in full.items() if k != "compact"}
+    assert expand(plain) is plain
+    (tmp_path / "full.json").write_text(json.dumps(plain))
+    reports = []
+    for name, path in (("compact", SWEEPS[0]), ("full", str(tmp_path / "full.json"))):
+        assert _run(path, "--json", str(tmp_path / f"{name}.r.json")).returncode == 0
+        reports.append(json.loads((tmp_path / f"{name}.r.json").read_text())["families"])
+    assert reports[0] == reports[1]
 
 
 def test_sweeps_of_two_gpus_are_refused(tmp_path):

@@ -8,12 +8,13 @@ the same target rescaled to its clock (the model alone, dispatch_db.device_model
 database file over the shipped one for the run (e.g. a refit to compare against HEAD's).
 Candidates are priced as the sweep's family prices them (fit.evaluate), host time the model's.
 
-    python3 tools/judge_model.py tools/data/judge_h200/*.json.gz
-    python3 tools/judge_model.py tools/data/judge_h200/*.json.gz --db /tmp/refit.json --worst 5
-    python3 tools/judge_model.py tools/data/judge_h200/*.json.gz --json out.json
+    python3 tools/judge_model.py tools/data/judge_h200.json.gz
+    python3 tools/judge_model.py tools/data/judge_h200.json.gz --db /tmp/refit.json --worst 5
+    python3 tools/judge_model.py $OUT/sweep_*.json --json out.json
 
-The H200 sweeps in tools/data/judge_h200/ are docs/log/dispatch.md's "A variant's factor leans
-on its layout's" (2026-11-29): calls timed exhaustively on an H200, never fitted on."""
+tools/data/judge_h200.json.gz is docs/log/dispatch.md's "A variant's factor leans on its
+layout's" (2026-11-29): 52 calls timed exhaustively on an H200, never fitted on, kept compact
+(a document with "compact" set: each sample only what judging needs, the rest filled in here)."""
 from __future__ import annotations
 
 import argparse
@@ -35,6 +36,26 @@ def _read(path: str) -> dict:
         sys.exit(f"judge_model: cannot read {path}: {exc}")
 
 
+def expand(doc: dict) -> dict:
+    """A compact sweep document's samples filled in: family (the document's), kernel (the catalog
+    entry's), call (the sample's own exact key), call_variant (its variant), swap (false). A full
+    sweep document is returned as it is."""
+    if not doc.get("compact"):
+        return doc
+    from asmgemm.kernel_spec import get_spec
+    from asmgemm.runtime.dispatch_db import exact_key
+    entries = {e.name: e for e in get_spec(doc["family"]).configs}
+    samples = []
+    for s in doc["samples"]:
+        if s["config"] not in entries:
+            sys.exit(f"judge_model: a sample names configuration '{s['config']}', which {doc['family']}'s "
+                     "catalog no longer has")
+        samples.append({"family": doc["family"], "kernel": entries[s["config"]].kernel, "swap": False,
+                        "call": exact_key(doc["family"], s["layout"], s["m"], s["n"], s["k"], True),
+                        "call_variant": s.get("variant"), **s})
+    return dict(doc, samples=samples)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("sweeps", nargs="+", help="sweep samples (asmgemm tune --sweep --samples), .json or .json.gz")
@@ -42,7 +63,7 @@ def main() -> int:
     ap.add_argument("--worst", type=int, default=10, help="calls listed whose pick is more than 5%% slower")
     ap.add_argument("--json", help="write the report here")
     args = ap.parse_args()
-    docs = [_read(p) for p in args.sweeps]
+    docs = [expand(_read(p)) for p in args.sweeps]
     gpus = {d.get("gpu") for d in docs}
     if len(gpus) != 1:
         sys.exit(f"judge_model: the sweeps are of {len(gpus)} GPUs ({', '.join(sorted(map(str, gpus)))}): one at a time")

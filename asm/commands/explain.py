@@ -9,7 +9,7 @@ from ..kernel_spec import DTYPE_ITEMSIZE, activation_code, get_spec, spec_for_dt
 from ..runtime import dispatch, dispatch_db
 from ..runtime.arrays import Dtype
 from ..runtime.build_cache import defines_of
-from ..runtime.cost_model import why_slower
+from ..runtime.cost_model import variant_of, why_slower
 from ..runtime.gpu import DeviceFacts, device_facts, gpu_available
 from ..runtime.launch import size_rule_index
 from ..runtime.launch_config import Problem, build_choice, configure, new_c_dtype, pick_spec
@@ -50,7 +50,10 @@ def command(m, n, k, dtype, layout, fused, batch, gpu, top, no_build, as_json):
     coefficients and exact hits (a call measured by `asmgemm tune --sweep`). Terms (microseconds):
       tiles/slots   blocks of the grid, and how many the GPU holds at once (SMs x blocks per SM)
       waves         tiles / slots; a last wave that fills few slots wastes the rest
-      block         one block's modelled time (fixed part + K steps)
+      variant       the block time's factor for how the call's operands load (the load variant:
+                    layout, 128-bit loads, copy widths), "(layout)" where the sweep never timed the
+                    configuration with that variant and its layout's factor stands in
+      block         one block's modelled time (fixed part + K steps, times that factor)
       sum           where a split's slices are added: "kernel" (the reduce kernel, a second
                     launch), "cluster" (inside clusters of S blocks), "in_kernel" (the last
                     block of each tile, one launch) or "cluster+in_kernel" (past 8 splits:
@@ -124,6 +127,7 @@ def command(m, n, k, dtype, layout, fused, batch, gpu, top, no_build, as_json):
               "kernel_call": {"m": plan.m, "n": plan.n, "k": plan.k, "layout": plan.layout, "swapped": plan.swapped},
               "gpu": facts.name, "sms": facts.sm_count, "family": family.name, "note": note,
               "model": choice.model_source, "chosen_by": choice.chosen_by,
+              "load_variant": variant_of(plan.layout, plan.call_values),
               "pick": pick.label if pick is not None else None,
               "pick_params": pick.params() if pick is not None else None,
               "candidates": len(choice.ranked), "refused": dict(choice.refused), "rows": rows}
@@ -203,6 +207,13 @@ def _facts(gpu_name: str | None):
     raise AsmError(f"--gpu {gpu_name}: no dispatch database of that GPU (there are: {names})")
 
 
+def _factor(row: dict) -> str:
+    """The variant column: the factor, and where it came from unless the sweep timed the variant."""
+    if row["factor_from"] == "none":
+        return "-"
+    return f"{row['variant_factor']:.2f}" + (" (layout)" if row["factor_from"] == "layout" else "")
+
+
 def _print(r: dict) -> None:
     console = make_console()
     c, kc = r["call"], r["kernel_call"]
@@ -247,16 +258,20 @@ def _print(r: dict) -> None:
                           f"kernel's {p['in_place_us']:.1f} us (GPU): "
                           f"{'in place' if p['in_place'] else 'the TMA kernel'} (runtime/path_model.py)")
     console.print(f"  coefficients: {r['model']}")
+    layout, vec, widths = (r["load_variant"].split(":") + ["", ""])[:3]
+    console.print(f"  load variant {r['load_variant']}: layout {layout}, 128-bit loads of A and B {' and '.join(vec) or '-'}, "
+                  f"copy widths {widths.replace('/', ' and ')} bytes; the 'variant' column is its factor on a block's "
+                  "time, '(layout)' where the sweep never timed the configuration with it")
     pick = "pick" if runs is None or runs["kernel"] == r["family"] else f"{r['family']}'s pick (where it runs)"
     console.print(f"  {pick}: [bold]{r['pick']}[/] ({'exact hit in the database' if r['chosen_by'] == 'database' else 'the model'})"
                   f"  params={r['pick_params']}")
     t = Table(show_edge=False, pad_edge=False)
-    for col in ("config", "kernel", "tile", "tiles/slots", "waves", "k steps", "block us", "load us", "sum",
-                "split us", "call us", "why"):
+    for col in ("config", "kernel", "tile", "tiles/slots", "waves", "k steps", "variant", "block us", "load us",
+                "sum", "split us", "call us", "why"):
         t.add_column(col, justify="left" if col in ("config", "kernel", "sum", "why") else "right")
     for row in r["rows"]:
         t.add_row(row["config"], row["kernel"], "x".join(map(str, row["tile"])), f"{row['tiles']}/{row['slots']}",
-                  f"{row['waves']:.2f}", str(row["k_steps"]), f"{row['block_us']:.1f}",
+                  f"{row['waves']:.2f}", str(row["k_steps"]), _factor(row), f"{row['block_us']:.1f}",
                   f"{row['load_us']:.1f}" if row["load_us"] else "-", row["reduce"] or "-",
                   f"{row['split_us']:.1f}", f"{row['call_us']:.1f}", row["why"])
     console.print(t)

@@ -108,10 +108,19 @@ class ConfigFit:
     load_bytes_per_s: float = 0.0
 
     def factor(self, variant: str | None) -> float:
-        if not variant:
-            return 1.0
-        # a variant the sweep never saw: its layout's factor (fit._variant_factors), else 1
-        return self.variants.get(variant, self.variants.get(variant.split(":")[0], 1.0))
+        return self.factor_from(variant)[0]
+
+    def factor_from(self, variant: str | None) -> tuple[float, str]:
+        """(the block time's factor for operands that load as `variant`, where it comes from):
+        "variant" (the sweep timed it), "layout" (it did not: the layout's factor, fit's
+        _variant_factors), "none" (neither, or no variant: 1)."""
+        if variant:
+            if variant in self.variants:
+                return self.variants[variant], "variant"
+            layout = variant.split(":")[0]
+            if layout in self.variants:
+                return self.variants[layout], "layout"
+        return 1.0, "none"
 
     def blocks(self, variant: str | None) -> int:
         """Blocks per SM of this configuration's build for operands that load as `variant`: as the
@@ -195,6 +204,8 @@ class Estimate:
     fitted: bool
     correction: float = 1.0          # the neighbours' factor (neighbour_factors)
     load_s: float = 0.0              # the load floor (loaded_bytes at the configuration's load rate)
+    variant_factor: float = 1.0      # the block's factor for the call's load variant (ConfigFit.factor_from)
+    factor_from: str = "none"        # "variant", "layout" (the variant was never swept) or "none"
 
     @property
     def gpu_s(self) -> float:
@@ -218,7 +229,8 @@ class Estimate:
                 "split_us": round(self.split_s * 1e6, 3),
                 "host_us": round(self.host_s * 1e6, 3), "gpu_us": round(self.gpu_s * 1e6, 3),
                 "call_us": round(self.call_s * 1e6, 3), "fitted": self.fitted,
-                "neighbours": round(self.correction, 4)}
+                "neighbours": round(self.correction, 4), "variant_factor": round(self.variant_factor, 4),
+                "factor_from": self.factor_from}
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -252,7 +264,8 @@ def estimate(cand: Candidate, m: int, n: int, k: int, dm: DeviceModel, dtype: st
     if cand.reduce in ("cluster", "cluster+in_kernel"):
         slots = max(1, min(slots, cluster_slots(dm, cand, r, slots)))
     steps = max(1, ceil_div(ceil_div(k, s), bk))
-    block = (fit.block_s + fit.step_s * steps) * fit.factor(variant)
+    factor, factor_from = fit.factor_from(variant)
+    block = (fit.block_s + fit.step_s * steps) * factor
     full, rest = divmod(tiles, slots)
     compute = full * block
     if rest:
@@ -283,7 +296,7 @@ def estimate(cand: Candidate, m: int, n: int, k: int, dm: DeviceModel, dtype: st
         split = (dm.cluster_block_s * math.ceil(tiles / slots) + g * m * n * 4 / bw
                  + (g * m * n * 4 + m * n * c_bytes) / (bw * share))
     return Estimate(cand, tiles, slots, full, rest, steps, block, compute, memory, split, host,
-                    fit.samples > 0, load_s=load)
+                    fit.samples > 0, load_s=load, variant_factor=factor, factor_from=factor_from)
 
 
 def cluster_key(splits: int, blocks_per_sm: int) -> str:

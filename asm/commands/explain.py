@@ -54,6 +54,8 @@ def command(m, n, k, dtype, layout, fused, batch, gpu, top, no_build, as_json):
                     layout, 128-bit loads, copy widths), "(layout)" where the sweep never timed the
                     configuration with that variant and its layout's factor stands in
       block         one block's modelled time (fixed part + K steps, times that factor)
+      load          the load floor: the bytes all the blocks load (L2 hits and misses) at the
+                    fastest rate the sweep saw the configuration load them
       sum           where a split's slices are added: "kernel" (the reduce kernel, a second
                     launch), "cluster" (inside clusters of S blocks), "in_kernel" (the last
                     block of each tile, one launch) or "cluster+in_kernel" (past 8 splits:

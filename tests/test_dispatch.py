@@ -310,17 +310,24 @@ def test_an_unsplit_candidate_is_shrunk_as_a_split_one():
 
 
 def test_an_untimed_split_count_takes_its_kinds_factor():
-    """The sweep timed t/s4 near here (log 2): t/s6, which it did not, takes the kind t/s*'s factor;
-    a cluster split's kind is t/s*c, and an unsplit label is its own kind."""
+    """The sweep timed t/s4 (log 2) and t/s8c (log 4) near here, at distance 0 (weight 1): t/s6,
+    which it did not, takes the kind t/s*'s factor, t/s3c the kind t/s*c's; the unsplit t, which it
+    did not time either, the configuration's at any split, t/* (log 8 over weight 2, shrunk by
+    NEIGHBOUR_PRIOR 0.5); another configuration, 1. A cluster split's kind is t/s*c, and an unsplit
+    label is its own kind."""
     assert cost_model.split_kind("t64x64_k16/s12") == "t64x64_k16/s*"
     assert cost_model.split_kind("t64x64_k16/s4c") == "t64x64_k16/s*c"
     assert cost_model.split_kind("t64x64_k16") == "t64x64_k16"
+    assert {cost_model.config_kind(x) for x in ("t64x64_k16/s12", "t64x64_k16/s4c", "t64x64_k16")} == {"t64x64_k16/*"}
     factors = cost_model.neighbour_factors(
         DeviceModel("G", 4, 1e9, 1e12, residuals=[{"family": "sgemm", "variant": "nn:11:16/16", "m": 64, "n": 64,
-                                                   "k": 64, "plain": True, "res": {"t/s4": math.log(2)}}]),
+                                                   "k": 64, "plain": True,
+                                                   "res": {"t/s4": math.log(2), "t/s8c": math.log(4)}}]),
         "sgemm", "nn:11:16/16", 64, 64, 64, True)
     assert cost_model.factor_for(factors, "t/s6") == pytest.approx(2 ** (1 / 1.5))
-    assert cost_model.factor_for(factors, "t/s6c") == 1.0 and cost_model.factor_for(factors, "t") == 1.0
+    assert cost_model.factor_for(factors, "t/s3c") == pytest.approx(4 ** (1 / 1.5))
+    assert cost_model.factor_for(factors, "t") == pytest.approx(8 ** (1 / 2.5))
+    assert cost_model.factor_for(factors, "u/s4") == 1.0 and cost_model.factor_for(factors, "u") == 1.0
 
 
 def test_dram_is_a_floor():

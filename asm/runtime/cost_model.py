@@ -359,9 +359,10 @@ def neighbour_factors(dm: DeviceModel, family: str, variant: str | None, m: int,
     for d, r in near[:NEIGHBOURS]:
         w = 1.0 / (1.0 + d) ** 2
         for label, res in r["res"].items():
-            # the label itself, and its kind (the configuration with any split of the same
-            # reduction), which a split count the sweep did not time near here falls back on
-            for key in {label, split_kind(label)}:
+            # the label itself, its kind (the configuration with any split of the same
+            # reduction), which a split count the sweep did not time near here falls back on, and
+            # the configuration at any split, for a kind it did not time near here either
+            for key in {label, split_kind(label), config_kind(label)}:
                 acc = sums.setdefault(key, [0.0, 0.0])
                 acc[0] += w * res
                 acc[1] += w
@@ -378,9 +379,16 @@ def split_kind(label: str) -> str:
     return f"{base}/s*{'c' if c else ''}{'*' if size else ''}"
 
 
+def config_kind(label: str) -> str:
+    """'t64x64_k16/s12', 't64x64_k16/s4c', 't64x64_k16' -> 't64x64_k16/*': the configuration at any
+    split, the neighbours' last fallback before none."""
+    return label.partition("/")[0] + "/*"
+
+
 def factor_for(factors: dict[str, float], label: str) -> float:
-    """A candidate's neighbour factor: its own, else its kind's, else 1."""
-    return factors.get(label, factors.get(split_kind(label), 1.0))
+    """A candidate's neighbour factor: its own, else its split kind's, else its configuration's at
+    any split (the sweep timed it near here only in another split kind), else 1."""
+    return factors.get(label, factors.get(split_kind(label), factors.get(config_kind(label), 1.0)))
 
 
 def rank(cands: list[Candidate], m: int, n: int, k: int, dm: DeviceModel, dtype: str, c_bytes: int,

@@ -84,6 +84,11 @@ def variant_of(layout: str, call_values: dict) -> str:
             f"{width(call_values.get('align_a', 16))}/{width(call_values.get('align_b', 16))}")
 
 
+def variant_layout(variant: str) -> str:
+    """The layout a load variant (variant_of) is of: 'tn:01:4/16' -> 'tn'."""
+    return variant.split(":")[0]
+
+
 # a variant with a plain '2' width: the 2-byte loads mma_gemm no longer makes (variant_of)
 RETIRED_VARIANT = re.compile(r"(?:^|[:/])2(?:/|$)")
 
@@ -117,7 +122,7 @@ class ConfigFit:
         if variant:
             if variant in self.variants:
                 return self.variants[variant], "variant"
-            layout = variant.split(":")[0]
+            layout = variant_layout(variant)
             if layout in self.variants:
                 return self.variants[layout], "layout"
         return 1.0, "none"
@@ -344,11 +349,11 @@ def neighbour_factors(dm: DeviceModel, family: str, variant: str | None, m: int,
     """label -> the factor the nearest sweep calls give that candidate's modelled call time."""
     if not dm.residuals or variant is None or min(m, n, k) < 1:
         return {}
-    layout = variant.split(":")[0]
+    layout = variant_layout(variant)
     near = []
     lm, ln, lk = math.log2(m), math.log2(n), math.log2(k)
     for r in dm.residuals:
-        if r["family"] != family or r["plain"] != plain or r["variant"].split(":")[0] != layout:
+        if r["family"] != family or r["plain"] != plain or variant_layout(r["variant"]) != layout:
             continue
         d = (abs(lm - math.log2(r["m"])) + abs(ln - math.log2(r["n"])) + abs(lk - math.log2(r["k"]))
              + (r["variant"] != variant))

@@ -21,7 +21,7 @@ from ..errors import AsmError
 from ..kernel_spec import DTYPE_ITEMSIZE, get_spec
 from ..runtime.catalog import Candidate
 from ..runtime.cost_model import (RETIRED_VARIANT, ConfigFit, DeviceModel, cluster_key, estimate, factor_for,
-                                  loaded_bytes, neighbour_factors, variant_of)
+                                  loaded_bytes, neighbour_factors, variant_layout, variant_of)
 from ..runtime.dispatch_db import FORMAT, exact_key, model_to_json
 from ..runtime.plan import fresh_plan
 
@@ -146,11 +146,11 @@ def _variant_factors(logs: dict[str, list[float]]) -> dict[str, float]:
     variants ran 1.19-2.08x its fitted block time on the H100, its nt ones 0.91-0.99x."""
     by_layout: dict[str, list[float]] = defaultdict(list)
     for v, x in logs.items():
-        by_layout[v.split(":")[0]].extend(x)
+        by_layout[variant_layout(v)].extend(x)
     layouts = {lay: sum(x) / (len(x) + VARIANT_PRIOR) for lay, x in by_layout.items()}
     out = {lay: math.exp(mu) for lay, mu in layouts.items()}
     for v, x in logs.items():
-        out[v] = math.exp((sum(x) + VARIANT_PRIOR * layouts[v.split(":")[0]]) / (len(x) + VARIANT_PRIOR))
+        out[v] = math.exp((sum(x) + VARIANT_PRIOR * layouts[variant_layout(v)]) / (len(x) + VARIANT_PRIOR))
     return out
 
 

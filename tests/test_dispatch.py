@@ -16,7 +16,7 @@ import pytest
 
 from asmgemm.errors import AsmError
 from asmgemm.kernel_spec import ConfigEntry, get_spec, load_spec_file
-from asmgemm.runtime import cost_model, dispatch, dispatch_db
+from asmgemm.runtime import cost_model, dispatch, dispatch_db, split_k
 from asmgemm.runtime.catalog import Candidate, candidates, entry_candidates
 from asmgemm.runtime.split_k import MAX_CLUSTER_SPLITS
 from asmgemm.runtime.cost_model import ConfigFit, DeviceModel, estimate, rank
@@ -865,6 +865,25 @@ def test_the_fit_keys_cluster_capacity_by_size_and_blocks_an_sm():
                         "clusters_at_once": 1}]
     assert fit_model(doc).cluster_slots == {"3x2": 9}
 
+
+def test_the_fit_reads_a_hybrid_splits_cluster_from_its_label():
+    """A "cluster+in_kernel" sample (S past the cluster limit, clusters of C summed in the kernel)
+    fits as that candidate, clusters of C: before, the fit built it with no cluster and its slice
+    sum divided by a zero share (an H200 sweep of hgemm_mma, 2026-11-29), and its capacity goes
+    under cluster_key(C, r), not S."""
+    from asmgemm.tuning import fit
+    doc = _sweep_doc()
+    name = list(TRUE)[0]
+    base = {"family": "sgemm", "kernel": "sgemm", "reduce": "cluster+in_kernel", "layout": "nn", "m": 384,
+            "n": 700, "k": 3000, "gpu_ms": 0.05, "host_us": 10.0, "config": name, "blocks_per_sm": 2}
+    hybrid = [{**base, "label": f"{name}/s12c4", "splits": 12, "clusters_at_once": 5},
+              {**base, "label": f"{name}/s16", "splits": 16, "clusters_at_once": 2}]
+    assert [fit._candidate(s).cluster for s in hybrid] == [4, split_k.hybrid_cluster(16)]
+    assert fit._candidate(doc["samples"][0]).cluster == 0
+    doc["samples"] += hybrid
+    dm = fit.fit_model(doc)
+    assert dm.cluster_slots == {"4x2": 20, "8x2": 16}
+    assert all(math.isfinite(v) for r in dm.residuals for v in r["res"].values())
 
 def test_the_fitted_model_picks_the_measured_best_and_the_database_says_so():
     from asmgemm.tuning.fit import evaluate, fit_model, make_database

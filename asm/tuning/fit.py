@@ -24,6 +24,7 @@ from ..runtime.cost_model import (RETIRED_VARIANT, ConfigFit, DeviceModel, clust
                                   loaded_bytes, neighbour_factors, variant_layout, variant_of)
 from ..runtime.dispatch_db import FORMAT, exact_key, model_to_json
 from ..runtime.plan import fresh_plan
+from ..runtime.split_k import hybrid_cluster
 
 ALONE_GRID = [i / 20 for i in range(21)]
 HELD_OUT_SHARE = 4          # one call in 4 is held out of the fit (by a hash of its key: stable)
@@ -40,7 +41,16 @@ def _candidate(s: dict) -> Candidate:
         raise AsmError(f"sweep sample names configuration '{s['config']}', which {s['family']}'s catalog no "
                        "longer has: sweep again")
     return Candidate(s["family"], entry.name, entry.kernel, entry.set, entry.tile_for(s["layout"][1] == "t"),
-                     int(s["splits"]), s["reduce"], bool(s.get("swap", False)))
+                     int(s["splits"]), s["reduce"], bool(s.get("swap", False)), _cluster(s))
+
+
+def _cluster(s: dict) -> int:
+    """A "cluster+in_kernel" sample's cluster size, as its label names it (t64x64_w32x32/s12c4);
+    hybrid_cluster's choice for a label without one. 0 for every other reduce (Candidate.cluster)."""
+    if s.get("reduce") != "cluster+in_kernel":
+        return 0
+    size = s["label"].rpartition("/s")[2].partition("c")[2]
+    return int(size) if size.isdigit() else hybrid_cluster(int(s["splits"]))
 
 
 def _variant(s: dict) -> str:
@@ -204,9 +214,10 @@ def fit_model(doc: dict, samples: list[dict] | None = None) -> DeviceModel:
     dm = DeviceModel(doc["gpu"], int(doc["sms"]), float(doc["clock_hz"]) or 1.5e9,
                      float(doc["dram_bytes_per_s"]) or 1e12, source=f"fitted to a sweep of {doc['gpu']}")
     for s in samples:
-        if s.get("reduce") == "cluster" and s.get("clusters_at_once") and s.get("blocks_per_sm"):
-            key = cluster_key(int(s["splits"]), int(s["blocks_per_sm"]))
-            dm.cluster_slots[key] = max(dm.cluster_slots.get(key, 0), int(s["clusters_at_once"]) * int(s["splits"]))
+        if s.get("reduce") in ("cluster", "cluster+in_kernel") and s.get("clusters_at_once") and s.get("blocks_per_sm"):
+            size = _cluster(s) or int(s["splits"])
+            key = cluster_key(size, int(s["blocks_per_sm"]))
+            dm.cluster_slots[key] = max(dm.cluster_slots.get(key, 0), int(s["clusters_at_once"]) * size)
     groups: dict[str, list[dict]] = defaultdict(list)
     for s in samples:
         if s["splits"] == 1:

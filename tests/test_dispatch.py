@@ -885,6 +885,38 @@ def test_the_fit_reads_a_hybrid_splits_cluster_from_its_label():
     assert dm.cluster_slots == {"4x2": 20, "8x2": 16}
     assert all(math.isfinite(v) for r in dm.residuals for v in r["res"].values())
 
+
+def test_the_fit_reads_the_in_kernel_sums_hand_off_from_hybrids_beside_cluster_splits():
+    """fit._fit_fixup_fixed: a hybrid ("cluster+in_kernel") timed beside the same configuration's
+    cluster split takes what the model's difference between the two leaves over (a one-wave hybrid,
+    here 5 us over the modelled difference); without such pairs the prior stays; the estimate of
+    both in-kernel sums carries it and no other reduce's does."""
+    from asmgemm.tuning import fit
+    doc = _sweep_doc()
+    name = list(TRUE)[0]
+    base = {"family": "sgemm", "kernel": "sgemm", "layout": "nn", "m": 128, "n": 128, "k": 3000, "host_us": 10.0,
+            "config": name, "blocks_per_sm": 2}
+    plain = fit.fit_model(doc)
+    assert plain.fixup_fixed_s == cost_model.PRIOR_FIXUP_FIXED_S
+    cl = {**base, "reduce": "cluster", "label": f"{name}/s8c", "splits": 8, "gpu_ms": 0.04}
+    hy = {**base, "reduce": "cluster+in_kernel", "label": f"{name}/s12c4", "splits": 12}
+    bare = replace(plain, fixup_fixed_s=0.0)
+    e_cl, e_hy = (estimate(fit._candidate(x), 128, 128, 3000, bare, "float32", 4, 4) for x in (cl, hy))
+    assert e_hy.full_waves == 0
+    hy["gpu_ms"] = (0.04e-3 + e_hy.gpu_s - e_cl.gpu_s + 5e-6) * 1e3
+    doc["samples"] += [cl, hy]
+    dm = fit.fit_model(doc)
+    assert dm.fixup_fixed_s == pytest.approx(5e-6, rel=0.05)
+    back = dispatch_db.model_from(fit.make_database([doc])[0], "test")
+    assert back.fixup_fixed_s == pytest.approx(dm.fixup_fixed_s)
+    for reduce, cluster, carries in (("cluster+in_kernel", 4, True), ("in_kernel", 0, True), ("cluster", 0, False),
+                                     ("kernel", 0, False)):
+        cand = replace(fit._candidate(cl), splits=12 if cluster else 8, reduce=reduce, cluster=cluster)
+        with_it = estimate(cand, 128, 128, 3000, dm, "float32", 4, 4).split_s
+        without = estimate(cand, 128, 128, 3000, replace(dm, fixup_fixed_s=0.0), "float32", 4, 4).split_s
+        assert with_it - without == pytest.approx(dm.fixup_fixed_s if carries else 0.0), reduce
+
+
 def test_the_fitted_model_picks_the_measured_best_and_the_database_says_so():
     from asmgemm.tuning.fit import evaluate, fit_model, make_database
     doc = _sweep_doc()

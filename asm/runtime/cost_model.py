@@ -37,7 +37,10 @@ The clusters' in-kernel sum (reduce "cluster+in_kernel": S past 8, clusters of C
 is the two put together from their fitted terms: the clusters' extra per block-wave, then
 G = ceil(S / C) slices (one a cluster) written and read as the in-kernel sum's, by C blocks a tile
 of C instead of one (share min(1, tiles of C x C / SMs)); its grid is S rounded up to whole
-clusters. No sweep has timed it yet: every term is one fitted on the other modes' samples.
+clusters. Both in-kernel sums add a fixed hand-off (fixup_fixed_s: the slices' stores fenced, the
+tile's counter, the last block's reads), fitted from a sweep that timed them against the same
+configuration's cluster split (fit._fit_fixup_fixed), else PRIOR_FIXUP_FIXED_S: without it the
+H200 picked the hybrid on 5 of 31 calls where a cluster split of 8 or fewer ran 7-16% faster.
 
 Why the load floor: a, b and f are fitted mostly where few blocks share the GPU's L2 bandwidth,
 so a block's K step there is its own time. Where many blocks each stream the same large operand
@@ -70,6 +73,12 @@ PRIOR_BLOCK_FIXED_S = 3e-6          # a block's prologue and epilogue
 PRIOR_HOST_S = 12e-6                # one call's host work (Python, argument packing, the launch)
 PRIOR_LAUNCH_S = 4e-6               # each further kernel of a call (the reduce)
 PRIOR_REDUCE_FIXED_S = 3e-6
+# The in-kernel sums' hand-off at the end of a launch (the slices' stores made visible, the tile's
+# counter taken, the last block's reads of the slices): a latency the bytes terms do not carry.
+# Fitted where a sweep timed "cluster+in_kernel" (fit._fit_fixup_fixed); this prior is that fit on
+# the H200's first such sweeps (2026-11-29, 31 hgemm_mma calls, docs/log/dispatch.md "The in-kernel
+# sum's hand-off"): the H100's database was swept before the mode existed.
+PRIOR_FIXUP_FIXED_S = 1.9e-6
 
 
 def variant_of(layout: str, call_values: dict) -> str:
@@ -153,6 +162,7 @@ class DeviceModel:
     reduce_fixed_s: float = PRIOR_REDUCE_FIXED_S
     reduce_bytes_per_s: float = 0.0          # 0: the DRAM bandwidth
     cluster_block_s: float = 0.0             # the clusters' extra per block
+    fixup_fixed_s: float = PRIOR_FIXUP_FIXED_S   # an in-kernel sum's hand-off, once a launch
     configs: dict[str, ConfigFit] = field(default_factory=dict)    # "kernel:config" -> fit
     cluster_slots: dict[str, int] = field(default_factory=dict)    # cluster_key(S, r) -> blocks at once
     source: str = "prior"                    # where the coefficients come from, for explain
@@ -289,7 +299,7 @@ def estimate(cand: Candidate, m: int, n: int, k: int, dm: DeviceModel, dtype: st
     elif cand.reduce == "in_kernel":
         bw = dm.reduce_bytes_per_s or dm.dram_bytes_per_s
         share = min(1.0, max(1, tiles // s) / dm.sms)
-        split = s * m * n * 4 / bw + (s * m * n * 4 + m * n * c_bytes) / (bw * share)
+        split = dm.fixup_fixed_s + s * m * n * 4 / bw + (s * m * n * 4 + m * n * c_bytes) / (bw * share)
     elif cand.reduce == "cluster":
         split = dm.cluster_block_s * math.ceil(tiles / slots)
     elif cand.reduce == "cluster+in_kernel":
@@ -298,7 +308,7 @@ def estimate(cand: Candidate, m: int, n: int, k: int, dm: DeviceModel, dtype: st
         bw = dm.reduce_bytes_per_s or dm.dram_bytes_per_s
         g = slices(s, cand.cluster)
         share = min(1.0, c_tiles * cand.cluster / dm.sms)
-        split = (dm.cluster_block_s * math.ceil(tiles / slots) + g * m * n * 4 / bw
+        split = (dm.cluster_block_s * math.ceil(tiles / slots) + dm.fixup_fixed_s + g * m * n * 4 / bw
                  + (g * m * n * 4 + m * n * c_bytes) / (bw * share))
     return Estimate(cand, tiles, slots, full, rest, steps, block, compute, memory, split, host,
                     fit.samples > 0, load_s=load, variant_factor=factor, factor_from=factor_from)

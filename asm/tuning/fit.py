@@ -249,6 +249,9 @@ def fit_model(doc: dict, samples: list[dict] | None = None) -> DeviceModel:
         extra.append((s["gpu_ms"] * 1e-3 - e.gpu_s) / max(1, math.ceil(e.tiles / e.slots)))
     if extra:
         dm.cluster_block_s = max(0.0, statistics.median(extra))
+    fixup = _fit_fixup_fixed(dm, samples)
+    if fixup is not None:
+        dm.fixup_fixed_s = fixup
     unsplit = [s["host_us"] for s in samples if s["splits"] == 1 and s.get("host_us")]
     split = [s["host_us"] for s in samples if s.get("reduce") == "kernel" and s.get("host_us")]
     if unsplit:
@@ -257,6 +260,28 @@ def fit_model(doc: dict, samples: list[dict] | None = None) -> DeviceModel:
         dm.launch_s = max(0.0, statistics.median(split) - statistics.median(unsplit)) * 1e-6
     dm.residuals = _residuals(dm, samples)
     return dm
+
+
+def _fit_fixup_fixed(dm: DeviceModel, samples: list[dict]) -> float | None:
+    """The in-kernel sums' fixed hand-off (DeviceModel.fixup_fixed_s), from calls that timed a
+    "cluster+in_kernel" candidate and the same configuration's cluster split (the largest S such):
+    per pair, how much more the hybrid took than the model's difference between the two without the
+    hand-off, over hybrids whose blocks fit in one wave (past that the waves' terms, not the
+    hand-off, decide the difference); the median, not below 0. None where no call has such a pair."""
+    bare = replace(dm, fixup_fixed_s=0.0)
+    extra = []
+    for rows in _by_call(samples).values():
+        for h in rows:
+            if h.get("reduce") != "cluster+in_kernel" or f"{h['kernel']}:{h['config']}" not in dm.configs:
+                continue
+            pairs = [c for c in rows if c.get("reduce") == "cluster" and c["config"] == h["config"]]
+            if not pairs:
+                continue
+            c = max(pairs, key=lambda c: int(c["splits"]))
+            eh, ec = (estimate(_candidate(x), x["m"], x["n"], x["k"], bare, *_sizes(x), _variant(x)) for x in (h, c))
+            if eh.full_waves == 0:
+                extra.append((h["gpu_ms"] - c["gpu_ms"]) * 1e-3 - (eh.gpu_s - ec.gpu_s))
+    return max(0.0, statistics.median(extra)) if extra else None
 
 
 def load_rates(samples: list[dict]) -> dict[str, float]:

@@ -76,3 +76,26 @@ def test_the_policy_goes_on_the_staged_c_stores_only(wide_c, hinted):
     assert ("createpolicy.fractional.L2::evict_first" in on) == bool(hinted)
     if not hinted:
         assert on == off
+
+
+@pytest.mark.skipif(find_tool("ptxas", required=False) is None, reason="needs ptxas")
+def test_a_batch_whose_c_streams_keeps_its_operands_evict_last():
+    """KEEP_AB (on by default): in a batch whose C streams (C_STREAM_ON), every TMA load of A and B
+    carries the evict-last policy; not where an operand streams (STREAM: P.V, measured slower), not
+    in a 2-D launch, not with C_STREAM off, and KEEP_AB = 0 turns it off; where it is off it changes
+    no instruction."""
+    def ptx(**defines):
+        defines = {"WIDE_C": "1", "VEC_C": "1", "CLUSTER_M": "1", **{k: str(v) for k, v in defines.items()}}
+        return build_file("hgemm", BuildOptions(defines=defines, target="sm_90a")).ptx
+    kept = ptx(BATCHED=1, C_STREAM=1)
+    policies = [line.split()[1].rstrip(",") for line in kept.splitlines()
+                if "createpolicy.fractional.L2::evict_last" in line]
+    assert len(policies) == 1
+    loads = [line.strip() for line in kept.splitlines()
+             if "cp.async.bulk.tensor" in line and ".shared::cluster.global" in line]
+    assert loads and all(".L2::cache_hint" in line and line.endswith(f", {policies[0]};") for line in loads)
+    assert kept != ptx(BATCHED=1, C_STREAM=1, KEEP_AB=0)
+    for off in ({"BATCHED": 1, "C_STREAM": 1, "STREAM": 1}, {"BATCHED": 1}, {"C_STREAM": 1}):
+        text = ptx(**off)
+        assert "L2::evict_last" not in text, off
+        assert text == ptx(**off, KEEP_AB=0), off

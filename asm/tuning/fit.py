@@ -215,7 +215,7 @@ def fit_model(doc: dict, samples: list[dict] | None = None) -> DeviceModel:
                      float(doc["dram_bytes_per_s"]) or 1e12, source=f"fitted to a sweep of {doc['gpu']}")
     for s in samples:
         if s.get("reduce") in ("cluster", "cluster+in_kernel") and s.get("clusters_at_once") and s.get("blocks_per_sm"):
-            size = _cluster(s) or int(s["splits"])
+            size = _candidate(s).cluster_size
             key = cluster_key(size, int(s["blocks_per_sm"]))
             dm.cluster_slots[key] = max(dm.cluster_slots.get(key, 0), int(s["clusters_at_once"]) * size)
     groups: dict[str, list[dict]] = defaultdict(list)

@@ -672,15 +672,21 @@ def test_explain_builds_its_pick(dispatch_dir, run_cli, private_cache):
 @pytest.mark.toolchain
 @needs_ptxas
 def test_explain_says_what_runs_for_16_bit_calls(run_cli, private_cache):
-    """On the H100's shipped database: 4096^3 fp16 runs the TMA kernel by its size rules (no path
-    decision: it reads A and B in place); 5546 x 2800 x 14 bf16 nt (B's rows are 28 bytes) shows
-    the path model's two times, its terms adding up, and runs what they chose."""
+    """On the H100's shipped database: 4096^3 fp16 runs the TMA kernel by its size rules, weighed
+    against the in-place kernel at their own configurations (nothing copied; the in-place kernel
+    would have to win by the margin); 5546 x 2800 x 14 bf16 nt (B's rows are 28 bytes) shows the
+    path model's two times, its terms adding up, and runs what they chose."""
     h100 = "NVIDIA H100 80GB HBM3"
     code, out, err = run_cli("explain", 4096, 4096, 4096, "--dtype", "float16", "--gpu", h100, "--json", "--top", 1)
     assert code == 0, err
     runs = json.loads(out)["runs"]
-    assert runs["kernel"] == "hgemm" and runs["chosen_by"] == "size rules" and runs["path"] is None
+    assert runs["kernel"] == "hgemm" and runs["chosen_by"] == "size rules"
     assert runs["copies"] == [] and runs["tile"][0] >= 128
+    p = runs["path"]
+    assert p["copies"] == 0 and not p["narrow_c"] and not p["in_place"] and p["margin"] > 1
+    assert p["in_place_us"] * p["margin"] > p["tma_kernel_us"] > 0
+    code, out, err = run_cli("explain", 4096, 4096, 4096, "--dtype", "float16", "--gpu", h100, "--top", 1)
+    assert code == 0 and "path: TMA reads A, B and C in place" in out and "(GPU): the TMA kernel" in out
     code, out, err = run_cli("explain", 5546, 2800, 14, "--dtype", "bfloat16", "--layout", "nt", "--gpu", h100,
                              "--json", "--top", 1)
     assert code == 0, err

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from asmgemm.errors import AsmError
-from asmgemm.runtime import launch_config
+from asmgemm.runtime import launch_config, path_model
 from asmgemm.runtime.arrays import Dtype, Matrix
 from asmgemm.runtime.gpu import DeviceFacts
 from asmgemm.runtime.launch_config import Problem, configure, pick_spec
@@ -21,6 +21,11 @@ needs_ptxas = pytest.mark.skipif(find_tool("ptxas", required=False) is None, rea
 
 def row_major(rows, cols, dtype=F32, ld=None, ptr=1 << 20):
     return Matrix((rows, cols), ((ld or cols) * dtype.itemsize, dtype.itemsize), dtype, ptr, 0)
+
+
+def col_major(rows, cols, dtype=F32, ptr=1 << 20):
+    """A column-major view (a transposed operand as torch's .T gives it)."""
+    return Matrix((rows, cols), (dtype.itemsize, rows * dtype.itemsize), dtype, ptr, 0)
 
 
 def problem(m, n, k, dtype=F32, lda=None, **kw):
@@ -134,13 +139,49 @@ def test_the_hgemm_own_path_fixture_turns_the_in_place_choice_off(request, monke
 def test_a_narrow_c_store_bound_call_is_weighed_against_the_in_place_kernel():
     """4417 x 2901 x 16 fp16 nt: TMA reads A and B (32-byte rows) but C's rows (5802 bytes) are
     not 16-byte pieces, and that store is the TMA kernel's modelled time: the path model decides
-    (in place on the H100's database); 4096 x 4096 x 4096 writes whole pieces: no decision."""
+    (in place on the H100's database); 4096 x 4096 x 4096 writes whole pieces: the two kernels are
+    weighed at their own configurations instead (not a narrow store), and the TMA kernel keeps it."""
     spec = pick_spec(None, "float16", None, H100)
     prob = Problem(row_major(4417, 16, F16), row_major(2901, 16, F16), row_major(4417, 2901, F16), trans_b=True)
     cfg = configure(spec, prob, H100)
-    assert cfg.path is not None and cfg.path.narrow_c and cfg.path.copies == 0
+    assert cfg.path is not None and cfg.path.narrow_c and cfg.path.copies == 0 and cfg.path.margin == 1
     assert cfg.spec.name == ("hgemm_mma" if cfg.path.in_place else "hgemm")
-    assert configure(spec, problem(4096, 4096, 4096, F16), H100).path is None
+    wide = configure(spec, problem(4096, 4096, 4096, F16), H100)
+    assert wide.spec.name == "hgemm" and not wide.path.narrow_c and not wide.path.in_place
+
+
+@needs_ptxas
+@pytest.mark.parametrize("m, n, k, layout", [
+    (16, 112, 12096, "tt"),     # random:154:60:16's: 21.1 us on the TMA kernel, 9.7 in place (H200)
+    (16, 144, 12288, "tn"),     # 21.3 -> 10.0
+    (8, 104, 14528, "tn"),      # random:9154:60:16's: 28.6 -> 9.9
+])
+def test_an_aligned_deep_k_call_over_few_outputs_runs_in_place(m, n, k, layout):
+    """Aligned operands, C in whole pieces, K deep over a few outputs: the TMA kernel's size rules
+    split K at most 4 ways, a chain of 40-60 K tiles a block, where the in-place catalog splits it
+    50-60 ways; the path model weighs the two at their own configurations and the in-place kernel
+    wins by more than the margin (path_model.aligned_margin)."""
+    spec = pick_spec(None, "float16", None, H100)
+    a = col_major(m, k, F16) if layout[0] == "t" else row_major(m, k, F16)
+    b = col_major(k, n, F16, 1 << 34) if layout[1] == "t" else row_major(k, n, F16, ptr=1 << 34)
+    cfg = configure(spec, Problem(a, b, row_major(m, n, F16, ptr=1 << 38)), H100)
+    p = cfg.path
+    assert cfg.spec.name == "hgemm_mma" and cfg.copied == (0, 0)
+    assert p.copies == 0 and not p.narrow_c and p.in_place
+    assert p.in_place_s * p.margin <= p.tma_kernel_s and p.margin == pytest.approx(
+        path_model.aligned_margin(path_model.tma_time(H100.name)))
+
+
+@needs_ptxas
+def test_the_users_tuning_entry_for_the_tma_kernel_keeps_an_aligned_call_there(monkeypatch):
+    """A tuning-cache entry for the TMA kernel is the user's word: the aligned call that would run
+    in place (16 x 112 x 12096 tt) stays on it, with no path decision."""
+    spec = pick_spec(None, "float16", None, H100)
+    prob = Problem(col_major(16, 12096, F16), col_major(12096, 112, F16, 1 << 34), row_major(16, 112, F16, ptr=1 << 38))
+    assert configure(spec, prob, H100).spec.name == "hgemm_mma"
+    monkeypatch.setattr(launch_config, "lookup_tuned_choice", lambda gpu, s, plan: {"BN": 128} if s is spec else None)
+    cfg = configure(spec, prob, H100)
+    assert cfg.spec.name == "hgemm" and cfg.path is None
 
 
 @needs_ptxas

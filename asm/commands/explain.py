@@ -253,6 +253,12 @@ def _print(r: dict) -> None:
                           f"{p['copy_bytes_us']:.1f} moving {p['copied_bytes']} bytes, {p['tma_kernel_us']:.1f} "
                           f"the kernel) against the in-place kernel's {p['in_place_us']:.1f} us (GPU): "
                           f"{'in place' if p['in_place'] else 'copies'} (runtime/path_model.py)")
+        elif p is not None and not p["narrow_c"]:
+            # everything read and written in place: the two kernels weighed at their own configurations
+            console.print(f"  path: TMA reads A, B and C in place: the TMA kernel at its configuration "
+                          f"{p['tma_kernel_us']:.1f} us against the in-place kernel's {p['in_place_us']:.1f} us "
+                          f"x {p['margin']:.2f} (the two estimates' error) (GPU): "
+                          f"{'in place' if p['in_place'] else 'the TMA kernel'} (runtime/path_model.py)")
         elif p is not None:
             # nothing to copy: the TMA kernel's time is its store of C in elements or pairs
             console.print(f"  path: TMA reads A and B but would write C in elements or pairs (rows not 16-byte "

@@ -173,15 +173,27 @@ def grid(spec: KernelSpec, built: BuiltKernel, plan: LaunchPlan, sm_count: int =
                            f"allows ({MAX_GRID_Z})", hint=f"split the batch into calls of at most {MAX_GRID_Z}")
         return gx, gy, plan.batch * copies
     if spec.launch.grid == "persistent":
-        c = built.cluster
-        # a unit: cluster_rows tile rows by cluster_cols tile columns
-        units = -(-gx // built.cluster_cols) * -(-gy // built.cluster_rows) * copies * plan.batch
+        units, clusters = persistent_walk(built, plan, sm_count, copies, cluster_capacity)
         if units > 0xFFFFFFFF:
             shown = f"a batch of {plan.batch} matrices of {plan.m} x {plan.n}" if plan.batch > 1 else f"{plan.m} x {plan.n}"
             raise AsmError(f"{shown} is {units} tiles, more than the kernel counts in 32 bits")
-        fit = sm_count // c if cluster_capacity is None else min(sm_count // c, cluster_capacity)
-        return max(1, min(units, fit)) * c, 1, 1
+        return clusters * built.cluster, 1, 1
     raise AsmError(f"unknown grid kind '{spec.launch.grid}'")
+
+
+def persistent_walk(built: BuiltKernel, plan: LaunchPlan, sm_count: int, copies: int = 1,
+                    cluster_capacity: int | None = None) -> tuple[int, int]:
+    """(units, clusters) of a persistent launch: the units its clusters walk (a unit: cluster_rows
+    tile rows by cluster_cols tile columns, times `copies` and the batch) and the clusters of its
+    grid (at most one a unit, SMs / cluster, and `cluster_capacity`). Also what
+    path_model.tma_config_s reads a block's chain of K tiles from."""
+    gx, gy = math.ceil(plan.n / built.tile_n), math.ceil(plan.m / built.tile_m)
+    if plan.groups:
+        gy += plan.groups
+    c = built.cluster
+    units = -(-gx // built.cluster_cols) * -(-gy // built.cluster_rows) * copies * plan.batch
+    fit = sm_count // c if cluster_capacity is None else min(sm_count // c, cluster_capacity)
+    return units, max(1, min(units, fit))
 
 
 # Per-call values of a launch: the pointers (kernel A, kernel B, C: after the operand swap) and the

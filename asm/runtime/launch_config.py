@@ -33,7 +33,7 @@ from . import dispatch, path_model, split_k
 from .arrays import Matrix, padded_matrix, ptr_of
 from .build_cache import BuiltKernel, build_kernel
 from .gpu import DeviceFacts
-from .launch import call_defines, choose_params, takes_c_trans
+from .launch import call_defines, choose_params, persistent_walk, takes_c_trans
 from .plan import LaunchPlan, plan_launch
 from .tensor_map import addressable, batch_addressable
 from .tune_cache import lookup_tuned, lookups_disabled
@@ -159,7 +159,8 @@ def configure(spec: KernelSpec, problem: Problem, facts: DeviceFacts,
         tuned_tma = None if lookups_disabled() else lookup_tuned_choice(facts.name, spec, plan)
         swaps = not tuned_tma and _takes_c_trans(spec, plan, None, facts.sm_count)
         tma_plan = planned(ma, mb, c_trans=True) if swaps else plan
-        chosen, path = _in_place_or(spec, plan, tma_plan, ma.dtype.itemsize, facts, mbias, act)
+        chosen, path = _in_place_or(spec, plan, tma_plan, ma.dtype.itemsize, facts, mbias, act,
+                                    tuned_tma=bool(tuned_tma))
         if chosen is spec:
             tma_kept = (tuned_tma, tma_plan)
         spec = chosen
@@ -212,15 +213,24 @@ def configure(spec: KernelSpec, problem: Problem, facts: DeviceFacts,
         if picked.swap:
             cfg.plan = plan_ct
     else:
-        cfg.split = split_k.choose_split(spec, plan, params, tuned, facts.sm_count, plain=plain)
-        cfg.in_cluster = split_k.cluster_splits(spec, cfg.split, target, params if params is not None else tuned,
-                                                plan, facts.sm_count)
-        cfg.fixup = split_k.in_kernel_fixup(spec, cfg.split, params if params is not None else tuned, cfg.in_cluster)
-        cfg.built = _build_for(spec, plan, params, tuned, facts, target,
-                               {**split_k.switch_define(spec, cfg.split, cfg.in_cluster, cfg.fixup),
-                                **batch_defines(spec, kernel_batch, params),
-                                **c_stream_defines(spec, plan, kernel_batch, facts, params)})
+        cfg.split, cfg.in_cluster, cfg.fixup, cfg.built = _rules_build(spec, plan, params, tuned, facts, target,
+                                                                       kernel_batch, plain)
     return cfg
+
+
+def _rules_build(spec: KernelSpec, plan: LaunchPlan, params: dict | None, tuned: dict | None, facts: DeviceFacts,
+                 target: str, kernel_batch: int, plain: bool):
+    """(split, cluster S, in-kernel sum, build) of a kernel without a catalog choice: params=, the
+    tuning entry, else the spec's size and split rules."""
+    split = split_k.choose_split(spec, plan, params, tuned, facts.sm_count, plain=plain)
+    in_cluster = split_k.cluster_splits(spec, split, target, params if params is not None else tuned, plan,
+                                        facts.sm_count)
+    fixup = split_k.in_kernel_fixup(spec, split, params if params is not None else tuned, in_cluster)
+    built = _build_for(spec, plan, params, tuned, facts, target,
+                       {**split_k.switch_define(spec, split, in_cluster, fixup),
+                        **batch_defines(spec, kernel_batch, params),
+                        **c_stream_defines(spec, plan, kernel_batch, facts, params)})
+    return split, in_cluster, fixup, built
 
 
 # ---- the kernel: epilogue, routes, in_place ------------------------------------------------------
@@ -270,7 +280,7 @@ def _other_kernel(spec: KernelSpec, name: str, relation: str, bias, act: int, de
 
 
 def _in_place_or(spec: KernelSpec, plan: LaunchPlan, tma_plan: LaunchPlan, itemsize: int, facts: DeviceFacts,
-                 bias, act: int) -> tuple[KernelSpec, path_model.PathDecision | None]:
+                 bias, act: int, tuned_tma: bool = False) -> tuple[KernelSpec, path_model.PathDecision | None]:
     """(the spec's `in_place` kernel where this launch would copy an operand into padded storage
     for `spec` (TMA cannot read its rows) and the path model expects the in-place kernel to finish
     no later than the copies and `spec`, else `spec` (also where the in-place kernel lacks this
@@ -281,7 +291,11 @@ def _in_place_or(spec: KernelSpec, plan: LaunchPlan, tma_plan: LaunchPlan, items
     Also where TMA reads A and B but writes C in elements or pairs (rows of C not whole 16-byte
     pieces) and that store is the TMA kernel's modelled time (path_model.narrow_store_bound): the
     in-place kernel stages C through shared memory and stored such a C at 0.91 TB/s where the TMA
-    kernel managed 0.32-0.61 (docs/log/dispatch.md)."""
+    kernel managed 0.32-0.61 (docs/log/dispatch.md).
+    And where TMA reads and writes everything in place (aligned operands, C in whole pieces): the
+    TMA kernel's time at the configuration its rules give (path_model.TmaTime) against the in-place
+    kernel's, which must win by path_model.aligned_margin; `tuned_tma`: the user's tuning entry
+    for the TMA kernel, which keeps it."""
     unread = unreadable(spec, tma_plan, itemsize)
     copied = sum(op.rows * op.cols * itemsize for op in unread)
     c_bytes = plan.m * plan.n * DTYPE_ITEMSIZE[spec.dtypes.c]
@@ -289,11 +303,18 @@ def _in_place_or(spec: KernelSpec, plan: LaunchPlan, tma_plan: LaunchPlan, items
     # not measured yet on the large, store-bound calls this is for)
     c_wide = bool(tma_plan.call_values.get("wide_c", 1))
     model = path_model.coefficients(facts.name, facts.sm_count)
-    if not copied and (c_wide or not path_model.narrow_store_bound(tma_plan.m, tma_plan.n, plan.k, model, c_bytes)):
+    aligned = not copied and (c_wide or not path_model.narrow_store_bound(tma_plan.m, tma_plan.n, plan.k, model,
+                                                                          c_bytes))
+    if aligned and (tuned_tma or not c_wide):
         return spec, None
     other = _other_kernel(spec, spec.in_place, "names in_place", bias, act, facts.target)
     if other is None:
         return spec, None
+    tma_s = None
+    if aligned:
+        tma_s = _tma_config_s(spec, tma_plan, facts, itemsize)
+        if tma_s is None:
+            return spec, None
     in_place_s = tile = None
     if other.configs:
         # the cost model's time for the configuration gemm() would run in place (split-K where the
@@ -316,9 +337,46 @@ def _in_place_or(spec: KernelSpec, plan: LaunchPlan, tma_plan: LaunchPlan, items
         chosen = other.size_rule(plan.m, plan.n, plan.k, facts.sm_count, call_defines(other, plan.call_values),
                                  dram_per_sm_cycle=facts.dram_per_sm_cycle)
         tile = (int(chosen.get("BM", 128)), int(chosen.get("BN", 128)))
-    decision = path_model.decide(tma_plan.m, tma_plan.n, plan.k, copied, model, tile, copies=len(unread),
-                                 in_place_s=in_place_s, c_bytes=c_bytes, c_wide=c_wide)
+    if aligned:
+        if in_place_s is None:
+            return spec, None       # no catalog estimate of the in-place kernel to weigh
+        decision = path_model.decide(tma_plan.m, tma_plan.n, plan.k, 0, model, copies=0, in_place_s=in_place_s,
+                                     tma_s=tma_s, margin=path_model.aligned_margin(path_model.tma_time(facts.name)))
+    else:
+        decision = path_model.decide(tma_plan.m, tma_plan.n, plan.k, copied, model, tile, copies=len(unread),
+                                     in_place_s=in_place_s, c_bytes=c_bytes, c_wide=c_wide)
     return (other if decision.in_place else spec), decision
+
+
+def _tma_config_s(spec: KernelSpec, plan: LaunchPlan, facts: DeviceFacts, itemsize: int) -> float | None:
+    """path_model.tma_config_s of the TMA kernel's launch of `plan` as its rules build it, or None
+    where that model does not apply (a split-K launch, a grid that is not persistent)."""
+    terms = tma_launch_terms(spec, plan, facts, itemsize)
+    return None if terms is None else path_model.tma_config_s(path_model.tma_time(facts.name), *terms,
+                                                              facts.dram_bytes_per_s)
+
+
+def tma_launch_terms(spec: KernelSpec, plan: LaunchPlan, facts: DeviceFacts,
+                     itemsize: int) -> tuple[int, int, float, int] | None:
+    """(chain of K tiles a block walks, tiles a block holds, tile area in 128 x 128 units, bytes of A,
+    B and C) of the TMA kernel's launch of `plan` as its size rules build it (the build gives the
+    tile and the cluster; it is the build configure makes next where the TMA kernel runs), the terms
+    of path_model.TmaTime; None for a split-K launch or a grid that is not persistent. Also what
+    tools/fit_tma_time.py fits the coefficients on, so the fit and the runtime read one launch alike."""
+    if spec.launch.grid != "persistent":
+        return None
+    split, _, _, built = _rules_build(spec, plan, None, None, facts, spec.build_target(facts.target), 1, True)
+    if split is not None or not isinstance(built, BuiltKernel):
+        return None             # (not a BuiltKernel: a test's stand-in build)
+    units, clusters = persistent_walk(built, plan, facts.sm_count)
+    tiles_a_block = -(-units // clusters)
+    # a cluster's blocks beyond its unit's rows and columns split K among them (CLUSTER_K ranks)
+    k_ranks = max(1, built.cluster // (built.cluster_rows * built.cluster_cols))
+    k_tiles = -(-plan.k // path_model.TMA_K_TILE)
+    chain = tiles_a_block * -(-k_tiles // k_ranks)
+    area = built.tile_m * built.tile_n / (128 * 128)
+    moved = (plan.m * plan.k + plan.k * plan.n) * itemsize + plan.m * plan.n * DTYPE_ITEMSIZE[spec.dtypes.c]
+    return chain, tiles_a_block, area, moved
 
 
 def _takes_c_trans(spec: KernelSpec, plan: LaunchPlan, params: dict | None, sm_count: int) -> bool:

@@ -312,7 +312,7 @@ def _in_place_or(spec: KernelSpec, plan: LaunchPlan, tma_plan: LaunchPlan, items
         return spec, None
     tma_s = None
     if aligned:
-        tma_s = _tma_config_s(spec, tma_plan, facts, itemsize)
+        tma_s = _tma_config_s(spec, tma_plan, facts, itemsize, plain=bias is None and act == 0)
         if tma_s is None:
             return spec, None
     in_place_s = tile = None
@@ -348,24 +348,26 @@ def _in_place_or(spec: KernelSpec, plan: LaunchPlan, tma_plan: LaunchPlan, items
     return (other if decision.in_place else spec), decision
 
 
-def _tma_config_s(spec: KernelSpec, plan: LaunchPlan, facts: DeviceFacts, itemsize: int) -> float | None:
+def _tma_config_s(spec: KernelSpec, plan: LaunchPlan, facts: DeviceFacts, itemsize: int,
+                  plain: bool = True) -> float | None:
     """path_model.tma_config_s of the TMA kernel's launch of `plan` as its rules build it, or None
     where that model does not apply (a split-K launch, a grid that is not persistent)."""
-    terms = tma_launch_terms(spec, plan, facts, itemsize)
+    terms = tma_launch_terms(spec, plan, facts, itemsize, plain)
     return None if terms is None else path_model.tma_config_s(path_model.tma_time(facts.name), *terms,
                                                               facts.dram_bytes_per_s)
 
 
-def tma_launch_terms(spec: KernelSpec, plan: LaunchPlan, facts: DeviceFacts,
-                     itemsize: int) -> tuple[int, int, float, int] | None:
+def tma_launch_terms(spec: KernelSpec, plan: LaunchPlan, facts: DeviceFacts, itemsize: int,
+                     plain: bool = True) -> tuple[int, int, float, int] | None:
     """(chain of K tiles a block walks, tiles a block holds, tile area in 128 x 128 units, bytes of A,
     B and C) of the TMA kernel's launch of `plan` as its size rules build it (the build gives the
     tile and the cluster; it is the build configure makes next where the TMA kernel runs), the terms
-    of path_model.TmaTime; None for a split-K launch or a grid that is not persistent. Also what
-    tools/fit_tma_time.py fits the coefficients on, so the fit and the runtime read one launch alike."""
+    of path_model.TmaTime; None for a split-K launch or a grid that is not persistent. plain: no
+    fused epilogue (a split rule may apply). Also what tools/fit_tma_time.py fits the coefficients
+    on, so the fit and the runtime read one launch alike."""
     if spec.launch.grid != "persistent":
         return None
-    split, _, _, built = _rules_build(spec, plan, None, None, facts, spec.build_target(facts.target), 1, True)
+    split, _, _, built = _rules_build(spec, plan, None, None, facts, spec.build_target(facts.target), 1, plain)
     if split is not None or not isinstance(built, BuiltKernel):
         return None             # (not a BuiltKernel: a test's stand-in build)
     units, clusters = persistent_walk(built, plan, facts.sm_count)

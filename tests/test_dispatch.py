@@ -318,6 +318,19 @@ def test_an_untimed_split_count_takes_its_kinds_factor():
     assert cost_model.split_kind("t64x64_k16/s12") == "t64x64_k16/s*"
     assert cost_model.split_kind("t64x64_k16/s4c") == "t64x64_k16/s*c"
     assert cost_model.split_kind("t64x64_k16") == "t64x64_k16"
+
+
+def test_a_label_reads_back_into_the_candidate_it_names():
+    """catalog.label_parts is Candidate.label's inverse for every split kind (the sweep's samples,
+    the neighbours and the fit read labels only through it)."""
+    from asmgemm.runtime.catalog import Candidate, label_parts
+    for splits, reduce, cluster in ((1, None, 0), (4, "kernel", 0), (4, "cluster", 0), (53, "cluster+in_kernel", 8),
+                                    (6, "in_kernel", 0)):
+        cand = Candidate("sgemm", "t64x64_k16", "sgemm", (), (64, 64, 16), splits, reduce, False, cluster)
+        parts = label_parts(cand.label)
+        assert (parts.config, parts.splits) == ("t64x64_k16", splits)
+        assert parts.clustered == (reduce in ("cluster", "cluster+in_kernel"))
+        assert parts.cluster == (cluster if reduce == "cluster+in_kernel" else None)
     assert {cost_model.config_kind(x) for x in ("t64x64_k16/s12", "t64x64_k16/s4c", "t64x64_k16")} == {"t64x64_k16/*"}
     factors = cost_model.neighbour_factors(
         DeviceModel("G", 4, 1e9, 1e12, residuals=[{"family": "sgemm", "variant": "nn:11:16/16", "m": 64, "n": 64,

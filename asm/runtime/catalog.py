@@ -73,6 +73,26 @@ class Candidate:
         return out
 
 
+@dataclass(frozen=True)
+class LabelParts:
+    """Candidate.label read back (sweep samples and the database name candidates by label)."""
+    config: str                      # the catalog entry's name
+    splits: int                      # S (1: unsplit)
+    clustered: bool                  # a 'c' after S: clusters ("cluster", or "cluster+in_kernel")
+    cluster: int | None              # the size after the 'c' ("cluster+in_kernel"); None: none named
+
+
+def label_parts(label: str) -> LabelParts:
+    """'t128x128_k16' -> (t128x128_k16, 1, False, None); '.../s4' -> (..., 4, False, None);
+    '.../s4c' -> (..., 4, True, None); 't64x64_w32x32/s53c8' -> (t64x64_w32x32, 53, True, 8): the
+    inverse of Candidate.label, the one reader of its form."""
+    config, _, split = label.partition("/s")
+    if not split:
+        return LabelParts(config, 1, False, None)
+    count, c, size = split.partition("c")
+    return LabelParts(config, int(count) if count.isdigit() else 1, bool(c), int(size) if size.isdigit() else None)
+
+
 def entry_candidates(entry: ConfigEntry, family: str, k: int, *, plain: bool, clusters: bool,
                      trans_b: int = 0) -> list[Candidate]:
     """One catalog entry's candidates for a K-deep call: unsplit, and each listed S that still

@@ -60,7 +60,7 @@ import re
 from dataclasses import dataclass, field, replace
 
 from ..kernel_spec import DTYPE_ITEMSIZE, get_spec
-from .catalog import Candidate
+from .catalog import Candidate, label_parts
 from .split_k import grid_splits, slices
 
 # Prior rates for a GPU without a fitted database: per SM and clock, the FMA pipes' flops (fp32:
@@ -387,11 +387,10 @@ def neighbour_factors(dm: DeviceModel, family: str, variant: str | None, m: int,
 def split_kind(label: str) -> str:
     """'t64x64_k16/s12' -> 't64x64_k16/s*', '.../s4c' -> '.../s*c', '.../s53c8' -> '.../s*c*'; an
     unsplit label is its own kind."""
-    base, _, split = label.partition("/s")
-    if not split:
+    parts = label_parts(label)
+    if parts.splits == 1 and not parts.clustered:
         return label
-    _, c, size = split.partition("c")
-    return f"{base}/s*{'c' if c else ''}{'*' if size else ''}"
+    return f"{parts.config}/s*{'c' if parts.clustered else ''}{'*' if parts.cluster is not None else ''}"
 
 
 def config_kind(label: str) -> str:

@@ -19,7 +19,7 @@ from dataclasses import replace
 
 from ..errors import AsmError
 from ..kernel_spec import DTYPE_ITEMSIZE, get_spec
-from ..runtime.catalog import Candidate
+from ..runtime.catalog import Candidate, label_parts
 from ..runtime.cost_model import (RETIRED_VARIANT, ConfigFit, DeviceModel, cluster_key, estimate, factor_for,
                                   loaded_bytes, neighbour_factors, variant_layout, variant_of)
 from ..runtime.dispatch_db import FORMAT, exact_key, model_to_json
@@ -49,8 +49,8 @@ def _cluster(s: dict) -> int:
     hybrid_cluster's choice for a label without one. 0 for every other reduce (Candidate.cluster)."""
     if s.get("reduce") != "cluster+in_kernel":
         return 0
-    size = s["label"].rpartition("/s")[2].partition("c")[2]
-    return int(size) if size.isdigit() else hybrid_cluster(int(s["splits"]))
+    size = label_parts(s["label"]).cluster
+    return size if size is not None else hybrid_cluster(int(s["splits"]))
 
 
 def _variant(s: dict) -> str:

@@ -104,7 +104,8 @@ def tma_kernel_s(m: int, n: int, k: int, c: PathCoefficients, c_bytes: int = 0, 
     128 x 128 tiles, not the kernel's size-rule configuration (BN, clusters along K) nor its fixed
     cost a launch: good enough to weigh a copy or a narrow store, not to weigh the two kernels on
     calls TMA reads and writes in place (there the in-place kernel won 26 of 44 launches under 8 us
-    and lost 15 of 22 large ones: tools/data/path_train_h100.json.gz, docs/log/dispatch.md)."""
+    and lost 15 of 22 large ones: tools/data/path_train_h100.json.gz); those are weighed with
+    TmaTime, the kernel at its own configuration (docs/log/dispatch.md)."""
     tm, tn = TMA_TILE
     tiles = -(-m // tm) * -(-n // tn)
     fill = min(1.0, tiles / c.sms)

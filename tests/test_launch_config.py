@@ -173,6 +173,27 @@ def test_an_aligned_deep_k_call_over_few_outputs_runs_in_place(m, n, k, layout):
 
 
 @needs_ptxas
+def test_an_aligned_call_the_tma_kernel_wins_builds_no_in_place_configuration(monkeypatch):
+    """4096^3 fp16: even the in-place catalog's fastest estimate, times the margin, is longer than the
+    TMA kernel's, so no configuration of the in-place kernel is built to find which one would run
+    (ptxas's seconds on a cold cache for nothing); the decision is still made and shown."""
+    from asmgemm.runtime import dispatch
+    built = []
+    real = dispatch.build_kernel
+    monkeypatch.setattr(dispatch, "build_kernel", lambda spec, defines, target: built.append(spec.name) or
+                        real(spec, defines, target))
+    cfg = configure(pick_spec(None, "float16", None, H100), problem(4096, 4096, 4096, F16), H100)
+    assert cfg.spec.name == "hgemm" and not cfg.path.in_place and cfg.path.copies == 0
+    assert cfg.path.in_place_s * cfg.path.margin > cfg.path.tma_kernel_s
+    assert "hgemm_mma" not in built
+    # where the in-place kernel may win, its configuration is built (the guards decide what runs)
+    built.clear()
+    prob = Problem(col_major(16, 12096, F16), col_major(12096, 112, F16, 1 << 34), row_major(16, 112, F16, ptr=1 << 38))
+    assert configure(pick_spec(None, "float16", None, H100), prob, H100).spec.name == "hgemm_mma"
+    assert "hgemm_mma" in built
+
+
+@needs_ptxas
 def test_the_users_tuning_entry_for_the_tma_kernel_keeps_an_aligned_call_there(monkeypatch):
     """A tuning-cache entry for the TMA kernel is the user's word: the aligned call that would run
     in place (16 x 112 x 12096 tt) stays on it, with no path decision."""

@@ -316,6 +316,7 @@ def _in_place_or(spec: KernelSpec, plan: LaunchPlan, tma_plan: LaunchPlan, items
         if tma_s is None:
             return spec, None
     in_place_s = tile = None
+    margin = path_model.aligned_margin(path_model.tma_time(facts.name))
     if other.configs:
         # the cost model's time for the configuration gemm() would run in place (split-K where the
         # call is plain): the first of its order whose build the kernel's guards accept, since the
@@ -326,6 +327,11 @@ def _in_place_or(spec: KernelSpec, plan: LaunchPlan, tma_plan: LaunchPlan, items
         choice = dispatch.choose(other, plan.layout, plan.m, plan.n, plan.k, call_values=plan.call_values,
                                  gpu=facts.name, target=facts.target, sms=facts.sm_count, plain=plain,
                                  clock_hz=facts.clock_hz, dram_bytes_per_s=facts.dram_bytes_per_s)
+        if aligned and choice.ranked and min(e.gpu_s for e in choice.ranked) * margin > tma_s:
+            # no candidate can win by the margin, whichever builds: the TMA kernel keeps the call
+            # without a build of the in-place kernel (ptxas's seconds on a cold cache, most calls)
+            return spec, path_model.decide(tma_plan.m, tma_plan.n, plan.k, 0, model, copies=0,
+                                           in_place_s=choice.ranked[0].gpu_s, tma_s=tma_s, margin=margin)
         try:
             _, runs, _, _, _, _ = build_choice(choice, plan, facts, plain)
         except AsmError:
@@ -341,7 +347,7 @@ def _in_place_or(spec: KernelSpec, plan: LaunchPlan, tma_plan: LaunchPlan, items
         if in_place_s is None:
             return spec, None       # no catalog estimate of the in-place kernel to weigh
         decision = path_model.decide(tma_plan.m, tma_plan.n, plan.k, 0, model, copies=0, in_place_s=in_place_s,
-                                     tma_s=tma_s, margin=path_model.aligned_margin(path_model.tma_time(facts.name)))
+                                     tma_s=tma_s, margin=margin)
     else:
         decision = path_model.decide(tma_plan.m, tma_plan.n, plan.k, copied, model, tile, copies=len(unread),
                                      in_place_s=in_place_s, c_bytes=c_bytes, c_wide=c_wide)

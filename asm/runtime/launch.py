@@ -160,12 +160,8 @@ def grid(spec: KernelSpec, built: BuiltKernel, plan: LaunchPlan, sm_count: int =
     a persistent kernel walks its units (a batch multiplies them too: it walks every matrix's);
     `cluster_capacity`: the clusters the device runs at once (cluster_capacity.max_active_clusters;
     None: unknown), which a persistent grid does not exceed."""
-    gx, gy = math.ceil(plan.n / built.tile_n), math.ceil(plan.m / built.tile_m)
-    if plan.groups:
-        # grouped problems along M: each has at most one partial tile row, so the problems' tile
-        # rows are at most ceil(M / tile_m) + groups; the blocks past the last one return
-        gy += plan.groups
     if spec.launch.grid == "tiles":
+        gx, gy = _tile_grid(built, plan)
         if gy > MAX_GRID_Y:
             raise AsmError(f"M = {plan.m} needs {gy} block rows, more than the grid allows ({MAX_GRID_Y})")
         if plan.batch > MAX_GRID_Z:
@@ -181,15 +177,20 @@ def grid(spec: KernelSpec, built: BuiltKernel, plan: LaunchPlan, sm_count: int =
     raise AsmError(f"unknown grid kind '{spec.launch.grid}'")
 
 
+def _tile_grid(built: BuiltKernel, plan: LaunchPlan) -> tuple[int, int]:
+    """(tile columns, tile rows) of C. Grouped problems along M: each has at most one partial tile
+    row, so the problems' tile rows are at most ceil(M / tile_m) + groups (the blocks past the last
+    one return)."""
+    return math.ceil(plan.n / built.tile_n), math.ceil(plan.m / built.tile_m) + plan.groups
+
+
 def persistent_walk(built: BuiltKernel, plan: LaunchPlan, sm_count: int, copies: int = 1,
                     cluster_capacity: int | None = None) -> tuple[int, int]:
     """(units, clusters) of a persistent launch: the units its clusters walk (a unit: cluster_rows
     tile rows by cluster_cols tile columns, times `copies` and the batch) and the clusters of its
     grid (at most one a unit, SMs / cluster, and `cluster_capacity`). Also what
-    path_model.tma_config_s reads a block's chain of K tiles from."""
-    gx, gy = math.ceil(plan.n / built.tile_n), math.ceil(plan.m / built.tile_m)
-    if plan.groups:
-        gy += plan.groups
+    launch_config.tma_launch_terms reads a block's chain of K tiles from."""
+    gx, gy = _tile_grid(built, plan)
     c = built.cluster
     units = -(-gx // built.cluster_cols) * -(-gy // built.cluster_rows) * copies * plan.batch
     fit = sm_count // c if cluster_capacity is None else min(sm_count // c, cluster_capacity)

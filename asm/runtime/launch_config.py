@@ -303,20 +303,24 @@ def _in_place_or(spec: KernelSpec, plan: LaunchPlan, tma_plan: LaunchPlan, items
     # not measured yet on the large, store-bound calls this is for)
     c_wide = bool(tma_plan.call_values.get("wide_c", 1))
     model = path_model.coefficients(facts.name, facts.sm_count)
-    aligned = not copied and (c_wide or not path_model.narrow_store_bound(tma_plan.m, tma_plan.n, plan.k, model,
-                                                                          c_bytes))
-    if aligned and (tuned_tma or not c_wide):
+    if not copied and not c_wide and not path_model.narrow_store_bound(tma_plan.m, tma_plan.n, plan.k, model, c_bytes):
+        return spec, None
+    # nothing copied and C in whole pieces: the two kernels weighed at their own configurations
+    aligned = not copied and c_wide
+    if aligned and tuned_tma:
         return spec, None
     other = _other_kernel(spec, spec.in_place, "names in_place", bias, act, facts.target)
     if other is None:
         return spec, None
-    tma_s = None
+    tma_s = margin = None
     if aligned:
-        tma_s = _tma_config_s(spec, tma_plan, facts, itemsize, plain=bias is None and act == 0)
-        if tma_s is None:
+        terms = tma_launch_terms(spec, tma_plan, facts, itemsize, plain=bias is None and act == 0)
+        if terms is None:
             return spec, None
+        timing = path_model.tma_time(facts.name)
+        tma_s = path_model.tma_config_s(timing, *terms, facts.dram_bytes_per_s)
+        margin = path_model.aligned_margin(timing)
     in_place_s = tile = None
-    margin = path_model.aligned_margin(path_model.tma_time(facts.name))
     if other.configs:
         # the cost model's time for the configuration gemm() would run in place (split-K where the
         # call is plain): the first of its order whose build the kernel's guards accept, since the
@@ -352,15 +356,6 @@ def _in_place_or(spec: KernelSpec, plan: LaunchPlan, tma_plan: LaunchPlan, items
         decision = path_model.decide(tma_plan.m, tma_plan.n, plan.k, copied, model, tile, copies=len(unread),
                                      in_place_s=in_place_s, c_bytes=c_bytes, c_wide=c_wide)
     return (other if decision.in_place else spec), decision
-
-
-def _tma_config_s(spec: KernelSpec, plan: LaunchPlan, facts: DeviceFacts, itemsize: int,
-                  plain: bool = True) -> float | None:
-    """path_model.tma_config_s of the TMA kernel's launch of `plan` as its rules build it, or None
-    where that model does not apply (a split-K launch, a grid that is not persistent)."""
-    terms = tma_launch_terms(spec, plan, facts, itemsize, plain)
-    return None if terms is None else path_model.tma_config_s(path_model.tma_time(facts.name), *terms,
-                                                              facts.dram_bytes_per_s)
 
 
 def tma_launch_terms(spec: KernelSpec, plan: LaunchPlan, facts: DeviceFacts, itemsize: int,

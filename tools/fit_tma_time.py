@@ -59,18 +59,15 @@ def read_calls(path: str) -> tuple[str | None, list[tuple[int, int, int, str, st
 
 
 def launch_terms(m: int, n: int, k: int, layout: str, dtype: str, facts):
-    """launch_config.tma_launch_terms of the call as the runtime would run it on the TMA kernel
-    (operands in row-major storage, transposed ones as column-major views), or None."""
+    """launch_config.tma_launch_terms of the call as the runtime would run it on the TMA kernel, on
+    freshly allocated operands (plan.fresh_operands, what explain and the sweep configure), or None."""
     from asmgemm.runtime import launch_config, path_model
-    from asmgemm.runtime.arrays import Dtype, Matrix
-
-    def matrix(rows: int, cols: int, trans: bool, ptr: int) -> Matrix:
-        return (Matrix((rows, cols), (2, rows * 2), Dtype(dtype, 2), ptr, 0) if trans
-                else Matrix((rows, cols), (cols * 2, 2), Dtype(dtype, 2), ptr, 0))
-    problem = launch_config.Problem(matrix(m, k, layout[0] == "t", 1 << 20), matrix(k, n, layout[1] == "t", 1 << 34),
-                                    Matrix((m, n), (n * 2, 2), Dtype(dtype, 2), 1 << 38, 0))
+    from asmgemm.runtime.arrays import Dtype
+    from asmgemm.runtime.plan import fresh_operands
+    a, b, c, trans_a, trans_b = fresh_operands(m, n, k, layout, Dtype(dtype, 2))
     with path_model.in_place_off():
-        cfg = launch_config.configure(launch_config.pick_spec(None, dtype, None, facts), problem, facts)
+        cfg = launch_config.configure(launch_config.pick_spec(None, dtype, None, facts),
+                                      launch_config.Problem(a, b, c, trans_a=trans_a, trans_b=trans_b), facts)
     if cfg.built is None or cfg.copied != (0, 0):
         return None
     return launch_config.tma_launch_terms(cfg.spec, cfg.plan, facts, 2)

@@ -12,6 +12,7 @@ from asmgemm.runtime import launch_config, path_model
 from asmgemm.runtime.arrays import Dtype, Matrix
 from asmgemm.runtime.gpu import DeviceFacts
 from asmgemm.runtime.launch_config import Problem, configure, pick_spec
+from asmgemm.runtime.plan import fresh_operands
 from asmgemm.toolchain import find_tool
 
 H100 = DeviceFacts(0, "NVIDIA H100 80GB HBM3", "sm_90", 132, 1.98e9, 3.35e12)
@@ -23,9 +24,10 @@ def row_major(rows, cols, dtype=F32, ld=None, ptr=1 << 20):
     return Matrix((rows, cols), ((ld or cols) * dtype.itemsize, dtype.itemsize), dtype, ptr, 0)
 
 
-def col_major(rows, cols, dtype=F32, ptr=1 << 20):
-    """A column-major view (a transposed operand as torch's .T gives it)."""
-    return Matrix((rows, cols), (dtype.itemsize, rows * dtype.itemsize), dtype, ptr, 0)
+def fresh(m, n, k, layout, dtype=F16):
+    """The call on freshly allocated operands of this layout (plan.fresh_operands)."""
+    a, b, c, trans_a, trans_b = fresh_operands(m, n, k, layout, dtype)
+    return Problem(a, b, c, trans_a=trans_a, trans_b=trans_b)
 
 
 def problem(m, n, k, dtype=F32, lda=None, **kw):
@@ -162,9 +164,7 @@ def test_an_aligned_deep_k_call_over_few_outputs_runs_in_place(m, n, k, layout):
     50-60 ways; the path model weighs the two at their own configurations and the in-place kernel
     wins by more than the margin (path_model.aligned_margin)."""
     spec = pick_spec(None, "float16", None, H100)
-    a = col_major(m, k, F16) if layout[0] == "t" else row_major(m, k, F16)
-    b = col_major(k, n, F16, 1 << 34) if layout[1] == "t" else row_major(k, n, F16, ptr=1 << 34)
-    cfg = configure(spec, Problem(a, b, row_major(m, n, F16, ptr=1 << 38)), H100)
+    cfg = configure(spec, fresh(m, n, k, layout), H100)
     p = cfg.path
     assert cfg.spec.name == "hgemm_mma" and cfg.copied == (0, 0)
     assert p.copies == 0 and not p.narrow_c and p.in_place
@@ -188,8 +188,7 @@ def test_an_aligned_call_the_tma_kernel_wins_builds_no_in_place_configuration(mo
     assert "hgemm_mma" not in built
     # where the in-place kernel may win, its configuration is built (the guards decide what runs)
     built.clear()
-    prob = Problem(col_major(16, 12096, F16), col_major(12096, 112, F16, 1 << 34), row_major(16, 112, F16, ptr=1 << 38))
-    assert configure(pick_spec(None, "float16", None, H100), prob, H100).spec.name == "hgemm_mma"
+    assert configure(pick_spec(None, "float16", None, H100), fresh(16, 112, 12096, "tt"), H100).spec.name == "hgemm_mma"
     assert "hgemm_mma" in built
 
 
@@ -198,7 +197,7 @@ def test_the_users_tuning_entry_for_the_tma_kernel_keeps_an_aligned_call_there(m
     """A tuning-cache entry for the TMA kernel is the user's word: the aligned call that would run
     in place (16 x 112 x 12096 tt) stays on it, with no path decision."""
     spec = pick_spec(None, "float16", None, H100)
-    prob = Problem(col_major(16, 12096, F16), col_major(12096, 112, F16, 1 << 34), row_major(16, 112, F16, ptr=1 << 38))
+    prob = fresh(16, 112, 12096, "tt")
     assert configure(spec, prob, H100).spec.name == "hgemm_mma"
     monkeypatch.setattr(launch_config, "lookup_tuned_choice", lambda gpu, s, plan: {"BN": 128} if s is spec else None)
     cfg = configure(spec, prob, H100)

@@ -125,7 +125,8 @@ def model_from(data: dict, source: str, path: Path | None = None) -> DeviceModel
 def model_to_json(dm: DeviceModel) -> dict:
     return {"host_s": dm.host_s, "launch_s": dm.launch_s, "reduce_fixed_s": dm.reduce_fixed_s,
             "reduce_bytes_per_s": dm.reduce_bytes_per_s, "cluster_block_s": dm.cluster_block_s,
-            "fixup_fixed_s": dm.fixup_fixed_s, "configs": {k: {"block_s": f.block_s, "step_s": f.step_s, "alone": f.alone,
+            "fixup_fixed_s": dm.fixup_fixed_s,
+            "configs": {k: {"block_s": f.block_s, "step_s": f.step_s, "alone": f.alone,
                             "blocks_per_sm": f.blocks_per_sm, "samples": f.samples,
                             "variants": dict(sorted(f.variants.items())),
                             "variant_blocks": dict(sorted(f.variant_blocks.items())),

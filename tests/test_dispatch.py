@@ -188,6 +188,32 @@ def test_a_last_wave_costs_the_busiest_sms_share():
     assert e.compute_s == pytest.approx(27e-6)
 
 
+def test_a_lone_block_sheds_its_steps_share_but_not_its_fixed_part():
+    """g = 1, f = 0.5: 640 x 512's last wave (one block on each busiest SM, r = 2) takes a = 1 us
+    whole and its 16 K steps (8 us) at 0.5 + 0.5 / 2: 7 us, 25 in all (one share for both, f: 24.75).
+    A variant's factor (tn:11:16/16, 1.5) scales the K steps alone: blocks of 1 + 12 us."""
+    dm = _model()
+    dm.configs["sgemm:t"] = replace(dm.configs["sgemm:t"], alone_block=1.0)
+    e = estimate(_cand(), 640, 512, 256, dm, "float32", 4, 4)
+    assert e.compute_s == pytest.approx(2 * 9e-6 + 1e-6 + 8e-6 * 0.75)
+    e = estimate(_cand(), 512, 512, 256, dm, "float32", 4, 4, "tn:11:16/16")
+    assert e.block_s == pytest.approx(13e-6) and e.compute_s == pytest.approx(26e-6)
+
+
+def test_a_fit_of_before_the_two_shares_reads_as_it_was_fitted():
+    """A database entry without "alone_block" (fitted before the two shares): g = f and the variant's
+    factor on the whole block, as its coefficients were fitted; one with it keeps both."""
+    dm = _model()
+    old = estimate(_cand(), 512, 512, 256, dm, "float32", 4, 4, "tn:11:16/16")
+    assert old.block_s == pytest.approx(9e-6 * 1.5)
+    doc = {"gpu": "Hand GPU", "sms": 4, "clock_hz": 1e9, "dram_bytes_per_s": 1e12, "model": dispatch_db.model_to_json(dm)}
+    assert "alone_block" not in doc["model"]["configs"]["sgemm:t"]
+    assert dispatch_db.model_from(doc, "test").configs["sgemm:t"].alone_block is None
+    dm.configs["sgemm:t"] = replace(dm.configs["sgemm:t"], alone_block=0.8)
+    back = dispatch_db.model_from({**doc, "model": dispatch_db.model_to_json(dm)}, "test")
+    assert back.configs["sgemm:t"].alone_block == 0.8 and back.configs["sgemm:t"].alone_fixed == 0.8
+
+
 def test_a_split_through_the_reduce_kernel():
     """S = 2: 32 tiles of 8 K steps (5 us) in 4 waves, 20 us; the reduce 2 us + (2 x 512 x 512 x 4 x 2
     + 512 x 512 x 4) bytes at 100 GB/s = 54.4288 us; the host a further launch (15 us)."""
@@ -240,20 +266,32 @@ def test_a_variant_the_sweep_never_saw_takes_its_layouts_factor():
 
 
 def test_a_variants_factor_is_shrunk_toward_its_layouts():
-    """fit._variant_factors: log residuals nn:00:4/4 [ln 2] x 3 and nn:11:16/16 [0]: the layout's
-    mean 3 ln 2 / (4 + 3) is the nn factor; each variant's mean is shrunk toward it as if 3 more
-    samples had it (nn:00:4/4: (3 ln 2 + 3 x 3 ln 2 / 7) / 6); a lone layout's variant, toward its
-    own layout's (tt: ln 3 / 4, then (ln 3 + 3 ln 3 / 4) / 4)."""
+    """fit._variant_factors: log step factors nn:00:4/4 [ln 2] x 3 and nn:11:16/16 [0], each of
+    weight 1: the layout's mean 3 ln 2 / (4 + 3) is the nn factor; each variant's mean is shrunk
+    toward it as if 3 more samples had it (nn:00:4/4: (3 ln 2 + 3 x 3 ln 2 / 7) / 6); a lone
+    layout's variant, toward its own layout's (tt: ln 3 / 4, then (ln 3 + 3 ln 3 / 4) / 4)."""
     from asmgemm.tuning.fit import VARIANT_PRIOR, _variant_factors
     assert VARIANT_PRIOR == 3
     ln2, ln3 = math.log(2), math.log(3)
-    got = _variant_factors({"nn:00:4/4": [ln2] * 3, "nn:11:16/16": [0.0], "tt:00:8/8": [ln3]})
+    got = _variant_factors({"nn:00:4/4": [(1.0, ln2)] * 3, "nn:11:16/16": [(1.0, 0.0)], "tt:00:8/8": [(1.0, ln3)]})
     nn = 3 * ln2 / 7
     assert got["nn"] == pytest.approx(math.exp(nn))
     assert got["nn:00:4/4"] == pytest.approx(math.exp((3 * ln2 + 3 * nn) / 6))
     assert got["nn:11:16/16"] == pytest.approx(math.exp(3 * nn / 4))
     assert got["tt"] == pytest.approx(math.exp(ln3 / 4))
     assert got["tt:00:8/8"] == pytest.approx(math.exp((ln3 + 3 * ln3 / 4) / 4))
+
+
+def test_a_sample_counts_toward_its_variants_factor_by_the_share_its_k_steps_take():
+    """A sample whose time is mostly its fixed part (weight: its steps' share of it) says little
+    about how its steps load: [(3, ln 2), (1, 0)] has the weighted mean 3 ln 2 / 4, shrunk toward the
+    layout's as if 3 more samples of the mean weight (2) had it: the layout 3 ln 2 / (4 + 6), the
+    variant (3 ln 2 + 6 x 3 ln 2 / 10) / 10."""
+    from asmgemm.tuning.fit import _variant_factors
+    ln2 = math.log(2)
+    got = _variant_factors({"nn:00:4/4": [(3.0, ln2), (1.0, 0.0)]})
+    assert got["nn"] == pytest.approx(math.exp(3 * ln2 / 10))
+    assert got["nn:00:4/4"] == pytest.approx(math.exp((3 * ln2 + 6 * 3 * ln2 / 10) / 10))
 
 
 def test_a_variants_own_occupancy_sets_the_slots_of_a_wave():
@@ -712,7 +750,9 @@ def test_explain_says_what_runs_for_16_bit_calls(run_cli, private_cache):
     assert rep["runs"]["copies"] == ([] if p["in_place"] else ["B"])
     code, out, err = run_cli("explain", 5546, 2800, 14, "--dtype", "bfloat16", "--layout", "nt", "--gpu", h100,
                              "--top", 1)
-    assert code == 0 and "path: TMA cannot read 1 operand" in out and "bgemm_mma's pick" in out
+    assert code == 0 and "path: TMA cannot read 1 operand" in out
+    # the table is the in-place family's; its pick is named as that family's where the TMA kernel runs
+    assert ("bgemm_mma's pick (where it runs)" in out) == (not p["in_place"])
     # a narrow C, nothing copied: the line names the TMA kernel's store, not copies
     code, out, err = run_cli("explain", 4417, 2901, 16, "--dtype", "float16", "--layout", "nt", "--gpu", h100,
                              "--top", 1)
@@ -839,8 +879,32 @@ def test_the_fit_recovers_known_coefficients():
     for name, (a, b, f, r) in TRUE.items():
         fit = dm.configs[f"sgemm:{name}"]
         assert fit.block_s == pytest.approx(a, rel=0.03) and fit.step_s == pytest.approx(b, rel=0.03), name
-        assert fit.alone == pytest.approx(f) and fit.blocks_per_sm == r and fit.samples == 45
+        assert fit.alone == pytest.approx(f) and fit.alone_fixed == pytest.approx(f)
+        assert fit.blocks_per_sm == r and fit.samples == 45
     assert dm.host_s == pytest.approx(10e-6)
+
+
+def test_the_fit_recovers_a_lone_blocks_two_shares():
+    """Samples made with g = 0.9 for the fixed part and f = 0.3 for the K steps (the module
+    docstring's last wave): the fit finds both, and a and b (centred: the samples are exact)."""
+    from asmgemm.tuning.fit import fit_model
+    a, b, f, g, r = 2e-6, 0.3e-6, 0.3, 0.9, 2
+    name = "t128x128_k8"
+    doc = _sweep_doc()
+    doc["samples"] = [s for s in doc["samples"] if s["config"] == name]
+    for s in doc["samples"]:
+        bm, bn, bk = (128, 128, 8)
+        tiles, slots = math.ceil(s["m"] / bm) * math.ceil(s["n"] / bn), FIT_SMS * r
+        steps = math.ceil(s["k"] / bk)
+        full, rest = divmod(tiles, slots)
+        t = full * (a + b * steps)
+        if rest:
+            share = min(r, math.ceil(rest / FIT_SMS)) / r
+            t += a * (g + (1 - g) * share) + b * steps * (f + (1 - f) * share)
+        s["gpu_ms"] = t * 1e3
+    fit = fit_model(doc).configs[f"sgemm:{name}"]
+    assert (fit.alone, fit.alone_fixed) == (pytest.approx(f), pytest.approx(g))
+    assert fit.block_s == pytest.approx(a, rel=0.01) and fit.step_s == pytest.approx(b, rel=0.01)
 
 
 def test_the_fit_takes_each_configurations_fastest_load_rate_where_it_has_enough_samples():

@@ -8,11 +8,13 @@ slots (cluster candidates: the slots the driver says their clusters fill):
                                                           grouped launch's experts (each at most one
                                                           partial tile row more); 1 and 0 otherwise
     steps      s = ceil(ceil(K / S) / BK)                 K steps of one block
-    block      t = (a + b s) v                            one block's time while r share its SM; v the
-                                                          factor of the call's load variant (variant_of)
+    block      t = a + b s v                              one block's time while r share its SM; v the
+                                                          factor of the call's load variant (variant_of):
+                                                          how the K steps read A and B
     waves      W = T // P full waves, then a last one of T mod P blocks, whose busiest SM holds
-               j = ceil((T mod P) / SMs) blocks and takes t (f + (1 - f) j / r): alone a block
-               runs faster than with r - 1 neighbours, but not r times (f of a full wave's time)
+               j = ceil((T mod P) / SMs) blocks and takes a (g + (1 - g) j / r) + b s v (f + (1 - f)
+               j / r): alone a block runs faster than with r - 1 neighbours, but not r times (f of
+               a full wave's time for its K steps, g for its fixed part)
     compute    W t + last wave
     memory     (A + B + C bytes) / DRAM bandwidth         a floor: no kernel beats the stream
     load       L / the configuration's load rate          a floor: the bytes all the blocks load,
@@ -32,6 +34,13 @@ bandwidth that the tiles' SMs hold, min(1, tiles of C / SMs). The fitted databas
 new for it: a, b, f and r are the partial pass's (the same blocks either way), and the reduce
 bandwidth is the one fitted on the reduce kernel's samples; only the reading SMs' share is a
 modelled assumption (a sweep with the new mode would fit it).
+
+Why two shares for a lone block: the fixed part a is latency (the first loads of the prologue, the
+epilogue's stores), which a block with its SM to itself does not shed, while its K steps share the
+SM's issue slots and bandwidth with the neighbours it no longer has. With one share for both (f = g,
+the fits before 2026-11-30) the model ran 1.67x short on few-step calls of the cp.async build over
+narrow outputs and 12% long on many-step ones; the fit puts g at 1 for every tiled sgemm and
+hgemm_mma configuration (docs/log/dispatch.md, "A lone block's two shares").
 
 The clusters' in-kernel sum (reduce "cluster+in_kernel": S past 8, clusters of C blocks, catalog.py)
 is the two put together from their fitted terms: the clusters' extra per block-wave, then
@@ -120,6 +129,14 @@ class ConfigFit:
     # the fastest the configuration's blocks together were seen to load (bytes a second, hits and
     # misses alike: loaded_bytes over the sample's GPU time); 0: no floor (too few samples)
     load_bytes_per_s: float = 0.0
+    # g: a lone block's share of a full wave's time for its fixed part a (module docstring). None:
+    # a fit of before the two shares (a database's entry without "alone_block"), read as it was
+    # fitted: g = f and the variant's factor on the whole block, not on its K steps alone
+    alone_block: float | None = None
+
+    @property
+    def alone_fixed(self) -> float:
+        return self.alone if self.alone_block is None else self.alone_block
 
     def factor(self, variant: str | None) -> float:
         return self.factor_from(variant)[0]
@@ -280,13 +297,16 @@ def estimate(cand: Candidate, m: int, n: int, k: int, dm: DeviceModel, dtype: st
         slots = max(1, min(slots, cluster_slots(dm, cand, r, slots)))
     steps = max(1, ceil_div(ceil_div(k, s), bk))
     factor, factor_from = fit.factor_from(variant)
-    block = (fit.block_s + fit.step_s * steps) * factor
+    # (a fit of before the lone block's two shares scales its whole block by the variant's factor)
+    fixed, stepping = fit.block_s * (factor if fit.alone_block is None else 1.0), fit.step_s * steps * factor
+    block = fixed + stepping
     full, rest = divmod(tiles, slots)
     compute = full * block
     if rest:
         # the busiest SM of the last wave: its blocks, at most r
-        j = min(r, ceil_div(rest, min(dm.sms, slots)))
-        compute += block * (fit.alone + (1.0 - fit.alone) * j / r)
+        share = min(r, ceil_div(rest, min(dm.sms, slots))) / r
+        g, f = fit.alone_fixed, fit.alone
+        compute += fixed * (g + (1.0 - g) * share) + stepping * (f + (1.0 - f) * share)
     memory = ((m * k + k * n) * ab_bytes + m * n * c_bytes) * batch / dm.dram_bytes_per_s
     load = (loaded_bytes(cand, m, n, k, ab_bytes, batch, extra_tile_rows) / fit.load_bytes_per_s
             if fit.load_bytes_per_s > 0 else 0.0)

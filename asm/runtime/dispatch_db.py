@@ -112,7 +112,8 @@ def model_from(data: dict, source: str, path: Path | None = None) -> DeviceModel
                                   int(v["blocks_per_sm"]), int(v.get("samples", 0)),
                                   {str(a): float(b) for a, b in v.get("variants", {}).items()},
                                   {str(a): int(b) for a, b in v.get("variant_blocks", {}).items()},
-                                  float(v.get("load_bytes_per_s", 0.0)))
+                                  float(v.get("load_bytes_per_s", 0.0)),
+                                  float(v["alone_block"]) if "alone_block" in v else None)
                      for k, v in m["configs"].items()},
             cluster_slots={k: int(v) for k, v in m.get("cluster_slots", {}).items()}, source=source,
             residuals=list(m.get("residuals", [])))
@@ -127,6 +128,7 @@ def model_to_json(dm: DeviceModel) -> dict:
             "reduce_bytes_per_s": dm.reduce_bytes_per_s, "cluster_block_s": dm.cluster_block_s,
             "fixup_fixed_s": dm.fixup_fixed_s,
             "configs": {k: {"block_s": f.block_s, "step_s": f.step_s, "alone": f.alone,
+                            **({} if f.alone_block is None else {"alone_block": f.alone_block}),
                             "blocks_per_sm": f.blocks_per_sm, "samples": f.samples,
                             "variants": dict(sorted(f.variants.items())),
                             "variant_blocks": dict(sorted(f.variant_blocks.items())),

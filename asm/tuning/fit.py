@@ -1,9 +1,11 @@
 """Fit the cost model (runtime/cost_model.py) to sweep samples (sweep.py), check it on calls held
 out of the fit, and make the GPU's dispatch database (runtime/dispatch_db.py).
 
-Per configuration, a (per block), b (per K step) and f (a lone block's share of a wave) minimise
-the squared relative error of the modelled GPU time over its unsplit samples: f on a grid of
-0.05, a and b by least squares for each f (both kept >= 0), r from the driver's occupancy. Then,
+Per configuration, a (per block), b (per K step), f and g (a lone block's shares of a wave for its
+K steps and its fixed part) minimise the squared relative error of the modelled GPU time over its
+unsplit samples: f and g on a grid of 0.05, a and b by least squares for each pair (both kept >= 0),
+r from the driver's occupancy; then each load variant's factor on the K steps (_variant_factors),
+and a, b, f, g again with it, VARIANT_ROUNDS times. Then,
 with those fixed, the reduce kernel's fixed cost and bandwidth from the residuals of the split
 samples, the clusters' extra per block-wave from the clustered ones, and the host costs from the
 measured host time of a call; and each configuration's load rate (cost_model's load floor): the
@@ -98,33 +100,74 @@ def _solve2(rows: list[tuple[float, float, float]]) -> tuple[float, float]:
     s12 = sum(x1 * x2 for x1, x2, _ in rows)
     s1y = sum(x1 * y for x1, _, y in rows)
     s2y = sum(x2 * y for _, x2, y in rows)
+    syy = sum(y * y for _, _, y in rows)
+    return _solve2_moments(s11, s22, s12, s1y, s2y, syy)[:2]
+
+
+def _solve2_moments(s11: float, s22: float, s12: float, s1y: float, s2y: float,
+                    syy: float) -> tuple[float, float, float]:
+    """_solve2 from the rows' sums of products: (a, b, the squared error), a, b >= 0."""
+    def err(a, b):
+        return a * a * s11 + b * b * s22 + 2 * a * b * s12 - 2 * a * s1y - 2 * b * s2y + syy
     det = s11 * s22 - s12 * s12
     if det > 1e-30 * max(1.0, s11 * s22):
         a, b = (s1y * s22 - s2y * s12) / det, (s2y * s11 - s1y * s12) / det
         if a >= 0 and b >= 0:
-            return a, b
+            return a, b, err(a, b)
     # one of them at zero: the better of the two one-term fits
-    a_only = (s1y / s11, 0.0) if s11 > 0 else (0.0, 0.0)
-    b_only = (0.0, s2y / s22) if s22 > 0 else (0.0, 0.0)
-
-    def err(ab):
-        return sum((ab[0] * x1 + ab[1] * x2 - y) ** 2 for x1, x2, y in rows)
-    return min((max(0.0, a_only[0]), 0.0), (0.0, max(0.0, b_only[1])), key=err)
+    a_only = (max(0.0, s1y / s11) if s11 > 0 else 0.0, 0.0)
+    b_only = (0.0, max(0.0, s2y / s22) if s22 > 0 else 0.0)
+    a, b = min(a_only, b_only, key=lambda ab: err(*ab))
+    return a, b, err(a, b)
 
 
-def _features(cand: Candidate, s: dict, dm: DeviceModel, fit: ConfigFit) -> tuple[float, float]:
-    """(x1, x2) of the modelled compute time a x1 + b x2 of one sample under `fit`'s f and r."""
-    unit = ConfigFit(1.0, 0.0, fit.alone, fit.blocks_per_sm, variant_blocks=fit.variant_blocks)
-    probe = DeviceModel(dm.gpu, dm.sms, dm.clock_hz, dm.dram_bytes_per_s, configs={f"{cand.kernel}:{cand.config}": unit},
-                        cluster_slots=dm.cluster_slots)
-    # (the unit fit has no variant factors: the variant only picks the build's blocks per SM)
-    e = estimate(cand, s["m"], s["n"], s["k"], probe, *_sizes(s), _variant(s))
-    # compute = (waves term) x (a + b steps): x1 = compute with a = 1, b = 0; x2 = x1 x steps
-    return e.compute_s, e.compute_s * e.steps
+def _wave_terms(cand: Candidate, s: dict, dm: DeviceModel, r: int, variant_blocks: dict) -> tuple[float, float, int]:
+    """(c0, c1, K steps) of one sample: the modelled compute time is a (c0 + c1 g) + b steps v (c0 +
+    c1 f) for a block's fixed time a, its step time b, the variant's factor v and the lone block's
+    shares g and f (cost_model.estimate: c0 the full waves plus the last one's share of an SM, c1
+    what a lone block adds on top of that share)."""
+    def compute(alone: float):
+        unit = ConfigFit(1.0, 0.0, alone, r, variant_blocks=variant_blocks)
+        probe = DeviceModel(dm.gpu, dm.sms, dm.clock_hz, dm.dram_bytes_per_s,
+                            configs={f"{cand.kernel}:{cand.config}": unit}, cluster_slots=dm.cluster_slots)
+        # (the unit fit has no variant factors: the variant only picks the build's blocks per SM)
+        return estimate(cand, s["m"], s["n"], s["k"], probe, *_sizes(s), _variant(s))
+    e0, e1 = compute(0.0), compute(1.0)
+    return e0.compute_s, e1.compute_s - e0.compute_s, e0.steps
+
+
+def _best_fit(terms: list[tuple[float, float, int, float, float, float]]) -> tuple[float, float, float, float]:
+    """(a, b, f, g) minimising the weighted squared relative error of the modelled compute time
+    a (c0 + c1 g) + b steps v (c0 + c1 f) over the samples' (c0, c1, steps, scale, step_scale,
+    weight) (_wave_terms; scale = weight / measured time, step_scale = scale x v, the variant's
+    factor), with f and g each on ALONE_GRID. Every row is linear in f and in g, so the sums of
+    products the least squares needs are summed once and each (f, g) pair costs O(1)."""
+    sums: dict[str, float] = defaultdict(float)
+    for c0, c1, steps, scale, step_scale, w in terms:
+        x = {"p": c0 * scale, "P": c1 * scale, "q": c0 * step_scale * steps, "Q": c1 * step_scale * steps, "y": w}
+        for u, v in _PRODUCTS:
+            sums[u + v] += x[u] * x[v]
+    best = None
+    for g in ALONE_GRID:
+        s11 = sums["pp"] + 2 * g * sums["pP"] + g * g * sums["PP"]          # x1 = p + g P
+        s1y = sums["py"] + g * sums["Py"]
+        for f in ALONE_GRID:
+            s22 = sums["qq"] + 2 * f * sums["qQ"] + f * f * sums["QQ"]      # x2 = q + f Q
+            s12 = sums["pq"] + f * sums["pQ"] + g * sums["Pq"] + g * f * sums["PQ"]
+            s2y = sums["qy"] + f * sums["Qy"]
+            a, b, err = _solve2_moments(s11, s22, s12, s1y, s2y, sums["yy"])
+            if best is None or err < best[0]:
+                best = (err, a, b, f, g)
+    return best[1:]
+
+
+_PRODUCTS = [("p", "p"), ("p", "P"), ("P", "P"), ("q", "q"), ("q", "Q"), ("Q", "Q"), ("p", "q"), ("p", "Q"),
+             ("P", "q"), ("P", "Q"), ("p", "y"), ("P", "y"), ("q", "y"), ("Q", "y"), ("y", "y")]
 
 
 VARIANT_PRIOR = 3           # a variant's factor is shrunk toward its layout's as if 3 more samples had its residual
 VARIANT_ROUNDS = 3
+VARIANT_CLAMP = 4.0         # a sample's implied step factor is kept within [1/4, 4] (a noisy sample's bound)
 
 
 WAVE_REGIMES = (1.0, 4.0)    # tiles per block slot: under one wave, a few waves, many waves
@@ -147,26 +190,32 @@ def regime_weights(rows: list[dict], dm: DeviceModel, r: int) -> list[float]:
     return [(len(rows) / (len(counts) * counts[g])) ** REGIME_BALANCE for g in regimes]
 
 
-def _variant_factors(logs: dict[str, list[float]]) -> dict[str, float]:
-    """Per load variant, the mean log residual of its samples shrunk toward its layout's (as if
-    VARIANT_PRIOR more samples had the layout's mean), the layout's shrunk toward 0 likewise; the
-    layouts' own factors under their names ('nn'), for the variants the sweep never saw
-    (ConfigFit.factor). Which operand is transposed sets how a kernel reads it (sgemm_skinny's
-    K-major B, the transposed C of its ct builds) more than the alignment does: skinny_r4's nn
-    variants ran 1.19-2.08x its fitted block time on the H100, its nt ones 0.91-0.99x."""
-    by_layout: dict[str, list[float]] = defaultdict(list)
+def _variant_factors(logs: dict[str, list[tuple[float, float]]]) -> dict[str, float]:
+    """Per load variant, the K steps' factor: the mean log of each sample's implied factor
+    (weighted by the share of its time the steps take: a sample spent in its fixed part says little
+    about how its steps load) shrunk toward its layout's (as if VARIANT_PRIOR more samples of the
+    mean weight had the layout's), the layout's shrunk toward 0 likewise; the layouts' own factors
+    under their names ('nn'), for the variants the sweep never saw (ConfigFit.factor). Which operand
+    is transposed sets how a kernel reads it (sgemm_skinny's K-major B, the transposed C of its ct
+    builds) more than the alignment does: skinny_r4's nn variants ran 1.19-2.08x its fitted block
+    time on the H100, its nt ones 0.91-0.99x. logs: variant -> (weight, log factor) per sample."""
+    def shrunk(x: list[tuple[float, float]], prior: float) -> float:
+        total = sum(w for w, _ in x)
+        mean_w = total / len(x)
+        return (sum(w * v for w, v in x) + VARIANT_PRIOR * mean_w * prior) / (total + VARIANT_PRIOR * mean_w)
+    by_layout: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for v, x in logs.items():
         by_layout[variant_layout(v)].extend(x)
-    layouts = {lay: sum(x) / (len(x) + VARIANT_PRIOR) for lay, x in by_layout.items()}
+    layouts = {lay: shrunk(x, 0.0) for lay, x in by_layout.items()}
     out = {lay: math.exp(mu) for lay, mu in layouts.items()}
     for v, x in logs.items():
-        out[v] = math.exp((sum(x) + VARIANT_PRIOR * layouts[variant_layout(v)]) / (len(x) + VARIANT_PRIOR))
+        out[v] = math.exp(shrunk(x, layouts[variant_layout(v)]))
     return out
 
 
 def _fit_config(rows: list[dict], dm: DeviceModel) -> ConfigFit:
-    """a, b and f of one configuration (module docstring), each wave regime weighted alike
-    (regime_weights), then a factor per load variant from the mean log residual of its samples,
+    """a, b, f and g of one configuration (module docstring), each wave regime weighted alike
+    (regime_weights), then a factor per load variant on the K steps from what each sample implies,
     refitted VARIANT_ROUNDS times."""
     r = statistics.mode([int(s["blocks_per_sm"]) for s in rows if s.get("blocks_per_sm")] or [1])
     by_variant: dict[str, list[int]] = defaultdict(list)
@@ -176,34 +225,38 @@ def _fit_config(rows: list[dict], dm: DeviceModel) -> ConfigFit:
     modes = {v: statistics.mode(b) for v, b in sorted(by_variant.items())}
     rv = {v: b for v, b in modes.items() if b != r}
     weights = [math.sqrt(w) for w in regime_weights(rows, dm, r)]     # on squared errors
+    terms = [_wave_terms(_candidate(s), s, dm, r, rv) for s in rows]
     variants: dict[str, float] = {}
     fit = None
     for _ in range(VARIANT_ROUNDS):
-        best = None
-        for f in ALONE_GRID:
-            trial = ConfigFit(1.0, 0.0, f, r, variant_blocks=rv)
-            feats = []
-            for s, w in zip(rows, weights):
-                x1, x2 = _features(_candidate(s), s, dm, trial)
-                scale = w * variants.get(_variant(s), 1.0) / (s["gpu_ms"] * 1e-3)   # relative, per variant
-                feats.append((x1 * scale, x2 * scale, w))
-            a, b = _solve2(feats)
-            err = sum((a * x1 + b * x2 - y) ** 2 for x1, x2, y in feats)
-            if best is None or err < best[0]:
-                best = (err, a, b, f)
-        _, a, b, f = best
-        fit = ConfigFit(a, b, f, r, len(rows), variant_blocks=rv)
-        logs: dict[str, list[float]] = defaultdict(list)
-        for s in rows:
-            e = estimate(_candidate(s), s["m"], s["n"], s["k"], _with(dm, s, fit), *_sizes(s), _variant(s))
-            if e.compute_s > 0:
-                logs[_variant(s)].append(math.log(s["gpu_ms"] * 1e-3 / e.compute_s))
+        a, b, f, g = _best_fit([(c0, c1, steps, w / (s["gpu_ms"] * 1e-3),
+                                 w * variants.get(_variant(s), 1.0) / (s["gpu_ms"] * 1e-3), w)
+                                for (c0, c1, steps), s, w in zip(terms, rows, weights)])
+        fit = ConfigFit(a, b, f, r, len(rows), variant_blocks=rv, alone_block=g)
+        # each sample's implied step factor: (measured - fixed part) / step part
+        logs: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        for s, (c0, c1, steps) in zip(rows, terms):
+            y = s["gpu_ms"] * 1e-3
+            fixed, stepping = a * (c0 + c1 * g), b * steps * (c0 + c1 * f)
+            if stepping > 0:
+                implied = min(VARIANT_CLAMP, max(1.0 / VARIANT_CLAMP, (y - fixed) / stepping))
+                logs[_variant(s)].append((stepping / y, math.log(implied)))
         variants = _variant_factors(logs)
-    return ConfigFit(fit.block_s, fit.step_s, fit.alone, r, len(rows), dict(sorted(variants.items())), rv)
+    fit = replace(fit, variants=dict(sorted(variants.items())))
+    # centred: the least squares of relative errors leaves the estimates low on average where the
+    # samples scatter (a miss by 1.5x costs less than one by 1/1.5); the path model compares them
+    # with the TMA kernel's time as they are, so a and b are scaled by e^(mean log residual)
+    logs = []
+    for s in rows:
+        e = estimate(_candidate(s), s["m"], s["n"], s["k"], _with(dm, s, fit), *_sizes(s), _variant(s))
+        if e.compute_s > 0:
+            logs.append(math.log(s["gpu_ms"] * 1e-3 / e.compute_s))
+    centre = math.exp(sum(logs) / len(logs)) if logs else 1.0
+    return replace(fit, block_s=fit.block_s * centre, step_s=fit.step_s * centre)
 
 
 def _with(dm: DeviceModel, s: dict, fit: ConfigFit) -> DeviceModel:
-    """dm with `fit` as the sample's configuration's coefficients (no variants)."""
+    """dm with `fit` as the sample's configuration's coefficients."""
     return DeviceModel(dm.gpu, dm.sms, dm.clock_hz, dm.dram_bytes_per_s,
                        configs={f"{s['kernel']}:{s['config']}": fit}, cluster_slots=dm.cluster_slots)
 

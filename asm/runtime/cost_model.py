@@ -38,9 +38,10 @@ modelled assumption (a sweep with the new mode would fit it).
 Why two shares for a lone block: the fixed part a is latency (the first loads of the prologue, the
 epilogue's stores), which a block with its SM to itself does not shed, while its K steps share the
 SM's issue slots and bandwidth with the neighbours it no longer has. With one share for both (f = g,
-the fits before 2026-11-30) the model ran 1.67x short on few-step calls of the cp.async build over
-narrow outputs and 12% long on many-step ones; the fit puts g at 1 for every tiled sgemm and
-hgemm_mma configuration (docs/log/dispatch.md, "A lone block's two shares").
+the fits before 2026-11-29's twenty-first session) the model ran 1.67x short on few-step calls of the
+cp.async build over narrow outputs and 12% long on many-step ones; the fit puts g at 1 for every
+configuration of more than one block an SM but the 16-row skinny ones (0.8) (docs/log/dispatch.md,
+"A lone block's two shares").
 
 The clusters' in-kernel sum (reduce "cluster+in_kernel": S past 8, clusters of C blocks, catalog.py)
 is the two put together from their fitted terms: the clusters' extra per block-wave, then

@@ -167,7 +167,7 @@ H100_TMA_TIME = TmaTime(launch_s=5.016e-6, k_tile_s=0.164e-6, k_tile_area_s=0.24
                         rms_log=0.138)
 # The cost model's in-place estimate against the in-place kernel's measured GPU time on the calls
 # above (rms of log(estimate / measured)): 0.261 on the H100's training seed, 0.265 on the 180 H200
-# calls, with the model of before 2026-11-30; the model refitted then (a lone block's two shares,
+# calls, with the model of before the twenty-first session (2026-11-29); the model refitted then (a lone block's two shares,
 # the variants' factor on the K steps, centred: cost_model.py) estimates the configuration each of
 # the 180 H200 calls ran at 0.216 (the H100's seed did not record its configurations). Both errors
 # together make the margin a move in place must clear (aligned_margin).

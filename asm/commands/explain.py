@@ -269,7 +269,7 @@ def _print(r: dict) -> None:
     layout, vec, widths = (r["load_variant"].split(":") + ["", ""])[:3]
     console.print(f"  load variant {r['load_variant']}: layout {layout}, 128-bit loads of A and B {' and '.join(vec) or '-'}, "
                   f"copy widths {widths.replace('/', ' and ')} bytes; the 'variant' column is its factor on a block's "
-                  "time, '(layout)' where the sweep never timed the configuration with it")
+                  "K steps, '(layout)' where the sweep never timed the configuration with it")
     pick = "pick" if runs is None or runs["kernel"] == r["family"] else f"{r['family']}'s pick (where it runs)"
     console.print(f"  {pick}: [bold]{r['pick']}[/] ({'exact hit in the database' if r['chosen_by'] == 'database' else 'the model'})"
                   f"  params={r['pick_params']}")

@@ -237,7 +237,7 @@ class Estimate:
     fitted: bool
     correction: float = 1.0          # the neighbours' factor (neighbour_factors)
     load_s: float = 0.0              # the load floor (loaded_bytes at the configuration's load rate)
-    variant_factor: float = 1.0      # the block's factor for the call's load variant (ConfigFit.factor_from)
+    variant_factor: float = 1.0      # the K steps' factor for the call's load variant (ConfigFit.factor_from)
     factor_from: str = "none"        # "variant", "layout" (the variant was never swept) or "none"
 
     @property

@@ -243,15 +243,16 @@ def _fit_config(rows: list[dict], dm: DeviceModel) -> ConfigFit:
                 logs[_variant(s)].append((stepping / y, math.log(implied)))
         variants = _variant_factors(logs)
     fit = replace(fit, variants=dict(sorted(variants.items())))
-    # centred: the least squares of relative errors leaves the estimates low on average where the
-    # samples scatter (a miss by 1.5x costs less than one by 1/1.5); the path model compares them
-    # with the TMA kernel's time as they are, so a and b are scaled by e^(mean log residual)
-    logs = []
+    # centred: least squares of relative errors leaves the estimates low on average where the
+    # samples scatter (an estimate of 1.5x the measured time costs 0.5^2, one of 1/1.5 of it only
+    # 0.33^2); the path model compares them with the TMA kernel's time as they are, so a and b are
+    # scaled by e^(mean log residual)
+    residuals = []
     for s in rows:
         e = estimate(_candidate(s), s["m"], s["n"], s["k"], _with(dm, s, fit), *_sizes(s), _variant(s))
         if e.compute_s > 0:
-            logs.append(math.log(s["gpu_ms"] * 1e-3 / e.compute_s))
-    centre = math.exp(sum(logs) / len(logs)) if logs else 1.0
+            residuals.append(math.log(s["gpu_ms"] * 1e-3 / e.compute_s))
+    centre = math.exp(sum(residuals) / len(residuals)) if residuals else 1.0
     return replace(fit, block_s=fit.block_s * centre, step_s=fit.step_s * centre)
 
 

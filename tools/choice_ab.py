@@ -29,6 +29,7 @@ import math
 import sys
 
 from asmgemm.errors import AsmError
+from fit_tma_time import GPUS, facts_of       # tools/fit_tma_time.py: the GPUs' facts the fits use
 
 SLOWER = 1.05            # new / old over this: the move made the call slower
 
@@ -37,11 +38,8 @@ def record(args) -> int:
     from asmgemm.bench.shapes import parse_shapes
     from asmgemm.runtime import launch_config
     from asmgemm.runtime.arrays import Dtype
-    from asmgemm.runtime.gpu import DeviceFacts
     from asmgemm.runtime.plan import fresh_operands
-    from fit_tma_time import GPUS            # tools/fit_tma_time.py: the GPUs' facts the fits use
-    sms, clock, dram, l2 = GPUS[args.gpu]
-    facts = DeviceFacts(0, args.gpu, "sm_90", sms, clock, dram, l2)
+    facts = facts_of(args.gpu)
     out = []
     for spec in args.shapes:
         for shape in parse_shapes(spec):
@@ -141,7 +139,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="what", required=True)
     rec = sub.add_parser("record", help="what configure chooses, on the CPU")
-    rec.add_argument("--gpu", default="NVIDIA H200", help="whose facts configure the calls (fit_tma_time's table)")
+    rec.add_argument("--gpu", default="NVIDIA H200", choices=sorted(GPUS),
+                     help="whose facts configure the calls (fit_tma_time's table)")
     rec.add_argument("--shapes", action="append", required=True, help="as `asmgemm bench --shapes` (repeatable)")
     rec.add_argument("--dtypes", nargs="+", default=["float32", "float16", "bfloat16"])
     rec.add_argument("--layouts", nargs="+", default=["nn", "nt", "tn", "tt"])

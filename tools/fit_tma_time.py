@@ -33,6 +33,13 @@ GPUS = {
 NAMES = ("launch_s", "k_tile_s", "k_tile_area_s", "tile_area_s")
 
 
+def facts_of(gpu: str):
+    """The DeviceFacts (device 0, sm_90) of a GPU of GPUS, to configure calls with on the CPU."""
+    from asmgemm.runtime.gpu import DeviceFacts
+    sms, clock, dram, l2 = GPUS[gpu]
+    return DeviceFacts(0, gpu, "sm_90", sms, clock, dram, l2)
+
+
 def read_calls(path: str) -> tuple[str | None, list[tuple[int, int, int, str, str, float]]]:
     """(the document's GPU or None, [(m, n, k, layout, dtype, TMA GPU seconds)])."""
     opener = gzip.open if path.endswith(".gz") else open
@@ -122,7 +129,6 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from asmgemm.errors import AsmError
-    from asmgemm.runtime.gpu import DeviceFacts
     calls, gpus = [], set()
     for path in args.files:
         gpu, got = read_calls(path)
@@ -133,8 +139,8 @@ def main(argv=None) -> int:
     gpu = gpus.pop()
     if gpu not in GPUS:
         sys.exit(f"fit_tma_time: no facts for '{gpu}' (--gpu: {', '.join(sorted(GPUS))})")
-    sms, clock, dram, l2 = GPUS[gpu]
-    facts = DeviceFacts(0, gpu, "sm_90", sms, clock, dram, l2)
+    facts = facts_of(gpu)
+    dram = facts.dram_bytes_per_s
     terms, seconds, cases = [], [], []
     for i, (m, n, k, layout, dtype, t) in enumerate(calls):
         print(f"\rconfiguring {i + 1}/{len(calls)}", end="", file=sys.stderr, flush=True)

@@ -332,17 +332,18 @@ def _in_place_or(spec: KernelSpec, plan: LaunchPlan, tma_plan: LaunchPlan, items
                                  gpu=facts.name, target=facts.target, sms=facts.sm_count, plain=plain,
                                  clock_hz=facts.clock_hz, dram_bytes_per_s=facts.dram_bytes_per_s)
         if aligned and choice.ranked and min(e.gpu_s for e in choice.ranked) * margin > tma_s:
-            # no candidate can win by the margin, whichever builds: the TMA kernel keeps the call
-            # without a build of the in-place kernel (ptxas's seconds on a cold cache, most calls)
-            return spec, path_model.decide(tma_plan.m, tma_plan.n, plan.k, 0, model, copies=0,
-                                           in_place_s=choice.ranked[0].gpu_s, tma_s=tma_s, margin=margin)
-        try:
-            _, runs, _, _, _, _ = build_choice(choice, plan, facts, plain)
-        except AsmError:
-            return spec, None       # no configuration of the in-place kernel takes these operands
-        picked = [e for e in choice.ranked if e.candidate is runs]
-        if picked:
-            in_place_s = picked[0].gpu_s
+            # no candidate can win by the margin, whichever builds: weighed on the model's pick, so
+            # the TMA kernel keeps the call without a build of the in-place kernel (ptxas's seconds
+            # on a cold cache, most calls)
+            in_place_s = choice.ranked[0].gpu_s
+        else:
+            try:
+                _, runs, _, _, _, _ = build_choice(choice, plan, facts, plain)
+            except AsmError:
+                return spec, None       # no configuration of the in-place kernel takes these operands
+            picked = [e for e in choice.ranked if e.candidate is runs]
+            if picked:
+                in_place_s = picked[0].gpu_s
     else:
         chosen = other.size_rule(plan.m, plan.n, plan.k, facts.sm_count, call_defines(other, plan.call_values),
                                  dram_per_sm_cycle=facts.dram_per_sm_cycle)

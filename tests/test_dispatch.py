@@ -206,7 +206,8 @@ def test_a_fit_of_before_the_two_shares_reads_as_it_was_fitted():
     dm = _model()
     old = estimate(_cand(), 512, 512, 256, dm, "float32", 4, 4, "tn:11:16/16")
     assert old.block_s == pytest.approx(9e-6 * 1.5)
-    doc = {"gpu": "Hand GPU", "sms": 4, "clock_hz": 1e9, "dram_bytes_per_s": 1e12, "model": dispatch_db.model_to_json(dm)}
+    doc = {"gpu": "Hand GPU", "sms": 4, "clock_hz": 1e9, "dram_bytes_per_s": 1e12,
+           "model": dispatch_db.model_to_json(dm)}
     assert "alone_block" not in doc["model"]["configs"]["sgemm:t"]
     assert dispatch_db.model_from(doc, "test").configs["sgemm:t"].alone_block is None
     dm.configs["sgemm:t"] = replace(dm.configs["sgemm:t"], alone_block=0.8)

@@ -116,8 +116,10 @@ def time_moves(args) -> int:
         if args.json:           # after every call: a run its time limit cuts short keeps what it timed
             with open(args.json, "w") as f:
                 json.dump({"summary": summarize(rows), "rows": rows}, f, indent=1)
-        print(f"[{i}/{len(pairs)}] {row['call']}: {row['old_choice']} -> {row['new_choice']}: gpu {row['old']['gpu']:.1f}"
-              f" -> {row['new']['gpu']:.1f} us, call {row['old']['call']:.1f} -> {row['new']['call']:.1f} us", flush=True)
+        old_t, new_t = row["old"], row["new"]
+        print(f"[{i}/{len(pairs)}] {row['call']}: {row['old_choice']} -> {row['new_choice']}: gpu "
+              f"{old_t['gpu']:.1f} -> {new_t['gpu']:.1f} us, call {old_t['call']:.1f} -> {new_t['call']:.1f} us",
+              flush=True)
     print(json.dumps(summarize(rows), indent=1))
     return 0
 

@@ -167,10 +167,10 @@ H100_TMA_TIME = TmaTime(launch_s=5.016e-6, k_tile_s=0.164e-6, k_tile_area_s=0.24
                         rms_log=0.138)
 # The cost model's in-place estimate against the in-place kernel's measured GPU time on the calls
 # above (rms of log(estimate / measured)): 0.261 on the H100's training seed, 0.265 on the 180 H200
-# calls, with the model of before the twenty-first session (2026-11-29); the model refitted then (a lone block's two shares,
-# the variants' factor on the K steps, centred: cost_model.py) estimates the configuration each of
-# the 180 H200 calls ran at 0.216 (the H100's seed did not record its configurations). Both errors
-# together make the margin a move in place must clear (aligned_margin).
+# calls, with the model of before the twenty-first session (2026-11-29); the model refitted then (a
+# lone block's two shares, the variants' factor on the K steps, centred: cost_model.py) estimates
+# the configuration each of the 180 H200 calls ran at 0.216 (the H100's seed did not record its
+# configurations). Both errors together make the margin a move in place must clear (aligned_margin).
 IN_PLACE_RMS_LOG = 0.216
 TMA_K_TILE = 64                  # elements of K a TMA load brings (kernels_ptx/hgemm/config.inc: TM x 64 halves)
 

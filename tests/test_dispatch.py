@@ -68,8 +68,9 @@ def test_splits_only_for_plain_calls():
 
 
 def test_clusters_only_where_the_target_has_them():
-    """sm_90 pairs a split of 2..8 with the clusters' sum as well as the reduce kernel;
-    sm_80 has no clusters: the reduce kernel only."""
+    """sm_90 pairs a split of 2..8 with the clusters' sum as well as the reduce kernel, and a
+    split past 8 with clusters whose sums the kernel adds (sgemm's fixup switch); sm_80 has no
+    clusters: the reduce kernel only."""
     hopper = candidates(SGEMM, 512, 4096, "sm_90", plain=True)
     ampere = candidates(SGEMM, 512, 4096, "sm_80", plain=True)
     clustered = [c for c in hopper if c.reduce == "cluster"]
@@ -78,7 +79,10 @@ def test_clusters_only_where_the_target_has_them():
         assert any(o.config == c.config and o.splits == c.splits and o.reduce == "kernel" for o in hopper)
         assert c.label.endswith("c")
     assert not any(c.reduce == "cluster" for c in ampere)
-    assert [c for c in hopper if c.reduce != "cluster"] == ampere
+    hybrid = [c for c in hopper if c.reduce == "cluster+in_kernel"]
+    assert hybrid and all(c.splits > MAX_CLUSTER_SPLITS and c.cluster in (4, 8) for c in hybrid)
+    assert not any(c.reduce == "cluster+in_kernel" for c in ampere)
+    assert [c for c in hopper if c.reduce not in ("cluster", "cluster+in_kernel")] == ampere
 
 
 def test_usable_and_the_target_filter_entries():
@@ -141,13 +145,20 @@ def test_swap_entries_only_where_the_call_may_run_as_c_transposed(tmp_path, disp
 
 def test_a_candidates_params_say_split_and_reduce():
     """params() is what runs exactly this candidate through gemm(params=...): the set, S under the
-    split-K switch, and the cluster switch 1 (the reduce kernel) or S (clusters)."""
+    split-K switch, the cluster switch 1 (the reduce kernel) or the cluster's size, and the fixup
+    switch 1 where the kernel adds the clusters' sums itself."""
     one = Candidate("sgemm", "e", "sgemm", T64, (64, 64, 16))
     red = Candidate("sgemm", "e", "sgemm", T64, (64, 64, 16), 6, "kernel")
     clu = Candidate("sgemm", "e", "sgemm", T64, (64, 64, 16), 4, "cluster")
-    assert one.params() == {"THREADS": 64, "BK": 16, "SPLIT_K": 1, "CLUSTER_K": 1} and one.label == "e"
-    assert red.params() == {"THREADS": 64, "BK": 16, "SPLIT_K": 6, "CLUSTER_K": 1} and red.label == "e/s6"
-    assert clu.params() == {"THREADS": 64, "BK": 16, "SPLIT_K": 4, "CLUSTER_K": 4} and clu.label == "e/s4c"
+    hyb = Candidate("sgemm", "e", "sgemm", T64, (64, 64, 16), 13, "cluster+in_kernel", cluster=4)
+    assert one.params() == {"THREADS": 64, "BK": 16, "SPLIT_K": 1, "CLUSTER_K": 1, "SPLIT_FIXUP": 0}
+    assert one.label == "e"
+    assert red.params() == {"THREADS": 64, "BK": 16, "SPLIT_K": 6, "CLUSTER_K": 1, "SPLIT_FIXUP": 0}
+    assert red.label == "e/s6"
+    assert clu.params() == {"THREADS": 64, "BK": 16, "SPLIT_K": 4, "CLUSTER_K": 4, "SPLIT_FIXUP": 0}
+    assert clu.label == "e/s4c"
+    assert hyb.params() == {"THREADS": 64, "BK": 16, "SPLIT_K": 13, "CLUSTER_K": 4, "SPLIT_FIXUP": 1}
+    assert hyb.label == "e/s13c4"
 
 
 # ---- the cost model on hand-computed cases -----------------------------------------------------
@@ -999,6 +1010,29 @@ def test_the_fit_reads_the_in_kernel_sums_hand_off_from_hybrids_beside_cluster_s
         with_it = estimate(cand, 128, 128, 3000, dm, "float32", 4, 4).split_s
         without = estimate(cand, 128, 128, 3000, replace(dm, fixup_fixed_s=0.0), "float32", 4, 4).split_s
         assert with_it - without == pytest.approx(dm.fixup_fixed_s if carries else 0.0), reduce
+
+
+def test_the_fit_takes_the_kept_scratchs_host_time_from_in_kernel_sums():
+    """fit.fit_model: the in-kernel sums' host time over the unsplit calls' (median against median)
+    is scratch_s; without such samples the prior stays. The estimate charges it to both in-kernel
+    sums' host time, the reduce kernel's split launch_s, a cluster split nothing more than an
+    unsplit call; the database keeps it."""
+    from asmgemm.tuning import fit
+    doc = _sweep_doc()
+    name = list(TRUE)[0]
+    assert fit.fit_model(doc).scratch_s == cost_model.PRIOR_SCRATCH_S
+    base = {"family": "sgemm", "kernel": "sgemm", "layout": "nn", "m": 128, "n": 128, "k": 3000, "config": name,
+            "blocks_per_sm": 2, "gpu_ms": 0.04}
+    doc["samples"] += [{**base, "reduce": "cluster+in_kernel", "label": f"{name}/s12c4", "splits": 12,
+                        "host_us": 10.0 + extra} for extra in (5.5, 6.5, 6.0)]
+    dm = fit.fit_model(doc)
+    assert dm.scratch_s == pytest.approx(6e-6)             # every unsplit sample of the doc: 10 us
+    assert dispatch_db.model_from(fit.make_database([doc])[0], "test").scratch_s == pytest.approx(6e-6)
+    cand = fit._candidate({**base, "reduce": "cluster", "label": f"{name}/s8c", "splits": 8})
+    for reduce, cluster, extra in (("cluster+in_kernel", 4, dm.scratch_s), ("in_kernel", 0, dm.scratch_s),
+                                   ("kernel", 0, dm.launch_s), ("cluster", 0, 0.0), (None, 0, 0.0)):
+        c = replace(cand, splits=12 if cluster else (1 if reduce is None else 8), reduce=reduce, cluster=cluster)
+        assert estimate(c, 128, 128, 3000, dm, "float32", 4, 4).host_s == pytest.approx(dm.host_s + extra), reduce
 
 
 def test_the_fitted_model_picks_the_measured_best_and_the_database_says_so():

@@ -36,7 +36,7 @@ def test_the_shipped_sgemm_spec():
     assert s.source.name == "sgemm.sasm" and s.source.is_file() and s.entry == "sgemm"
     assert (s.dtypes.a, s.dtypes.acc, s.dtypes.c) == ("float32", "float32", "float32")
     assert s.abi == ("A", "B", "C", "M", "N", "K", "lda", "ldb", "ldc", "alpha", "beta", "bias", "batch_stride_a",
-                     "batch_stride_b", "batch_stride_c", "k_chunk", "split_stride")
+                     "batch_stride_b", "batch_stride_c", "k_chunk", "split_stride", "workspace", "tile_counters")
     assert dict(s.call_params) == {"TRANS_A": "trans_a", "TRANS_B": "trans_b", "VEC_A": "vec_a", "VEC_B": "vec_b",
                                    "BIAS": "bias", "ACT": "activation", "BATCHED": "batched"}
     assert s.call_value_param("activation") == "ACT"

@@ -35,7 +35,7 @@ def test_cp_async_copies_stay_inside_matrices_at_their_buffers_ends(layout, m, n
     mem = Memory()
     args = dict(A=mem.add(a_buf), B=mem.add(b_buf), C=mem.add(out), M=m, N=n, K=k, lda=lda, ldb=ldb, ldc=n,
                 alpha=1.0, beta=0.0, bias=0, batch_stride_a=0, batch_stride_b=0, batch_stride_c=0, k_chunk=0,
-                split_stride=0)
+                split_stride=0, workspace=0, tile_counters=0)
     Kernel(result.ptx).run((math.ceil(n / c["TN"]), math.ceil(m / c["TM"]), 1), (c["THREADS"], 1, 1), args, mem,
                            int(c["SMEM_BYTES"]))
     np.testing.assert_allclose(out, (a.T if ta else a) @ (b.T if tb else b), rtol=1e-4, atol=1e-4)

@@ -64,7 +64,7 @@ def test_a_candidates_split_is_the_launchs(m, n, k, asked, splits, chunk):
     assert split == split_k.Split(splits, chunk)
     assert (split.splits - 1) * split.k_chunk < k <= split.splits * split.k_chunk
     assert split_k.cluster_splits(SGEMM, split, "sm_90", cand.params(), plan, 132) == 0
-    assert split_k.switch_define(SGEMM, split, 0) == {"SPLIT_K": 1}
+    assert split_k.switch_define(SGEMM, split, 0) == {"SPLIT_K": 1, "SPLIT_FIXUP": 0}
 
 
 @pytest.mark.parametrize("m,n,k", [(4096, 4096, 4096), (1100, 1100, 1100), (1024, 4096, 4096), (16, 4096, 256),
@@ -88,7 +88,7 @@ def test_a_cluster_candidate_sums_its_split_in_one_launch_where_clusters_exist(c
     assert split.splits == s
     assert split_k.cluster_splits(SGEMM, split, "sm_90", cand.params(), plan, 132) == s
     assert split_k.cluster_splits(SGEMM, split, "sm_80", cand.params(), plan, 132) == 0
-    assert split_k.switch_define(SGEMM, split, s) == {"SPLIT_K": 0, "CLUSTER_K": s}
+    assert split_k.switch_define(SGEMM, split, s) == {"SPLIT_K": 0, "CLUSTER_K": s, "SPLIT_FIXUP": 0}
 
 
 def test_params_split_in_clusters_unless_they_keep_the_reduce():
@@ -487,7 +487,7 @@ def test_params_set_or_turn_off_the_split(fake_fp32_gemm):
     asmgemm.gemm(a, b, params={"SPLIT_K": 1})
     assert len(launches) == 1 and launches[0][0][2] == 1
     c = asmgemm.gemm(a, b, params={"SPLIT_K": 3, "CLUSTER_K": 1, "THREADS": 64, "BK": 16})
-    assert len(launches) == 3 and launches[1][0][2] == 3 and int(launches[1][2][-2]) == 672
+    assert len(launches) == 3 and launches[1][0][2] == 3 and int(launches[1][2][-4]) == 672
     np.testing.assert_allclose(np.asarray(c), _ref(a, b, None, 1.0, 0.0, False, False), rtol=1e-4, atol=1e-3)
     # without CLUSTER_K = 1, S <= 8 on sm_90 (the stand-in's) sums in clusters of S: one launch
     c = asmgemm.gemm(a, b, params={"SPLIT_K": 3, "THREADS": 64, "BK": 16})

@@ -73,13 +73,16 @@ def _layouts(spec: KernelSpec) -> str:
 def _split_k(spec: KernelSpec) -> str:
     ways = []
     sets = [dict(r.set) for r in spec.size_rules] + [dict(c.set) for c in spec.configs]
-    if spec.split_k is not None and spec.split_k.fixup_switch:
-        # one launch, each tile's last block summing (the reduce kernel only where params= ask)
-        ways.append("workspace, summed in the kernel")
-    elif spec.split_k is not None or any(max(c.splits) > 1 for c in spec.configs):
+    if spec.split_k is not None or any(max(c.splits) > 1 for c in spec.configs):
         ways.append("workspace + reduce")
-    if (spec.split_k is not None and spec.split_k.cluster_switch) or any(s.get("CLUSTER_K", 1) > 1 for s in sets):
+    clusters = (spec.split_k is not None and spec.split_k.cluster_switch) or any(s.get("CLUSTER_K", 1) > 1
+                                                                                 for s in sets)
+    if clusters:
         ways.append("in a cluster (sm_90)")
+    if clusters and spec.split_k is not None and spec.split_k.fixup_switch:
+        # what the catalog offers past 8 splits (catalog.py); a tile's last block summing all the
+        # slices alone is params= only
+        ways.append("past 8: the clusters' sums added in the kernel")
     return ", ".join(ways) if ways else "no"
 
 

@@ -89,6 +89,16 @@ PRIOR_REDUCE_FIXED_S = 3e-6
 # the H200's first such sweeps (2026-11-29, 31 hgemm_mma calls, docs/log/dispatch.md "The in-kernel
 # sum's hand-off"): the H100's database was swept before the mode existed.
 PRIOR_FIXUP_FIXED_S = 1.9e-6
+# The host work of a call whose one launch takes the stream's kept scratch (a workspace and tile
+# counters: the in-kernel sums): the graph-capture query, the scratch's lock and lookups, all before
+# the launch, so the GPU waits for them. Fitted where a sweep timed such calls (fit.fit_model: their
+# median host time less the unsplit calls'); this prior is what a call from an idle GPU (the
+# benchmark's headline) paid on the H200: 7.0 and 9.1 us more between the call's start and its
+# kernel's than one launch without scratch (medians over 21 and 18 sgemm calls timed both ways in one
+# process; 4 us in a steady loop), while against the reduce kernel's split (scratch too, its second
+# launch queued while the first kernel runs) -1.6 and +0.2 (2026-11-29, twenty-second session;
+# docs/log/dispatch.md "sgemm's splits past 8 in one launch").
+PRIOR_SCRATCH_S = 8.0e-6
 
 
 def variant_of(layout: str, call_values: dict) -> str:
@@ -181,6 +191,7 @@ class DeviceModel:
     reduce_bytes_per_s: float = 0.0          # 0: the DRAM bandwidth
     cluster_block_s: float = 0.0             # the clusters' extra per block
     fixup_fixed_s: float = PRIOR_FIXUP_FIXED_S   # an in-kernel sum's hand-off, once a launch
+    scratch_s: float = PRIOR_SCRATCH_S       # an in-kernel sum's host work for its kept scratch
     configs: dict[str, ConfigFit] = field(default_factory=dict)    # "kernel:config" -> fit
     cluster_slots: dict[str, int] = field(default_factory=dict)    # cluster_key(S, r) -> blocks at once
     source: str = "prior"                    # where the coefficients come from, for explain
@@ -312,11 +323,10 @@ def estimate(cand: Candidate, m: int, n: int, k: int, dm: DeviceModel, dtype: st
     load = (loaded_bytes(cand, m, n, k, ab_bytes, batch, extra_tile_rows) / fit.load_bytes_per_s
             if fit.load_bytes_per_s > 0 else 0.0)
     split = 0.0
-    host = dm.host_s
+    host = dm.host_s + split_host_s(dm, cand.reduce)
     if cand.reduce == "kernel":
         bw = dm.reduce_bytes_per_s or dm.dram_bytes_per_s
         split = dm.reduce_fixed_s + (s * m * n * 4 * 2 + m * n * c_bytes) / bw
-        host += dm.launch_s
     elif cand.reduce == "in_kernel":
         bw = dm.reduce_bytes_per_s or dm.dram_bytes_per_s
         share = min(1.0, max(1, tiles // s) / dm.sms)
@@ -333,6 +343,17 @@ def estimate(cand: Candidate, m: int, n: int, k: int, dm: DeviceModel, dtype: st
                  + (g * m * n * 4 + m * n * c_bytes) / (bw * share))
     return Estimate(cand, tiles, slots, full, rest, steps, block, compute, memory, split, host,
                     fit.samples > 0, load_s=load, variant_factor=factor, factor_from=factor_from)
+
+
+def split_host_s(dm: DeviceModel, reduce: str | None) -> float:
+    """A split's host time beyond an unsplit call's: the reduce kernel's launch and workspace
+    (launch_s), the kept scratch of a split the kernel sums itself (scratch_s), none for clusters
+    alone (one launch, no scratch) or no split."""
+    if reduce == "kernel":
+        return dm.launch_s
+    if reduce in ("in_kernel", "cluster+in_kernel"):
+        return dm.scratch_s
+    return 0.0
 
 
 def cluster_key(splits: int, blocks_per_sm: int) -> str:

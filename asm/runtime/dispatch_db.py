@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..errors import AsmError
-from .cost_model import PRIOR_FIXUP_FIXED_S, ConfigFit, DeviceModel
+from .cost_model import PRIOR_FIXUP_FIXED_S, PRIOR_SCRATCH_S, ConfigFit, DeviceModel
 
 FORMAT = 1
 DIR_ENV = "ASMGEMM_DISPATCH_DIR"
@@ -108,6 +108,7 @@ def model_from(data: dict, source: str, path: Path | None = None) -> DeviceModel
             launch_s=float(m["launch_s"]), reduce_fixed_s=float(m["reduce_fixed_s"]),
             reduce_bytes_per_s=float(m["reduce_bytes_per_s"]), cluster_block_s=float(m["cluster_block_s"]),
             fixup_fixed_s=float(m.get("fixup_fixed_s", PRIOR_FIXUP_FIXED_S)),
+            scratch_s=float(m.get("scratch_s", PRIOR_SCRATCH_S)),
             configs={k: ConfigFit(float(v["block_s"]), float(v["step_s"]), float(v["alone"]),
                                   int(v["blocks_per_sm"]), int(v.get("samples", 0)),
                                   {str(a): float(b) for a, b in v.get("variants", {}).items()},
@@ -126,7 +127,7 @@ def model_from(data: dict, source: str, path: Path | None = None) -> DeviceModel
 def model_to_json(dm: DeviceModel) -> dict:
     return {"host_s": dm.host_s, "launch_s": dm.launch_s, "reduce_fixed_s": dm.reduce_fixed_s,
             "reduce_bytes_per_s": dm.reduce_bytes_per_s, "cluster_block_s": dm.cluster_block_s,
-            "fixup_fixed_s": dm.fixup_fixed_s,
+            "fixup_fixed_s": dm.fixup_fixed_s, "scratch_s": dm.scratch_s,
             "configs": {k: {"block_s": f.block_s, "step_s": f.step_s, "alone": f.alone,
                             **({} if f.alone_block is None else {"alone_block": f.alone_block}),
                             "blocks_per_sm": f.blocks_per_sm, "samples": f.samples,

@@ -23,7 +23,7 @@ from ..errors import AsmError
 from ..kernel_spec import DTYPE_ITEMSIZE, get_spec
 from ..runtime.catalog import Candidate, label_parts
 from ..runtime.cost_model import (RETIRED_VARIANT, ConfigFit, DeviceModel, cluster_key, estimate, factor_for,
-                                  loaded_bytes, neighbour_factors, variant_layout, variant_of)
+                                  loaded_bytes, neighbour_factors, split_host_s, variant_layout, variant_of)
 from ..runtime.dispatch_db import FORMAT, exact_key, model_to_json
 from ..runtime.plan import fresh_plan
 from ..runtime.split_k import hybrid_cluster
@@ -308,10 +308,14 @@ def fit_model(doc: dict, samples: list[dict] | None = None) -> DeviceModel:
         dm.fixup_fixed_s = fixup
     unsplit = [s["host_us"] for s in samples if s["splits"] == 1 and s.get("host_us")]
     split = [s["host_us"] for s in samples if s.get("reduce") == "kernel" and s.get("host_us")]
+    scratch = [s["host_us"] for s in samples if s.get("reduce") in ("in_kernel", "cluster+in_kernel")
+               and s.get("host_us")]
     if unsplit:
         dm.host_s = statistics.median(unsplit) * 1e-6
     if split and unsplit:
         dm.launch_s = max(0.0, statistics.median(split) - statistics.median(unsplit)) * 1e-6
+    if scratch and unsplit:
+        dm.scratch_s = max(0.0, statistics.median(scratch) - statistics.median(unsplit)) * 1e-6
     dm.residuals = _residuals(dm, samples)
     return dm
 
@@ -387,7 +391,7 @@ def _call_ms(s: dict, dm: DeviceModel) -> float:
     """What a caller waits for: the sweep's GPU time and the model's host time of the call (the
     medians over the sweep, plus one launch for a reduce kernel). Not each sample's own host time:
     one call timed on the host varies by +-5 us, which would pick the winners of small calls."""
-    return s["gpu_ms"] + (dm.host_s + (dm.launch_s if s.get("reduce") == "kernel" else 0.0)) * 1e3
+    return s["gpu_ms"] + (dm.host_s + split_host_s(dm, s.get("reduce"))) * 1e3
 
 
 def evaluate(dm: DeviceModel, samples: list[dict], dtype: str = "float32", c_bytes: int = 4,

@@ -29,6 +29,10 @@ def test_only_the_calls_whose_choice_differs_are_moved():
                      call(5, "sgemm", "c", {})]}
     moved = choice_ab.moved(old, new)
     assert [(o["m"], n["m"]) for o, n in moved] == [(2, 2), (3, 3)]      # 4: an error; 5: only in one
+    # a switch the new tree adds at 0 (off) is no move; at 1 it is
+    old = {"calls": [call(1, "sgemm", "t", {"BK": 16}), call(2, "sgemm", "t", {"BK": 16})]}
+    new = {"calls": [call(1, "sgemm", "t", {"BK": 16, "SPLIT_FIXUP": 0}), call(2, "sgemm", "t", {"BK": 16, "FIX": 1})]}
+    assert [n["m"] for _, n in choice_ab.moved(old, new)] == [2]
 
 
 def test_the_summary_is_new_over_old_by_each_column():

@@ -71,7 +71,10 @@ def _key(row: dict) -> tuple:
 
 
 def _choice(row: dict) -> tuple:
-    return row.get("kernel"), row.get("label"), json.dumps(row.get("params"), sort_keys=True)
+    """What ran: the kernel, the catalog label and the params= less those at 0 (a switch a newer
+    tree adds at its off value, such as a fixup switch of 0, is no move)."""
+    params = {k: v for k, v in (row.get("params") or {}).items() if v != 0}
+    return row.get("kernel"), row.get("label"), json.dumps(params, sort_keys=True)
 
 
 def moved(old: dict, new: dict) -> list[tuple[dict, dict]]:

@@ -29,7 +29,7 @@ from asmgemm.pipeline import assemble
 from asmgemm.runtime import catalog, cost_model, dispatch, split_k
 from asmgemm.runtime.catalog import Candidate
 from asmgemm.runtime.cost_model import ConfigFit, DeviceModel
-from ptx_sim import Kernel, Memory, aligned_array as _aligned
+from split_sim import hybrid_runs
 from test_mma_cluster_k import SMALL, SPEC, _args, _as_f64, _build, _plan, _problem, needs_tools, partial_slices
 
 # (C mode, TRANS_A, TRANS_B, M, N, K, alpha, beta, k_chunk, pads, C's pad, cluster C): S = ceil(K / 64)
@@ -71,24 +71,13 @@ def _hybrid(case, ws_c0, order=None, runs=1):
     """C from `runs` launches of CLUSTER_K = C, SPLIT_FIXUP = 1 on one workspace and counters."""
     c_mode, ta, tb, m, n, k, alpha, beta, chunk, pads, c_pad, cl = case
     kind, a, b, c0, lda, ldb = _problem(c_mode, ta, tb, m, n, k, pads, c_pad)
-    split = split_k.Split(math.ceil(k / chunk), chunk)
-    z = split_k.grid_splits(split.splits, cl)
     built = _build("mma_gemm", "sm_90", **kind, CLUSTER_K=cl, SPLIT_FIXUP=1)
-    p = built.constants
-    gx, gy = math.ceil(n / p["BN"]), math.ceil(m / p["BM"])
-    mem = Memory()
-    ws = _aligned((split_k.slices(split.splits, cl) * m * n + p["BN"],), np.float32, np.nan)
-    counters = _aligned((split_k.fixup_counters((gx, gy, z), cl),), np.int32, 0)
     c = c0.copy()
-    args = _args(mem, a, b, c, m, n, k, lda, ldb, n + c_pad, alpha=alpha, beta=beta, k_chunk=chunk,
-                 split_stride=m * n, workspace=mem.add(ws), tile_counters=mem.add(counters))
-    out = []
-    for _ in range(runs):
-        Kernel(built.ptx).run((gx, gy, z), (p["THREADS"], 1, 1), args, mem, p["SMEM_BYTES"], cluster=(1, 1, cl),
-                              order=order)
-        out.append(c.copy())
-        assert not counters.any(), "the last arrivals leave every counter at 0 for the next launch"
-    return out, c0, (gx, gy, z)
+    out, grid_ = hybrid_runs(built, (built.constants["BM"], built.constants["BN"]), m, n, math.ceil(k / chunk), cl, c,
+                             lambda mem, ws, ctr: _args(mem, a, b, c, m, n, k, lda, ldb, n + c_pad, alpha=alpha,
+                                                        beta=beta, k_chunk=chunk, split_stride=m * n, workspace=ws,
+                                                        tile_counters=ctr), order, runs)
+    return out, c0, grid_
 
 
 @pytest.mark.parametrize("name", list(CASES))

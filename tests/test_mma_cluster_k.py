@@ -29,6 +29,7 @@ from asmgemm.pipeline import BuildOptions, assemble, build_file
 from asmgemm.runtime import catalog, dispatch, split_k
 from asmgemm.toolchain import disassemble, find_tool
 from ptx_sim import Kernel, Memory, aligned_array as _aligned
+from split_sim import partial_pass
 from sweeps import sample_every
 from test_splitk_fixup import _operand        # fp16 values or bf16 bit patterns, as the fixup tests draw them
 
@@ -96,14 +97,10 @@ def partial_slices(case):
     interpreter's memory they live in."""
     c_mode, ta, tb, m, n, k, alpha, beta, chunk, pads, c_pad = case[:11]
     kind, a, b, c0, lda, ldb = _problem(c_mode, ta, tb, m, n, k, pads, c_pad)
-    splits = math.ceil(k / chunk)
     built = _build("mma_gemm", "sm_80", **kind, SPLIT_K=1)
-    p = built.constants
-    mem = Memory()
-    ws = _aligned((splits, m, n), np.float32, np.nan)
-    Kernel(built.ptx).run((math.ceil(n / p["BN"]), math.ceil(m / p["BM"]), splits), (p["THREADS"], 1, 1),
-                          _args(mem, a, b, ws, m, n, k, lda, ldb, n, k_chunk=chunk, split_stride=m * n),
-                          mem, p["SMEM_BYTES"])
+    ws, mem = partial_pass(built, (built.constants["BM"], built.constants["BN"]), m, n, math.ceil(k / chunk),
+                           lambda mem, ws: _args(mem, a, b, ws, m, n, k, lda, ldb, n, k_chunk=chunk,
+                                                 split_stride=m * n))
     return ws, c0, mem
 
 

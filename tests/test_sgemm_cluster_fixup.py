@@ -25,7 +25,8 @@ from asmgemm.pipeline import BuildOptions, assemble, build_file
 from asmgemm.runtime import catalog, dispatch, split_k
 from asmgemm.runtime.plan import fresh_plan
 from asmgemm.toolchain import find_tool
-from ptx_sim import Kernel, Memory, aligned_array
+from ptx_sim import aligned_array
+from split_sim import hybrid_runs, partial_pass
 
 SPEC = get_spec("sgemm")
 T64 = dict(THREADS=64, BK=16)                      # the catalog's t64x64_k16
@@ -77,14 +78,9 @@ def _partial_slices(case):
     """The partial pass's S slices (SPLIT_K=1, alpha 1, beta 0) and C's initial value."""
     st, ta, tb, m, n, k, alpha, beta, chunk, pads, c_pad, cl = case
     kind, a, b, c0, lda, ldb = _problem(case)
-    splits = math.ceil(k / chunk)
     built = _build("sm_80", **kind, SPLIT_K=1)
-    p = built.constants
-    mem = Memory()
-    ws = aligned_array((splits, m, n), np.float32, np.nan)
-    Kernel(built.ptx).run((math.ceil(n / p["TN"]), math.ceil(m / p["TM"]), splits), (p["THREADS"], 1, 1),
-                          _args(mem, a, b, ws, m, n, k, lda, ldb, n, k_chunk=chunk, split_stride=m * n),
-                          mem, p["SMEM_BYTES"])
+    ws, _ = partial_pass(built, (built.constants["TM"], built.constants["TN"]), m, n, math.ceil(k / chunk),
+                         lambda mem, ws: _args(mem, a, b, ws, m, n, k, lda, ldb, n, k_chunk=chunk, split_stride=m * n))
     return ws, c0
 
 
@@ -111,25 +107,13 @@ def _hybrid(case, order=None, runs=1):
     """C from `runs` launches of CLUSTER_K = C, SPLIT_FIXUP = 1 on one workspace and counters."""
     st, ta, tb, m, n, k, alpha, beta, chunk, pads, c_pad, cl = case
     kind, a, b, c0, lda, ldb = _problem(case)
-    split = split_k.Split(math.ceil(k / chunk), chunk)
-    z = split_k.grid_splits(split.splits, cl)
     built = _build("sm_90", **kind, CLUSTER_K=cl, SPLIT_FIXUP=1)
-    p = built.constants
-    gx, gy = math.ceil(n / p["TN"]), math.ceil(m / p["TM"])
-    mem = Memory()
-    ws = aligned_array((split_k.fixup_workspace_elems(split, fresh_plan(m, n, k, "nn", 4), p["TN"], cl),),
-                       np.float32, np.nan)
-    counters = aligned_array((split_k.fixup_counters((gx, gy, z), cl),), np.int32, 0)
     c = c0.copy()
-    args = _args(mem, a, b, c, m, n, k, lda, ldb, n + c_pad, alpha=alpha, beta=beta, k_chunk=chunk,
-                 split_stride=m * n, workspace=mem.add(ws), tile_counters=mem.add(counters))
-    out = []
-    for _ in range(runs):
-        Kernel(built.ptx).run((gx, gy, z), (p["THREADS"], 1, 1), args, mem, p["SMEM_BYTES"], cluster=(1, 1, cl),
-                              order=order)
-        out.append(c.copy())
-        assert not counters.any(), "the last arrivals leave every counter at 0 for the next launch"
-    return out, c0, (gx, gy, z)
+    out, grid_ = hybrid_runs(built, (built.constants["TM"], built.constants["TN"]), m, n, math.ceil(k / chunk), cl, c,
+                             lambda mem, ws, ctr: _args(mem, a, b, c, m, n, k, lda, ldb, n + c_pad, alpha=alpha,
+                                                        beta=beta, k_chunk=chunk, split_stride=m * n, workspace=ws,
+                                                        tile_counters=ctr), order, runs)
+    return out, c0, grid_
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -449,6 +449,10 @@ def test_rank_orders_by_call_time_and_keeps_catalog_order_on_ties():
     assert ranked[0].call_s == ranked[1].call_s < ranked[2].call_s
     assert cost_model.why_slower(ranked[0], ranked[0]) == "the pick"
     assert "its split costs 54.4 us" in cost_model.why_slower(ranked[2], ranked[0])
+    assert "host work" not in cost_model.why_slower(ranked[2], ranked[0])
+    # a split that loses by its host work says so, and which work
+    lean = replace(ranked[2], split_s=ranked[0].split_s, compute_s=ranked[0].compute_s)
+    assert "5.0 us more host work (the reduce kernel's launch and workspace)" in cost_model.why_slower(lean, ranked[0])
 
 
 # ---- dispatch.choose: exact hit, else the model ---------------------------------------------------

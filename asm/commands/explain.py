@@ -62,6 +62,8 @@ def command(m, n, k, dtype, layout, fused, batch, gpu, top, no_build, as_json):
                     clusters of C blocks, label /sScC, each into a slice that the last block of
                     each rank adds, one launch)
       split         that sum's modelled cost
+      host          the call's host work: Python, arguments and the launch, plus the reduce
+                    kernel's launch and workspace or the kept scratch of a split summed in the kernel
       call          modelled GPU time + host time of the call (what a caller waits for)
     For 16-bit dtypes on a GPU with a TMA kernel (sm_90), "runs" first says which kernel gemm()
     launches: the TMA kernel by its size rules (which rule, numbered as docs/kernel-selection.md
@@ -275,11 +277,13 @@ def _print(r: dict) -> None:
                   f"  params={r['pick_params']}")
     t = Table(show_edge=False, pad_edge=False)
     for col in ("config", "kernel", "tile", "tiles/slots", "waves", "k steps", "variant", "block us", "load us",
-                "sum", "split us", "call us", "why"):
-        t.add_column(col, justify="left" if col in ("config", "kernel", "sum", "why") else "right")
+                "sum", "split us", "host us", "call us", "why"):
+        # (the numbers never wrap: the reasons take what the terminal's width leaves)
+        t.add_column(col, justify="left" if col in ("config", "kernel", "sum", "why") else "right",
+                     no_wrap=col not in ("config", "sum", "why"))
     for row in r["rows"]:
         t.add_row(row["config"], row["kernel"], "x".join(map(str, row["tile"])), f"{row['tiles']}/{row['slots']}",
                   f"{row['waves']:.2f}", str(row["k_steps"]), _factor(row), f"{row['block_us']:.1f}",
                   f"{row['load_us']:.1f}" if row["load_us"] else "-", row["reduce"] or "-",
-                  f"{row['split_us']:.1f}", f"{row['call_us']:.1f}", row["why"])
+                  f"{row['split_us']:.1f}", f"{row['host_us']:.1f}", f"{row['call_us']:.1f}", row["why"])
     console.print(t)

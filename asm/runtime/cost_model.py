@@ -468,6 +468,11 @@ def why_slower(e: Estimate, best: Estimate) -> str:
     if e is best:
         return "the pick"
     reasons = []
+    host = e.host_s - best.host_s
+    if host > 0.25 * (e.call_s - best.call_s):
+        cause = {"kernel": "the reduce kernel's launch and workspace",
+                 "in_kernel": "its kept scratch", "cluster+in_kernel": "its kept scratch"}.get(e.candidate.reduce)
+        reasons.append(f"{host * 1e6:.1f} us more host work" + (f" ({cause})" if cause else ""))
     if e.split_s - best.split_s > 0.25 * (e.call_s - best.call_s):
         reasons.append(f"its split costs {e.split_s * 1e6:.1f} us" if e.candidate.splits > 1
                        else "no split")

@@ -62,7 +62,7 @@ def test_scheduled_sgemm_is_correct(shape, variant, tmp_path, cuda_gpu):
                   "lda": np.uint32(k), "ldb": np.uint32(n), "ldc": np.uint32(n), "alpha": np.float32(1.0),
                   "beta": np.float32(0.0), "bias": np.uint64(0), "batch_stride_a": np.uint64(0),
                   "batch_stride_b": np.uint64(0), "batch_stride_c": np.uint64(0), "k_chunk": np.uint32(k),
-                  "split_stride": np.uint64(0)}
+                  "split_stride": np.uint64(0), "workspace": np.uint64(0), "tile_counters": np.uint64(0)}
         fn((math.ceil(n / tile_n), math.ceil(m / tile_m)), (threads,), tuple(values[x] for x in _abi()),
            shared_mem=smem)
         cp.cuda.runtime.deviceSynchronize()

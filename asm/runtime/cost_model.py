@@ -25,7 +25,8 @@ slots (cluster candidates: the slots the driver says their clusters fill):
     gpu        max(compute, memory, load) + the split's reduce (a launch plus S M N fp32 words read and
                M N written) or the clusters' extra per block (their distributed-shared-memory sums)
                or the in-kernel sum's (below)
-    call       gpu + host time of the call (+ one launch per extra kernel)
+    call       gpu + host time of the call (+ the reduce kernel's launch, or the kept scratch of a
+               split the kernel sums itself: split_host_s)
 
 The in-kernel sum (reduce "in_kernel", mma_gemm.sasm's SPLIT_FIXUP) has no second launch and no
 reduce_fixed_s: the slices are written at the reduce bandwidth as before, and read (with C

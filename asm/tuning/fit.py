@@ -389,7 +389,7 @@ def _by_call(samples: list[dict]) -> dict[str, list[dict]]:
 
 def _call_ms(s: dict, dm: DeviceModel) -> float:
     """What a caller waits for: the sweep's GPU time and the model's host time of the call (the
-    medians over the sweep, plus one launch for a reduce kernel). Not each sample's own host time:
+    medians over the sweep, plus a split's host extra: cost_model.split_host_s). Not each sample's own host time:
     one call timed on the host varies by +-5 us, which would pick the winners of small calls."""
     return s["gpu_ms"] + (dm.host_s + split_host_s(dm, s.get("reduce"))) * 1e3
 

@@ -128,10 +128,8 @@ def _wave_terms(cand: Candidate, s: dict, dm: DeviceModel, r: int, variant_block
     what a lone block adds on top of that share)."""
     def compute(alone: float):
         unit = ConfigFit(1.0, 0.0, alone, r, variant_blocks=variant_blocks)
-        probe = DeviceModel(dm.gpu, dm.sms, dm.clock_hz, dm.dram_bytes_per_s,
-                            configs={f"{cand.kernel}:{cand.config}": unit}, cluster_slots=dm.cluster_slots)
         # (the unit fit has no variant factors: the variant only picks the build's blocks per SM)
-        return estimate(cand, s["m"], s["n"], s["k"], probe, *_sizes(s), _variant(s))
+        return estimate(cand, s["m"], s["n"], s["k"], _with(dm, s, unit), *_sizes(s), _variant(s))
     e0, e1 = compute(0.0), compute(1.0)
     return e0.compute_s, e1.compute_s - e0.compute_s, e0.steps
 

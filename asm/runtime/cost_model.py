@@ -346,15 +346,17 @@ def estimate(cand: Candidate, m: int, n: int, k: int, dm: DeviceModel, dtype: st
                     fit.samples > 0, load_s=load, variant_factor=factor, factor_from=factor_from)
 
 
+# A split's host work beyond an unsplit call's, by where it is summed: (the DeviceModel term, what
+# explain calls it). Clusters alone add none (one launch, no scratch).
+SPLIT_HOST = {"kernel": ("launch_s", "the reduce kernel's launch and workspace"),
+              "in_kernel": ("scratch_s", "its kept scratch"), "cluster+in_kernel": ("scratch_s", "its kept scratch")}
+
+
 def split_host_s(dm: DeviceModel, reduce: str | None) -> float:
-    """A split's host time beyond an unsplit call's: the reduce kernel's launch and workspace
-    (launch_s), the kept scratch of a split the kernel sums itself (scratch_s), none for clusters
-    alone (one launch, no scratch) or no split."""
-    if reduce == "kernel":
-        return dm.launch_s
-    if reduce in ("in_kernel", "cluster+in_kernel"):
-        return dm.scratch_s
-    return 0.0
+    """A split's host time beyond an unsplit call's (SPLIT_HOST): launch_s for the reduce kernel,
+    scratch_s for a split the kernel sums itself, 0 otherwise."""
+    term = SPLIT_HOST.get(reduce)
+    return getattr(dm, term[0]) if term else 0.0
 
 
 def cluster_key(splits: int, blocks_per_sm: int) -> str:
@@ -471,9 +473,8 @@ def why_slower(e: Estimate, best: Estimate) -> str:
     reasons = []
     host = e.host_s - best.host_s
     if host > 0.25 * (e.call_s - best.call_s):
-        cause = {"kernel": "the reduce kernel's launch and workspace",
-                 "in_kernel": "its kept scratch", "cluster+in_kernel": "its kept scratch"}.get(e.candidate.reduce)
-        reasons.append(f"{host * 1e6:.1f} us more host work" + (f" ({cause})" if cause else ""))
+        term = SPLIT_HOST.get(e.candidate.reduce)
+        reasons.append(f"{host * 1e6:.1f} us more host work" + (f" ({term[1]})" if term else ""))
     if e.split_s - best.split_s > 0.25 * (e.call_s - best.call_s):
         reasons.append(f"its split costs {e.split_s * 1e6:.1f} us" if e.candidate.splits > 1
                        else "no split")

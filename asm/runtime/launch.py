@@ -306,9 +306,12 @@ class ParamBlock:
     and alpha/beta (only when they changed). `address` is the array's address for the driver.
     The bytes are those of `packer.pack(...)` (tests/test_raw_launch.py decodes them against it).
     Not thread-safe by itself: a launch writes and launches under `lock` (the driver copies the
-    arguments during the call, so the block is free again when cuLaunchKernel returns)."""
+    arguments during the call, so the block is free again when cuLaunchKernel returns). A call
+    whose pointers are the previous call's (a loop over the same arrays, whose new C the caching
+    allocator hands back at the same address) writes none of them."""
 
-    __slots__ = ("address", "lock", "_buffers", "_array", "_ints", "_maps", "_floats", "_last_maps", "_words", "_ab")
+    __slots__ = ("address", "lock", "_buffers", "_array", "_ints", "_maps", "_floats", "_last_maps", "_words", "_ab",
+                 "_ptrs")
 
     def __init__(self, packer: ArgPacker, params: tuple[tuple[str, str], ...]):
         if len(params) != len(packer.template):
@@ -335,6 +338,7 @@ class ParamBlock:
         # alone (tensor_map.mover's `address_word`): a view of those 8 bytes, else None
         self._words: list = [None] * len(params)
         self._ab = (None, None)
+        self._ptrs = None               # the pointers the block holds (None: none written yet)
         self.lock = threading.Lock()
 
     def _view(self, i: int, params):
@@ -345,6 +349,16 @@ class ParamBlock:
               offs_ptr: int = 0, workspace_ptr: int = 0, counters_ptr: int = 0) -> None:
         """The per-call arguments into the block (what ArgPacker.pack would return, in place)."""
         ptrs = (a_ptr, b_ptr, c_ptr, bias_ptr, offs_ptr, workspace_ptr, counters_ptr)
+        if ptrs != self._ptrs:
+            self._write_pointers(ptrs)
+            self._ptrs = ptrs
+        if not _same_scalars(self._ab, alpha, beta):
+            values = (alpha, beta)
+            for slot, which in self._floats:
+                slot.value = values[which]
+            self._ab = values
+
+    def _write_pointers(self, ptrs: tuple) -> None:
         for slot, which in self._ints:
             slot.value = ptrs[which]
         for i, which, encode in self._maps:
@@ -363,11 +377,6 @@ class ParamBlock:
                     if at is not None:
                         self._words[i] = ctypes.c_uint64.from_buffer(self._buffers[i], 8 * at)
                 self._last_maps[i] = ptr
-        if not _same_scalars(self._ab, alpha, beta):
-            values = (alpha, beta)
-            for slot, which in self._floats:
-                slot.value = values[which]
-            self._ab = values
 
     def arguments(self) -> list[bytes]:
         """The bytes of each argument as they stand (for tests and debugging)."""

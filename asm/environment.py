@@ -29,3 +29,22 @@ def env_value(name: str, default: str | None = None) -> str | None:
         key = _encoded[name] = environ.encodekey(name)
     raw = data.get(key)
     return default if raw is None else environ.decodevalue(raw)
+
+
+def raw_values(names: tuple[str, ...]):
+    """(os.environ, the dict it keeps its encoded items in, ((key, raw value), ...) for `names`) for a
+    caller that checks cheaply, call after call, that those variables did not change: they did not
+    while os.environ is the same object and `data.get(key) is value` for each pair (a write through
+    os.environ stores a new value object; an unset name reads None). None where os.environ keeps
+    no such dict (replaced by a plain mapping): then ask env_value every time."""
+    environ = os.environ
+    data = getattr(environ, "_data", None)
+    if type(data) is not dict:
+        return None
+    pairs = []
+    for name in names:
+        key = _encoded.get(name)
+        if key is None:
+            key = _encoded[name] = environ.encodekey(name)
+        pairs.append((key, data.get(key)))
+    return environ, data, tuple(pairs)

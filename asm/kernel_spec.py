@@ -1109,6 +1109,9 @@ def unregister(name: str) -> None:
 SPEC_RECHECK_S = 0.5
 _registry_generation = [0]
 _version_memo: list = [float("-inf"), None, None]     # [monotonic time of the last stat, env value, token]
+# read-only for others (gemm's repeated call repeats specs_version's check inline: runtime/gemm.py)
+registry_counter = _registry_generation             # [n]: n changes with every register/unregister
+version_memo = _version_memo
 
 
 def specs_version():

@@ -115,6 +115,56 @@ def make_cupy(function: Callable[[str, str], Callable], name: str = "Fake GPU") 
     return cp
 
 
+class RawFunction:
+    """A loaded function as real CuPy's: callable (CuPy's RawKernel call) and with a CUfunction
+    handle (`.kernel.ptr`), which cuLaunchKernel (with_raw_launch) takes instead."""
+
+    def __init__(self, fn, handle: int):
+        self._fn, self.kernel = fn, types.SimpleNamespace(ptr=handle)
+
+    def __call__(self, *args, **kw):
+        return self._fn(*args, **kw)
+
+
+def with_raw_launch(cp) -> list:
+    """Give a stand-in CuPy the driver's cuLaunchKernel (cupy.cuda.driver.launchKernel), as real
+    CuPy has, so that asmgemm launches through its kept parameter blocks: the launch reads the
+    kernelParams array by the build's .param list (a pointer per argument, to its bytes) and calls
+    the loaded function with those values, as CuPy's own call would have passed them. Returns the
+    list each raw launch is recorded in: (entry, grid, block, shared memory, stream handle)."""
+    from asmgemm.kernel_spec import ARRAY_ARGUMENTS
+    from asmgemm.runtime import build_cache
+    from asmgemm.runtime.launch import _SCALAR
+    loaded: dict[int, tuple] = {}
+    raw_launches: list = []
+    plain = cp.RawModule
+
+    class RawModule(plain):
+        def get_function(self, entry):
+            found = [b for b in build_cache._by_config.values() if b.cubin_path == str(self.path)]
+            assert found, f"no build of {self.path} in this process"
+            handle = 0x1000 + len(loaded)
+            loaded[handle] = (super().get_function(entry), found[0].params, entry)
+            return RawFunction(loaded[handle][0], handle)
+
+    def launch_kernel(handle, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+        fn, names, entry = loaded[handle]
+        pointers = (ctypes.c_void_p * len(names)).from_address(params)
+        args = []
+        for i, (name, ptype) in enumerate(names):
+            if name in ARRAY_ARGUMENTS:
+                args.append(ctypes.string_at(pointers[i], ARRAY_ARGUMENTS[name]))
+            else:
+                dtype = np.dtype(_SCALAR[ptype])
+                args.append(np.frombuffer(ctypes.string_at(pointers[i], dtype.itemsize), dtype)[0])
+        raw_launches.append((entry, (gx, gy, gz), (bx, by, bz), smem, stream))
+        fn((gx, gy, gz), (bx, by, bz), tuple(args), shared_mem=smem, stream=ExternalStream(stream) if stream else None)
+
+    cp.RawModule = RawModule
+    cp.cuda.driver = types.SimpleNamespace(launchKernel=launch_kernel)
+    return raw_launches
+
+
 class _Capsule:
     """What numpy's from_dlpack reads: a DLPack capsule of host memory."""
 
@@ -244,8 +294,9 @@ def make_torch() -> types.ModuleType:
     torch.float32, torch.float64, torch.float16 = (TorchDtype("float32", np.float32), TorchDtype("float64", np.float64),
                                                    TorchDtype("float16", np.float16))
     torch.stream_ptr = [0]
+    torch.uint8 = TorchDtype("uint8", np.uint8)      # (the bytes of split_scratch's kept buffers)
     by_np = {np.dtype(np.float32): torch.float32, np.dtype(np.float64): torch.float64,
-             np.dtype(np.float16): torch.float16}
+             np.dtype(np.float16): torch.float16, np.dtype(np.uint8): torch.uint8}
 
     def empty(shape, dtype=None, device=None):
         dtype = dtype or torch.float32
@@ -262,6 +313,8 @@ def make_torch() -> types.ModuleType:
     torch.from_numpy = lambda a, device_index=0: Tensor(a, by_np[a.dtype], device_index)
     torch.cuda = types.SimpleNamespace(
         current_stream=lambda device=None: types.SimpleNamespace(cuda_stream=torch.stream_ptr[0]))
+    # the raw handle query asmgemm launches with where torch has it (as torch 2.x does)
+    torch._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda device: torch.stream_ptr[0])
     return torch
 
 

@@ -133,7 +133,7 @@ class TorchArrays:
         self._row_major: dict[tuple, tuple] = {}       # shape -> its row-major strides (in elements)
         # the current stream's handle without building a torch.cuda.Stream object on every call
         # (the handle query Triton and Inductor launch with); absent: the public call below
-        self._raw_stream = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
+        self.raw_stream = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
 
     @staticmethod
     def key_ptr(x) -> tuple[tuple, int]:
@@ -187,7 +187,7 @@ class TorchArrays:
 
     def stream(self, device: int):
         """torch's current stream on `device`, as the CuPy stream object the launch takes."""
-        raw = self._raw_stream
+        raw = self.raw_stream
         ptr = int(raw(device)) if raw is not None else int(self.torch.cuda.current_stream(device).cuda_stream)
         hit = self._streams.get((ptr, device))
         if hit is None:

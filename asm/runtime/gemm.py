@@ -17,7 +17,12 @@ A call goes: arrays -> (spec lookup -> launch_config.configure -> kept_launch.ma
 Everything in the parentheses depends only on a key of the call (shapes, strides, dtype, 16-byte
 alignment of each pointer, device, flags, params, kernel), so it is done once per key and kept
 (plan_cache.py); a repeated call builds the key, finds its kept launch, fills in the pointers and
-scalars and launches (`_launch_kept`, the one launch path, the first call's too). The modules:
+scalars and launches (`_launch_kept`, the one launch path, the first call's too). The call a loop
+repeats (CuPy arrays or torch tensors, C given or allocated, no bias, activation or params) does
+all of that in one function, `_repeat_call`, against what the last call that went the whole way
+saw (the specs token, the environment read per call, the tuning cache's switch): where its kept
+launch is one cuLaunchKernel it allocates C and launches itself, else it hands the kept launch to
+`_launch_kept`; anything else it leaves to the whole way. The modules:
 arrays.py (CuPy/torch adapters), launch_config.py (the pure decision: spec, problem, device ->
 configuration), kept_launch.py (loading, grid, argument packing), plan_cache.py.
 A kept launch plan is used only while what it was made from is still current:
@@ -44,7 +49,11 @@ from __future__ import annotations
 
 import os
 import sys
+import time
+from typing import NamedTuple
 
+from .. import kernel_spec
+from ..environment import raw_values
 from ..errors import AsmError
 from ..kernel_spec import ACTIVATIONS, activation_code, specs_version
 from . import dispatch, kept_launch, launch_config, overlap, split_scratch
@@ -54,9 +63,130 @@ from .kept_launch import KeptLaunch, clear_last_launch, last_launch  # noqa: F40
 from .launch_config import Problem
 from .pad_copy import copy_padded_into
 from .plan_cache import PlanCache
-from .tune_cache import lookups_disabled
+from .tune_cache import NO_TUNE_CACHE_ENV, lookups_disabled
 
 _cache = PlanCache()             # the kept launches of this process, by call key
+
+
+class _Unarmed:
+    """No argument is of this type: the repeated call's path is off until a call arms it."""
+
+
+class _RepeatState(NamedTuple):
+    """What the repeated call (_repeat_call) trusts, taken by the last call that went the whole way
+    on arrays of a library it knows (_arm_repeat): while none of it changed, a kept launch found
+    under the call's key is what gemm's own checks would have found. One object, swapped whole, so
+    that a call on another thread never reads half of one arming and half of another."""
+    tensor: type                    # torch.Tensor, exactly (a subclass goes the whole way); _Unarmed: off
+    ndarray: type                   # cupy.ndarray, exactly; _Unarmed: off
+    cupy: object                    # the CuPy module the plans were loaded with
+    torch_arrays: object            # the plan cache's TorchArrays (None: no torch call yet)
+    cupy_arrays: object             # and its CupyArrays
+    plans: dict                     # the plan cache's dict (emptied in place when plans are forgotten)
+    lookups_off: bool               # _options_key's tuning-cache switch then
+    token: tuple                    # kernel_spec.specs_version() the plans were made under
+    environ: object                 # os.environ, its item dict, and the raw values of the variables read per call
+    env_data: dict
+    env_values: tuple
+    get_device: object              # cupy.cuda.runtime.getDevice
+    raw_stream: object              # torch's current raw stream of a device (None: no torch call yet)
+    current_stream: object          # cupy.cuda.get_current_stream
+
+
+_repeat = _RepeatState(_Unarmed, _Unarmed, None, None, None, {}, False, (), None, {}, (), None, None, None)
+_monotonic = time.monotonic
+_registry_counter = kernel_spec.registry_counter
+_spec_memo = kernel_spec.version_memo
+
+
+def _arm_repeat(cupy, torch, cache: PlanCache) -> None:
+    """After a call that went the whole way on CuPy arrays or (torch given) torch tensors: the state
+    _repeat_call checks against (the tuning cache's switch, the plan cache's dict and specs token,
+    the environment read per call). Torch tensors only where torch offers its raw stream query;
+    nothing where os.environ keeps no item dict."""
+    global _repeat
+    env = raw_values((kernel_spec.SPECS_ENV, NO_TUNE_CACHE_ENV))
+    if env is None or cache.specs_token is None:
+        _repeat = _repeat._replace(tensor=_Unarmed, ndarray=_Unarmed)
+        return
+    tensors = cache.torch(cupy, torch) if torch is not None else cache.torch_arrays
+    raw = tensors.raw_stream if tensors is not None else None
+    _repeat = _RepeatState(tensors.torch.Tensor if raw is not None else _Unarmed, cupy.ndarray, cupy, tensors,
+                           cache.cupy_arrays, cache.plans, lookups_disabled(), cache.specs_token, *env,
+                           cupy.cuda.runtime.getDevice, raw, cupy.cuda.get_current_stream)
+
+
+def _repeat_call(r: _RepeatState, a, b, c, alpha, beta, trans_a, trans_b, kernel):
+    """gemm(a, b, c, alpha=, beta=, trans_a=, trans_b=, kernel=) on CuPy arrays or torch tensors
+    (one library, C given or allocated), no bias, activation or params: the call a loop repeats,
+    in one function (each Python call and check on the way costs 0.1-0.6 us on the H200's host:
+    docs/log/mma.md, "Host time: the repeated call in one function"). C, or None where the whole
+    way must decide: a key not kept, anything the plans were made under changed (the specs token,
+    which specs_version() would look at again now; its environment variable; the tuning cache's
+    switch; CuPy), a caller's C that overlaps an operand, a new C not aligned as planned, or beta
+    without a C. A kept launch with copies or a split goes through _launch_kept as on the whole
+    way; one cuLaunchKernel goes here."""
+    data = r.env_data
+    for key, value in r.env_values:
+        if data.get(key) is not value:
+            return None
+    memo, token = _spec_memo, r.token
+    # specs_version()'s own test for returning its token without looking at the files
+    if (memo[2] is not token or token[0] != _registry_counter[0]
+            or _monotonic() - memo[0] >= kernel_spec.SPEC_RECHECK_S
+            or os.environ is not r.environ or sys.modules.get("cupy") is not r.cupy):
+        return None
+    torch = type(a) is r.tensor
+    if torch:
+        pa, pb = a.data_ptr(), b.data_ptr()
+        key_a, key_b = (a.shape, a.stride(), a.dtype, pa & 15, a.get_device()), (b.shape, b.stride(), b.dtype,
+                                                                                 pb & 15, b.get_device())
+    else:
+        da, db = a.data, b.data
+        pa, pb = da.ptr, db.ptr
+        key_a, key_b = (a.shape, a.strides, a.dtype.char, pa & 15, da.device_id), (b.shape, b.strides, b.dtype.char,
+                                                                                   pb & 15, db.device_id)
+    if c is None:
+        if beta != 0:
+            return None             # (the whole way says why)
+        key_c, pc = True, 0
+    elif torch:
+        pc = c.data_ptr()
+        key_c = (c.shape, c.stride(), c.dtype, pc & 15, c.get_device())
+    else:
+        dc = c.data
+        pc = dc.ptr
+        key_c = (c.shape, c.strides, c.dtype.char, pc & 15, dc.device_id)
+    kept = r.plans.get((key_a, key_b, key_c, trans_a, trans_b, (kernel, None, r.lookups_off), None, 0))
+    if kept is None or not kept.current():
+        return None
+    if c is not None:
+        lo_a, hi_a, lo_b, hi_b, _, _ = kept.alias
+        if lo_a < pc - pa < hi_a or lo_b < pc - pb < hi_b:
+            return None             # C shares memory with A or B: the whole way says how
+    arrays = r.torch_arrays if torch else r.cupy_arrays
+    direct = kept.direct
+    if direct is None or r.get_device() != kept.device:
+        return on_device(r.cupy, kept.device, _launch_kept, arrays, kept, a, b, c, alpha, beta, None, (pa, pb, pc))
+    launch, handle, gx, gy, gz, bx, by, bz, smem, params, c_strides = direct
+    if c is None:
+        if torch:
+            c = (a.new_empty_strided(kept.c_shape, c_strides) if kept.c_dtype is None
+                 else arrays.empty(a, kept.c_shape, kept.c_dtype))
+            pc = c.data_ptr()
+        else:
+            c = r.cupy.empty(kept.c_shape, dtype=kept.c_dtype or a.dtype)
+            pc = c.data.ptr
+        if pc & 15 != kept.c_align:
+            return None
+    if kept.swapped:                # column-major C (or the transposed store): the kernel's A is the user's B
+        pa, pb = pb, pa
+    stream = r.raw_stream(kept.device) if torch else r.current_stream().ptr
+    with params.lock:
+        params.write(pa, pb, pc, alpha, beta)
+        launch(handle, gx, gy, gz, bx, by, bz, smem, stream, params.address, 0)
+    kept_launch._last_launch[0] = kept
+    return c
 
 
 def clear_plan_cache() -> None:
@@ -124,13 +254,21 @@ def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 0.0, trans_a: bool =
     kernel has that mode, params['SPLIT_FIXUP'] = 0 forcing the reduce kernel there).
     Raises AsmError for unsupported dtypes, mismatched shapes, unsupported strides, or no GPU.
     """
+    r = _repeat
+    if ((type(a) is r.tensor or type(a) is r.ndarray) and type(b) is type(a) and (c is None or type(c) is type(a))
+            and bias is None and activation is None and params is None):
+        out = _repeat_call(r, a, b, c, alpha, beta, trans_a, trans_b, kernel)
+        if out is not None:
+            return out
     act = activation_code(activation)
     cupy = require_gpu("asmgemm.gemm")
     cache = _cache if cupy is _cache.cupy and specs_version() is _cache.specs_token else _cache.current(cupy)
     nd = cupy.ndarray
     if type(a) is nd and type(b) is nd and (c is None or type(c) is nd) and (bias is None or type(bias) is nd):
-        return _gemm(cupy, cache, cache.cupy_arrays, a, b, c, alpha, beta, trans_a, trans_b, params, kernel, bias,
-                     act)
+        out = _gemm(cupy, cache, cache.cupy_arrays, a, b, c, alpha, beta, trans_a, trans_b, params, kernel, bias, act)
+        if bias is None and act == 0 and params is None:
+            _arm_repeat(cupy, None, cache)
+        return out
     torch = sys.modules.get("torch")      # a torch tensor exists only once torch was imported
     if torch is not None:
         # the repeated call on plain tensors, without the per-argument checks below (~3.5 us of
@@ -138,8 +276,11 @@ def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 0.0, trans_a: bool =
         tensor = torch.Tensor
         if type(a) is tensor and type(b) is tensor and (c is None or type(c) is tensor) and (
                 bias is None or type(bias) is tensor):
-            return _gemm(cupy, cache, cache.torch(cupy, torch), a, b, c, alpha, beta, trans_a, trans_b, params,
-                         kernel, bias, act)
+            out = _gemm(cupy, cache, cache.torch(cupy, torch), a, b, c, alpha, beta, trans_a, trans_b, params,
+                        kernel, bias, act)
+            if bias is None and act == 0 and params is None:
+                _arm_repeat(cupy, torch, cache)
+            return out
     names = ("A", "B", "C", "bias")
     arrays = (a, b, c, bias)
     is_torch = [torch is not None and isinstance(x, torch.Tensor) for x in arrays]

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 from ..errors import AsmError
 from ..isa.arch import arch_for
 from ..kernel_spec import KernelSpec, get_spec
 from . import build_cache, split_k
+from .arrays import row_major_strides
 from .build_cache import BuiltKernel, build_kernel
 from .cluster_capacity import blocks_per_sm, max_active_clusters
 from .gpu import DeviceFacts, function_handle
@@ -54,7 +56,7 @@ class KeptLaunch:
 
     __slots__ = ("built", "fn", "fn_key", "grid", "block", "smem", "packer", "swapped", "c_shape", "c_align",
                  "device", "c_dtype", "split", "spec_name", "c_trans", "cluster_splits", "copied", "a_ldg", "c_shifted", "raw",
-                 "current_stream", "alias", "config", "chosen_by", "fixup")
+                 "current_stream", "alias", "config", "chosen_by", "fixup", "direct")
 
     def __init__(self, built: BuiltKernel, fn, fn_key, grid_, packer: ArgPacker, swapped: bool, c_shape, c_align: int,
                  device: int, c_dtype: str | None = None, split: split_k.SplitLaunch | None = None,
@@ -83,6 +85,9 @@ class KeptLaunch:
         self.chosen_by = None           # "database", "model", "params", "tuning cache" or "size rules"
         # a split summed by each tile's last block in this one launch (split_k.in_kernel_fixup), or None
         self.fixup: FixupNeeds | None = None
+        # what gemm's repeated call launches with, where a launch is one cuLaunchKernel on the
+        # caller's operands and a new C, nothing kept per stream (direct_launch); None otherwise
+        self.direct: DirectLaunch | None = None
 
     def scratch_needs(self) -> tuple[int, int]:
         """(fp32 workspace elements, int32 tile counters) a launch of this plan needs; (0, 0): none."""
@@ -297,6 +302,34 @@ def use_raw_launch(cupy, kept: KeptLaunch) -> None:
         kept.split.raw = (*reduce, ParamBlock(kept.split.packer, kept.split.built.params))
     kept.raw = (*main, ParamBlock(kept.packer, kept.built.params))
     kept.current_stream = cupy.cuda.get_current_stream
+    kept.direct = direct_launch(kept)
+
+
+class DirectLaunch(NamedTuple):
+    """One cuLaunchKernel of a kept launch, unpacked for gemm's repeated call (runtime/gemm.py,
+    _repeat_call): the driver's function and handle, grid, block, shared memory, the parameter
+    block, and the row-major strides (in elements) of the C gemm allocates."""
+    launch: object
+    handle: int
+    grid_x: int
+    grid_y: int
+    grid_z: int
+    block_x: int
+    block_y: int
+    block_z: int
+    smem: int
+    params: ParamBlock
+    c_strides: tuple
+
+
+def direct_launch(kept: KeptLaunch) -> DirectLaunch | None:
+    """The launch unpacked where it is one cuLaunchKernel and nothing else: no operand copied to
+    padded rows, no split-K workspace or reduce (those take the stream's kept scratch under its
+    lock: runtime/gemm.py _launch_kept); None otherwise."""
+    if kept.raw is None or kept.split is not None or kept.fixup is not None or any(kept.copied):
+        return None
+    launch, handle, block = kept.raw
+    return DirectLaunch(launch, handle, *kept.grid, *kept.block, kept.smem, block, row_major_strides(kept.c_shape))
 
 
 class FixupNeeds:

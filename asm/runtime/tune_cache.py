@@ -114,24 +114,27 @@ def entry_is_current(entry: dict) -> bool:
             and entry.get("ptxas") == current_ptxas_version())
 
 
+NO_TUNE_CACHE_ENV = "ASMGEMM_NO_TUNE_CACHE"
+
+
 def lookups_disabled() -> bool:
     """$ASMGEMM_NO_TUNE_CACHE set (not "" or "0"): gemm() runs untuned. Read on every gemm() call
     (environment.py: without os.environ.get's cost for an unset variable)."""
-    return env_value("ASMGEMM_NO_TUNE_CACHE", "") not in ("", "0")
+    return env_value(NO_TUNE_CACHE_ENV, "") not in ("", "0")
 
 
 @contextlib.contextmanager
 def lookups_off():
     """Within the block, gemm() runs untuned (its defaults and size rule)."""
-    old = os.environ.get("ASMGEMM_NO_TUNE_CACHE")
-    os.environ["ASMGEMM_NO_TUNE_CACHE"] = "1"
+    old = os.environ.get(NO_TUNE_CACHE_ENV)
+    os.environ[NO_TUNE_CACHE_ENV] = "1"
     try:
         yield
     finally:
         if old is None:
-            del os.environ["ASMGEMM_NO_TUNE_CACHE"]
+            del os.environ[NO_TUNE_CACHE_ENV]
         else:
-            os.environ["ASMGEMM_NO_TUNE_CACHE"] = old
+            os.environ[NO_TUNE_CACHE_ENV] = old
 
 
 # ---- reading -----------------------------------------------------------------------------------

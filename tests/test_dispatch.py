@@ -809,6 +809,28 @@ def test_explain_names_the_size_rule_the_tma_kernel_took(run_cli, private_cache)
 
 @pytest.mark.toolchain
 @needs_ptxas
+def test_explain_says_where_the_time_model_left_the_rules_clusters(run_cli, private_cache):
+    """5 tile rows of 128 x 256 in the defaults' clusters of 2 rows: the padded units add a wave, so
+    the launch runs unclustered (launch_config.unclustered), and explain says so with both times;
+    a call whose rows pair up keeps the clusters and has no such line."""
+    h100 = "NVIDIA H100 80GB HBM3"
+    code, out, err = run_cli("explain", 592, 6656, 5456, "--dtype", "float16", "--layout", "tn", "--gpu", h100,
+                             "--json", "--top", 1)
+    assert code == 0, err
+    runs = json.loads(out)["runs"]
+    apart = runs["unclustered"]
+    assert apart["set"] == {"CLUSTER_M": 1, "CLUSTER_N": 1} and runs["params"]["CLUSTER_M"] == "1"
+    assert apart["clustered_us"] > 1.5 * apart["unclustered_us"]
+    code, out, err = run_cli("explain", 592, 6656, 5456, "--dtype", "float16", "--layout", "tn", "--gpu", h100,
+                             "--top", 1)
+    assert code == 0 and "unclustered: CLUSTER_M=1 CLUSTER_N=1 (the TMA kernel's time model:" in " ".join(out.split())
+    code, out, err = run_cli("explain", 512, 6656, 5456, "--dtype", "float16", "--layout", "tn", "--gpu", h100,
+                             "--json", "--top", 1)
+    assert code == 0 and json.loads(out)["runs"]["unclustered"] is None
+
+
+@pytest.mark.toolchain
+@needs_ptxas
 def test_explain_plans_a_batch_as_gemm_does(run_cli, private_cache):
     """--batch: 3-D operands of that many matrices. Attention's Q.K^T (128 x 4096 x 4096 x 128 fp16
     nt) runs hgemm's batched mode by rule 1c on the H100's DRAM rate (one consumer); a small odd

@@ -139,6 +139,16 @@ def test_fp16_layouts(layout, m, n, k):
     _check(m, n, k, layout)
 
 
+@pytest.mark.parametrize("m,n,k,layout,dtype", [(592, 6656, 5456, "tn", "float16"), (544, 9120, 4400, "nt", "bfloat16"),
+                                                 (4272, 176, 1120, "nt", "float16"), (3248, 304, 904, "nn", "bfloat16")])
+def test_launches_the_model_unclusters(m, n, k, layout, dtype):
+    """Calls whose size rule's clusters the TMA kernel's time model leaves (launch_config.unclustered):
+    the unclustered build that runs gives the reference C, with beta."""
+    _check(m, n, k, layout, dtype=dtype, alpha=0.5, beta=0.25)
+    ran = last_launch()
+    assert ran["chosen_by"] == "size rules" and ran["params"]["CLUSTER_M"] == "1" and ran["params"]["CLUSTER_N"] == "1"
+
+
 @pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
 def test_bf16_layouts(layout):
     _check(333, 517, 300, layout, dtype="bfloat16")

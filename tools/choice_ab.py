@@ -38,6 +38,7 @@ def record(args) -> int:
     from asmgemm.bench.shapes import parse_shapes
     from asmgemm.runtime import launch_config
     from asmgemm.runtime.arrays import Dtype
+    from asmgemm.runtime.build_cache import defines_of
     from asmgemm.runtime.plan import fresh_operands
     facts = facts_of(args.gpu)
     out = []
@@ -58,6 +59,14 @@ def record(args) -> int:
                     if cfg.config and cfg.choice is not None:
                         found = [x for x in cfg.choice.order if x.label == cfg.config]
                         params = found[0].params() if found else None
+                    elif cfg.built is not None and cfg.split is None and not cfg.in_cluster and cfg.copied == (0, 0):
+                        # the kernel's own rules, unsplit: its build's -D values but the split switches
+                        # (params= name a split by its count), so that a change to what the rules build
+                        # (launch_config.unclustered) is a move, which `time` runs as params=
+                        sk = cfg.spec.split_k
+                        drop = {sk.switch, sk.fixup_switch} if sk is not None else set()
+                        params = {k: int(v) if v.lstrip("-").isdigit() else v
+                                  for k, v in defines_of(cfg.built).items() if k not in drop}
                     out.append({**row, "kernel": cfg.spec.name, "label": cfg.config, "params": params,
                                 "chosen_by": cfg.chosen_by})
     with open(args.json, "w") as f:
@@ -108,7 +117,7 @@ def time_moves(args) -> int:
             if choice["label"] is None:         # the kernel's own rules, the TMA kernel not sent in place
                 def fn():
                     with path_model.in_place_off():
-                        return gemm(a, b, trans_a=ta, trans_b=tb, kernel=choice["kernel"])
+                        return gemm(a, b, trans_a=ta, trans_b=tb, kernel=choice["kernel"], params=choice.get("params"))
                 return fn
             return lambda: gemm(a, b, trans_a=ta, trans_b=tb, params=choice["params"], kernel=choice["kernel"])
         got = measure({"old": run(o), "new": run(n)}, args.reps)

@@ -157,6 +157,9 @@ def _what_runs(m: int, n: int, k: int, dtype: str, layout: str, fused: bool, fac
             "tile": [cfg.built.tile_m, cfg.built.tile_n] if cfg.built is not None else None,
             "path": cfg.path.to_json() if cfg.path is not None else None,
             "size_rule": _size_rule(cfg, facts),
+            "unclustered": None if cfg.unclustered is None else {
+                "clustered_us": cfg.unclustered.clustered_s * 1e6, "unclustered_us": cfg.unclustered.apart_s * 1e6,
+                "set": cfg.unclustered.defines},
             "params": defines_of(cfg.built) if cfg.built is not None else None,
             # the runtime stores C evict-first (launch.c_stream) where C is larger than the GPU's L2,
             # which a GPU explained from its dispatch database does not say
@@ -243,6 +246,12 @@ def _print(r: dict) -> None:
             dram = rule["dram_per_sm_cycle"]
             dram = "unknown: the H100 SXM's" if dram is None else dram
             console.print(f"  {took} (docs/kernel-selection.md; DRAM_PER_SM_CYCLE {dram})")
+        apart = runs["unclustered"]
+        if apart is not None:
+            console.print("  unclustered: " + " ".join(f"{k}={v}" for k, v in apart["set"].items())
+                          + f" (the TMA kernel's time model: {apart['clustered_us']:.1f} us in the rule's clusters, "
+                          f"whose padded units add a wave, against {apart['unclustered_us']:.1f} without; "
+                          "launch_config.unclustered)")
         if runs["params"]:
             console.print("  built with: " + " ".join(f"{k}={v}" for k, v in sorted(runs["params"].items())))
         if runs["c_stream_unknown"]:

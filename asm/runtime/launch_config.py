@@ -23,7 +23,7 @@ The steps, in order (each may change the kernel or the geometry the next one see
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, NamedTuple
 
 from ..errors import AsmError
@@ -78,6 +78,8 @@ class LaunchConfig:
     choice: dispatch.Choice | None = field(default=None, repr=False)
     # copy or in place, where TMA could not read an operand and the path model decided (None: no decision)
     path: path_model.PathDecision | None = None
+    # the size rules' clusters left because the TMA kernel's time model has them adding a wave (or None)
+    unclustered: "Unclustered | None" = None
 
 
 def pick_spec(kernel: str | None, dtype: str, c_dtype: str | None, facts: DeviceFacts, bias=None,
@@ -213,24 +215,63 @@ def configure(spec: KernelSpec, problem: Problem, facts: DeviceFacts,
         if picked.swap:
             cfg.plan = plan_ct
     else:
-        cfg.split, cfg.in_cluster, cfg.fixup, cfg.built = _rules_build(spec, plan, params, tuned, facts, target,
-                                                                       kernel_batch, plain)
+        cfg.split, cfg.in_cluster, cfg.fixup, cfg.built, cfg.unclustered = _rules_build(
+            spec, plan, params, tuned, facts, target, kernel_batch, plain)
     return cfg
 
 
 def _rules_build(spec: KernelSpec, plan: LaunchPlan, params: dict | None, tuned: dict | None, facts: DeviceFacts,
-                 target: str, kernel_batch: int, plain: bool):
-    """(split, cluster S, in-kernel sum, build) of a kernel without a catalog choice: params=, the
-    tuning entry, else the spec's size and split rules."""
+                 target: str, kernel_batch: int, plain: bool, rules_only: bool = False):
+    """(split, cluster S, in-kernel sum, build, Unclustered or None) of a kernel without a catalog
+    choice: params=, the tuning entry, else the spec's size and split rules (their clusters left
+    where the TMA kernel's time model says they add a wave: unclustered; rules_only: as the rules
+    give them, the configurations the time model's training calls were measured at)."""
     split = split_k.choose_split(spec, plan, params, tuned, facts.sm_count, plain=plain)
     in_cluster = split_k.cluster_splits(spec, split, target, params if params is not None else tuned, plan,
                                         facts.sm_count)
     fixup = split_k.in_kernel_fixup(spec, split, params if params is not None else tuned, in_cluster)
-    built = _build_for(spec, plan, params, tuned, facts, target,
-                       {**split_k.switch_define(spec, split, in_cluster, fixup),
-                        **batch_defines(spec, kernel_batch, params),
-                        **c_stream_defines(spec, plan, kernel_batch, facts, params)})
-    return split, in_cluster, fixup, built
+    defines = {**split_k.switch_define(spec, split, in_cluster, fixup), **batch_defines(spec, kernel_batch, params),
+               **c_stream_defines(spec, plan, kernel_batch, facts, params)}
+    built = _build_for(spec, plan, params, tuned, facts, target, defines)
+    apart = None
+    if not rules_only and params is None and tuned is None and split is None and isinstance(built, BuiltKernel):
+        apart = unclustered(spec, plan, built, facts)
+        if apart is not None:
+            built = _build_for(spec, plan, None, None, facts, target, {**defines, **apart.defines})
+    return split, in_cluster, fixup, built, apart
+
+
+class Unclustered(NamedTuple):
+    """The size rules' clusters left (unclustered): the TMA kernel's modelled time with them and
+    without, and the -D values that leave them."""
+    clustered_s: float
+    apart_s: float
+    defines: dict
+
+
+def unclustered(spec: KernelSpec, plan: LaunchPlan, built: BuiltKernel, facts: DeviceFacts) -> Unclustered | None:
+    """Where the size rules put tiles in clusters that share their loads (multicast) and the TMA
+    kernel's time model (path_model.TmaTime) has the same launch unclustered faster by more than
+    its error (path_model.cluster_margin): the cluster switches (the launch table's cluster_rows /
+    cluster_cols constants) at 1; else None. A persistent cluster walks cluster_rows x cluster_cols
+    tiles as one unit, so tile rows or columns that are not a multiple of it pad the last units,
+    and where the padded units no longer fit one wave each block walks twice the chain: 592 x 6656
+    x 5456 fp16 tn, 5 tile rows of 128 x 256 in clusters of 2 rows, 78 units of 2 tiles for 66
+    clusters, 120.6 us on the H200 against cuBLAS's 62.3 (docs/log/hgemm.md, "Clusters that add a
+    wave"). The multicast's saving of L2 traffic, which the model has no term for, is what the
+    size rules measured; the model moves a launch only where the walk itself changes."""
+    rows, cols = spec.launch.cluster_rows, spec.launch.cluster_cols
+    shared = built.cluster_rows * built.cluster_cols
+    if spec.launch.grid != "persistent" or not (rows or cols) or shared <= 1 or built.cluster != shared:
+        return None             # (clusters whose blocks split K are not a tile-sharing choice)
+    itemsize = DTYPE_ITEMSIZE[spec.dtypes.a]
+    timing = path_model.tma_time(facts.name)
+    clustered = path_model.tma_config_s(timing, *tma_terms(spec, built, plan, facts, itemsize), facts.dram_bytes_per_s)
+    alone = replace(built, cluster=1, cluster_rows=1, cluster_cols=1)
+    apart = path_model.tma_config_s(timing, *tma_terms(spec, alone, plan, facts, itemsize), facts.dram_bytes_per_s)
+    if clustered <= apart * path_model.cluster_margin(timing):
+        return None
+    return Unclustered(clustered, apart, {name: 1 for name in (rows, cols) if name})
 
 
 # ---- the kernel: epilogue, routes, in_place ------------------------------------------------------
@@ -360,18 +401,28 @@ def _in_place_or(spec: KernelSpec, plan: LaunchPlan, tma_plan: LaunchPlan, items
 
 
 def tma_launch_terms(spec: KernelSpec, plan: LaunchPlan, facts: DeviceFacts, itemsize: int,
-                     plain: bool = True) -> tuple[int, int, float, int] | None:
+                     plain: bool = True, rules_only: bool = False) -> tuple[int, int, float, int] | None:
     """(chain of K tiles a block walks, tiles a block holds, tile area in 128 x 128 units, bytes of A,
     B and C) of the TMA kernel's launch of `plan` as its size rules build it (the build gives the
     tile and the cluster; it is the build configure makes next where the TMA kernel runs), the terms
     of path_model.TmaTime; None for a split-K launch or a grid that is not persistent. plain: no
     fused epilogue (a split rule may apply). Also what tools/fit_tma_time.py fits the coefficients
-    on, so the fit and the runtime read one launch alike."""
+    on, so the fit and the runtime read one launch alike (rules_only: the rules' clusters kept, the
+    configuration its training calls ran at)."""
     if spec.launch.grid != "persistent":
         return None
-    split, _, _, built = _rules_build(spec, plan, None, None, facts, spec.build_target(facts.target), 1, plain)
+    split, _, _, built, _ = _rules_build(spec, plan, None, None, facts, spec.build_target(facts.target), 1, plain,
+                                         rules_only)
     if split is not None or not isinstance(built, BuiltKernel):
         return None             # (not a BuiltKernel: a test's stand-in build)
+    return tma_terms(spec, built, plan, facts, itemsize)
+
+
+def tma_terms(spec: KernelSpec, built: BuiltKernel, plan: LaunchPlan, facts: DeviceFacts,
+              itemsize: int) -> tuple[int, int, float, int]:
+    """path_model.TmaTime's terms of one persistent launch of `built` (its tile and cluster) on `plan`:
+    (chain of K tiles a block walks, tiles a block holds, tile area in 128 x 128 units, bytes of A,
+    B and C)."""
     units, clusters = persistent_walk(built, plan, facts.sm_count)
     tiles_a_block = -(-units // clusters)
     # a cluster's blocks beyond its unit's rows and columns split K among them (CLUSTER_K ranks)

@@ -15,19 +15,14 @@ from test_host_overhead import gpu  # noqa: F401  (the fixture: tiny kernel, sta
 from test_host_overhead import rand
 
 
-@pytest.fixture
-def torch_gpu(gpu, monkeypatch):  # noqa: F811
-    """`gpu` with torch tensors, the driver's launch, and a count of the calls that went the whole way."""
+def _counted_gpu(gpu, monkeypatch):
+    """`gpu` with the driver's launch, the spec files looked at only when a test asks (the first
+    call's build takes longer than SPEC_RECHECK_S), and a count of the calls that went the whole way."""
     import sys
 
     from asmgemm.runtime import gemm as gemm_module
     gpu.raw = with_raw_launch(sys.modules["cupy"])
-    torch = make_torch()
-    torch.stream_ptr[0] = 0x5150
-    monkeypatch.setitem(sys.modules, "torch", torch)
-    gpu.torch = torch
     gpu.whole_way = 0
-    # the spec files looked at only when a test asks (the first call's build takes longer than 0.5 s)
     monkeypatch.setattr(kernel_spec, "SPEC_RECHECK_S", 3600.0)
     real = gemm_module._gemm
 
@@ -35,6 +30,25 @@ def torch_gpu(gpu, monkeypatch):  # noqa: F811
         gpu.whole_way += 1
         return real(*args, **kw)
     monkeypatch.setattr(gemm_module, "_gemm", counted)
+    return gpu
+
+
+@pytest.fixture
+def cupy_gpu(gpu, monkeypatch):  # noqa: F811
+    return _counted_gpu(gpu, monkeypatch)
+
+
+@pytest.fixture
+def torch_gpu(gpu, monkeypatch):  # noqa: F811
+    """_counted_gpu with the stand-in torch (its raw stream query answering 0x5150)."""
+    import sys
+
+    from asmgemm.runtime import gemm as gemm_module
+    gpu = _counted_gpu(gpu, monkeypatch)
+    torch = make_torch()
+    torch.stream_ptr[0] = 0x5150
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    gpu.torch = torch
     # no arming left over from another test's torch module
     monkeypatch.setattr(gemm_module, "_repeat", gemm_module._repeat._replace(tensor=gemm_module._Unarmed))
     return gpu
@@ -189,24 +203,6 @@ def test_a_kept_launch_with_copies_repeats_without_planning(torch_gpu, monkeypat
         product(gpu, rand(9, 3, seed=i), rand(3, 6, seed=5 + i))     # rows of 3 doubles: A copied
     assert gpu.whole_way == 1 and gpu.counts["plan_launch"] == 2
     assert [r[0] for r in gpu.raw].count("tiny_dgemm") == 3
-
-
-@pytest.fixture
-def cupy_gpu(gpu, monkeypatch):  # noqa: F811
-    """`gpu` with the driver's launch, and a count of the calls that went the whole way."""
-    import sys
-
-    from asmgemm.runtime import gemm as gemm_module
-    gpu.raw = with_raw_launch(sys.modules["cupy"])
-    gpu.whole_way = 0
-    monkeypatch.setattr(kernel_spec, "SPEC_RECHECK_S", 3600.0)
-    real = gemm_module._gemm
-
-    def counted(*args, **kw):
-        gpu.whole_way += 1
-        return real(*args, **kw)
-    monkeypatch.setattr(gemm_module, "_gemm", counted)
-    return gpu
 
 
 def test_cupy_arrays_with_a_given_c_repeat_from_the_one_function(cupy_gpu):

@@ -56,3 +56,18 @@ def test_a_record_names_what_configure_chooses(tmp_path):
     assert [(r["m"], r["n"], r["k"], r["layout"]) for r in rows] == [(64, 96, 128, "nn"), (64, 96, 128, "tt")]
     for r in rows:
         assert r["kernel"].startswith("sgemm") and r["label"] and r["params"] and r["chosen_by"] == "model"
+
+
+@pytest.mark.slow
+def test_a_rules_choice_records_its_builds_values_so_a_changed_build_is_a_move(tmp_path):
+    """The TMA kernel's own rules (label null): the build's -D values, less the split switches
+    (params= name a split by its count), so that launch_config.unclustered's CLUSTER_M = 1 is a
+    move that `time` can run both ways as params=."""
+    out = tmp_path / "rec.json"
+    assert choice_ab.main(["record", "--gpu", "NVIDIA H200", "--shapes", "592x6656x5456", "--shapes", "512x6656x5456",
+                           "--dtypes", "float16", "--layouts", "tn", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["calls"]
+    assert [r["label"] for r in rows] == [None, None] and [r["kernel"] for r in rows] == ["hgemm", "hgemm"]
+    assert [r["params"]["CLUSTER_M"] for r in rows] == [1, 2] and "SPLIT_K" not in rows[0]["params"]
+    old = {"calls": [dict(rows[0], params={**rows[0]["params"], "CLUSTER_M": 2}), rows[1]]}
+    assert [n["m"] for _, n in choice_ab.moved(old, {"calls": rows})] == [592]

@@ -242,3 +242,23 @@ def test_torch_tensors_with_a_given_c(torch_gpu):
         assert out is c
         np.testing.assert_allclose(c.numpy(), 2.0 * a.numpy() @ b.numpy() + 0.5 * c0, rtol=1e-12)
     assert gpu.whole_way == 1
+
+
+@pytest.mark.parametrize("library", ["torch", "cupy"])
+def test_host_profiles_pieces_are_the_one_functions_steps(torch_gpu, library):
+    """tools/host_profile.py --pieces times the steps of _repeat_call (the path a loop's call takes),
+    each alone, with the kept launch's own key: a key this tool built wrong would raise."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+    tool = Path(__file__).resolve().parent.parent / "tools" / "host_profile.py"
+    spec = importlib.util.spec_from_file_location("host_profile", tool)
+    host_profile = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(host_profile)
+    a, b = rand(20, 10), rand(10, 30)
+    if library == "torch":
+        a, b = tensor(torch_gpu, a), tensor(torch_gpu, b)
+    rows = host_profile.pieces(sys.modules["cupy"], a, b, False, False, 5, lambda: None)
+    names = [name for name, _ in rows]
+    assert names[:2] == ["the checks (environment, specs token, CuPy)", "A's and B's keys"]
+    assert "driver launch" in names and names[-1] == "the whole call" and rows[-1][1] > 0

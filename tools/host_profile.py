@@ -4,11 +4,11 @@ shape (CuPy or torch operands), beside the per-call wall time of asmgemm and of 
 torch.matmul on the same operands. The kept launch plan is made before profiling, so what is
 profiled is the steady state a loop of calls sees. Needs a GPU.
 
---pieces times each step of that repeated call alone instead (a loop of perf_counter, no profiler,
-whose own cost per call is many times what it measures for calls this short): the argument checks
-gemm() makes, the plan key, the kept plan's lookup, C's allocation, the stream, the argument block
-and the driver's launch, and "rest" = the whole call less their sum (the glue between them: Python
-calls and branches). What a cut would save, before the cut is made.
+--pieces times each step of that repeated call (runtime/gemm.py _repeat_call) alone instead (a
+loop of perf_counter, no profiler, whose own cost per call is many times what it measures for calls
+this short): its checks, the operands' keys, the kept plan's lookup, C's allocation, the stream,
+the argument block and the driver's launch, and "rest" = the whole call less their sum (the glue
+between them: Python calls and branches). What a cut would save, before the cut is made.
 
 Usage (GPU):
     python3 tools/host_profile.py 16 314 1725 --dtype float16            # a split-K call
@@ -27,12 +27,11 @@ import sys
 import time
 
 from asmgemm.errors import AsmError
-from asmgemm.kernel_spec import specs_version
+from asmgemm import kernel_spec
 from asmgemm.runtime import gemm as gemm_module
 from asmgemm.runtime.gemm import gemm, last_launch
 from asmgemm.runtime.gpu import require_gpu
 from asmgemm.runtime.kept_launch import _last_launch
-from asmgemm.runtime.tune_cache import lookups_disabled
 
 
 def per_call_us(fn, calls: int, sync) -> float:
@@ -46,52 +45,70 @@ def per_call_us(fn, calls: int, sync) -> float:
 
 
 def pieces(cp, a, b, ta: bool, tb: bool, calls: int, sync) -> list[tuple[str, float]]:
-    """(step, us a call) for the steps of gemm(a, b)'s repeated call, each timed alone; the last
-    row is the whole call, the one before it what the steps leave unexplained."""
+    """(step, us a call) for the steps of gemm(a, b)'s repeated call (runtime/gemm.py _repeat_call,
+    the one function a loop's call runs), each timed alone; the last row is the whole call, the one
+    before it what the steps leave unexplained."""
     gemm(a, b, trans_a=ta, trans_b=tb)
+    gemm(a, b, trans_a=ta, trans_b=tb)              # the second call arms the repeated call's path
     plan = _last_launch[0]
-    cache = gemm_module._cache
-    torch = sys.modules.get("torch")
-    arrays = cache.torch(cp, torch) if torch is not None and isinstance(a, torch.Tensor) else cache.cupy_arrays
-    options = gemm_module._options_key(None, None)
-    (key_a, a_ptr), (key_b, b_ptr) = arrays.key_ptr(a), arrays.key_ptr(b)
-    key = (key_a, key_b, True, ta, tb, options, None, 0)
-    if cache.get(key) is not plan:
+    r = gemm_module._repeat
+    torch = type(a) is r.tensor
+    if not torch and type(a) is not r.ndarray:
+        raise AsmError("host_profile --pieces: the repeated call's path is not armed for these arrays")
+    if torch:
+        def keys():
+            pa, pb = a.data_ptr(), b.data_ptr()
+            return ((a.shape, a.stride(), a.dtype, pa & 15, a.get_device()),
+                    (b.shape, b.stride(), b.dtype, pb & 15, b.get_device()))
+    else:
+        def keys():
+            da, db = a.data, b.data
+            return ((a.shape, a.strides, a.dtype.char, da.ptr & 15, da.device_id),
+                    (b.shape, b.strides, b.dtype.char, db.ptr & 15, db.device_id))
+    key_a, key_b = keys()
+    key = (key_a, key_b, True, ta, tb, (None, None, r.lookups_off), None, 0)
+    if r.plans.get(key) is not plan:
         raise AsmError("host_profile --pieces: the kept plan is not under the key this tool builds (gemm's key "
                        "changed: update pieces())")
-    c = arrays.empty(a, plan.c_shape, plan.c_dtype)
-    c_ptr = arrays.ptr(c)
-    stream = arrays.stream(plan.device)
-    kernel_a, kernel_b = (b_ptr, a_ptr) if plan.swapped else (a_ptr, b_ptr)
-    steps = [
-        ("require_gpu", lambda: gemm_module.require_gpu("asmgemm.gemm")),
-        ("specs_version", specs_version),
-        ("tune cache switch (env)", lookups_disabled),
-        ("options key", lambda: gemm_module._options_key(None, None)),
-        ("A and B key_ptr", lambda: (arrays.key_ptr(a), arrays.key_ptr(b))),
-        ("key tuple + cache.get", lambda: cache.get((key_a, key_b, True, ta, tb, options, None, 0))),
-        ("plan.current()", plan.current),
-        ("getDevice (on_device)", cp.cuda.runtime.getDevice),
-        ("C allocation", lambda: arrays.empty(a, plan.c_shape, plan.c_dtype)),
-        ("C ptr", lambda: arrays.ptr(c)),
-        ("stream", lambda: arrays.stream(plan.device)),
-        ("scratch_needs", plan.scratch_needs),
-    ]
-    raw = plan.raw
-    if raw is not None:
-        launch_fn, function, block = raw
-        g, t = plan.grid, plan.block
-        stream_ptr = stream.ptr if stream is not None else plan.current_stream().ptr
-        steps.append(("argument block write", lambda: block.write(kernel_a, kernel_b, c_ptr, 1.0, 0.0)))
-        steps.append(("driver launch", lambda: launch_fn(function, g[0], g[1], g[2], t[0], t[1], t[2], plan.smem,
-                                                         stream_ptr, block.address, 0)))
-    steps.append(("plan.launch (all of it)", lambda: plan.launch(kernel_a, kernel_b, c_ptr, 1.0, 0.0, stream)))
+    memo = kernel_spec.version_memo
+
+    def checks():
+        for k, v in r.env_values:
+            if r.env_data.get(k) is not v:
+                return False
+        return not (memo[2] is not r.token or r.token[0] != kernel_spec.registry_counter[0]
+                    or time.monotonic() - memo[0] >= kernel_spec.SPEC_RECHECK_S or sys.modules.get("cupy") is not r.cupy)
+    steps = [("the checks (environment, specs token, CuPy)", checks), ("A's and B's keys", keys),
+             ("key tuple + plans.get", lambda: r.plans.get((key_a, key_b, True, ta, tb, (None, None, r.lookups_off),
+                                                             None, 0))),
+             ("plan.current()", plan.current), ("getDevice", r.get_device)]
+    direct = plan.direct
+    if direct is not None:
+        launch, handle, gx, gy, gz, bx, by, bz, smem, block, c_strides = direct
+        if torch:
+            c = a.new_empty_strided(plan.c_shape, c_strides)
+            steps += [("C allocation", lambda: a.new_empty_strided(plan.c_shape, c_strides)), ("C ptr", c.data_ptr),
+                      ("stream", lambda: r.raw_stream(plan.device))]
+            stream_ptr = r.raw_stream(plan.device)
+        else:
+            c = cp.empty(plan.c_shape, dtype=plan.c_dtype or a.dtype)
+            steps += [("C allocation", lambda: cp.empty(plan.c_shape, dtype=plan.c_dtype or a.dtype)),
+                      ("C ptr", lambda: c.data.ptr), ("stream", lambda: r.current_stream().ptr)]
+            stream_ptr = r.current_stream().ptr
+        pa, pb = (b.data_ptr(), a.data_ptr()) if torch and plan.swapped else (a.data_ptr(), b.data_ptr()) if torch \
+            else (b.data.ptr, a.data.ptr) if plan.swapped else (a.data.ptr, b.data.ptr)
+        pc = c.data_ptr() if torch else c.data.ptr
+
+        def write():
+            with block.lock:
+                block.write(pa, pb, pc, 1.0, 0.0)
+        steps += [("argument block write (under its lock)", write),
+                  ("driver launch", lambda: launch(handle, gx, gy, gz, bx, by, bz, smem, stream_ptr, block.address, 0))]
     whole = per_call_us(lambda: gemm(a, b, trans_a=ta, trans_b=tb), calls, sync)
     rows = [(name, per_call_us(fn, calls, sync)) for name, fn in steps]
     loop = per_call_us(lambda: None, calls, sync)      # the timing loop's own cost, taken off each row
     rows = [(name, max(0.0, us - loop)) for name, us in rows]
-    parts = sum(us for name, us in rows if name not in ("plan.launch (all of it)",))
-    rows.append(("rest (glue: the call less the steps)", whole - loop - parts))
+    rows.append(("rest (glue: the call less the steps)", whole - loop - sum(us for _, us in rows)))
     rows.append(("the whole call", whole - loop))
     return rows
 

@@ -190,7 +190,7 @@ def aligned_margin(t: TmaTime, in_place_rms_log: float = IN_PLACE_RMS_LOG) -> fl
 
 def cluster_margin(t: TmaTime) -> float:
     """The factor by which the TMA kernel's modelled time at one configuration must exceed another's
-    before the runtime leaves the size rules' clusters (launch_config.unclustered_defines): e^(the
+    before the runtime leaves the size rules' clusters (launch_config.unclustered): e^(the
     model's rms log error, two estimates taken as independent), 1.22 for the H100's. The two share
     the model, so their errors are not independent; the margin is wider than it needs to be for
     the clusters' multicast saving, which the model has no term for, to keep its measured calls."""

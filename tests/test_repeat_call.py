@@ -262,3 +262,33 @@ def test_host_profiles_pieces_are_the_one_functions_steps(torch_gpu, library):
     names = [name for name, _ in rows]
     assert names[:2] == ["the checks (environment, specs token, CuPy)", "A's and B's keys"]
     assert "driver launch" in names and names[-1] == "the whole call" and rows[-1][1] > 0
+
+
+@pytest.mark.parametrize("library", ["torch", "cupy"])
+def test_the_repeated_call_makes_few_python_calls_of_its_own(torch_gpu, library):
+    """The point of the one function: a repeated call runs gemm, _repeat_call and what the launch
+    itself needs (the plan's currency check, the parameter block's write), not the whole way's ~25
+    Python calls. Counted with sys.setprofile over asmgemm's own code (the stand-ins' calls left
+    out): a regression that routes the loop's call the long way again fails here, on the CPU."""
+    import sys
+    from pathlib import Path
+
+    import asmgemm
+    package = str(Path(asmgemm.__file__).parent)
+    a, b = rand(20, 10), rand(10, 30)
+    if library == "torch":
+        a, b = tensor(torch_gpu, a), tensor(torch_gpu, b)
+    asmgemm.gemm(a, b)
+    asmgemm.gemm(a, b)
+    seen = []
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.startswith(package):
+            seen.append(frame.f_code.co_name)
+    sys.setprofile(profile)
+    try:
+        asmgemm.gemm(a, b)
+    finally:
+        sys.setprofile(None)
+    assert seen[:2] == ["gemm", "_repeat_call"] and "_gemm" not in seen, seen
+    assert len(seen) <= 6, seen         # now 5: gemm, _repeat_call, current, write, _same_scalars

@@ -292,3 +292,32 @@ def test_the_repeated_call_makes_few_python_calls_of_its_own(torch_gpu, library)
         sys.setprofile(None)
     assert seen[:2] == ["gemm", "_repeat_call"] and "_gemm" not in seen, seen
     assert len(seen) <= 6, seen         # now 5: gemm, _repeat_call, current, write, _same_scalars
+
+
+@pytest.mark.parametrize("raw", [True, False], ids=["driver launch", "cupy call"])
+@pytest.mark.parametrize("kw,names", [
+    (dict(kernel=["tiny_dgemm"]), "kernel takes a kernel spec's name"), (dict(kernel=5), "kernel takes"),
+    (dict(trans_a=[1]), "trans_a takes True or False"), (dict(trans_b="yes"), "trans_b takes True or False"),
+    (dict(alpha="x"), "alpha takes a real number"), (dict(beta=1 + 2j), "beta takes a real number"),
+    (dict(alpha=2.0, beta="y"), "beta takes a real number"),     # alpha converted, then beta fails
+    (dict(params="BK=16"), "params takes a dict"),
+])
+def test_options_of_the_wrong_kind_are_asm_errors_and_leave_the_kept_launch_right(gpu, monkeypatch, raw, kw,  # noqa: F811
+                                                                                    names):
+    """An option of the wrong kind, on a call whose plan is kept (the repeated call's path armed),
+    is an AsmError naming the argument, not Python's TypeError / ValueError from deep in the
+    runtime; the next good call on that plan gives the right C (a scalar that failed to convert
+    left no stale alpha or beta in the parameter block)."""
+    import asmgemm
+    from asmgemm.errors import AsmError
+    from test_host_overhead import check
+    g = _counted_gpu(gpu, monkeypatch) if raw else gpu
+    a, b = rand(30, 30), rand(30, 30, seed=1)
+    check(a, b, rand(30, 30, seed=2), alpha=0.5, beta=0.25)
+    check(a, b, rand(30, 30, seed=3), alpha=0.5, beta=0.25)
+    with pytest.raises(AsmError, match=names):
+        asmgemm.gemm(a, b, rand(30, 30, seed=4), **{"alpha": 0.5, "beta": 0.25, **kw})
+    check(a, b, rand(30, 30, seed=5), alpha=0.5, beta=0.25)
+    check(a, b, rand(30, 30, seed=6), alpha=-3.0, beta=2.0)
+    if raw:
+        assert g.whole_way <= 3        # the first call, the bad one, and at most one more

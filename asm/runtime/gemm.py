@@ -50,6 +50,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Mapping
 from typing import NamedTuple
 
 from .. import kernel_spec
@@ -157,7 +158,10 @@ def _repeat_call(r: _RepeatState, a, b, c, alpha, beta, trans_a, trans_b, kernel
         dc = c.data
         pc = dc.ptr
         key_c = (c.shape, c.strides, c.dtype.char, pc & 15, dc.device_id)
-    kept = r.plans.get((key_a, key_b, key_c, trans_a, trans_b, (kernel, None, r.lookups_off), None, 0))
+    try:
+        kept = r.plans.get((key_a, key_b, key_c, trans_a, trans_b, (kernel, None, r.lookups_off), None, 0))
+    except TypeError:
+        return None                 # an unhashable option: the whole way says which
     if kept is None or not kept.current():
         return None
     if c is not None:
@@ -167,7 +171,10 @@ def _repeat_call(r: _RepeatState, a, b, c, alpha, beta, trans_a, trans_b, kernel
     arrays = r.torch_arrays if torch else r.cupy_arrays
     direct = kept.direct
     if direct is None or r.get_device() != kept.device:
-        return on_device(r.cupy, kept.device, _launch_kept, arrays, kept, a, b, c, alpha, beta, None, (pa, pb, pc))
+        try:
+            return on_device(r.cupy, kept.device, _launch_kept, arrays, kept, a, b, c, alpha, beta, None, (pa, pb, pc))
+        except (TypeError, ValueError):
+            return None             # alpha or beta not a number (its packing failed): the whole way says which
     launch, handle, gx, gy, gz, bx, by, bz, smem, params, c_strides = direct
     if c is None:
         if torch:
@@ -183,7 +190,10 @@ def _repeat_call(r: _RepeatState, a, b, c, alpha, beta, trans_a, trans_b, kernel
         pa, pb = pb, pa
     stream = r.raw_stream(kept.device) if torch else r.current_stream().ptr
     with params.lock:
-        params.write(pa, pb, pc, alpha, beta)
+        try:
+            params.write(pa, pb, pc, alpha, beta)
+        except (TypeError, ValueError):
+            return None             # alpha or beta not a number: the whole way says which
         launch(handle, gx, gy, gz, bx, by, bz, smem, stream, params.address, 0)
     kept_launch._last_launch[0] = kept
     return c
@@ -199,6 +209,33 @@ def forget_tuned_choices() -> None:
     and the launches kept with them."""
     launch_config.forget_tuned_lookups()
     clear_plan_cache()
+
+
+_PLAIN_NUMBERS = (float, int)
+
+
+def check_call_options(alpha, beta, trans_a, trans_b, params, kernel) -> None:
+    """AsmError, saying which argument and what it takes, for options of the wrong kind (a list
+    for trans_a, a string for alpha, a name that is not a str): without it such a call failed
+    deep in the runtime with a TypeError, AttributeError or ValueError of Python's own."""
+    for name, value in (("alpha", alpha), ("beta", beta)):
+        try:
+            float(value)
+        except (TypeError, ValueError):
+            raise AsmError(f"{name} takes a real number, got {value!r:.60} ({type(value).__name__})") from None
+    for name, value in (("trans_a", trans_a), ("trans_b", trans_b)):
+        try:
+            ok = hash(value) is not None and value in (False, True)
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise AsmError(f"{name} takes True or False, got {value!r:.60} ({type(value).__name__})")
+    if params is not None and not isinstance(params, Mapping):
+        raise AsmError(f"params takes a dict of -D values, got {params!r:.60} ({type(params).__name__})",
+                       hint="e.g. params={'BK': 16, 'THREADS': 64} (`asmgemm kernels` lists each kernel's parameters)")
+    if kernel is not None and not isinstance(kernel, str):
+        raise AsmError(f"kernel takes a kernel spec's name, got {kernel!r:.60} ({type(kernel).__name__})",
+                       hint="`asmgemm kernels` lists them, e.g. kernel='sgemm'")
 
 
 def _options_key(params: dict | None, kernel: str | None):
@@ -261,6 +298,10 @@ def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 0.0, trans_a: bool =
         if out is not None:
             return out
     act = activation_code(activation)
+    if not (type(alpha) in _PLAIN_NUMBERS and type(beta) in _PLAIN_NUMBERS and type(trans_a) is bool
+            and type(trans_b) is bool and (params is None or type(params) is dict)
+            and (kernel is None or type(kernel) is str)):
+        check_call_options(alpha, beta, trans_a, trans_b, params, kernel)      # the rest, looked at closely
     cupy = require_gpu("asmgemm.gemm")
     cache = _cache if cupy is _cache.cupy and specs_version() is _cache.specs_token else _cache.current(cupy)
     nd = cupy.ndarray

@@ -354,6 +354,7 @@ class ParamBlock:
             self._ptrs = ptrs
         if not _same_scalars(self._ab, alpha, beta):
             values = (alpha, beta)
+            self._ab = (None, None)     # until both are written (a scalar that fails to convert leaves them unknown)
             for slot, which in self._floats:
                 slot.value = values[which]
             self._ab = values

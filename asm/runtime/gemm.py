@@ -289,7 +289,9 @@ def gemm(a, b, c=None, *, alpha: float = 1.0, beta: float = 0.0, trans_a: bool =
     (runtime/split_k.py: an fp32 workspace of S x M x N, kept per stream, then a deterministic
     reduce into C: by the reduce kernel, or by the GEMM's own last block of each tile where the
     kernel has that mode, params['SPLIT_FIXUP'] = 0 forcing the reduce kernel there).
-    Raises AsmError for unsupported dtypes, mismatched shapes, unsupported strides, or no GPU.
+    Raises AsmError for unsupported dtypes, mismatched shapes, unsupported strides, options of the
+    wrong kind (alpha/beta not numbers, trans_a/trans_b not True or False, params not a dict, kernel
+    not a name), or no GPU.
     """
     r = _repeat
     if ((type(a) is r.tensor or type(a) is r.ndarray) and type(b) is type(a) and (c is None or type(c) is type(a))

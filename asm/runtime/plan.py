@@ -92,6 +92,10 @@ def storage_of(arr, name: str) -> tuple[int, int, int, bool]:
         raise AsmError(f"{name} must be a 2-D matrix, got {arr.ndim} dimension(s) (shape {tuple(arr.shape)})")
     r, c = (int(x) for x in arr.shape)
     s0, s1 = _elem_strides(arr, name)
+    if r == 0 or c == 0:
+        # no element is read, so no stride matters (numpy and CuPy give an empty slice strides of 0,
+        # which the tests below would refuse as overlapping rows); torch.matmul takes such operands
+        return r, c, max(c, 1), False
     # A dimension of extent 1 is never stepped over, so its stride does not matter.
     row_major = (s1 == 1 or c == 1) and (r == 1 or s0 >= max(c, 1))
     if row_major:

@@ -79,10 +79,32 @@ def calls(draw):
     return a, b, c, kw, valid and bad is None
 
 
-@settings(max_examples=150, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+FUZZ = settings(max_examples=150, deadline=None, derandomize=True, database=None,
+                suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@FUZZ
 @given(case=calls())
-def test_a_call_gives_numpys_c_or_an_asm_error(gpu, case):  # noqa: F811
+def test_a_call_on_cupy_arrays_gives_numpys_c_or_an_asm_error(gpu, case):  # noqa: F811
+    _run(case, lambda x: x.view(FakeArray))
+
+
+@FUZZ
+@given(case=calls())
+def test_a_call_on_torch_tensors_gives_numpys_c_or_an_asm_error(gpu, monkeypatch, case):  # noqa: F811
+    import sys
+
+    from fake_cupy import make_torch
+    torch = sys.modules.get("torch")
+    if getattr(torch, "__name__", None) != "torch" or not hasattr(torch, "stream_ptr"):
+        torch = make_torch()
+        monkeypatch.setitem(sys.modules, "torch", torch)
+    _run(case, torch.from_numpy)
+
+
+def _run(case, wrap):
+    """The call, twice, on operands `wrap` makes of the numpy arrays (CuPy's stand-in arrays as
+    they are, or torch's stand-in tensors over the same memory)."""
     import sys
 
     import asmgemm
@@ -94,14 +116,16 @@ def test_a_call_gives_numpys_c_or_an_asm_error(gpu, case):  # noqa: F811
         c_in = None if c is None else _same_layout(c)
         before = None if c_in is None else np.array(c_in)
         try:
-            out = asmgemm.gemm(a, b, c_in, **kw)
+            out = asmgemm.gemm(wrap(np.asarray(a)), wrap(np.asarray(b)), None if c_in is None else wrap(np.asarray(c_in)),
+                               **kw)
         except AsmError:
             assert not valid, "a call torch.matmul would take was refused"
             continue
+        out = np.asarray(out.numpy() if hasattr(out, "numpy") and not isinstance(out, np.ndarray) else out)
         ta, tb = bool(kw["trans_a"]), bool(kw["trans_b"])
         want = float(kw["alpha"]) * ((np.asarray(a).T if ta else np.asarray(a)) @ (np.asarray(b).T if tb
                                                                                  else np.asarray(b)))
         if c_in is not None:
             want = want + (float(kw.get("beta", 0.0)) * before if float(kw.get("beta", 0.0)) else 0)
-            assert out is c_in
-        np.testing.assert_allclose(np.asarray(out), want, rtol=1e-10, atol=1e-10)
+            out = np.asarray(c_in)      # (the C given, written in place)
+        np.testing.assert_allclose(out, want, rtol=1e-10, atol=1e-10)

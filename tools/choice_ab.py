@@ -39,6 +39,7 @@ def record(args) -> int:
     from asmgemm.runtime import launch_config
     from asmgemm.runtime.arrays import Dtype
     from asmgemm.runtime.build_cache import defines_of
+    from asmgemm.runtime.kept_launch import rerun_params
     from asmgemm.runtime.plan import fresh_operands
     facts = facts_of(args.gpu)
     out = []
@@ -60,13 +61,10 @@ def record(args) -> int:
                         found = [x for x in cfg.choice.order if x.label == cfg.config]
                         params = found[0].params() if found else None
                     elif cfg.built is not None and cfg.split is None and not cfg.in_cluster and cfg.copied == (0, 0):
-                        # the kernel's own rules, unsplit: its build's -D values but the split switches
-                        # (params= name a split by its count), so that a change to what the rules build
+                        # the kernel's own rules, unsplit: its build as params= (last_launch's
+                        # rerun_params), so that a change to what the rules build
                         # (launch_config.unclustered) is a move, which `time` runs as params=
-                        sk = cfg.spec.split_k
-                        drop = {sk.switch, sk.fixup_switch} if sk is not None else set()
-                        params = {k: int(v) if v.lstrip("-").isdigit() else v
-                                  for k, v in defines_of(cfg.built).items() if k not in drop}
+                        params = rerun_params(cfg.spec.name, defines_of(cfg.built), None, False, 0)
                     out.append({**row, "kernel": cfg.spec.name, "label": cfg.config, "params": params,
                                 "chosen_by": cfg.chosen_by})
     with open(args.json, "w") as f:

@@ -126,6 +126,17 @@ class RawFunction:
         return self._fn(*args, **kw)
 
 
+def kernel_params(address: int, params) -> list[bytes]:
+    """What cuLaunchKernel reads from a `kernelParams` array at `address`: argument i's bytes at
+    pointer i, as many as its .param type holds (a tensor map's 128), for the (name, PTX type)
+    list `params` of the build."""
+    from asmgemm.kernel_spec import ARRAY_ARGUMENTS
+    from asmgemm.runtime.launch import _SCALAR
+    pointers = (ctypes.c_void_p * len(params)).from_address(address)
+    return [ctypes.string_at(pointers[i], ARRAY_ARGUMENTS.get(name) or np.dtype(_SCALAR[ptype]).itemsize)
+            for i, (name, ptype) in enumerate(params)]
+
+
 def with_raw_launch(cp) -> list:
     """Give a stand-in CuPy the driver's cuLaunchKernel (cupy.cuda.driver.launchKernel), as real
     CuPy has, so that asmgemm launches through its kept parameter blocks: the launch reads the
@@ -149,14 +160,8 @@ def with_raw_launch(cp) -> list:
 
     def launch_kernel(handle, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
         fn, names, entry = loaded[handle]
-        pointers = (ctypes.c_void_p * len(names)).from_address(params)
-        args = []
-        for i, (name, ptype) in enumerate(names):
-            if name in ARRAY_ARGUMENTS:
-                args.append(ctypes.string_at(pointers[i], ARRAY_ARGUMENTS[name]))
-            else:
-                dtype = np.dtype(_SCALAR[ptype])
-                args.append(np.frombuffer(ctypes.string_at(pointers[i], dtype.itemsize), dtype)[0])
+        args = [raw if name in ARRAY_ARGUMENTS else np.frombuffer(raw, _SCALAR[ptype])[0]
+                for (name, ptype), raw in zip(names, kernel_params(params, names))]
         raw_launches.append((entry, (gx, gy, gz), (bx, by, bz), smem, stream))
         fn((gx, gy, gz), (bx, by, bz), tuple(args), shared_mem=smem, stream=ExternalStream(stream) if stream else None)
 

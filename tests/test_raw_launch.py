@@ -5,7 +5,6 @@ handed an array of pointers to them in .param order. Decoded here from memory on
 tests run every launch through this path (tests/test_raw_launch_gpu.py compares it with CuPy's)."""
 from __future__ import annotations
 
-import ctypes
 import types
 from types import SimpleNamespace
 
@@ -17,6 +16,7 @@ from asmgemm.runtime import tensor_map
 from asmgemm.runtime.build_cache import BuiltKernel
 from asmgemm.runtime.launch import ArgPacker, ParamBlock, launch_block
 from asmgemm.runtime.plan import plan_launch
+from fake_cupy import kernel_params         # what the driver reads from a kernelParams array
 
 SGEMM_PARAMS = (("A", ".u64"), ("B", ".u64"), ("C", ".u64"), ("M", ".u32"), ("N", ".u32"), ("K", ".u32"),
                 ("lda", ".u32"), ("ldb", ".u32"), ("ldc", ".u32"), ("alpha", ".f32"), ("beta", ".f32"),
@@ -37,13 +37,6 @@ def _plan(m, n, k, item, base=0x10000):
                        _matrix(m, n, base + 0x200000, item), trans_a=False, trans_b=False, ptr_of=lambda x: x.ptr)
 
 
-def _decoded(address: int, params) -> list[bytes]:
-    """What cuLaunchKernel reads: kernelParams[i] points at argument i's bytes."""
-    sizes = [128 if t == ".b8" else (8 if t in (".u64", ".b64", ".s64", ".f64") else 4) for _, t in params]
-    pointers = (ctypes.c_void_p * len(params)).from_address(address)
-    return [ctypes.string_at(pointers[i], size) for i, size in enumerate(sizes)]
-
-
 def _packed(args) -> list[bytes]:
     return [np.asarray(v).tobytes() for v in args]
 
@@ -61,7 +54,7 @@ def test_sgemm_arguments_match_the_packed_tuple_call_after_call():
         block.write(a, b, c, alpha, beta, bias)
         want = _packed(packer.pack(a, b, c, alpha, beta, bias))
         assert block.arguments() == want
-        assert _decoded(block.address, SGEMM_PARAMS) == want
+        assert kernel_params(block.address, SGEMM_PARAMS) == want
     # the fixed arguments are the plan's: M, N, K and the split's values
     got = dict(zip([n for n, _ in SGEMM_PARAMS], block.arguments()))
     assert [int.from_bytes(got[n], "little") for n in ("M", "N", "K", "k_chunk", "split_stride")] == \
@@ -96,7 +89,7 @@ def test_tensor_maps_are_written_when_their_pointer_changes(monkeypatch, layout)
     block.write(0x10000, 0x50000, 0x30000, 2.0, 1.0)
     assert encoded[n_encoded:] == ([0x50000] if layout == "address_in_every_word" else [])
     want = _packed(packer.pack(0x10000, 0x50000, 0x30000, 2.0, 1.0))
-    assert block.arguments() == want and _decoded(block.address, HGEMM_PARAMS) == want
+    assert block.arguments() == want and kernel_params(block.address, HGEMM_PARAMS) == want
 
 
 def test_launch_block_hands_the_driver_the_block():
@@ -106,7 +99,7 @@ def test_launch_block_hands_the_driver_the_block():
     calls = []
 
     def driver_launch(fn, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
-        calls.append(((fn, gx, gy, gz, bx, by, bz, smem, stream, extra), _decoded(params, SGEMM_PARAMS)))
+        calls.append(((fn, gx, gy, gz, bx, by, bz, smem, stream, extra), kernel_params(params, SGEMM_PARAMS)))
     launch_block((driver_launch, 0xf00d, block), (2, 3, 4), (256, 1, 1), 4096, 0x77, 0x1000, 0x2000, 0x3000, 1.5, 0.5)
     (head, args), = calls
     assert head == (0xf00d, 2, 3, 4, 256, 1, 1, 4096, 0x77, 0)
@@ -214,6 +207,6 @@ def test_a_moved_map_is_rewritten_by_its_address_word_alone_after_its_first_writ
         block.write(a, b, c, alpha, beta)
         assert len(moves) == asked                               # the block asked for no map
         want = _packed(packer.pack(a, b, c, alpha, beta))       # (pack itself moves maps through encode)
-        assert block.arguments() == want and _decoded(block.address, HGEMM_PARAMS) == want
+        assert block.arguments() == want and kernel_params(block.address, HGEMM_PARAMS) == want
     with pytest.raises(AsmError, match="16 bytes"):
         block.write(0x90008, 0xa0000, 0x30000, 0.5, 2.0)

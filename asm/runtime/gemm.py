@@ -225,8 +225,9 @@ def check_call_options(alpha, beta, trans_a, trans_b, params, kernel) -> None:
             raise AsmError(f"{name} takes a real number, got {value!r:.60} ({type(value).__name__})") from None
     for name, value in (("trans_a", trans_a), ("trans_b", trans_b)):
         try:
-            ok = hash(value) is not None and value in (False, True)
-        except (TypeError, ValueError):
+            hash(value)             # (it goes into the plan's key)
+            ok = value in (False, True)
+        except (TypeError, ValueError):     # unhashable, or an array whose truth is ambiguous
             ok = False
         if not ok:
             raise AsmError(f"{name} takes True or False, got {value!r:.60} ({type(value).__name__})")

@@ -230,7 +230,7 @@ _TOP_KEYS = {"source", "entry", "summary", "dtypes", "targets", "abi", "call_par
 SASS_PATCH_KEYS = {"reuse": ("reuse_pass", bool), "stall": ("stall_pass", bool), "yield_every": ("yield_every", int),
                    "experimental_reorder": ("reorder_pass", bool), "reorder_blocks": ("reorder_blocks", int),
                    "reorder_moves": ("reorder_moves", int), "rules": ("rules", str)}
-_CONFIG_KEYS = {"name", "kernel", "set", "tile", "tile_kmajor_b", "splits", "max_m", "note", "swap"}
+_CONFIG_KEYS = {"name", "kernel", "set", "tile", "tile_kmajor_b", "splits", "max_m", "note", "swap", "cluster"}
 _SPLIT_K_KEYS = {"switch", "reduce", "rule", "k_multiple", "cluster_switch", "cluster_when", "c_trans",
                  "fixup_switch"}
 # what a kernel with a split_k table must take: the partial pass's k extent and slice distance
@@ -424,6 +424,11 @@ class ConfigEntry:
     note: str = ""
     swap: bool = False
     tile_kmajor_b: tuple[int, int, int] | None = None    # the tile where the kernel's B is K-major, if other
+    # blocks of one cluster along C's rows, C's columns and K: tiles that share their loads
+    # (multicast: a persistent kernel walks such a cluster of tiles as one unit, so tile rows and
+    # columns round up to whole clusters) and blocks that split one tile's K among them (the kernel
+    # sums them itself: no workspace, no split-K switch). (1, 1, 1): none
+    cluster: tuple[int, int, int] = (1, 1, 1)
 
     def tile_for(self, trans_b: int) -> tuple[int, int, int]:
         """The tile of a launch whose B is K-major (trans_b) or not: a kernel may lay its work out
@@ -707,9 +712,10 @@ def _spec(path: Path, loc: "_Locator", name: str, t) -> KernelSpec:
     configs = tuple(_config(where, name, i, c) for i, c in enumerate(configs))
     if len({c.name for c in configs}) != len(configs):
         fail("config: two entries share a name")
-    if configs and (size_rules or routes or (split_k is not None and split_k.rules)):
-        fail("config: a kernel with a catalog is dispatched by the cost model; its size_rule, route and "
-             "split_k.rule tables would never be read (remove them)")
+    if configs and (size_rules or swaps or (split_k is not None and split_k.rules)):
+        fail("config: a kernel with a catalog is dispatched by the cost model; its size_rule, swap_rule and "
+             "split_k.rule tables would never be read (remove them; a configuration that runs as C^T is an "
+             "entry with swap = true)")
     return KernelSpec(name, src, _str(t.get("entry", name), f"{where} entry"), str(t.get("summary", "")),
                       Dtypes(**d), tuple(targets), tuple(abi), tuple(calls.items()), float(limit), launch,
                       size_rules, path, tuple(defines.items()), split_k, routes, swaps, terms, in_place, configs,
@@ -802,8 +808,14 @@ def _config(where: str, family: str, i: int, c) -> ConfigEntry:
     max_m = c.get("max_m")
     if max_m is not None and (not isinstance(max_m, int) or isinstance(max_m, bool) or max_m < 1):
         raise AsmError(f"{at}.max_m: a positive integer")
+    cluster = c.get("cluster", [1, 1, 1])
+    if (not isinstance(cluster, list) or len(cluster) != 3
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in cluster)
+            or cluster[0] * cluster[1] * cluster[2] > 8):
+        raise AsmError(f"{at}.cluster: [rows, columns, k] blocks of one cluster, positive integers whose product "
+                       "is at most 8 (the portable cluster size)")
     return ConfigEntry(name, kernel, tuple(sets.items()), tiles[0], tuple(sorted(set(splits))), max_m,
-                       str(c.get("note", "")), swap, tiles[1])
+                       str(c.get("note", "")), swap, tiles[1], tuple(cluster))
 
 
 def _route(loc: "_Locator", where: str, name: str, i: int, r, calls: dict) -> Route:

@@ -138,6 +138,23 @@ def hgemm_own_path():
 
 
 @pytest.fixture
+def recorded_builds(monkeypatch):
+    """configure() without ptxas: the (kernel, -D values) of each build it asks for, in order, by
+    the rules' path (launch_config) and the catalog's (dispatch). The stand-in build evaluates no
+    guard, so every candidate builds."""
+    from types import SimpleNamespace
+    from asmgemm.runtime import dispatch, launch_config
+    seen = []
+
+    def build(spec, defines, target):
+        seen.append((spec.name, defines))
+        return SimpleNamespace(name=spec.name)
+    monkeypatch.setattr(launch_config, "build_kernel", build)
+    monkeypatch.setattr(dispatch, "build_kernel", build)
+    return seen
+
+
+@pytest.fixture
 def fake_fp32_gemm(monkeypatch, private_cache):
     """(cupy stand-in, launches): asmgemm.gemm builds for real and its kernels compute in fp32 numpy
     from their packed arguments (fake_cupy.interpreting_kernel); each launch is recorded."""

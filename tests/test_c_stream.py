@@ -28,10 +28,8 @@ def matrix(rows, cols, ptr=1 << 22):
 
 
 @pytest.fixture
-def builds(monkeypatch):
-    seen = []
-    monkeypatch.setattr(launch_config, "build_kernel", lambda spec, defines, target: seen.append((spec.name, defines)))
-    return seen
+def builds(recorded_builds):
+    return recorded_builds
 
 
 def _defines(builds, a, b, c, facts=H100, **kw):

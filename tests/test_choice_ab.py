@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 TOOLS = Path(__file__).resolve().parent.parent / "tools"
-sys.path.insert(0, str(TOOLS))          # the tool imports its siblings (fit_tma_time, gpu_events) by name
+sys.path.insert(0, str(TOOLS))          # the tool imports its siblings (gpu_events) by name
 spec = importlib.util.spec_from_file_location("choice_ab", TOOLS / "choice_ab.py")
 choice_ab = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(choice_ab)

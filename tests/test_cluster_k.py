@@ -11,8 +11,7 @@ import pytest
 
 from asmgemm.errors import AsmError
 from asmgemm.kernel_spec import get_spec
-from asmgemm.runtime.launch import grid, untuned_size_rule
-from asmgemm.runtime.split_k import untuned_split
+from asmgemm.runtime.launch import grid
 from asmgemm.toolchain import disassemble, find_tool
 from sweeps import sample_every
 
@@ -152,168 +151,9 @@ def test_the_build_reports_the_unit_of_tiles_sharing_a():
 
 
 # ---- the untuned choice -------------------------------------------------------------------------------
-@pytest.mark.parametrize("shape,layout,ck", [
-    ((128, 768, 3072), "nn", 4), ((128, 3584, 3584), "nn", 2),
-    ((512, 768, 3072), "nn", None),          # 96 tiles of 64 x 64 over the whole K (size rule 1r)
-    ((128, 4096, 4096), "nn", 2),            # 32 tiles: 32 clusters of 4 would not all fit at once
-    ((256, 4096, 4096), "nn", 2), ((128, 4096, 11008), "nn", 2),
-    ((256, 1024, 4096), "nn", 4),            # about 1K columns: 128-wide tiles in clusters of 4
-    ((1024, 512, 4096), "nn", None),         # 128 tiles of 64 x 64 in pairs sharing B (size rule 1r)
-    ((128, 11008, 4096), "nn", None),        # 86 tiles: 2 a cluster would be more blocks than SMs
-    ((128, 768, 768), "nn", None),           # short K: the exchange costs more than it saves
-    ((16, 768, 3072), "nn", 4),              # swapped (C_T), BN = 16
-    ((16, 4096, 4096), "nn", None),          # swapped, 32 units
-    ((4096, 4096, 4096), "nn", None),
-])
-@pytest.mark.parametrize("name", ["hgemm", "bgemm", "hgemm_f32c"])
-def test_untuned_calls_split_k_in_clusters_where_they_fit(name, shape, layout, ck):
-    spec = get_spec(name)
-    chosen = untuned_size_rule(spec, *shape, layout, 132)
-    assert chosen.get("CLUSTER_K") == ck
-    if ck:
-        assert chosen["CLUSTER_M"] == 1
-    if ck and not chosen.get("C_T"):
-        # size rule 1k: 64-wide tiles in pairs where twice their count fits one wave, K < 8192
-        m, n, k = shape
-        pairs = 2 * -(-m // 128) * -(-n // 64) <= 132 and 2048 <= k < 8192 and (
-            n >= 1536 or 4 * -(-m // 128) * -(-n // 128) > 120)
-        assert (chosen["BN"], ck) == ((64, 2) if pairs else (128, ck)), chosen
-        assert untuned_split(spec, *shape, 132, layout) is None        # never both ways at once
-
-
-@pytest.mark.parametrize("shape,stages,cluster_m", [
-    ((512, 768, 3072), 13, 4), ((512, 768, 1536), 8, 1),      # 96 tiles of 64 x 64: 73% of the SMs
-    ((384, 768, 3072), 8, 1), ((320, 1024, 2048), 8, 1),      # 72 and 80 tiles: more than half
-    ((512, 1024, 4096), 10, 2), ((1024, 512, 2048), 10, 2),   # 128 tiles: pairs of tile rows share B
-])
-@pytest.mark.parametrize("name", ["hgemm", "bgemm", "hgemm_f32c"])
-def test_512_row_gemms_into_narrow_layers_run_64_row_tiles(name, shape, stages, cluster_m):
-    """Size rule 1r: N <= 1024, 1536 <= K < 8192, and 64 x 64 tiles filling 50-100% of the SMs, one
-    wgmma group in flight; rule 1q before it where four tile rows share B in clusters that all fit
-    (512x768x3072: 24 clusters of 4; not at 128 tiles, 32 clusters, nor K < 2048)."""
-    chosen = untuned_size_rule(get_spec(name), *shape, "nn", 132)
-    assert {k: chosen.get(k) for k in ("CONSUMERS", "BN", "STAGES", "CLUSTER_M", "CLUSTER_K", "C_T", "MMA_IN_FLIGHT")} == \
-        {"CONSUMERS": 1, "BN": 64, "STAGES": stages, "CLUSTER_M": cluster_m, "CLUSTER_K": None, "C_T": None,
-         "MMA_IN_FLIGHT": 1}, chosen
-
-
-@pytest.mark.parametrize("shape", [(256, 1024, 4096),     # 64 tiles: too few (K split in clusters)
-                                   (512, 3072, 768),      # wider N: 128 tiles of 64 x 192 (rule 1w) too many
-                                   (384, 2304, 768),      # and 72 too few
-                                   (512, 2304, 1536),     # K past 1024
-                                   (512, 768, 8192),      # deeper K than measured
-                                   (448, 1024, 3072)])    # 112 tiles in an odd count of tile rows: no pairs
-def test_64_row_tiles_stay_where_they_were_measured(shape):
-    assert "CONSUMERS" not in untuned_size_rule(HGEMM, *shape, "nn", 132)
-
-
-@pytest.mark.parametrize("name", ["hgemm", "bgemm", "hgemm_f32c", "bgemm_f32c"])
-@pytest.mark.parametrize("shape,pairs", [((512, 2304, 768), 2), ((512, 2304, 1024), 2), ((480, 2304, 512), 2),
-                                         ((448, 2560, 768), 1)])
-@pytest.mark.parametrize("layout", ["nn", "tn"])
-def test_64x192_tiles_where_they_fill_70_to_80_percent(name, shape, pairs, layout):
-    """Size rule 1w: 64 x 192 tiles, one wgmma group in flight, for 512 <= K <= 1024 and N >= 2048
-    where 8 x 12 = 96 of them fill 70-80% of 132 SMs; in pairs of tile rows sharing B where their
-    count is even (7 x 14 = 98 at 448x2560: unpaired)."""
-    chosen = untuned_size_rule(get_spec(name), *shape, layout, 132)
-    assert {k: chosen.get(k) for k in ("CONSUMERS", "BN", "STAGES", "CLUSTER_M", "MMA_IN_FLIGHT")} == \
-        {"CONSUMERS": 1, "BN": 192, "STAGES": 5, "CLUSTER_M": pairs, "MMA_IN_FLIGHT": 1}, chosen
-
-
-def test_split_k_pass_is_left_to_the_deep_256_wide_shapes():
-    assert untuned_split(HGEMM, 384, 4096, 11008, 132).splits == 2
-    assert "CLUSTER_K" not in untuned_size_rule(HGEMM, 384, 4096, 11008, "nn", 132)
-    # an even number of tile rows runs 128-wide tiles in clusters instead (size rule 0m), unsplit
-    assert untuned_split(HGEMM, 512, 4096, 11008, 132) is None
-    assert "CLUSTER_K" not in untuned_size_rule(HGEMM, 512, 4096, 11008, "nn", 132)
-
-
-@pytest.mark.parametrize("shape,expect", [
-    ((128, 768, 3072), {"C_T": 1, "BN": 32}),        # 24 units of 32 x 4 blocks
-    ((256, 768, 3072), {"C_T": 1, "BN": 64}),        # 48 units of 32 would not fit; 24 of 64 do
-    ((128, 1024, 8192), {"C_T": 1, "BN": 64}),
-])
-def test_deep_k_into_short_n_swaps_and_splits_in_clusters_of_4(shape, expect):
-    chosen = untuned_size_rule(HGEMM, *shape, "nn", 132)
-    assert chosen["CLUSTER_K"] == 4 and {k: chosen.get(k) for k in expect} == expect, chosen
-    assert untuned_split(HGEMM, *shape, 132, "nn") is None
-
-
-@pytest.mark.parametrize("shape,bn,ck", [
-    ((256, 1024, 4096), 128, 4),      # 4-block clusters would not fit swapped; about 1K columns: rule 1a
-    ((200, 1000, 3000), 128, 4),
-    ((128, 3584, 3584), 64, 2),       # wide N (every kernel tile row would re-read A swapped): rule 1k
-    ((256, 1536, 3072), 64, 2),
-])
-def test_deep_k_that_does_not_swap_runs_pairs_of_64_or_fours_of_128(shape, bn, ck):
-    """Unswapped deep K: size rule 1k (64-wide tiles in pairs: twice their count fits one wave,
-    2048 <= K < 8192, N >= 1536) or rule 1a (128-wide tiles in clusters of 4)."""
-    chosen = untuned_size_rule(HGEMM, *shape, "nn", 132)
-    assert {k: chosen.get(k) for k in ("C_T", "BN", "CLUSTER_M", "CLUSTER_K")} == \
-        {"C_T": None, "BN": bn, "CLUSTER_M": 1, "CLUSTER_K": ck}, chosen
-    assert untuned_split(HGEMM, *shape, 132, "nn") is None
-
-
 # ---- size rule 1n: the pitch of A's rows picks the pairs sharing A ----------------------------------------
 def _matrix(rows, cols, ld, item=2):
     return SimpleNamespace(shape=(rows, cols), ndim=2, strides=(ld * item, item), dtype=SimpleNamespace(itemsize=item))
-
-
-@pytest.mark.parametrize("name", ["hgemm", "bgemm", "hgemm_f32c", "bgemm_f32c"])
-def test_rows_off_128_byte_lines_share_a_in_pairs(name):
-    """1000^3: A's rows 2000 bytes apart -> 128 x 64 tiles in pairs sharing A (size rule 1n); 1024^3
-    and 960^3 (2048 and 1920 bytes: whole 128-byte lines) do not share A: 1024^3 runs rule 1p's
-    64 x 128 tiles in pairs sharing B, 960^3 (15 rows of 64-row tiles, no pairs) rule 1b's single
-    blocks."""
-    spec = get_spec(name)
-    assert untuned_size_rule(spec, 1000, 1000, 1000, "nn", 132).get("CLUSTER_N") == 2
-    assert untuned_size_rule(spec, 1000, 1000, 1000, "tn", 132).get("CLUSTER_N") == 2
-    chosen = untuned_size_rule(spec, 1024, 1024, 1024, "nn", 132)
-    assert chosen.get("CLUSTER_N") is None and (chosen["CONSUMERS"], chosen["BN"], chosen["CLUSTER_M"]) == (1, 128, 2)
-    chosen = untuned_size_rule(spec, 960, 960, 960, "nn", 132)
-    assert chosen.get("CLUSTER_N") is None and chosen["BN"] == 64 and "CONSUMERS" not in chosen, chosen
-
-
-def test_the_rule_sees_the_pitch_the_launch_reads():
-    """PITCH_A is the stored rows' distance of the operand the kernel reads: a view with rows 1024
-    halves apart of a 1000 x 1000 A is aligned (no pairs); a row TMA cannot address (1019 halves)
-    is read from a copy padded to 1024 (untuned_size_rule knows it); a caller's pitches override."""
-    from asmgemm.runtime.launch import choose_params, operand_pitches
-    from asmgemm.runtime.plan import plan_launch
-    plan = plan_launch(_matrix(1000, 1000, 1024), _matrix(1000, 1000, 1000), _matrix(1000, 1000, 1000),
-                       trans_a=False, trans_b=False, ptr_of=lambda x: 256)
-    assert operand_pitches(HGEMM, plan) == {"PITCH_A": 2048, "PITCH_B": 2000}
-    assert choose_params(HGEMM, plan, None, None, 132).get("CLUSTER_N", 1) == 1
-    dense = plan_launch(_matrix(1000, 1000, 1000), _matrix(1000, 1000, 1000), _matrix(1000, 1000, 1000, 4),
-                        trans_a=False, trans_b=False, ptr_of=lambda x: 256)
-    assert operand_pitches(get_spec("hgemm_f32c"), dense)["PITCH_A"] == 2000     # A's bytes, not C's
-    assert choose_params(HGEMM, dense, None, None, 132)["CLUSTER_N"] == 2
-    assert untuned_size_rule(HGEMM, 1009, 1013, 1019, "nn", 132).get("CLUSTER_N") is None
-    from asmgemm.runtime.tensor_map import padded_pitch
-    assert (padded_pitch(2038), padded_pitch(2048), padded_pitch(14)) == (2048, 2048, 16)
-    assert HGEMM.size_rule(1000, 1000, 1000, 132, {}, {"PITCH_A": 2048, "PITCH_B": 2000}).get("CLUSTER_N") is None
-    assert HGEMM.size_rule(1000, 1000, 1000, 132, {}).get("CLUSTER_N") == 2     # fresh operands by default
-    assert HGEMM.fresh_pitches(100, 300, 200, {"TRANS_A": 1, "TRANS_B": 1}) == {"PITCH_A": 200, "PITCH_B": 400}
-
-
-def test_no_pairs_sharing_a_where_the_consumers_load_a():
-    """A_LDG (K <= 64, rows TMA cannot address) has no TMA loads of A to share."""
-    assert HGEMM.size_rule(1000, 1000, 40, 132, {"A_LDG": 1}, {"PITCH_A": 80, "PITCH_B": 2000}).get("CLUSTER_N") is None
-    assert HGEMM.size_rule(1000, 1000, 40, 132, {"A_LDG": 0}, {"PITCH_A": 80, "PITCH_B": 2000}).get("CLUSTER_N") == 2
-
-
-@pytest.mark.parametrize("shape,f32c", [((4099, 4093, 509), True), ((8191, 4093, 509), True),
-                                        ((4096, 4096, 512), False),      # rows of whole 16-byte pieces: staged
-                                        ((3001, 2001, 509), False),      # under 6 waves of 64 x 256
-                                        ((4099, 4093, 1000), False)])    # deeper K
-def test_fp32_c_pair_stores_at_short_k_run_64x256_tiles(shape, f32c):
-    """Size rule 1f sees C's element size (C_BYTES) and the pair-store path (WIDE_C = 0): only the
-    fp32-C kernels take 64 x 256 tiles there, never hgemm or bgemm on the same shape."""
-    want = {"CONSUMERS": 1, "BN": 256, "MMA_IN_FLIGHT": 1}
-    for name, c32 in (("hgemm", False), ("bgemm", False), ("hgemm_f32c", True), ("bgemm_f32c", True)):
-        chosen = untuned_size_rule(get_spec(name), *shape, "nn", 132)
-        got = {k: chosen.get(k) for k in want}
-        assert (got == want) == (f32c and c32), (name, shape, chosen)
 
 
 def test_size_rules_see_c_bytes(tmp_path):

@@ -615,12 +615,13 @@ def test_bad_catalog_entries_are_refused_with_the_file(tmp_path, entry, message)
 
 def test_the_shipped_catalogs_name_real_kernels_of_their_dtypes():
     """Every entry of every shipped catalog names a spec with the family's dtypes and a split-K
-    table where it lists splits; the families with a catalog have no size, route or split rules."""
+    table where it lists splits; the families with a catalog have no size, swap or split rules
+    (routes stay: they send a call to another kernel, hgemm's decoding rows to hgemm_skinny)."""
     from asmgemm.kernel_spec import all_specs
     families = [s for s in all_specs().values() if s.configs]
-    assert {"sgemm", "hgemm_mma"} <= {s.name for s in families}
+    assert {"sgemm", "hgemm_mma", "hgemm", "bgemm", "hgemm_f32c", "bgemm_f32c"} <= {s.name for s in families}
     for fam in families:
-        assert not fam.size_rules and not fam.routes and not (fam.split_k and fam.split_k.rules), fam.name
+        assert not fam.size_rules and not fam.swap_rules and not (fam.split_k and fam.split_k.rules), fam.name
         for e in fam.configs:
             spec = get_spec(e.kernel)
             assert spec.dtypes == fam.dtypes, (fam.name, e.name)
@@ -739,16 +740,16 @@ def test_explain_builds_its_pick(dispatch_dir, run_cli, private_cache):
 @pytest.mark.toolchain
 @needs_ptxas
 def test_explain_says_what_runs_for_16_bit_calls(run_cli, private_cache):
-    """On the H100's shipped database: 4096^3 fp16 runs the TMA kernel by its size rules, weighed
-    against the in-place kernel at their own configurations (nothing copied; the in-place kernel
-    would have to win by the margin); 5546 x 2800 x 14 bf16 nt (B's rows are 28 bytes) shows the
-    path model's two times, its terms adding up, and runs what they chose."""
+    """On the shipped databases: 4096^3 fp16 runs the TMA kernel's catalog pick, weighed against the
+    in-place kernel's (nothing copied; the in-place kernel would have to win by the margin); 5546 x
+    2800 x 14 bf16 nt (B's rows are 28 bytes) shows the path model's two times, its terms adding
+    up, and runs what they chose."""
     h100 = "NVIDIA H100 80GB HBM3"
     code, out, err = run_cli("explain", 4096, 4096, 4096, "--dtype", "float16", "--gpu", h100, "--json", "--top", 1)
     assert code == 0, err
     runs = json.loads(out)["runs"]
-    assert runs["kernel"] == "hgemm" and runs["chosen_by"] == "size rules"
-    assert runs["copies"] == [] and runs["tile"][0] >= 128
+    assert runs["kernel"] == "hgemm" and runs["chosen_by"] in ("model", "database") and runs["config"]
+    assert runs["copies"] == [] and runs["tile"][0] >= 64 and runs["size_rule"] is None
     p = runs["path"]
     assert p["copies"] == 0 and not p["narrow_c"] and not p["in_place"] and p["margin"] > 1
     assert p["in_place_us"] * p["margin"] > p["tma_kernel_us"] > 0
@@ -767,8 +768,8 @@ def test_explain_says_what_runs_for_16_bit_calls(run_cli, private_cache):
     code, out, err = run_cli("explain", 5546, 2800, 14, "--dtype", "bfloat16", "--layout", "nt", "--gpu", h100,
                              "--top", 1)
     assert code == 0 and "path: TMA cannot read 1 operand" in out
-    # the table is the in-place family's; its pick is named as that family's where the TMA kernel runs
-    assert ("bgemm_mma's pick (where it runs)" in out) == (not p["in_place"])
+    # the table is the TMA kernel's catalog; its pick is named as that family's where the in-place kernel runs
+    assert ("bgemm's pick (where it runs)" in out) == p["in_place"]
     # a narrow C, nothing copied: the line names the TMA kernel's store, not copies
     code, out, err = run_cli("explain", 4417, 2901, 16, "--dtype", "float16", "--layout", "nt", "--gpu", h100,
                              "--top", 1)
@@ -778,62 +779,38 @@ def test_explain_says_what_runs_for_16_bit_calls(run_cli, private_cache):
 
 @pytest.mark.toolchain
 @needs_ptxas
-def test_explain_names_the_size_rule_the_tma_kernel_took(run_cli, private_cache):
-    """A launch chosen by size rules names the rule (numbered as docs/kernel-selection.md numbers
-    them: 1-based positions), its condition and -D set, which the build's own -D values carry, and
-    the DRAM rate the rules saw (the H100 database's); where no rule holds, says so; the text
-    output prints both lines."""
+def test_explain_names_the_size_rule_a_routed_kernel_took(run_cli, private_cache):
+    """A launch chosen by size rules (the route of hgemm's decoding rows to hgemm_skinny: one row,
+    an M-major A) names the rule (numbered as docs/kernel-selection.md numbers them: 1-based
+    positions), its condition and -D set, which the build's own -D values carry, and the DRAM rate
+    the rules saw; a launch of a catalog names its configuration and no rule; the text output
+    prints both lines."""
     from asmgemm.kernel_spec import get_spec
     h100 = "NVIDIA H100 80GB HBM3"
-    code, out, err = run_cli("explain", 1, 4096, 14336, "--dtype", "bfloat16", "--layout", "nt", "--gpu", h100,
+    code, out, err = run_cli("explain", 1, 4096, 14336, "--dtype", "float16", "--layout", "tn", "--gpu", h100,
                              "--json", "--top", 1)
     assert code == 0, err
     runs = json.loads(out)["runs"]
     rule = runs["size_rule"]
-    assert runs["chosen_by"] == "size rules" and rule["spec"] == runs["kernel"] == "bgemm"
-    taken = get_spec("bgemm").size_rules[rule["number"] - 1]
+    assert runs["chosen_by"] == "size rules" and rule["spec"] == runs["kernel"] == "hgemm_skinny"
+    taken = get_spec("hgemm_skinny").size_rules[rule["number"] - 1]
     assert rule["when"] == taken.when and rule["set"] == dict(taken.set) and rule["dram_per_sm_cycle"] == 12
     assert all(runs["params"][k] == str(v) for k, v in rule["set"].items())
-    code, out, err = run_cli("explain", 4096, 4096, 4096, "--dtype", "float16", "--gpu", h100, "--json", "--top", 1)
-    assert code == 0, err
-    runs = json.loads(out)["runs"]
-    assert runs["size_rule"]["number"] is None and runs["size_rule"]["set"] == {} and runs["params"]["BN"] == "256"
-    code, out, err = run_cli("explain", 1, 4096, 14336, "--dtype", "bfloat16", "--layout", "NT", "--gpu", h100,
+    code, out, err = run_cli("explain", 1, 4096, 14336, "--dtype", "float16", "--layout", "TN", "--gpu", h100,
                              "--top", 1)
-    assert code == 0 and f"size rule {rule['number']} of bgemm: when {taken.when}" in out
-    assert "built with: " in out and "STREAM=1" in out
-    # the in-place kernel's pick is the model's: no size rule to name
-    code, out, err = run_cli("explain", 305, 923, 6, "--dtype", "float16", "--gpu", h100, "--json", "--top", 1)
-    assert code == 0 and json.loads(out)["runs"]["size_rule"] is None
-
-
-@pytest.mark.toolchain
-@needs_ptxas
-def test_explain_says_where_the_time_model_left_the_rules_clusters(run_cli, private_cache):
-    """5 tile rows of 128 x 256 in the defaults' clusters of 2 rows: the padded units add a wave, so
-    the launch runs unclustered (launch_config.unclustered), and explain says so with both times;
-    a call whose rows pair up keeps the clusters and has no such line."""
-    h100 = "NVIDIA H100 80GB HBM3"
-    code, out, err = run_cli("explain", 592, 6656, 5456, "--dtype", "float16", "--layout", "tn", "--gpu", h100,
-                             "--json", "--top", 1)
-    assert code == 0, err
-    runs = json.loads(out)["runs"]
-    apart = runs["unclustered"]
-    assert apart["set"] == {"CLUSTER_M": 1, "CLUSTER_N": 1} and runs["params"]["CLUSTER_M"] == "1"
-    assert apart["clustered_us"] > 1.5 * apart["unclustered_us"]
-    code, out, err = run_cli("explain", 592, 6656, 5456, "--dtype", "float16", "--layout", "tn", "--gpu", h100,
-                             "--top", 1)
-    assert code == 0 and "unclustered: CLUSTER_M=1 CLUSTER_N=1 (the TMA kernel's time model:" in " ".join(out.split())
-    code, out, err = run_cli("explain", 512, 6656, 5456, "--dtype", "float16", "--layout", "tn", "--gpu", h100,
-                             "--json", "--top", 1)
-    assert code == 0 and json.loads(out)["runs"]["unclustered"] is None
+    assert code == 0 and f"size rule {rule['number']} of hgemm_skinny: when {taken.when}" in out
+    assert "built with: " in out and "MR=4" in out
+    # the catalogs' picks: no size rule to name
+    for shape in ((4096, 4096, 4096), (305, 923, 6)):
+        code, out, err = run_cli("explain", *shape, "--dtype", "float16", "--gpu", h100, "--json", "--top", 1)
+        assert code == 0 and json.loads(out)["runs"]["size_rule"] is None and json.loads(out)["runs"]["config"]
 
 
 @pytest.mark.toolchain
 @needs_ptxas
 def test_explain_plans_a_batch_as_gemm_does(run_cli, private_cache):
     """--batch: 3-D operands of that many matrices. Attention's Q.K^T (128 x 4096 x 4096 x 128 fp16
-    nt) runs hgemm's batched mode by rule 1c on the H100's DRAM rate (one consumer); a small odd
+    nt) runs hgemm's batched mode by its catalog's pick for the batch (no clusters); a small odd
     bf16 batch runs the in-place kernel with its batch as grid z; the batch is in the report, and a
     batched call is never split (no candidate of the table splits K)."""
     h100 = "NVIDIA H100 80GB HBM3"
@@ -843,7 +820,8 @@ def test_explain_plans_a_batch_as_gemm_does(run_cli, private_cache):
     rep = json.loads(out)
     runs = rep["runs"]
     assert rep["call"]["batch"] == 128 and runs["kernel"] == "hgemm" and runs["params"]["BATCHED"] == "1"
-    assert runs["params"]["CONSUMERS"] == "1" and "DRAM_PER_SM_CYCLE < 15" in runs["size_rule"]["when"]
+    assert runs["params"]["CLUSTER_M"] == "1" and runs["params"].get("CLUSTER_N", "1") == "1"
+    assert runs["chosen_by"] == "model" and runs["size_rule"] is None
     # the database knows no L2 size: the runtime's C_STREAM for this 4 GB C is named as unknown
     assert "C_STREAM" not in runs["params"] and runs["c_stream_unknown"] is True
     code, out, err = run_cli("explain", 77, 65, 33, "--dtype", "bfloat16", "--batch", 12, "--gpu", h100, "--json",

@@ -110,4 +110,4 @@ def test_compiled_rules_agree_with_the_tree_walk_on_every_shipped_rule():
             for tree, fn in zip(trees, compiled):
                 assert fn(names) == evaluate(tree, lambda name, span: names[name])
                 checked += 1
-    assert checked > 2_000
+    assert checked > 500          # (the rules of sgemm_skinny, hgemm_skinny and their like-tables)

@@ -155,24 +155,6 @@ def test_96_wide_tiles_stage_an_fp32_c_in_three_boxes(ta, tb):
     assert sum(op.startswith("STS.64") for op in ops) == 2 * 12      # 12 blocks of 8 columns, rows r and r + 8
 
 
-def test_size_rule_1h_takes_128x96_tiles_in_pairs_for_an_fp32_c():
-    """Rule 1h: an fp32 C stored by TMA, 512 <= K <= 1024, an even count of tile rows whose 128 x 96
-    tiles fill 80-100% of the SMs; not a 16-bit C, an activation, pair stores, K = 1536, odd tile rows."""
-    from asmgemm.kernel_spec import get_spec
-    from asmgemm.runtime.launch import untuned_size_rule
-    want = {"BN": 96, "CLUSTER_M": 2, "STAGES": 6}
-    for name in ("hgemm_f32c", "bgemm_f32c"):
-        spec = get_spec(name)
-        for shape, layout in (((512, 3072, 768), "nn"), ((512, 3072, 512), "nt"), ((1024, 1280, 1024), "tt"),
-                              ((500, 3000, 700), "tn")):
-            assert untuned_size_rule(spec, *shape, layout, 132) == want, (name, shape, layout)
-        for shape in ((512, 3072, 1536), (512, 3072, 256), (384, 3072, 768), (512, 2048, 768), (512, 4096, 768)):
-            assert untuned_size_rule(spec, *shape, "nn", 132) != want, (name, shape)
-        assert spec.size_rule(512, 3072, 768, 132, {"WIDE_C": 1, "ACT": 2}) != want
-        assert spec.size_rule(512, 3072, 768, 132, {"WIDE_C": 0}) != want
-    assert untuned_size_rule(get_spec("hgemm"), 512, 3072, 768, "nn", 132) != want
-
-
 @pytest.mark.parametrize("defines,message", [
     ({"CLUSTER_N": "3"}, "CLUSTER_N must be 1 or 2"),
     ({"CLUSTER_N": "2", "CLUSTER_M": "1", "CLUSTER_K": "2", "BN": "128"}, "not with CLUSTER_K"),
@@ -353,23 +335,6 @@ def test_fp32_c_kernels_are_picked_by_c_dtype():
     assert dict(get_spec("bgemm_f32c").defines) == {"BF16": 1, "C_F32": 1}
     with pytest.raises(AsmError, match="no GEMM kernel takes float32 -> float16"):
         spec_for_dtype("float32", "sm_90", "float16")
-
-
-@pytest.mark.parametrize("name", ["hgemm_f32c", "bgemm_f32c", "hgemm", "bgemm"])
-def test_c_staged_at_k_up_to_64_runs_128x128_tiles(name):
-    """Size rule 3t: where the GEMM is its stores (K <= 64, C's rows 16-byte pieces, so staged and
-    stored by TMA), twice rule 3's tiles, fp32 and 16-bit C alike; a 16-bit C only where TMA reads A
-    (K a multiple of 8: no A_LDG); not at K = 65, nor a C stored by pairs (WIDE_C = 0)."""
-    from asmgemm.kernel_spec import get_spec
-    from asmgemm.runtime.launch import untuned_size_rule
-    tiles128 = {"BN": 128, "CLUSTER_M": 1, "GROUP_M": 4}
-    fp32_c = name.endswith("_f32c")
-    for shape in ((2048, 2048, 16), (2048, 2048, 32), (4096, 4096, 64)):
-        assert untuned_size_rule(get_spec(name), *shape, "nn", 132) == tiles128
-    for shape in ((2048, 2048, 7), (2048, 2048, 1), (2048, 2048, 31)):
-        assert (untuned_size_rule(get_spec(name), *shape, "nn", 132) == tiles128) == fp32_c, shape
-    assert untuned_size_rule(get_spec(name), 2048, 2048, 65, "nn", 132) == {"CLUSTER_M": 1, "GROUP_M": 4}
-    assert get_spec(name).size_rule(2048, 2048, 16, 132, {"WIDE_C": 0}) != tiles128
 
 
 @needs_tools
@@ -761,53 +726,6 @@ def test_split_k_and_a_fused_epilogue_do_not_build_together():
         build_file("hgemm", BuildOptions(defines={"SPLIT_K": "1", "ACT": "2"}, target="sm_90a"))
 
 
-# (M, N, K) -> the size rule's choice, from the H100 A/B of 24 shapes (tools/data/hgemm_bn192_ab.json.gz):
-# 192-wide tiles where 256-wide ones leave the last wave short, 256 where 192 needs a wave more.
-BN_CHOICES = [
-    ((512, 12288, 4096), {"BN": 192, "STAGES": 4}),                       # 2 waves either way
-    ((512, 18944, 3584), {"BN": 192, "STAGES": 4}),                       # 3 waves either way
-    ((4096, 4608, 3584), {"BN": 192, "STAGES": 4}),                       # 6 x 50 < 5 x 64
-    ((4096, 3584, 3584), {"BN": 192, "STAGES": 4}),                       # 5 x 50 < 4 x 64
-    ((4096, 2304, 768), {"BN": 192, "STAGES": 4, "CLUSTER_M": 1, "GROUP_M": 4}),   # K <= 2048
-    ((384, 12288, 4096), {"BN": 192, "STAGES": 4, "CLUSTER_M": 1, "GROUP_M": 4}),  # 3 tile rows
-    ((4096, 4096, 4096), {}),                                             # 6 x 50 > 4 x 64
-    ((8192, 8192, 8192), {}),                                             # 21 x 50 > 16 x 64
-    ((8192, 1024, 8192), {}),                                             # 3 x 50 > 2 x 64
-    ((2048, 2048, 2048), {"CLUSTER_M": 1, "GROUP_M": 4}),                 # 2 x 50 > 1 x 64; rule 3
-    ((512, 4096, 4096), {"BN": 128, "STAGES": 6, "CLUSTER_M": 2}),        # rule 0m: 4 tile rows, one wave of 128
-    ((512, 4096, 11008), {"BN": 128, "STAGES": 6, "CLUSTER_M": 2}),       # rule 0m, unsplit
-    ((512, 3584, 18944), {"BN": 128, "STAGES": 6, "CLUSTER_M": 2}),       # rule 0m: 112 tiles
-    ((384, 4096, 11008), {"BN": 256, "STAGES": 4, "CLUSTER_M": 2}),       # 3 tile rows: rule 0, deep K, split 2
-    ((256, 4096, 4096), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1, "CLUSTER_K": 2, "STREAM": 1}),    # 64 tiles of 128: 1a
-    ((512, 4096, 2048), {"BN": 128, "STAGES": 6, "CLUSTER_M": 2}),        # 0m at K >= 2048: 128 tiles, over 80%
-    ((512, 2560, 2048), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1}),        # 80 tiles (61%): rule 1
-    ((512, 3072, 1536), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1}),        # K < 2048: rule 1
-    ((256, 4096, 14336), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1, "CLUSTER_K": 2, "STREAM": 1}),   # too few tiles for rule 0: 1a
-    ((1024, 1024, 1024), {"CONSUMERS": 1, "BN": 128, "STAGES": 8, "CLUSTER_M": 2, "MMA_IN_FLIGHT": 1}),  # 1p: 128 of 64 x 128
-    ((768, 768, 1536), {"BN": 64, "STAGES": 8, "CLUSTER_M": 1, "GROUP_M": 4}),         # 72 tiles of 64: 1b
-    ((1024, 1024, 64), {"BN": 64, "STAGES": 8, "CLUSTER_M": 1, "GROUP_M": 4}),         # K < 512: 1b, no cluster
-    ((512, 2304, 768), {"CONSUMERS": 1, "BN": 192, "STAGES": 5, "CLUSTER_M": 2, "MMA_IN_FLIGHT": 1}),   # 1w: 96 of 64 x 192, paired
-    ((512, 3072, 768), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1}),         # 192 tiles of 128 x 64: two waves; rule 1
-    ((128, 12288, 4096), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1, "STREAM": 1}),   # one tile row: B streams (1s)
-    ((100, 16384, 1536), {"BN": 128, "STAGES": 6, "CLUSTER_M": 1, "STREAM": 1}),   # 1s at K < 2048 as well
-    ((512, 768, 3072), {"CONSUMERS": 1, "BN": 64, "STAGES": 13, "CLUSTER_M": 4, "MMA_IN_FLIGHT": 1}),   # 1q: 96 tiles
-    ((512, 896, 2048), {"CONSUMERS": 1, "BN": 64, "STAGES": 13, "CLUSTER_M": 4, "MMA_IN_FLIGHT": 1}),   # 1q: 112 tiles
-    ((512, 768, 1536), {"CONSUMERS": 1, "BN": 64, "STAGES": 8, "CLUSTER_M": 1, "MMA_IN_FLIGHT": 1}),    # K < 2048: 1r
-    ((384, 768, 3072), {"CONSUMERS": 1, "BN": 64, "STAGES": 8, "CLUSTER_M": 1, "MMA_IN_FLIGHT": 1}),    # 6 tile rows: 1r
-    ((512, 1024, 4096), {"CONSUMERS": 1, "BN": 64, "STAGES": 10, "CLUSTER_M": 2, "MMA_IN_FLIGHT": 1}),  # 128 tiles: 1r pairs
-    ((500, 768, 3000), {"CONSUMERS": 1, "BN": 64, "STAGES": 8, "CLUSTER_M": 2, "CLUSTER_N": 2, "MMA_IN_FLIGHT": 1}),  # 1u
-    ((300, 1000, 3000), {"CONSUMERS": 1, "BN": 64, "STAGES": 8, "CLUSTER_M": 2, "CLUSTER_N": 2, "MMA_IN_FLIGHT": 1}),  # 1u
-    ((450, 1000, 4000), {"CONSUMERS": 1, "BN": 64, "STAGES": 10, "CLUSTER_M": 2, "MMA_IN_FLIGHT": 1}),  # 32 units of 4 would not fit
-]
-
-
-@pytest.mark.parametrize("shape,params", BN_CHOICES, ids=lambda v: "x".join(map(str, v)) if isinstance(v, tuple) else None)
-@pytest.mark.parametrize("name", ["hgemm", "bgemm", "hgemm_f32c"])
-def test_size_rule_picks_the_tile_width_by_waves(name, shape, params):
-    from asmgemm.kernel_spec import get_spec
-    assert get_spec(name).size_rule(*shape, 132) == params
-
-
 @pytest.mark.parametrize("defines,expected", sample_every(4, [
     ({"WIDE_C": "1", "ACT": "2"}, 1), ({"WIDE_C": "1", "ACT": "3", "BIAS": "2", "BN": "192"}, 1),
     ({"WIDE_C": "1", "BIAS": "1"}, 0),                       # nothing to apply
@@ -839,44 +757,6 @@ def test_activation_warps_fit_the_producers_registers(act):
     used = {int(x) for ln in loop for x in re.findall(r"\bR(\d+)\b", ln)}
     assert max(used) < result.constants["PRODUCER_REGS"], max(used)
     assert sum("MUFU" in ln for ln in loop) >= 8 and sum("STS.128" in ln for ln in loop) == 1
-
-
-@pytest.mark.parametrize("shape,splits", [((384, 4096, 11008), 2), ((300, 3584, 18944), 2), ((512, 4096, 4096), None),
-                                          ((512, 4096, 11008), None), ((512, 3584, 18944), None),  # size rule 0m
-                                          ((256, 4096, 14336), None), ((96, 4096, 14336), None),  # CLUSTER_K
-                                          ((16, 4096, 14336), None)])      # swapped (swap rule): no split
-def test_split_rule_halves_deep_k_on_256_wide_tiles(shape, splits):
-    """Size rule 0's shapes split 2 ways on 256-wide tiles (2 x 64 units on 132 SMs), those with an
-    even number of tile rows excepted (size rule 0m: unsplit 128-wide tiles in clusters); rule 1's
-    BN=128 tiles with deep K split inside clusters (size rule 1a, CLUSTER_K), not by the partial pass."""
-    from asmgemm.kernel_spec import get_spec
-    from asmgemm.runtime.split_k import untuned_split
-    split = untuned_split(get_spec("hgemm"), *shape, 132)
-    assert (split.splits if split else None) == splits
-
-
-def test_split_rule_and_size_rule_agree_on_which_shapes_split():
-    """The split rule repeats size rule 0m's condition (split rules see M, N, K and SMS, not the
-    size rule's choice): over a grid of shapes, a split launch runs exactly size rule 0's 256-wide
-    clustered tiles, and size rule 0m's 128-wide clustered tiles are never split."""
-    from asmgemm.kernel_spec import get_spec
-    from asmgemm.runtime.split_k import untuned_split
-    spec = get_spec("hgemm")
-    rule0 = {"BN": 256, "STAGES": 4, "CLUSTER_M": 2}
-    rule0m = {"BN": 128, "STAGES": 6, "CLUSTER_M": 2}
-    seen = set()
-    for m in range(64, 1281, 64):
-        for n in (1000, 1024, 2048, 2304, 3000, 3584, 4096, 4224, 5000, 6144, 8192):
-            for k in (2048, 4096, 8192, 11008, 18944):
-                chosen = spec.size_rule(m, n, k, 132)
-                split = untuned_split(spec, m, n, k, 132)
-                if split is not None:
-                    assert chosen == rule0 and split.splits == 2, (m, n, k, chosen)
-                    seen.add("split")
-                if chosen == rule0m:
-                    assert split is None, (m, n, k)
-                    seen.add("0m")
-    assert seen == {"split", "0m"}             # the grid reaches both rules
 
 
 @pytest.mark.parametrize("ta,tb", sample_every(2, [(0, 0), (1, 1)], unpack=True))

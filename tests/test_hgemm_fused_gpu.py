@@ -1,9 +1,10 @@
 """The Hopper HGEMM's fused epilogue and split-K on the GPU (issue 12 for the 16-bit kernels):
 gemm(bias=, activation=) through hgemm, bgemm and hgemm_f32c on the staged (TMA-stored) path and
 the pair-store path, with beta and column-major C; split-K's partial pass (persistent walk over S
-copies of the tiles, fp32 partial tiles) and reduce, by the rule on deep-K shapes and forced,
-over the layouts, alpha/beta, column-major C, bf16 and fp32 C, bit-identical from run to run;
-split-K inside a cluster (CLUSTER_K) the same way, with K slices left empty and many tiles a cluster.
+copies of the tiles, fp32 partial tiles) and reduce, as the catalog's split entries on deep-K shapes
+and forced by S, over the layouts, alpha/beta, column-major C, bf16 and fp32 C, bit-identical from
+run to run; split-K inside a cluster (CLUSTER_K) the same way, the catalog's entries that split so
+too, with K slices left empty and many tiles a cluster.
 References: the fp32 values of the same 16-bit inputs multiplied in float64, the epilogue by
 PyTorch's formulas (tests/epilogue_reference.py); judged by each spec's rel_err_limit. Skipped
 without CuPy, a GPU, or an sm_90 GPU."""
@@ -23,7 +24,8 @@ import cupy as cp  # noqa: E402
 
 import asmgemm  # noqa: E402
 from asmgemm.kernel_spec import get_spec  # noqa: E402
-from asmgemm.runtime import split_k  # noqa: E402
+from asmgemm.runtime.gemm import last_launch  # noqa: E402
+from catalog_entries import catalog_entry, entry_params  # noqa: E402
 from asmgemm.runtime.gpu import device_facts  # noqa: E402
 from epilogue_reference import epilogue  # noqa: E402
 
@@ -147,17 +149,18 @@ def test_activation_warps_agree_with_the_consumers(act):
 
 
 # ---- split-K -------------------------------------------------------------------------------------
-def _split_of(m, n, k, kind="float16"):
-    spec = get_spec(KERNEL_OF[kind])
-    return split_k.untuned_split(spec, m, n, k, device_facts().sm_count)
-
-
-# Only size rule 0's shapes (256-wide tiles in clusters, K >= 8192) split by the partial pass now;
-# the BN = 128 shapes with deep K split inside clusters instead (CLUSTER_K, below).
-@pytest.mark.parametrize("shape", [(300, 3584, 8200), (384, 4096, 11008)])
-def test_deep_k_shapes_split_by_the_rule(shape):
-    assert _split_of(*shape) is not None, f"{shape}: the rule should split"
-    _run(*shape)
+# The catalog's entries that split K by the partial pass are the 256-wide ones, 2 ways (the others
+# split inside clusters: CLUSTER_K, below). Forced at deep K (8200: no multiple of 64) over three
+# tile rows (300: the last partly outside M); in pairs of tile rows (t128x256_cm2) the second
+# pair's lower block lies wholly below M.
+@pytest.mark.parametrize("shape,entry,cluster", [((300, 3584, 8200), "t128x256_cm2", 2),
+                                                 ((384, 4096, 11008), "t128x256_cm2", 2),
+                                                 ((300, 3584, 8200), "t128x256", 1)])
+def test_256_wide_tiles_split_two_ways_at_deep_k(shape, entry, cluster):
+    _run(*shape, params=entry_params(entry, k=shape[2], splits=2))
+    ran = last_launch()
+    assert ran["splits"] == 2 and ran["reduce"] == "kernel" and ran["tile"] == (128, 256), ran
+    assert ran["cluster"] == cluster, ran
 
 
 @pytest.mark.parametrize("splits", [2, 3, 8])
@@ -177,12 +180,10 @@ def test_split_bf16_and_fp32_c(kind):
     _run(16, 2048, 4096, kind=kind, params={"SPLIT_K": 5})
 
 
-@pytest.mark.parametrize("params", [{"SPLIT_K": 4}, None], ids=["split-k", "cluster-k"])
+@pytest.mark.parametrize("params", [{"SPLIT_K": 4}, entry_params("t128x128_st_k2")], ids=["split-k", "cluster-k"])
 def test_split_runs_are_bit_identical(params):
     """Both reductions sum the partial tiles in a fixed order (the workspace slices; the cluster's
     ranks), so two runs give the same bits."""
-    if params is None:
-        assert _split_of(128, 4096, 4096) is None        # the untuned call: CLUSTER_K = 2
     c1, _ = _run(128, 4096, 4096, seed=3, params=params)
     c2, _ = _run(128, 4096, 4096, seed=3, params=params)
     assert bool((c1.view(cp.uint16) == c2.view(cp.uint16)).all())
@@ -192,13 +193,19 @@ def test_split_runs_are_bit_identical(params):
 CK = {"CLUSTER_M": 1, "BN": 128, "STAGES": 6}
 
 
-@pytest.mark.parametrize("shape,ck", [((128, 768, 3072), 4), ((128, 4096, 4096), 2), ((200, 3584, 3584), 2),
-                                      ((16, 768, 3072), 4), ((256, 768, 3072), 4), ((100, 1000, 2100), 4)])
-def test_deep_k_shapes_split_in_clusters_by_the_rule(shape, ck):
-    from asmgemm.runtime.gemm import last_launch
-    _run(*shape)
+@pytest.mark.parametrize("shape,entry,ck", [
+    ((128, 768, 3072), "t128x128_st_k4", 4), ((200, 3584, 3584), "t128x128_st_k2", 2),
+    ((128, 4096, 4096), "t128x64_st_k2", 2), ((16, 768, 3072), "ct_t128x16_st_k4", 4),
+    ((128, 768, 3072), "ct_t128x32_st_k4", 4), ((48, 3584, 3584), "ct_t128x64_st_k2", 2),
+    ((256, 768, 3072), "ct_t128x64_st_k4", 4), ((100, 1000, 2100), "ct_t128x64_st_k4", 4)])
+def test_cluster_k_entries_at_deep_k(shape, entry, ck):
+    """Each catalog entry that splits K inside its clusters, forced on a deep-K shape with few
+    tiles, the kind it is for; as C^T the user's 16 to 256 rows fill one to four kernel tile
+    columns (48, 100: the last partly outside); K = 2100 no multiple of 64."""
+    _run(*shape, params=entry_params(entry))
     launch = last_launch()
     assert launch["cluster"] == ck and launch["splits"] == 1, launch
+    assert launch["c_trans"] == catalog_entry(entry).swap, launch
 
 
 @pytest.mark.parametrize("ck", [2, 4, 8])
@@ -232,7 +239,6 @@ def test_cluster_split_with_epilogue_alpha_beta(kind, act, where):
 
 @pytest.mark.parametrize("bn,ck", [(16, 4), (32, 2), (64, 8)])
 def test_cluster_split_on_the_swapped_launch(bn, ck):
-    from asmgemm.runtime.gemm import last_launch
     params = {"C_T": 1, "BN": bn, "STAGES": 8, "CLUSTER_M": 1, "GROUP_M": 4, "CLUSTER_K": ck}
     _run(50, 1000, 2100, params=params, act="gelu", where="cols")
     assert last_launch()["c_trans"] and last_launch()["cluster"] == ck
@@ -244,10 +250,15 @@ def test_cluster_split_on_the_swapped_launch(bn, ck):
 @pytest.mark.parametrize("where", ["cols", "rows"])
 @pytest.mark.parametrize("kind", ["float16", "bfloat16", "f32c"])
 def test_small_m_swapped_keeps_the_users_bias_axis(act, where, kind):
-    from asmgemm.runtime.gemm import last_launch
-    _run(16, 520, 136, kind=kind, act=act, where=where)
+    """The catalog's C^T entries, forced, with a bias along the user's columns or rows (the kernel's
+    rows or columns): 16 rows in one 16-wide kernel tile column; 33 in two 32-wide ones, the
+    second holding one row, with alpha/beta; 200 in four 64-wide ones of 64-row tiles, the last
+    partly outside."""
+    family = KERNEL_OF[kind]
+    _run(16, 520, 136, kind=kind, act=act, where=where, params=entry_params("ct_t128x16_st", family))
     assert last_launch()["c_trans"]
-    _run(33, 300, 200, kind=kind, act=act, where=where, alpha=0.5, beta=0.75)
+    _run(33, 300, 200, kind=kind, act=act, where=where, alpha=0.5, beta=0.75,
+         params=entry_params("ct_t128x32_st", family))
     assert last_launch()["c_trans"]
-    _run(200, 600, 300, kind=kind, act=act, where=where)      # more rows, short K: swapped as well
+    _run(200, 600, 300, kind=kind, act=act, where=where, params=entry_params("ct_t64x64_st", family))
     assert last_launch()["c_trans"]

@@ -19,10 +19,11 @@ if not gpu_available():
 import cupy as cp  # noqa: E402
 
 import asmgemm  # noqa: E402
+from asmgemm.errors import AsmError  # noqa: E402
 from asmgemm.kernel_spec import get_spec  # noqa: E402
 from asmgemm.runtime import kept_launch  # noqa: E402
 from asmgemm.runtime.gemm import last_launch  # noqa: E402
-from asmgemm.runtime.launch import untuned_size_rule  # noqa: E402
+from catalog_entries import catalog_entry, entry_params  # noqa: E402
 from asmgemm.runtime.gpu import device_facts  # noqa: E402
 
 if device_facts().target != "sm_90":
@@ -141,12 +142,11 @@ def test_fp16_layouts(layout, m, n, k):
 
 @pytest.mark.parametrize("m,n,k,layout,dtype", [(592, 6656, 5456, "tn", "float16"), (544, 9120, 4400, "nt", "bfloat16"),
                                                  (4272, 176, 1120, "nt", "float16"), (3248, 304, 904, "nn", "bfloat16")])
-def test_launches_the_model_unclusters(m, n, k, layout, dtype):
-    """Calls whose size rule's clusters the TMA kernel's time model leaves (launch_config.unclustered):
-    the unclustered build that runs gives the reference C, with beta."""
+def test_large_odd_shapes_untuned_with_beta(m, n, k, layout, dtype):
+    """Large calls whose M and K are no multiple of any tile (N in three of them), in three layouts
+    and both dtypes, with alpha and beta: whichever configuration the cost model picks gives the
+    reference C."""
     _check(m, n, k, layout, dtype=dtype, alpha=0.5, beta=0.25)
-    ran = last_launch()
-    assert ran["chosen_by"] == "size rules" and ran["params"]["CLUSTER_M"] == "1" and ran["params"]["CLUSTER_N"] == "1"
 
 
 @pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
@@ -238,8 +238,9 @@ def test_a_loaded_by_the_kernel_in_other_tilings(params):
 
 @pytest.mark.parametrize("kernel,c_dtype", [("hgemm_f32c", "float32"), ("hgemm", "float16")])
 def test_a_loaded_by_the_kernel_with_a_fused_epilogue(kernel, c_dtype):
-    ran = _check_bias_activation(kernel, c_dtype, (1500, 512, 31), "gelu", 9)   # (more rows than the swap takes)
-    assert ran["a_ldg"]
+    # unswapped (C_T = 0): as C^T the user's A is the kernel's B, which TMA reads from a padded copy
+    ran = _check_bias_activation(kernel, c_dtype, (1500, 512, 31), "gelu", 9, params={"C_T": 0})
+    assert ran["a_ldg"] and not ran["c_trans"], ran
 
 
 def _check_bias_activation(kernel, c_dtype, shape, activation, seed, params=None):
@@ -289,8 +290,9 @@ def test_96_wide_tiles(layout, cluster):
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
-def test_size_rule_1h_runs_128x96_tiles_in_pairs_for_an_fp32_c(dtype, layout):
-    """Rule 1h (an fp32 C, 128 x 96 tiles in pairs sharing B): the last tile row and column partly
+def test_128x96_tiles_in_pairs_for_an_fp32_c(dtype, layout):
+    """The catalog's t128x96_cm2 (128 x 96 tiles in pairs of tile rows sharing B, the width for an
+    fp32 C whose staged tile is twice the bytes), forced: the last tile row and column partly
     outside C, K no multiple of 64; beta = 0 through the staged TMA store (C poisoned first), beta != 0
     through the pairs; then a bias per column on the staged path."""
     rng = cp.random.default_rng(96)
@@ -299,12 +301,13 @@ def test_size_rule_1h_runs_128x96_tiles_in_pairs_for_an_fp32_c(dtype, layout):
     a, av = _operand(rng, (k, m) if ta else (m, k), dtype)
     b, bv = _operand(rng, (n, k) if tb else (k, n), dtype)
     kernel = "bgemm_f32c" if dtype == "bfloat16" else "hgemm_f32c"
+    params = entry_params("t128x96_cm2", kernel)
     prod = (av.T if ta else av) @ (bv.T if tb else bv)
     c0 = rng.standard_normal((m, n), dtype=cp.float32)
     limit = get_spec(kernel).rel_err_limit
     for beta in (0.0, 0.5):
         c = c0.copy() if beta else cp.full((m, n), cp.nan, dtype=cp.float32)
-        asmgemm.gemm(a, b, c, alpha=0.75, beta=beta, trans_a=ta, trans_b=tb, kernel=kernel)
+        asmgemm.gemm(a, b, c, alpha=0.75, beta=beta, trans_a=ta, trans_b=tb, kernel=kernel, params=params)
         ran = last_launch()
         assert ran["tile"] == (128, 96) and ran["cluster"] == 2 and ran["splits"] == 1, ran
         ref = 0.75 * prod + (beta * c0 if beta else 0)
@@ -312,16 +315,19 @@ def test_size_rule_1h_runs_128x96_tiles_in_pairs_for_an_fp32_c(dtype, layout):
         assert err < limit, (beta, err)
     if dtype == "float16" and layout == "nn":
         bias = rng.standard_normal(n, dtype=cp.float32)
-        c = asmgemm.gemm(a, b, cp.full((m, n), cp.nan, dtype=cp.float32), bias=bias, kernel=kernel)
-        assert last_launch()["tile"] == (128, 96)
+        c = asmgemm.gemm(a, b, cp.full((m, n), cp.nan, dtype=cp.float32), bias=bias, kernel=kernel, params=params)
+        assert last_launch()["tile"] == (128, 96) and last_launch()["cluster"] == 2
         ref = prod + bias[None, :]
         assert float(cp.linalg.norm(c - ref) / cp.linalg.norm(ref)) < limit
 
 
-@pytest.mark.parametrize("shape,cluster", [((512, 4608, 3584), 2), ((4096, 2304, 768), 1)])
-def test_size_rule_runs_192_wide_tiles(shape, cluster):
-    """Untuned calls where 256-wide tiles would leave the last wave short run 192-wide ones."""
-    _check(*shape)
+@pytest.mark.parametrize("shape,entry,cluster", [((512, 4608, 3584), "t128x192_cm2", 2),
+                                                ((4096, 2304, 768), "t128x192", 1)])
+def test_192_wide_tiles_over_many_full_tiles(shape, entry, cluster):
+    """The catalog's 192-wide tiles, forced on shapes of whole tiles: t128x192_cm2 (pairs of tile
+    rows sharing B) over 96 tiles at deep K (56 K tiles), t128x192 over 384 tiles, about three a
+    block in the persistent walk (test_192_wide_tiles has the edges)."""
+    _check(*shape, params=entry_params(entry))
     ran = last_launch()
     assert ran["kernel"] == "hgemm" and ran["tile"] == (128, 192) and ran["cluster"] == cluster, ran
 
@@ -336,33 +342,35 @@ def test_64_wide_tiles(layout, cluster):
 
 
 @pytest.mark.parametrize("shape", [(768, 768, 1536), (1024, 1024, 64)])
-def test_size_rule_runs_64_wide_tiles(shape):
-    """Few 128-wide tiles with K < 2048: 64-wide ones, one wave of them (rule 1b)."""
-    _check(*shape)
+def test_128x64_tiles_in_one_wave(shape):
+    """The catalog's t128x64 (128 x 64 tiles, 8 stages, groups of 4 tile rows), forced where its
+    tiles make one wave: 72 tiles at K = 1536, and 128 tiles of a single K step (K = 64)."""
+    _check(*shape, params=entry_params("t128x64"))
     ran = last_launch()
     assert ran["tile"] == (128, 64) and not ran["c_trans"] and ran["cluster"] == 1, ran
 
 
 @pytest.mark.parametrize("shape,layout,dtype", [((1024, 1024, 1024), "nn", "float16"), ((1009, 1013, 1019), "nn", "float16"),
                                                 ((896, 1024, 1024), "tt", "bfloat16"), ((1024, 1024, 512), "tn", "float16")])
-def test_size_rule_1p_runs_64x128_tiles_in_pairs(shape, layout, dtype):
-    """Rule 1b's shapes whose 64 x 128 tiles fill 80-100% of the SMs: those in pairs of tile rows
-    sharing B (one consumer warpgroup each), the last tiles partly outside M and N at 1009x1013
-    (nn: A's rows of 1019 halves are copied to a 128-byte pitch; stored transposed, A's pitch of
-    1009 would take rule 1n)."""
-    _check(*shape, layout=layout, dtype=dtype, beta=0.5)
+def test_64x128_tiles_in_pairs(shape, layout, dtype):
+    """The catalog's t64x128_cm2 (64 x 128 tiles, one consumer warpgroup, in pairs of tile rows
+    sharing B), forced where its tiles make one wave of 112-128: the last tiles partly outside M and
+    N at 1009x1013 (nn: A's rows of 1019 halves are copied to a 128-byte pitch), 14 tile rows at M =
+    896; with beta, and a fused bias + relu into an fp32 C."""
+    _check(*shape, layout=layout, dtype=dtype, beta=0.5, params=entry_params("t64x128_cm2"))
     ran = last_launch()
     assert ran["tile"] == (64, 128) and not ran["c_trans"] and ran["cluster"] == 2, ran
-    with_fp32_c = _check_bias_activation("hgemm_f32c", "float32", shape, "relu", 21)
+    with_fp32_c = _check_bias_activation("hgemm_f32c", "float32", shape, "relu", 21,
+                                         params=entry_params("t64x128_cm2", "hgemm_f32c"))
     assert with_fp32_c["tile"] == (64, 128) and with_fp32_c["cluster"] == 2, with_fp32_c
 
 
 @pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
 def test_128_wide_tiles_in_clusters(layout):
-    """BN=128 with CLUSTER_M=2 (size rule 0m): each block of a cluster loads one of B's two 64-column
-    chunks (N-major) or 64 of its rows (K-major) into both; edges, bf16, beta, column-major C."""
-    params = {"BN": 128, "STAGES": 6, "CLUSTER_M": 2, "C_T": 0}
-    _check_tile_shape(layout, params)
+    """BN=128 with CLUSTER_M=2 (the catalog's t128x128_cm2): each block of a cluster loads one of B's
+    two 64-column chunks (N-major) or 64 of its rows (K-major) into both; edges, bf16, beta,
+    column-major C."""
+    _check_tile_shape(layout, entry_params("t128x128_cm2"))
 
 
 @pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
@@ -407,21 +415,23 @@ def test_a_persistent_grid_holds_no_more_clusters_than_the_gpu_runs_at_once():
     assert ran["cluster"] == 8 and ran["grid"] == (min(128, sms // 8, cap) * 8, 1, 1), (ran, cap)
 
 
-@pytest.mark.parametrize("shape,layout,dtype,cluster", [
-    ((512, 768, 3072), "nn", "float16", 4), ((512, 896, 2048), "nn", "bfloat16", 4),    # 1q
-    ((500, 768, 3000), "nn", "float16", 4), ((712, 500, 3000), "tn", "bfloat16", 4),   # 1u
-    ((300, 1000, 3000), "tt", "float16", 4)])
-def test_size_rules_1q_1u_run_64x64_tiles_in_clusters_of_four(shape, layout, dtype, cluster):
-    """Rule 1q (rows of A on 128-byte lines, NN, tile rows a multiple of 4): four tile rows sharing
-    B; rule 1u (A's rows of 3000 or, stored K x M, 712 halves: 16-byte but not 128-byte multiples;
-    rows of 700 would be copied to a 16-byte pitch first, 704 halves: on 128-byte lines): 2 x 2
-    tiles sharing A and B (300 rows: the last unit half outside M). With beta, and a fused bias +
+@pytest.mark.parametrize("shape,layout,dtype,entry", [
+    ((512, 768, 3072), "nn", "float16", "t64x64_cm4"), ((512, 896, 2048), "nn", "bfloat16", "t64x64_cm4"),
+    ((500, 768, 3000), "nn", "float16", "t64x64_cm2cn2"), ((712, 500, 3000), "tn", "bfloat16", "t64x64_cm2cn2"),
+    ((300, 1000, 3000), "tt", "float16", "t64x64_cm2cn2")])
+def test_64x64_tiles_in_clusters_of_four(shape, layout, dtype, entry):
+    """The catalog's 64 x 64 tiles in clusters of four, forced at deep K: t64x64_cm4 (four tile rows
+    sharing B, 13 stages) with A's rows on 128-byte lines, eight tile rows; t64x64_cm2cn2 (2 x 2
+    tiles sharing A and B) with A's rows of 3000 or, stored K x M, 712 halves (16-byte but not
+    128-byte multiples: most box rows cost two L2 lines), 300 rows leaving the last unit half
+    outside M and 500 columns the last tile column partly outside N. With beta, and a fused bias +
     relu into an fp32 C."""
-    _check(*shape, layout=layout, dtype=dtype, alpha=0.5, beta=-1.5)
+    _check(*shape, layout=layout, dtype=dtype, alpha=0.5, beta=-1.5, params=entry_params(entry))
     ran = last_launch()
-    assert ran["tile"] == (64, 64) and ran["cluster"] == cluster and ran["splits"] == 1 and not ran["c_trans"], ran
-    with_fp32_c = _check_bias_activation("hgemm_f32c", "float32", shape, "relu", 23)
-    assert with_fp32_c["tile"] == (64, 64) and with_fp32_c["cluster"] == cluster, with_fp32_c
+    assert ran["tile"] == (64, 64) and ran["cluster"] == 4 and ran["splits"] == 1 and not ran["c_trans"], ran
+    with_fp32_c = _check_bias_activation("hgemm_f32c", "float32", shape, "relu", 23,
+                                         params=entry_params(entry, "hgemm_f32c"))
+    assert with_fp32_c["tile"] == (64, 64) and with_fp32_c["cluster"] == 4, with_fp32_c
 
 
 @pytest.mark.parametrize("kernel,c_dtype,n", [("hgemm_f32c", "float32", 999), ("hgemm", "float16", 1000)])
@@ -461,47 +471,54 @@ def test_64_row_tiles_with_a_fused_epilogue(kernel, c_dtype, n):
     assert ran["tile"] == (64, 128)
 
 
-@pytest.mark.parametrize("shape,tile", [((512, 768, 3072), (64, 64)), ((384, 768, 3072), (64, 64)),
-                                        ((512, 1024, 2048), (64, 64)), ((16, 768, 768), (64, 16)),
-                                        ((127, 129, 1000), (64, 16)), ((100, 700, 900), (64, 16)),
-                                        ((512, 768, 768), (64, 64)), ((100, 3000, 700), (64, 64))])
-def test_size_rules_run_64_row_tiles(shape, tile):
-    """Size rules 1r (unswapped, 50-100% of the SMs), Cr (swapped short K, BN = 16) and Cw (swapped
-    short K into 65+ rows: 64 x 64 tiles; 100 rows: the kernel's second tile column partly
-    outside its N)."""
-    _check(*shape)
-    _check(*shape, dtype="bfloat16", alpha=0.5, beta=-1.5)
+@pytest.mark.parametrize("shape,entry,tile", [
+    ((512, 768, 3072), "t64x64", (64, 64)), ((384, 768, 3072), "t64x64", (64, 64)),
+    ((512, 1024, 2048), "t64x64_cm2", (64, 64)), ((16, 768, 768), "ct_t64x16_st", (64, 16)),
+    ((127, 129, 1000), "ct_t64x16_st", (64, 16)), ((100, 700, 900), "ct_t64x16_st", (64, 16)),
+    ((512, 768, 768), "ct_t64x64_st", (64, 64)), ((100, 3000, 700), "ct_t64x64_st", (64, 64))])
+def test_64_row_tile_entries(shape, entry, tile):
+    """The catalog's 64-row tiles (one consumer warpgroup, one wgmma group in flight), forced:
+    t64x64 and t64x64_cm2 unswapped over 72-128 tiles at deep K; as C^T, ct_t64x16_st at short K
+    over one to eight kernel tile columns of 16 user rows (127: the last one partly outside), and
+    ct_t64x64_st into 512 or 100 user rows (100: the kernel's second tile column partly outside its
+    N). fp16, then bf16 with alpha/beta."""
+    params = entry_params(entry)
+    _check(*shape, params=params)
+    _check(*shape, dtype="bfloat16", alpha=0.5, beta=-1.5, params=params)
     ran = last_launch()
-    assert ran["tile"] == tile and ran["splits"] == 1, ran
+    assert ran["tile"] == tile and ran["splits"] == 1 and ran["c_trans"] == catalog_entry(entry).swap, ran
 
 
 @pytest.mark.parametrize("layout", ["nn", "tn", "tt"])
-def test_size_rule_1w_runs_64x192_tiles(layout):
-    """Size rule 1w (512 <= K <= 1024, N >= 2048, 96 tiles of 64 x 192 on 132 SMs): fp16 and bf16,
-    alpha/beta; and with a fused bias + gelu into fp16 (the activation warps) and an fp32 C."""
-    _check(512, 2304, 768, layout)
-    _check(512, 2304, 1000, layout, dtype="bfloat16", alpha=0.5, beta=-1.5)
+def test_64x192_tiles_in_pairs_at_short_k(layout):
+    """The catalog's t64x192_cm2 (64 x 192 tiles, one consumer, eight tile rows in pairs sharing B
+    and leaving through the producer's tail), forced where its 96 tiles make one wave: K = 768 and
+    1000 (no multiple of 64), fp16 and bf16, alpha/beta (test_64x192_tiles_in_pairs_with_a_fused_epilogue
+    adds a fused bias + gelu into fp16, the activation warps, and into an fp32 C)."""
+    params = entry_params("t64x192_cm2")
+    _check(512, 2304, 768, layout, params=params)
+    _check(512, 2304, 1000, layout, dtype="bfloat16", alpha=0.5, beta=-1.5, params=params)
     ran = last_launch()
-    assert ran["tile"] == (64, 192) and ran["splits"] == 1, ran
-    # eight 64-row tile rows: in pairs sharing B, leaving through the producer's tail
-    assert ran["cluster"] == 2 or ran["c_trans"], ran
+    assert ran["tile"] == (64, 192) and ran["splits"] == 1 and ran["cluster"] == 2 and not ran["c_trans"], ran
 
 
 @pytest.mark.parametrize("shape,dtype", [((100, 16384, 1536), "float16"), ((128, 12288, 4096), "bfloat16"),
                                          ((77, 9000, 2000), "float16")])
-def test_size_rule_1s_streams_b_for_one_tile_row(shape, dtype):
-    """One tile row of 128-wide tiles (size rule 1s): B is read once, evict-first (STREAM=1), the
-    last tile column partly outside N where N is no multiple of 128."""
-    assert untuned_size_rule(get_spec("hgemm"), *shape, "nn", 132).get("STREAM") == 1
-    _check(*shape, dtype=dtype, beta=0.25)
+def test_128x128_tiles_stream_b_for_one_tile_row(shape, dtype):
+    """The catalog's t128x128_st (STREAM=1), forced on one tile row of 128 x 128 tiles, 77 to 128
+    rows: the kernel finds B read once by its tile counts and loads it evict-first; the last tile
+    column partly outside N where N is no multiple of 128, with beta."""
+    _check(*shape, dtype=dtype, beta=0.25, params=entry_params("t128x128_st"))
     ran = last_launch()
+    assert ran["params"]["STREAM"] == "1", ran
     assert ran["tile"] == (128, 128) and ran["cluster"] == 1 and ran["splits"] == 1 and not ran["c_trans"], ran
 
 
 @pytest.mark.parametrize("kernel,c_dtype", [("hgemm", "float16"), ("hgemm_f32c", "float32")])
-def test_size_rule_1w_with_a_fused_epilogue(kernel, c_dtype):
-    ran = _check_bias_activation(kernel, c_dtype, (512, 2304, 768), "gelu", 14)
-    assert ran["tile"] == (64, 192), ran
+def test_64x192_tiles_in_pairs_with_a_fused_epilogue(kernel, c_dtype):
+    ran = _check_bias_activation(kernel, c_dtype, (512, 2304, 768), "gelu", 14,
+                                 params=entry_params("t64x192_cm2", kernel))
+    assert ran["tile"] == (64, 192) and ran["cluster"] == 2, ran
 
 
 def test_64_row_tiles_load_a_misaligned_a_themselves():
@@ -518,21 +535,25 @@ def test_64_row_tiles_load_a_misaligned_a_themselves():
 
 @pytest.mark.parametrize("shape,dtype", [((512, 4096, 4096), "float16"), ((500, 3584, 8200), "float16"),
                                          ((512, 4096, 11008), "bfloat16")])
-def test_size_rule_runs_128_wide_tiles_in_clusters_for_even_tile_rows(shape, dtype):
-    """An even number of tile rows whose 128-wide tiles fill one wave, deep K: unsplit 128x128 tiles
-    in clusters of two tile rows (the last row of 500 partly outside M)."""
-    _check(*shape, dtype=dtype)
+def test_128x128_tiles_in_pairs_at_deep_k(shape, dtype):
+    """The catalog's t128x128_cm2 (128 x 128 tiles in clusters of two tile rows sharing B), forced
+    where four tile rows of its tiles make about one wave at K = 4096 to 11008, unsplit: the last
+    row of 500 partly outside M, K = 8200 no multiple of 64."""
+    _check(*shape, dtype=dtype, params=entry_params("t128x128_cm2"))
     ran = last_launch()
     assert ran["tile"] == (128, 128) and ran["cluster"] == 2 and ran["splits"] == 1 and not ran["c_trans"], ran
 
 
 @pytest.mark.parametrize("k", [16, 7])
-def test_size_rule_3t_runs_128x128_tiles_for_an_fp32_c_at_tiny_k(k):
-    """An fp32 C at K <= 64 (rule 3t): 128 x 128 tiles, two waves; K = 7: A loaded by the consumers."""
+def test_128x128_tiles_for_an_fp32_c_at_tiny_k(k):
+    """The catalog's t128x128, forced for an fp32 C at K <= 64, where the GEMM is its C stores
+    (staged and stored by TMA, C poisoned first): 256 tiles, two waves; K = 7: A loaded by the
+    consumers."""
     rng = cp.random.default_rng(41 + k)
     a = rng.standard_normal((2048, k), dtype=cp.float32).astype(cp.float16)
     b = rng.standard_normal((k, 2000), dtype=cp.float32).astype(cp.float16)
-    c = asmgemm.gemm(a, b, cp.full((2048, 2000), cp.nan, dtype=cp.float32))
+    c = asmgemm.gemm(a, b, cp.full((2048, 2000), cp.nan, dtype=cp.float32),
+                     params=entry_params("t128x128", "hgemm_f32c"))
     ran = last_launch()
     assert ran["kernel"] == "hgemm_f32c" and ran["tile"] == (128, 128) and ran["cluster"] == 1, ran
     ref = a.astype(cp.float64) @ b.astype(cp.float64)
@@ -540,14 +561,15 @@ def test_size_rule_3t_runs_128x128_tiles_for_an_fp32_c_at_tiny_k(k):
 
 
 @pytest.mark.parametrize("k,dtype", [(16, "float16"), (40, "float16"), (8, "bfloat16"), (64, "bfloat16")])
-def test_size_rule_3t_runs_128x128_tiles_for_a_16_bit_c_at_tiny_k(k, dtype):
-    """A 16-bit C at K <= 64 read by TMA (rule 3t): 128 x 128 tiles staged and stored by TMA (beta = 0,
-    C poisoned first) or by pairs (beta != 0); at K = 31 (A loaded by the consumers) rule 3's tiles."""
+def test_128x128_tiles_for_a_16_bit_c_at_tiny_k(k, dtype):
+    """The catalog's t128x128, forced for a 16-bit C at K <= 64 with A read by TMA: its tiles staged
+    and stored by TMA (beta = 0, C poisoned first) or by pairs (beta != 0); and t128x256 (128 x 256
+    tiles, unclustered) at K = 31, A (rows of 31 halves) loaded by the consumers."""
     for alpha, beta in ((1.0, 0.0), (0.5, -1.5)):
-        _check(2048, 2000, k, dtype=dtype, alpha=alpha, beta=beta)
+        _check(2048, 2000, k, dtype=dtype, alpha=alpha, beta=beta, params=entry_params("t128x128"))
         ran = last_launch()
         assert ran["tile"] == (128, 128) and ran["cluster"] == 1 and ran["splits"] == 1, ran
-    _check(2048, 2000, 31, dtype=dtype)
+    _check(2048, 2000, 31, dtype=dtype, params=entry_params("t128x256"))
     assert last_launch()["tile"] == (128, 256) and last_launch()["a_ldg"], last_launch()
 
 
@@ -557,9 +579,11 @@ def test_large_square():
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("layout", ["nn", "tn"])
-def test_size_rule_1f_runs_64x256_tiles_for_an_fp32_c_by_pairs(dtype, layout):
-    """Size rule 1f: an fp32 C of rows that are no whole 16-byte pieces, K <= 512, 6+ waves of 64 x
-    256 tiles: alpha/beta, fp16 and bf16 operands; and a fused bias + gelu_tanh."""
+def test_64x256_tiles_for_an_fp32_c_by_pairs(dtype, layout):
+    """The catalog's t64x256 (one consumer, one wgmma group in flight), forced for an fp32 C of rows
+    that are no whole 16-byte pieces (N = 4093: the pair stores) over about 8 waves of tiles, the
+    last tile row and column partly outside C, K = 509: alpha/beta, fp16 and bf16 operands; and a
+    fused bias + gelu_tanh."""
     rng = cp.random.default_rng(15)
     m, n, k = 4099, 4093, 509
     ta = layout[0] == "t"
@@ -569,12 +593,13 @@ def test_size_rule_1f_runs_64x256_tiles_for_an_fp32_c_by_pairs(dtype, layout):
     ref = 0.75 * ((av.T if ta else av) @ bv) + 0.5 * c0
     kernel = "bgemm_f32c" if dtype == "bfloat16" else "hgemm_f32c"
     c = c0.copy()
-    asmgemm.gemm(a, b, c, alpha=0.75, beta=0.5, trans_a=ta, kernel=kernel)
+    asmgemm.gemm(a, b, c, alpha=0.75, beta=0.5, trans_a=ta, kernel=kernel, params=entry_params("t64x256", kernel))
     err = float(cp.linalg.norm(c - ref) / cp.linalg.norm(ref))
     assert err < get_spec(kernel).rel_err_limit, err
     assert last_launch()["tile"] == (64, 256), last_launch()
     if dtype == "float16" and layout == "nn":
-        ran = _check_bias_activation("hgemm_f32c", "float32", (m, n, k), "gelu_tanh", 16)
+        ran = _check_bias_activation("hgemm_f32c", "float32", (m, n, k), "gelu_tanh", 16,
+                                     params=entry_params("t64x256", "hgemm_f32c"))
         assert ran["tile"] == (64, 256), ran
 
 
@@ -628,46 +653,64 @@ def test_fp32_c_stored_by_tma(kernel, params):
             assert bool(cp.isnan(big[:, n:]).all())        # nothing written past N
 
 
-# ---- small M through the swap (kernels.toml [[hgemm.swap_rule]]: C^T, stored transposed) ------------
-# M <= 64 with a K-contiguous A: the user's rows are the kernel's BN = 16 / 32 columns. Shapes with
-# edges in every direction: M = 1, 3, 17, 33 (part of a 16- or 32-column tile), N not a multiple of
-# the 128-row tile, K odd (A's rows are then not 16-byte aligned: the padded copy), K = 1.
+# ---- small M as C^T (the catalog's ct_ entries: C^T = B^T A^T, stored transposed) ----------------
+# The user's rows are the kernel's BN = 16, 32 or 64 columns, its B the user's A. The cost model may
+# run a small-M call through any of these entries, so each unclustered one (the K-split ones are
+# test_hgemm_fused_gpu.py's) meets every shape. Edges in every direction: M = 1, 3, 17, 33 (part of
+# a kernel tile column), M above the tile's width (several columns), N not a multiple of the
+# 128-row tile, K odd (A's rows are then not 16-byte aligned: the padded copy), K = 1.
+SWAP_ENTRIES = ["ct_t128x16_st", "ct_t64x16_st", "ct_t128x32_st", "ct_t128x64_st", "ct_t64x64_st"]
 SWAP_SHAPES = [(1, 768, 768), (3, 100, 64), (16, 3072, 768), (17, 300, 257), (33, 1000, 700), (64, 520, 136),
                (50, 77, 1), (16, 7, 9), (64, 4096, 1000)]
 
 
+@pytest.mark.parametrize("entry", SWAP_ENTRIES)
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("m,n,k", SWAP_SHAPES)
-def test_small_m_runs_swapped(m, n, k, dtype):
-    _check(m, n, k, dtype=dtype)
+def test_small_m_as_c_transposed(m, n, k, dtype, entry):
+    _check(m, n, k, dtype=dtype, params=entry_params(entry))
     launch = last_launch()
-    from asmgemm.runtime.launch import untuned_size_rule
-    chosen = untuned_size_rule(get_spec("bgemm" if dtype == "bfloat16" else "hgemm"), m, n, k, "nn",
-                               device_facts().sm_count)
-    # 64-row kernel tiles (CONSUMERS = 1) where size rules Cr take them
-    assert launch["c_trans"] and launch["tile"] == (64 * chosen.get("CONSUMERS", 2), chosen["BN"]), launch
+    assert launch["c_trans"] and launch["tile"] == catalog_entry(entry).tile[:2], launch
 
 
-# Up to 1024 rows at K <= 1024 where the swapped launch's 32-wide units fit on the SMs (the swap
-# rule's second clause): many kernel columns, tile edges in both directions, odd K.
+# Up to 1024 rows at K <= 1024 as C^T: many kernel tile columns (up to 63 of 16), tile edges in
+# both directions, odd K.
+@pytest.mark.parametrize("entry", SWAP_ENTRIES)
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("m,n,k", [(128, 768, 768), (300, 700, 500), (512, 768, 768), (1000, 130, 1000),
                                    (97, 1500, 333)])
-def test_rows_up_to_1024_swap_at_short_k(m, n, k, dtype):
-    _check(m, n, k, dtype=dtype)
+def test_rows_up_to_1024_as_c_transposed_at_short_k(m, n, k, dtype, entry):
+    params = entry_params(entry)
+    _check(m, n, k, dtype=dtype, params=params)
     assert last_launch()["c_trans"], last_launch()
-    _check(m, n, k, dtype=dtype, alpha=0.5, beta=-0.75)
+    _check(m, n, k, dtype=dtype, alpha=0.5, beta=-0.75, params=params)
 
 
 @pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
-def test_the_swap_needs_a_k_contiguous_a(layout):
-    _check(20, 300, 200, layout=layout)
-    assert last_launch()["c_trans"] == (layout[0] == "n")
+def test_c_transposed_64_wide_in_every_layout(layout):
+    """As C^T the kernel's B is the user's A: K-major where A is K-contiguous (nn, nt), N-major
+    where it is stored K x M (tn, tt). 64-wide tiles read either."""
+    _check(20, 300, 200, layout=layout, params=entry_params("ct_t128x64_st"))
+    assert last_launch()["c_trans"], last_launch()
+
+
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+@pytest.mark.parametrize("entry", ["ct_t128x16_st", "ct_t128x32_st"])
+def test_narrow_c_transposed_tiles_need_a_k_contiguous_a(entry, layout):
+    """16- and 32-wide tiles only with a K-major kernel B: as C^T, a K-contiguous user A (nn, nt)
+    runs; an A stored K x M (tn, tt) the kernel's own guard refuses, and gemm raises its reason."""
+    params = entry_params(entry)
+    if layout[0] == "n":
+        _check(20, 300, 200, layout=layout, params=params)
+        assert last_launch()["c_trans"], last_launch()
+    else:
+        with pytest.raises(AsmError, match="K-major B"):
+            _check(20, 300, 200, layout=layout, params=params)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_swapped_alpha_beta(dtype):
-    _check(16, 520, 136, dtype=dtype, alpha=0.5, beta=-1.25)
+    _check(16, 520, 136, dtype=dtype, alpha=0.5, beta=-1.25, params=entry_params("ct_t128x16_st"))
     assert last_launch()["c_trans"]
 
 

@@ -119,7 +119,7 @@ def test_tilings(params, dtype):
 
 @pytest.mark.parametrize("activation", [None, "relu"])
 def test_fused_epilogue(activation):
-    # (C_T = 0: the size rules swap this shape, whose C^T leaves by pairs)
+    # (C_T = 0: the catalog may run this shape as C^T, whose C leaves by pairs)
     _shifted(_run(515, 333, 301, ldc=341, bias=True, activation=activation, alpha=0.5, params={"C_T": 0}))
 
 
@@ -145,7 +145,7 @@ def test_repeated_calls():
     for i in range(3):
         a = rng.standard_normal((700, 300), dtype=cp.float32).astype(cp.float16)
         b = rng.standard_normal((300, 517), dtype=cp.float32).astype(cp.float16)
-        c = asmgemm.gemm(a, b, kernel="hgemm", params={"C_T": 0})     # (unswapped: the size rules swap it)
+        c = asmgemm.gemm(a, b, kernel="hgemm", params={"C_T": 0})     # (unswapped: the catalog may run it as C^T)
         ref = a.astype(cp.float32) @ b.astype(cp.float32)
         assert float(cp.linalg.norm(c.astype(cp.float32) - ref) / cp.linalg.norm(ref)) < 2e-3, i
         assert last_launch()["c_shifted"], i

@@ -169,21 +169,12 @@ def test_in_place_off_keeps_the_tma_kernel_inside_and_restores_the_decision_afte
     assert path_model.decide is before
 
 
-# ---- operands TMA reads in place: the two kernels at their own configurations ---------------------
-def test_the_tma_kernels_time_is_its_fixed_cost_its_chain_of_k_tiles_and_its_tiles_or_the_dram_floor():
-    """TmaTime's form, term by term: a lone block's chain of K tiles, the tiles it holds, and the
-    DRAM floor where the bytes take longer than the compute."""
-    t = path_model.TmaTime(launch_s=5e-6, k_tile_s=0.2e-6, k_tile_area_s=0.3e-6, tile_area_s=1e-6, rms_log=0.1)
-    assert path_model.tma_config_s(t, 10, 1, 1.0, 0, 3e12) == pytest.approx(5e-6 + 10 * 0.5e-6 + 1e-6)
-    assert path_model.tma_config_s(t, 40, 4, 0.5, 0, 3e12) == pytest.approx(5e-6 + 40 * 0.35e-6 + 4 * 0.5e-6)
-    # 300 MB through a 3 TB/s DRAM: 100 us, more than the compute's
-    assert path_model.tma_config_s(t, 10, 1, 1.0, 300_000_000, 3e12) == pytest.approx(5e-6 + 100e-6)
-
-
+# ---- operands TMA reads in place: the two kernels' picks by the cost model -------------------------
 def test_the_margin_is_the_two_estimates_errors_combined():
-    t = dataclasses.replace(path_model.H100_TMA_TIME, rms_log=0.3)
-    assert path_model.aligned_margin(t, 0.4) == pytest.approx(2.718281828 ** 0.5)
-    assert 1.2 < path_model.aligned_margin(path_model.tma_time("NVIDIA H100 80GB HBM3")) < 1.5
+    assert path_model.aligned_margin(0.3, 0.4) == pytest.approx(2.718281828 ** 0.5)
+    assert path_model.aligned_margin() == pytest.approx(
+        2.718281828 ** ((path_model.TMA_PICK_RMS_LOG ** 2 + path_model.IN_PLACE_RMS_LOG ** 2) ** 0.5))
+    assert 1.2 < path_model.aligned_margin() < 1.6
 
 
 def test_an_aligned_call_runs_in_place_only_where_it_wins_by_the_margin():

@@ -183,19 +183,18 @@ def test_default_params_are_the_tunables():
 
 def test_untuned_size_rule_is_the_runtimes_choice():
     """What the scripts lay -D overrides over (tools/variant_ab.py, epilogue_bench.py): the size
-    rule with the call values the runtime computes, the fused epilogue's included. hgemm_f32c's rule
-    1h (BN = 96 in pairs of tile rows) holds at 512x3072x768 only without an activation."""
+    rule with the call values the runtime computes, for a kernel dispatched by rules (sgemm_skinny:
+    MR = 4 to 4 rows, 16 past 8); a family with a catalog (sgemm, hgemm) has no rule to lay over
+    the defaults, its cost model decides (runtime/dispatch.py)."""
     from asmgemm.runtime.launch import untuned_size_rule
-    spec = get_spec("hgemm_f32c")
-    plain = untuned_size_rule(spec, 512, 3072, 768, "nn", 132)
-    assert plain == {"BN": 96, "CLUSTER_M": 2, "STAGES": 6}
-    assert untuned_size_rule(spec, 512, 3072, 768, "nn", 132, bias=1, activation=2)["BN"] == 128
-    a, b, c = np.zeros((512, 768), np.float16), np.zeros((768, 3072), np.float16), np.zeros((512, 3072), np.float32)
+    spec = get_spec("sgemm_skinny")
+    assert untuned_size_rule(spec, 3, 4096, 4096, "nn", 132) == {"MR": 4}
+    assert untuned_size_rule(spec, 12, 4096, 4096, "nn", 132) == {"MR": 16}
+    a, b, c = np.zeros((12, 4096), np.float32), np.zeros((4096, 4096), np.float32), np.zeros((12, 4096), np.float32)
     plan = plan_launch(a, b, c, trans_a=False, trans_b=False, ptr_of=lambda x: 256)
-    chosen = choose_params(spec, plan, None, None, 132)
-    assert {k: chosen[k] for k in plain} == plain
-    # sgemm's catalog decides instead: no rule, nothing laid over the defaults
+    assert choose_params(spec, plan, None, None, 132)["MR"] == 16
     assert untuned_size_rule(SGEMM, 4096, 4096, 4096, "nn", 132) == {}
+    assert untuned_size_rule(get_spec("hgemm"), 512, 3072, 768, "nn", 132) == {}
 
 
 # ---- copy_alignment: the copy widths of the in-place kernels (call values align_a, align_b) ---------

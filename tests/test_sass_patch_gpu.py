@@ -52,7 +52,7 @@ def _plain_then_patched(kernel, patched_name, m, n, k, layout, params=None):
     """C from the patched copy (its own choice of configuration, or `params`), then from ptxas's
     code with the configuration the copy ran (the plain kernel, left to choose, might send a small
     shape elsewhere). Where the copy's catalog sends the call to another kernel (sgemm's skinny
-    entries), the copy runs with params={}: itself, with its size rule's tiling."""
+    entries), the copy runs with params={}: itself, with its source's default tiling."""
     a, b, ta, tb = _operands(kernel, m, n, k, layout, seed=m * 7 + n * 3 + k)
     c_patched = cp.full((m, n), cp.nan, dtype=KERNELS[kernel])
     asmgemm.gemm(a, b, c_patched, trans_a=ta, trans_b=tb, kernel=patched_name, params=params)

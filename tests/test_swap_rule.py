@@ -1,7 +1,8 @@
-"""Small M through the operand swap (kernels.toml [[hgemm.swap_rule]]): a row-major C computed as
-C^T = op(B)^T op(A)^T by a kernel that stores its result transposed (call value c_trans, hgemm's
-C_T), so that the user's few rows are the wgmma's N (BN = 16, 32, 64). CPU only: the spec key,
-the plan, the untuned choices, and the builds (ptxas: no spills, the narrow HGMMA, no staged C)."""
+"""Small M through the operand swap: a row-major C computed as C^T = op(B)^T op(A)^T by a kernel
+that stores its result transposed (call value c_trans, hgemm's C_T), so that the user's few rows
+are the wgmma's N (BN = 16, 32, 64). The spec language's [[NAME.swap_rule]] (a kernel without a
+catalog), hgemm's catalog entries with swap = true (ranked by the cost model: test_dispatch.py),
+the plan, and the builds (ptxas: no spills, the narrow HGMMA, no staged C). CPU only."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,9 +10,7 @@ import pytest
 
 from asmgemm.errors import AsmError
 from asmgemm.kernel_spec import get_spec, load_spec_file
-from asmgemm.runtime.launch import untuned_launch, untuned_size_rule
-from asmgemm.runtime.plan import plan_launch
-from asmgemm.runtime.split_k import untuned_split
+from asmgemm.runtime.plan import plan_launch, transposed_bias_mode
 from asmgemm.toolchain import disassemble, find_tool
 from sweeps import sample_every
 from test_kernel_spec import GOOD, write_spec
@@ -46,9 +45,13 @@ def test_bad_swap_rules_are_refused_at_load(tmp_path, extra, message):
 
 
 @pytest.mark.parametrize("name", ["hgemm", "bgemm", "hgemm_f32c"])
-def test_the_16_bit_kernels_swap_small_m(name):
+def test_the_16_bit_kernels_offer_c_transposed_entries(name):
+    """The TMA kernels' catalog has C^T entries, 16, 32 and 64 columns wide (the user's rows), and
+    no swap rule: the cost model weighs them against the entries that run the call as it is."""
     spec = get_spec(name)
-    assert spec.call_value_param("c_trans") == "C_T" and spec.swap_rules
+    assert spec.call_value_param("c_trans") == "C_T" and not spec.swap_rules
+    widths = {dict(e.set)["BN"] for e in spec.configs if e.swap}
+    assert widths == {16, 32, 64}
 
 
 # ---- the plan ---------------------------------------------------------------------------------------
@@ -81,56 +84,11 @@ def test_c_trans_is_ignored_where_the_swap_is_already_made_or_a_batch_runs():
 
 
 # ---- the untuned choice -----------------------------------------------------------------------------
-SWAPPED_RULE = {"CLUSTER_M": 1, "GROUP_M": 4, "C_T": 1, "STREAM": 1}      # STREAM: rules C (kernels.toml)
-
-
-# size rules Cr: short K swapped, 64-row kernel tiles within one wave, one wgmma group in flight
-ROWS64 = {"CONSUMERS": 1, "MMA_IN_FLIGHT": 1}
-
-
-@pytest.mark.parametrize("shape,layout,expect", [
-    ((16, 4096, 4096), "nn", {"BN": 16, "STAGES": 10, **SWAPPED_RULE}),
-    ((1, 768, 768), "nt", {"BN": 16, "STAGES": 10, **SWAPPED_RULE, **ROWS64}),    # short K: 64-row tiles (Cr)
-    ((17, 3072, 768), "nn", {"BN": 32, "STAGES": 10, **SWAPPED_RULE}),
-    ((64, 768, 768), "nn", {"BN": 16, "STAGES": 10, **SWAPPED_RULE, **ROWS64}),      # short K: more units
-    ((64, 4096, 4096), "nn", {"BN": 64, "STAGES": 8, **SWAPPED_RULE}),     # one column: A streams (C3)
-    ((64, 3584, 3584), "nn", {"BN": 64, "STAGES": 8, "CLUSTER_K": 2, **SWAPPED_RULE}),   # 28 tiles: pairs
-    ((64, 2048, 2048), "nn", {"BN": 32, "STAGES": 8, **SWAPPED_RULE}),     # K < 3072: two 32-wide columns
-    ((64, 11008, 4096), "nn", {"BN": 64, "STAGES": 8, **SWAPPED_RULE}),    # 32 wide: more units than SMs
-    ((16, 4096, 4096), "tn", {"BN": 64, "STAGES": 8, "CLUSTER_M": 1, "CLUSTER_K": 2, "STREAM": 1}),   # A M-major: not swapped
-    ((65, 4096, 4096), "nn", {"BN": 64, "STAGES": 8, "CLUSTER_M": 1, "CLUSTER_K": 2, "STREAM": 1}),   # size rule 1k
-    ((16, 768, 3072), "nn", {"BN": 16, "STAGES": 10, "CLUSTER_K": 4, **SWAPPED_RULE}),   # deep K: K split in clusters
-    ((16, 768, 1536), "nn", {"BN": 64, "STAGES": 8, "CLUSTER_M": 1, "GROUP_M": 4}),     # between: neither swap nor split
-    # up to 1024 rows at K <= 1024 where the swapped 32-wide units fit on the SMs
-    ((128, 768, 768), "nn", {"BN": 16, "STAGES": 10, **SWAPPED_RULE, **ROWS64}),
-    ((127, 129, 1000), "nn", {"BN": 16, "STAGES": 10, **SWAPPED_RULE, **ROWS64}),
-    # 65+ rows (the kernel's N): 64 x 64 tiles where they fill 50-100% of the SMs (Cw)
-    ((128, 2304, 768), "nn", {"BN": 64, "STAGES": 8, **SWAPPED_RULE, **ROWS64}),    # 72 tiles
-    ((512, 768, 768), "nn", {"BN": 64, "STAGES": 8, **SWAPPED_RULE, **ROWS64}),     # 96
-    ((128, 3072, 768), "nt", {"BN": 64, "STAGES": 8, **SWAPPED_RULE, **ROWS64}),
-    ((128, 4096, 1024), "nn", {"BN": 64, "STAGES": 8, **SWAPPED_RULE, **ROWS64}),   # 128
-    ((256, 1024, 1024), "nn", {"BN": 16, "STAGES": 10, **SWAPPED_RULE}),     # 64 tiles of 64 x 64: under half
-    ((65, 5632, 768), "nn", {"BN": 32, "STAGES": 8, **SWAPPED_RULE}),       # 176 tiles of 64 x 64: over the SMs
-    ((512, 2304, 768), "nn", {"CONSUMERS": 1, "BN": 192, "STAGES": 5, "CLUSTER_M": 2, "MMA_IN_FLIGHT": 1}),   # 288 units of 32: not swapped; rule 1w, pairs
-    ((1024, 1024, 1024), "nn", {"CONSUMERS": 1, "BN": 128, "STAGES": 8, "CLUSTER_M": 2, "MMA_IN_FLIGHT": 1}),   # size rule 1p
-    ((128, 768, 768), "tn", {"BN": 64, "STAGES": 8, "CLUSTER_M": 1, "GROUP_M": 4}),      # A M-major
-])
-@pytest.mark.parametrize("name", ["hgemm", "bgemm", "hgemm_f32c"])
-def test_untuned_choice_of_small_m(name, shape, layout, expect):
-    spec = get_spec(name)
-    assert untuned_size_rule(spec, *shape, layout, 132) == expect
-    km, kn, values = untuned_launch(spec, *shape, layout, 132)
-    swapped = "C_T" in expect
-    assert (km, kn) == ((shape[1], shape[0]) if swapped else shape[:2]) and values["c_trans"] == int(swapped)
-
-
-def test_a_swapped_call_is_not_split_and_its_bias_axis_turns():
-    assert untuned_split(HGEMM, 16, 4096, 14336, 132) is None                   # swapped
-    # not swapped (A M-major): K splits inside clusters (size rule 1a), not by the split-K pass
-    assert untuned_split(HGEMM, 16, 4096, 14336, 132, "tn") is None
-    assert untuned_size_rule(HGEMM, 16, 4096, 14336, "tn", 132)["CLUSTER_K"] == 2     # 32 tiles: 2 a cluster
-    assert untuned_split(HGEMM, 16, 768, 3072, 132) is None                     # swapped, CLUSTER_K = 4
-    assert untuned_launch(HGEMM, 16, 4096, 4096, "nn", 132, bias=1)[2]["bias"] == 2
+def test_a_swapped_launch_is_never_split_by_the_partial_pass_and_its_bias_axis_turns():
+    """The kernel refuses C_T with SPLIT_K (its partial pass writes the kernel's orientation), so no
+    C^T entry lists a split; a per-column bias of the user's C is a per-row bias of the kernel's."""
+    assert all(e.splits == (1,) for e in HGEMM.configs if e.swap)
+    assert transposed_bias_mode(1) == 2 and transposed_bias_mode(2) == 1 and transposed_bias_mode(0) == 0
 
 
 # ---- the kernel -------------------------------------------------------------------------------------

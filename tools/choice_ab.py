@@ -29,7 +29,19 @@ import math
 import sys
 
 from asmgemm.errors import AsmError
-from fit_tma_time import GPUS, facts_of       # tools/fit_tma_time.py: the GPUs' facts the fits use
+
+# the GPUs whose facts a record may configure calls with (sm_90; DRAM: 2 x memory clock x bus width)
+GPUS = {
+    "NVIDIA H100 80GB HBM3": (132, 1.98e9, 3.35e12, 50 * 1024 * 1024),
+    "NVIDIA H200": (132, 1.98e9, 4.8e12, 60 * 1024 * 1024),
+}
+
+
+def facts_of(gpu: str):
+    """The DeviceFacts (device 0, sm_90) of a GPU of GPUS, to configure calls with on the CPU."""
+    from asmgemm.runtime.gpu import DeviceFacts
+    sms, clock, dram, l2 = GPUS[gpu]
+    return DeviceFacts(0, gpu, "sm_90", sms, clock, dram, l2)
 
 SLOWER = 1.05            # new / old over this: the move made the call slower
 
@@ -63,7 +75,7 @@ def record(args) -> int:
                     elif cfg.built is not None and cfg.split is None and not cfg.in_cluster and cfg.copied == (0, 0):
                         # the kernel's own rules, unsplit: its build as params= (last_launch's
                         # rerun_params), so that a change to what the rules build
-                        # (launch_config.unclustered) is a move, which `time` runs as params=
+                        # is a move, which `time` runs as params=
                         params = rerun_params(cfg.spec.name, defines_of(cfg.built), None, False, 0)
                     out.append({**row, "kernel": cfg.spec.name, "label": cfg.config, "params": params,
                                 "chosen_by": cfg.chosen_by})
@@ -152,7 +164,7 @@ def main(argv=None) -> int:
     sub = ap.add_subparsers(dest="what", required=True)
     rec = sub.add_parser("record", help="what configure chooses, on the CPU")
     rec.add_argument("--gpu", default="NVIDIA H200", choices=sorted(GPUS),
-                     help="whose facts configure the calls (fit_tma_time's table)")
+                     help="whose facts configure the calls (GPUS above)")
     rec.add_argument("--shapes", action="append", required=True, help="as `asmgemm bench --shapes` (repeatable)")
     rec.add_argument("--dtypes", nargs="+", default=["float32", "float16", "bfloat16"])
     rec.add_argument("--layouts", nargs="+", default=["nn", "nt", "tn", "tt"])

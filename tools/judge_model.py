@@ -78,14 +78,17 @@ def main() -> int:
         from asmgemm.runtime.dispatch_db import device_model
         from asmgemm.tuning.fit import _family_sizes, evaluate
         d0 = docs[0]
-        dm, _ = device_model(d0["gpu"], d0["target"], int(d0["sms"]), float(d0["clock_hz"]),
-                             float(d0["dram_bytes_per_s"]))
-        report = {"gpu": d0["gpu"], "model": dm.source, "families": {}}
+        report = {"gpu": d0["gpu"], "model": None, "families": {}}
         samples = [s for d in docs for s in d["samples"]]
         for fam in sorted({s["family"] for s in samples}):
+            # (each family is priced by the database that swept it: dispatch_db.device_model)
+            dm, _ = device_model(d0["gpu"], d0["target"], int(d0["sms"]), float(d0["clock_hz"]),
+                                 float(d0["dram_bytes_per_s"]), fam)
             r = evaluate(dm, [s for s in samples if s["family"] == fam], *_family_sizes(fam))
             r["worst"] = r["worst"][:args.worst]
+            r["model"] = dm.source
             report["families"][fam] = r
+            report["model"] = report["model"] or dm.source
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -56,6 +56,8 @@ def command(m, n, k, dtype, layout, fused, batch, gpu, top, no_build, as_json):
       block         one block's modelled time (fixed part + K steps, times that factor)
       load          the load floor: the bytes all the blocks load (L2 hits and misses) at the
                     fastest rate the sweep saw the configuration load them
+      floor         (--json) the launch floor: the least GPU time the sweep saw the configuration
+                    take, a launch's fixed time
       sum           where a split's slices are added: "kernel" (the reduce kernel, a second
                     launch), "cluster" (inside clusters of S blocks), "in_kernel" (the last
                     block of each tile, one launch) or "cluster+in_kernel" (past 8 splits:
@@ -65,11 +67,11 @@ def command(m, n, k, dtype, layout, fused, batch, gpu, top, no_build, as_json):
       host          the call's host work: Python, arguments and the launch, plus the reduce
                     kernel's launch and workspace or the kept scratch of a split summed in the kernel
       call          modelled GPU time + host time of the call (what a caller waits for)
-    For 16-bit dtypes on a GPU with a TMA kernel (sm_90), "runs" first says which kernel gemm()
-    launches: the TMA kernel by its size rules (which rule, numbered as docs/kernel-selection.md
-    numbers them, and the -D values of the build) where it reads A and B in place; where it cannot
-    (rows not 16-byte multiples), the path model's two times (padded copies + the TMA kernel,
-    against the in-place kernel's pick from the table) and which one won.
+    For 16-bit dtypes on a GPU with a TMA kernel (sm_90) the table is the TMA kernel's catalog, and
+    "runs" first says which kernel gemm() launches and the path model's two times: the TMA
+    kernel's pick (with padded copies where TMA cannot read an operand's rows) against the
+    in-place kernel's pick (hgemm_mma), and which one won. A launch chosen by size rules (a route's
+    kernel, e.g. hgemm_skinny) names its rule, numbered as docs/kernel-selection.md numbers them.
 
     \b
     Examples:
@@ -157,9 +159,6 @@ def _what_runs(m: int, n: int, k: int, dtype: str, layout: str, fused: bool, fac
             "tile": [cfg.built.tile_m, cfg.built.tile_n] if cfg.built is not None else None,
             "path": cfg.path.to_json() if cfg.path is not None else None,
             "size_rule": _size_rule(cfg, facts),
-            "unclustered": None if cfg.unclustered is None else {
-                "clustered_us": cfg.unclustered.clustered_s * 1e6, "unclustered_us": cfg.unclustered.apart_s * 1e6,
-                "set": cfg.unclustered.defines},
             "params": defines_of(cfg.built) if cfg.built is not None else None,
             # the runtime stores C evict-first (launch.c_stream) where C is larger than the GPU's L2,
             # which a GPU explained from its dispatch database does not say
@@ -246,12 +245,6 @@ def _print(r: dict) -> None:
             dram = rule["dram_per_sm_cycle"]
             dram = "unknown: the H100 SXM's" if dram is None else dram
             console.print(f"  {took} (docs/kernel-selection.md; DRAM_PER_SM_CYCLE {dram})")
-        apart = runs["unclustered"]
-        if apart is not None:
-            console.print("  unclustered: " + " ".join(f"{k}={v}" for k, v in apart["set"].items())
-                          + f" (the TMA kernel's time model: {apart['clustered_us']:.1f} us in the rule's clusters, "
-                          f"whose padded units add a wave, against {apart['unclustered_us']:.1f} without; "
-                          "launch_config.unclustered)")
         if runs["params"]:
             console.print("  built with: " + " ".join(f"{k}={v}" for k, v in sorted(runs["params"].items())))
         if runs["c_stream_unknown"]:

@@ -38,11 +38,19 @@ class Candidate:
                                      # "cluster+in_kernel" (clusters' sums, summed by each rank's last)
     swap: bool = False               # runs as C^T with the kernel's transposed store (ConfigEntry.swap)
     cluster: int = 0                 # "cluster+in_kernel": blocks of a cluster (split_k.hybrid_cluster)
+    # the entry's own clusters (ConfigEntry.cluster): blocks along C's rows and columns sharing
+    # their tiles' loads, and along K splitting one tile's K in the kernel
+    tile_cluster: tuple[int, int, int] = (1, 1, 1)
 
     @property
     def cluster_size(self) -> int:
-        """Blocks of the candidate's clusters along z (0: none)."""
-        return self.splits if self.reduce == "cluster" else self.cluster
+        """Blocks of the candidate's clusters (0: none): a split's along z, else the entry's own."""
+        if self.reduce == "cluster":
+            return self.splits
+        if self.cluster:
+            return self.cluster
+        rows, cols, ks = self.tile_cluster
+        return rows * cols * ks if rows * cols * ks > 1 else 0
 
     @property
     def label(self) -> str:
@@ -99,7 +107,7 @@ def entry_candidates(entry: ConfigEntry, family: str, k: int, *, plain: bool, cl
     splits K (split_for: whole chunks of the kernel's k multiple; S is the splits that result, so
     two asks that land on the same split are one candidate)."""
     tile = entry.tile_for(trans_b)
-    base = Candidate(family, entry.name, entry.kernel, entry.set, tile, swap=entry.swap)
+    base = Candidate(family, entry.name, entry.kernel, entry.set, tile, swap=entry.swap, tile_cluster=entry.cluster)
     out = [base]
     sk = get_spec(entry.kernel).split_k
     if not plain or sk is None:
@@ -113,7 +121,8 @@ def entry_candidates(entry: ConfigEntry, family: str, k: int, *, plain: bool, cl
         s = split.splits
         # the reduce kernel: the one-launch sum (a fixup switch) is params= only until a sweep fits
         # it (split_k.in_kernel_fixup says why)
-        out.append(Candidate(family, entry.name, entry.kernel, entry.set, tile, s, "kernel", entry.swap))
+        out.append(Candidate(family, entry.name, entry.kernel, entry.set, tile, s, "kernel", entry.swap,
+                             tile_cluster=entry.cluster))
         if clusters and sk.cluster_switch is not None and s <= MAX_CLUSTER_SPLITS:
             out.append(Candidate(family, entry.name, entry.kernel, entry.set, tile, s, "cluster", entry.swap))
         elif clusters and sk.cluster_switch is not None and sk.fixup_switch is not None:
@@ -123,18 +132,24 @@ def entry_candidates(entry: ConfigEntry, family: str, k: int, *, plain: bool, cl
 
 
 def candidates(family: KernelSpec, m: int, k: int, target: str, *, plain: bool,
-               usable=lambda kernel: True, swapped_m: int | None = None, trans_b: tuple[int, int] = (0, 0)) -> list[Candidate]:
+               usable=lambda kernel: True, swapped_m: int | None = None, trans_b: tuple[int, int] = (0, 0),
+               two_d: bool = True) -> list[Candidate]:
     """Every candidate of `family`'s catalog for a kernel-level M x (any N) x K call on `target`:
     entries whose kernel builds for the target and can take the call (`usable(kernel name)`: the
     caller's check of the fused epilogue), within their `max_m`; split only for plain calls (no
     fused epilogue, no batch: the partial pass stores raw sums), in clusters only where the target
     has them. Entries that swap the operands (`swap`) only where the call may run as C^T
     (`swapped_m`: its M then, the call's N; None: it may not), within max_m of that M. trans_b:
-    whether the kernel's B is K-major in the launch as called and as C^T (the entry's tile)."""
+    whether the kernel's B is K-major in the launch as called and as C^T (the entry's tile).
+    two_d: a plain 2-D launch; a batch or a grouped launch (False) takes no entry with clusters of
+    its own (ConfigEntry.cluster: its tiles' shared loads are 2-D, its K split a split; the TMA
+    kernel's guards refuse both with BATCHED and GROUPED)."""
     clusters = "clusters" in arch_for(target).features
     out: list[Candidate] = []
     for entry in family.configs:
         if entry.swap and swapped_m is None:
+            continue
+        if not two_d and entry.cluster != (1, 1, 1):
             continue
         rows = swapped_m if entry.swap else m
         if entry.max_m is not None and rows > entry.max_m:

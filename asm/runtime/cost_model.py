@@ -145,6 +145,11 @@ class ConfigFit:
     # a fit of before the two shares (a database's entry without "alone_block"), read as it was
     # fitted: g = f and the variant's factor on the whole block, not on its K steps alone
     alone_block: float | None = None
+    # the least GPU time the sweep measured a launch of this configuration take, whatever its size:
+    # a launch's fixed time (its start, prologue and drain), which a + b s, fitted per block and K
+    # step, leaves out (the TMA kernel: 5-7 us on the H200 where its blocks' terms gave 2); 0: no
+    # floor (a fit of before it, or too few samples)
+    launch_floor_s: float = 0.0
 
     @property
     def alone_fixed(self) -> float:
@@ -249,16 +254,23 @@ class Estimate:
     fitted: bool
     correction: float = 1.0          # the neighbours' factor (neighbour_factors)
     load_s: float = 0.0              # the load floor (loaded_bytes at the configuration's load rate)
+    floor_s: float = 0.0             # the launch floor (ConfigFit.launch_floor_s)
     variant_factor: float = 1.0      # the K steps' factor for the call's load variant (ConfigFit.factor_from)
     factor_from: str = "none"        # "variant", "layout" (the variant was never swept) or "none"
 
     @property
     def gpu_s(self) -> float:
-        return max(self.compute_s, self.memory_s, self.load_s) + self.split_s
+        return max(self.compute_s, self.memory_s, self.load_s, self.floor_s) + self.split_s
 
     @property
     def call_s(self) -> float:
         return (self.gpu_s + self.host_s) * self.correction
+
+    @property
+    def corrected_gpu_s(self) -> float:
+        """The GPU time as the neighbours correct the call (what the path model weighs kernels of
+        two families by: their raw estimates can be 1.5x off where the sweep measured nearby)."""
+        return self.gpu_s * self.correction
 
     @property
     def waves(self) -> float:
@@ -271,6 +283,7 @@ class Estimate:
                 "waves": round(self.waves, 3), "last_wave_blocks": self.last_wave_blocks, "k_steps": self.steps,
                 "block_us": round(self.block_s * 1e6, 3), "compute_us": round(self.compute_s * 1e6, 3),
                 "memory_us": round(self.memory_s * 1e6, 3), "load_us": round(self.load_s * 1e6, 3),
+                "floor_us": round(self.floor_s * 1e6, 3),
                 "split_us": round(self.split_s * 1e6, 3),
                 "host_us": round(self.host_s * 1e6, 3), "gpu_us": round(self.gpu_s * 1e6, 3),
                 "call_us": round(self.call_s * 1e6, 3), "fitted": self.fitted,
@@ -304,11 +317,17 @@ def estimate(cand: Candidate, m: int, n: int, k: int, dm: DeviceModel, dtype: st
     c_tiles = (ceil_div(m, bm) * batch + extra_tile_rows) * ceil_div(n, bn)
     # (a cluster+in_kernel grid rounds S up to whole clusters: its extra blocks have no k range)
     tiles = c_tiles * grid_splits(s, cand.cluster)
+    rows, cols, ks = cand.tile_cluster
+    if rows * cols * ks > 1:
+        # the entry's own clusters, walked as units: tile rows and columns round up to whole
+        # clusters, and each tile is ks blocks, each a ks-th of K
+        tiles = (ceil_div(ceil_div(m, bm) * batch + extra_tile_rows, rows) * rows
+                 * ceil_div(ceil_div(n, bn), cols) * cols * ks * grid_splits(s, cand.cluster))
     r = max(1, fit.blocks(variant))
     slots = dm.sms * r
-    if cand.reduce in ("cluster", "cluster+in_kernel"):
+    if cand.cluster_size > 1:
         slots = max(1, min(slots, cluster_slots(dm, cand, r, slots)))
-    steps = max(1, ceil_div(ceil_div(k, s), bk))
+    steps = max(1, ceil_div(ceil_div(k, s * ks), bk))
     factor, factor_from = fit.factor_from(variant)
     # (a fit of before the lone block's two shares scales its whole block by the variant's factor)
     fixed, stepping = fit.block_s * (factor if fit.alone_block is None else 1.0), fit.step_s * steps * factor
@@ -343,7 +362,8 @@ def estimate(cand: Candidate, m: int, n: int, k: int, dm: DeviceModel, dtype: st
         split = (dm.cluster_block_s * math.ceil(tiles / slots) + dm.fixup_fixed_s + g * m * n * 4 / bw
                  + (g * m * n * 4 + m * n * c_bytes) / (bw * share))
     return Estimate(cand, tiles, slots, full, rest, steps, block, compute, memory, split, host,
-                    fit.samples > 0, load_s=load, variant_factor=factor, factor_from=factor_from)
+                    fit.samples > 0, load_s=load, variant_factor=factor, factor_from=factor_from,
+                    floor_s=fit.launch_floor_s)
 
 
 # A split's host work beyond an unsplit call's, by where it is summed: (the DeviceModel term, what

@@ -37,11 +37,13 @@ class Choice:
 _models: dict[tuple, tuple[DeviceModel, dict]] = {}
 
 
-def model_for(gpu: str, target: str, sms: int, clock_hz: float = 0.0, dram_bytes_per_s: float = 0.0):
-    """(DeviceModel, exact hits) of a GPU, read once per process (forget() drops them)."""
-    key = (gpu, target, sms, clock_hz, dram_bytes_per_s)
+def model_for(gpu: str, target: str, sms: int, clock_hz: float = 0.0, dram_bytes_per_s: float = 0.0,
+              family: str | None = None):
+    """(DeviceModel, exact hits) of a GPU for a kernel family, read once per process (forget()
+    drops them)."""
+    key = (gpu, target, sms, clock_hz, dram_bytes_per_s, family)
     if key not in _models:
-        _models[key] = device_model(gpu, target, sms, clock_hz, dram_bytes_per_s)
+        _models[key] = device_model(gpu, target, sms, clock_hz, dram_bytes_per_s, family)
     return _models[key]
 
 
@@ -74,11 +76,12 @@ def choose(family: KernelSpec, layout: str, m: int, n: int, k: int, *, gpu: str,
     held-out check); batch, extra_tile_rows: a batched launch's batch, a grouped launch's experts
     (the model counts their tiles; the database's exact hits are 2-D calls, so they are left out)."""
     exact = exact and batch == 1 and extra_tile_rows == 0
-    dm, best = model_for(gpu, target, sms, clock_hz, dram_bytes_per_s)
+    dm, best = model_for(gpu, target, sms, clock_hz, dram_bytes_per_s, family.name)
     cands = candidates(family, m, k, target, plain=plain, usable=usable,
                        swapped_m=n if swapped is not None else None,
                        trans_b=(int((call_values or {}).get("trans_b", 0)),
-                                int(swapped[1].get("trans_b", 0)) if swapped is not None else 0))
+                                int(swapped[1].get("trans_b", 0)) if swapped is not None else 0),
+                       two_d=batch == 1 and extra_tile_rows == 0)
     sizes = (DTYPE_ITEMSIZE[family.dtypes.c], DTYPE_ITEMSIZE[family.dtypes.a])
     variant = variant_of(layout, call_values or {})
     ranked = rank([c for c in cands if not c.swap], m, n, k, dm, family.dtypes.a, *sizes, variant, family.name, plain,
@@ -119,26 +122,31 @@ class CandidateBuild:
         return (self.spec.name, self.target, tuple(sorted((k, str(v)) for k, v in self.defines.items())))
 
 
-def candidate_build(cand: Candidate, plan, sms: int, device_target: str, plain: bool) -> CandidateBuild:
+def candidate_build(cand: Candidate, plan, sms: int, device_target: str, plain: bool,
+                    launch_defines=None) -> CandidateBuild:
     """The build a candidate makes for `plan` (runtime/plan.LaunchPlan: the C^T launch's for a swap
     candidate) on a device of `device_target`: exactly what gemm() builds when it runs the
-    candidate (the sweep prebuilds these in parallel)."""
+    candidate (the sweep prebuilds these in parallel). launch_defines(spec, plan): -D values the
+    runtime decides for the launch besides the configuration (a C larger than L2 stored
+    evict-first: launch_config.c_stream_defines); None: none."""
     spec = get_spec(cand.kernel)
     target = spec.build_target(device_target)
     tuned = cand.params()
     split = split_k.choose_split(spec, plan, None, tuned, sms, plain=plain)
     in_cluster = split_k.cluster_splits(spec, split, target, tuned, plan, sms)
     fixup = split_k.in_kernel_fixup(spec, split, tuned, in_cluster)
-    defines = choose_params(spec, plan, None, tuned, sms, split_k.switch_define(spec, split, in_cluster, fixup))
+    extra = launch_defines(spec, plan) if launch_defines is not None else {}
+    defines = choose_params(spec, plan, None, tuned, sms,
+                            {**extra, **split_k.switch_define(spec, split, in_cluster, fixup)})
     return CandidateBuild(spec, target, split, in_cluster, defines, fixup)
 
 
-def try_build(cand: Candidate, plan, sms: int, device_target: str, plain: bool
+def try_build(cand: Candidate, plan, sms: int, device_target: str, plain: bool, launch_defines=None
               ) -> tuple[CandidateBuild, BuiltKernel | None, str | None, AsmError | None]:
     """(what the candidate builds, the build or None, why the kernel refused it or None, the error
     of a refusal met now). The kernel's guards refuse a build once per process: the refusal is
     remembered (refuse), so a later call skips the candidate without expanding it again."""
-    cb = candidate_build(cand, plan, sms, device_target, plain)
+    cb = candidate_build(cand, plan, sms, device_target, plain, launch_defines)
     why = refusal(cb.key)
     if why is not None:
         return cb, None, why, None

@@ -8,10 +8,11 @@ Where a GPU's file is looked for, first hit wins:
 <slug> is the GPU's name in lower case with runs of other characters as '_'
 ('NVIDIA H100 80GB HBM3' -> nvidia_h100_80gb_hbm3).
 
-A GPU with no file of its own gets the model alone: the coefficients of a file for the same target
-(the H100's for an H200: the same SMs), scaled by the clock ratio, with none of its exact hits
-(those were timed on the other GPU) and with this GPU's SM count and DRAM rate; and with no such
-file either, the prior of cost_model.py. `explain` names which of the three decided."""
+A kernel family a GPU's own file has not swept (or a GPU with no file) gets the model alone: the
+model of another file for the same target that swept it (the H100's sgemm for an H200, the H200's
+TMA kernel for an H100: the same SMs and clock), scaled by the clock ratio, with none of its exact
+hits (those were timed on the other GPU) and with this GPU's SM count and DRAM rate; and with no
+such file either, the prior of cost_model.py. `explain` names which decided for the call's family."""
 from __future__ import annotations
 
 import json
@@ -22,6 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..errors import AsmError
+from ..kernel_spec import DTYPE_ITEMSIZE, get_spec
 from .cost_model import PRIOR_FIXUP_FIXED_S, PRIOR_SCRATCH_S, ConfigFit, DeviceModel
 
 FORMAT = 1
@@ -90,13 +92,11 @@ def database_for(gpu: str) -> tuple[dict | None, Path | None]:
     return None, None
 
 
-def _same_target(target: str) -> tuple[dict | None, Path | None]:
+def _same_target(target: str) -> list[tuple[dict, Path]]:
+    """Every database of a GPU of this target (sm_90 and sm_90a alike), in _files' order."""
     base = target.rstrip("af")
-    for path in _files():
-        data = read(path)
-        if str(data.get("target", "")).rstrip("af") == base:
-            return data, path
-    return None, None
+    return [(data, path) for data, path in ((read(p), p) for p in _files())
+            if str(data.get("target", "")).rstrip("af") == base]
 
 
 def model_from(data: dict, source: str, path: Path | None = None) -> DeviceModel:
@@ -114,7 +114,8 @@ def model_from(data: dict, source: str, path: Path | None = None) -> DeviceModel
                                   {str(a): float(b) for a, b in v.get("variants", {}).items()},
                                   {str(a): int(b) for a, b in v.get("variant_blocks", {}).items()},
                                   float(v.get("load_bytes_per_s", 0.0)),
-                                  float(v["alone_block"]) if "alone_block" in v else None)
+                                  float(v["alone_block"]) if "alone_block" in v else None,
+                                  float(v.get("launch_floor_s", 0.0)))
                      for k, v in m["configs"].items()},
             cluster_slots={k: int(v) for k, v in m.get("cluster_slots", {}).items()}, source=source,
             residuals=list(m.get("residuals", [])))
@@ -133,34 +134,67 @@ def model_to_json(dm: DeviceModel) -> dict:
                             "blocks_per_sm": f.blocks_per_sm, "samples": f.samples,
                             "variants": dict(sorted(f.variants.items())),
                             "variant_blocks": dict(sorted(f.variant_blocks.items())),
-                            "load_bytes_per_s": f.load_bytes_per_s}
+                            "load_bytes_per_s": f.load_bytes_per_s,
+                            **({"launch_floor_s": f.launch_floor_s} if f.launch_floor_s else {})}
                         for k, f in sorted(dm.configs.items())},
             "cluster_slots": dict(sorted(dm.cluster_slots.items())), "residuals": dm.residuals}
 
 
-def device_model(gpu: str, target: str, sms: int, clock_hz: float, dram_bytes_per_s: float) -> tuple[DeviceModel, dict]:
-    """(the model for this GPU, its exact hits): its own database's, else another GPU's of the same
-    target rescaled (no exact hits), else the prior (module docstring)."""
-    data, path = database_for(gpu)
-    if data is not None:
-        dm = model_from(data, f"fitted on this GPU ({path})", path)
+def device_model(gpu: str, target: str, sms: int, clock_hz: float, dram_bytes_per_s: float,
+                 family: str | None = None) -> tuple[DeviceModel, dict]:
+    """(the model for this GPU and kernel family, its exact hits): its own database's where that
+    one swept the family (or names no families), else the first other GPU's of the same target that
+    did, rescaled (no exact hits: "the model alone"; the H200's sweep of the TMA kernel serves the
+    H100, the H100's of sgemm the H200), else its own for whatever it has, else the prior (module
+    docstring). A family is priced whole by one database: its configurations and the terms fitted
+    with them (the host's, the reduce kernel's, the clusters')."""
+    def swept(data: dict) -> bool:
+        names = data.get("families")
+        return family is None or not names or any(_twins(family, name) for name in names)
+    own, own_path = database_for(gpu)
+    if own is not None and swept(own):
+        dm = model_from(own, f"fitted on this GPU ({own_path})", own_path)
         if sms:
             dm.sms = sms
-        return dm, dict(data.get("best", {}))
-    other, path = _same_target(target)
-    if other is not None:
-        dm = model_from(other, f"the model alone: coefficients of {other['gpu']} ({path.name}), scaled to this "
-                               "GPU's clock; no exact hits", path)
-        scale = (dm.clock_hz / clock_hz) if clock_hz and dm.clock_hz else 1.0
-        # times follow the clock, and so does the rate the blocks load at (L2 and the SMs run on it)
-        dm.configs = {k: replace(f, block_s=f.block_s * scale, step_s=f.step_s * scale,
-                                 load_bytes_per_s=f.load_bytes_per_s / scale) for k, f in dm.configs.items()}
-        dm.gpu, dm.sms = gpu, sms or dm.sms
-        dm.clock_hz = clock_hz or dm.clock_hz
-        dm.dram_bytes_per_s = dram_bytes_per_s or dm.dram_bytes_per_s
-        return dm, {}
+        return dm, dict(own.get("best", {}))
+    for other, path in _same_target(target):
+        if slug(str(other["gpu"])) != slug(gpu) and swept(other):
+            dm = model_from(other, f"the model alone: coefficients of {other['gpu']} ({path.name}), scaled to this "
+                                   "GPU's clock; no exact hits", path)
+            return _rescaled(dm, gpu, sms, clock_hz, dram_bytes_per_s), {}
+    if own is not None:
+        dm = model_from(own, f"fitted on this GPU ({own_path}), which has not swept {family}", own_path)
+        if sms:
+            dm.sms = sms
+        return dm, dict(own.get("best", {}))
     return DeviceModel(gpu, sms or 1, clock_hz or 1.5e9, dram_bytes_per_s or 1e12,
                        source="the prior: no sweep of this GPU or its target (asmgemm tune --sweep fits one)"), {}
+
+
+def _twins(family: str, swept: str) -> bool:
+    """Whether a sweep of family `swept` prices `family`: the same, or the same source and entry
+    built for operands of the same width (bgemm_mma and hgemm_f32c are hgemm_mma and hgemm with
+    other -D values: cost_model.DeviceModel._twin_fit)."""
+    if family == swept:
+        return True
+    try:
+        a, b = get_spec(family), get_spec(swept)
+    except AsmError:
+        return False
+    return (a.source, a.entry) == (b.source, b.entry) and DTYPE_ITEMSIZE[a.dtypes.a] == DTYPE_ITEMSIZE[b.dtypes.a]
+
+
+def _rescaled(dm: DeviceModel, gpu: str, sms: int, clock_hz: float, dram_bytes_per_s: float) -> DeviceModel:
+    """Another GPU's model as this GPU's: times scaled by the clock ratio, this GPU's size and DRAM rate."""
+    scale = (dm.clock_hz / clock_hz) if clock_hz and dm.clock_hz else 1.0
+    # times follow the clock, and so does the rate the blocks load at (L2 and the SMs run on it)
+    dm.configs = {k: replace(f, block_s=f.block_s * scale, step_s=f.step_s * scale,
+                             load_bytes_per_s=f.load_bytes_per_s / scale, launch_floor_s=f.launch_floor_s * scale)
+                  for k, f in dm.configs.items()}
+    dm.gpu, dm.sms = gpu, sms or dm.sms
+    dm.clock_hz = clock_hz or dm.clock_hz
+    dm.dram_bytes_per_s = dram_bytes_per_s or dm.dram_bytes_per_s
+    return dm
 
 
 def write(path: Path, data: dict) -> None:

@@ -233,15 +233,16 @@ def grouped_params(spec: KernelSpec, plan: LaunchPlan, params: dict | None, sm_c
 
 
 def grouped_config(spec: KernelSpec, plan: LaunchPlan, facts: DeviceFacts, params: dict | None) -> LaunchConfig:
-    """What runs: params= pin the build; a kernel with size rules (hgemm) takes its rule for all
-    tokens plus grouped_defines; else the family's catalog ranked by the cost model for the grid's
-    tile rows (all tokens, plus one partial row per expert), the first build the kernel's guards
-    accept."""
+    """What runs: params= pin the build; the persistent TMA kernel (hgemm) takes the source's
+    defaults plus grouped_defines and its pairs along N (grouped_params: measured for this mode,
+    tools/moe_diag.py; its catalog's sweeps time 2-D launches, which walk no experts); else the
+    family's catalog ranked by the cost model for the grid's tile rows (all tokens, plus one
+    partial row per expert), the first build the kernel's guards accept."""
     cfg = LaunchConfig(spec, plan, (plan.m, plan.n), new_c_dtype(spec), chosen_by="params" if params else "model")
     target = spec.build_target(facts.target)
-    if params is not None or not spec.configs:
-        if not spec.configs and params is None:
-            cfg.chosen_by = "size_rule"
+    if params is not None or not spec.configs or spec.launch.grid == "persistent":
+        if params is None:
+            cfg.chosen_by = "grouped defaults"
         cfg.built = build_kernel(spec, grouped_params(spec, plan, params, facts.sm_count, facts.dram_per_sm_cycle),
                                  target)
         return cfg

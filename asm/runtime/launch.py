@@ -188,8 +188,7 @@ def persistent_walk(built: BuiltKernel, plan: LaunchPlan, sm_count: int, copies:
                     cluster_capacity: int | None = None) -> tuple[int, int]:
     """(units, clusters) of a persistent launch: the units its clusters walk (a unit: cluster_rows
     tile rows by cluster_cols tile columns, times `copies` and the batch) and the clusters of its
-    grid (at most one a unit, SMs / cluster, and `cluster_capacity`). Also what
-    launch_config.tma_launch_terms reads a block's chain of K tiles from."""
+    grid (at most one a unit, SMs / cluster, and `cluster_capacity`)."""
     gx, gy = _tile_grid(built, plan)
     c = built.cluster
     units = -(-gx // built.cluster_cols) * -(-gy // built.cluster_rows) * copies * plan.batch

@@ -10,12 +10,14 @@ The steps, in order (each may change the kernel or the geometry the next one see
      TMA kernel's where TMA reads the batch in place, else the in-place kernel's: no padded
      copies of a batch);
   2. plan.plan_launch: the kernel's A, B and C, the operand swap for a column-major C, call values;
-  3. an untuned 2-D call follows the spec's routes ([[NAME.route]]) and, where TMA cannot read an
-     operand in place, the `in_place` kernel when the path model says it wins over a padded copy;
+  3. an untuned 2-D call follows the spec's routes ([[NAME.route]]) and, on a TMA kernel, the
+     `in_place` kernel where the path model says it wins: over a padded copy where TMA cannot read
+     an operand, else against the TMA kernel's catalog pick by the cost model's two estimates;
   4. the user's tuning cache (unless params= or lookups are off);
   5. a family with a catalog: dispatch.choose (the database's exact hit, else the cost model),
      optionally reordered by a timing hook ($ASMGEMM_AUTOTUNE, gemm.py);
-  6. the spec's swap rule: the C^T launch with the kernel's transposed store;
+  6. the spec's swap rule (a kernel without a catalog; a catalog's C^T entries are ranked in 5):
+     the C^T launch with the kernel's transposed store;
   7. TMA kernels: operands TMA cannot read get padded copies (planned here on the copy's layout;
      gemm.py makes the copies at each launch);
   8. the build: the catalog's first candidate the kernel's guards accept, else params= / the
@@ -23,7 +25,7 @@ The steps, in order (each may change the kernel or the geometry the next one see
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
 from ..errors import AsmError
@@ -33,7 +35,7 @@ from . import dispatch, path_model, split_k
 from .arrays import Matrix, padded_matrix, ptr_of
 from .build_cache import BuiltKernel, build_kernel
 from .gpu import DeviceFacts
-from .launch import call_defines, choose_params, persistent_walk, takes_c_trans
+from .launch import call_defines, choose_params, takes_c_trans
 from .plan import LaunchPlan, plan_launch
 from .tensor_map import addressable, batch_addressable
 from .tune_cache import lookup_tuned, lookups_disabled
@@ -78,8 +80,6 @@ class LaunchConfig:
     choice: dispatch.Choice | None = field(default=None, repr=False)
     # copy or in place, where TMA could not read an operand and the path model decided (None: no decision)
     path: path_model.PathDecision | None = None
-    # the size rules' clusters left because the TMA kernel's time model has them adding a wave (or None)
-    unclustered: "Unclustered | None" = None
 
 
 def pick_spec(kernel: str | None, dtype: str, c_dtype: str | None, facts: DeviceFacts, bias=None,
@@ -162,7 +162,7 @@ def configure(spec: KernelSpec, problem: Problem, facts: DeviceFacts,
         swaps = not tuned_tma and _takes_c_trans(spec, plan, None, facts.sm_count)
         tma_plan = planned(ma, mb, c_trans=True) if swaps else plan
         chosen, path = _in_place_or(spec, plan, tma_plan, ma.dtype.itemsize, facts, mbias, act,
-                                    tuned_tma=bool(tuned_tma))
+                                    tuned_tma=bool(tuned_tma), planned=planned, ma=ma, mb=mb)
         if chosen is spec:
             tma_kept = (tuned_tma, tma_plan)
         spec = chosen
@@ -178,10 +178,22 @@ def configure(spec: KernelSpec, problem: Problem, facts: DeviceFacts,
     # a family with a catalog: the dispatch database's exact hit or the cost model's ranking
     # (runtime/dispatch.py) decides, unless params= or the user's own tuning entry do
     plain = mbias is None and act == 0 and kernel_batch == 1
+    if tma_kept is not None:
+        plan = tma_kept[1]      # as the in-place check planned it (params None: the same swap rule)
+    elif not tuned and _takes_c_trans(spec, plan, params, facts.sm_count):
+        plan = planned(ma, mb, c_trans=True)
+    copied = (0, 0)
+    if takes_tensor_maps(spec):
+        plan, copied = _tma_plan(spec, ma, mb, plan, planned)
     choice = plan_ct = None
+    copied_ct = (0, 0)
     if params is None and not tuned and spec.configs and min(plan.m, plan.n, plan.k) > 0:
         if kernel_batch == 1 and not plan.swapped and any(e.swap for e in spec.configs):
             plan_ct = planned(ma, mb, c_trans=True)     # the catalog may run this call as C^T
+            if takes_tensor_maps(spec):
+                plan_ct, copied_ct = _tma_plan(spec, ma, mb, plan_ct, planned)
+                if _copies_more(copied_ct, copied):
+                    plan_ct = None
         choice = dispatch.choose(spec, plan.layout, plan.m, plan.n, plan.k, call_values=plan.call_values,
                                  gpu=facts.name, target=facts.target, sms=facts.sm_count, plain=plain,
                                  clock_hz=facts.clock_hz, dram_bytes_per_s=facts.dram_bytes_per_s,
@@ -190,13 +202,6 @@ def configure(spec: KernelSpec, problem: Problem, facts: DeviceFacts,
                                  batch=kernel_batch)
         if choice.chosen_by == "model" and not plan.swapped and autotune is not None:
             autotune(choice)
-    if tma_kept is not None:
-        plan = tma_kept[1]      # as the in-place check planned it (params None: the same swap rule)
-    elif not tuned and _takes_c_trans(spec, plan, params, facts.sm_count):
-        plan = planned(ma, mb, c_trans=True)
-    copied = (0, 0)
-    if takes_tensor_maps(spec):
-        plan, copied = _tma_plan(spec, ma, mb, plan, planned)
     cfg = LaunchConfig(spec, plan, c_shape, new_c_dtype(spec), kernel_batch, copied, choice=choice,
                        chosen_by="params" if params is not None else "tuning cache" if tuned else "size rules",
                        path=path)
@@ -210,68 +215,27 @@ def configure(spec: KernelSpec, problem: Problem, facts: DeviceFacts,
     target = spec.build_target(facts.target)
     if choice is not None:
         cfg.spec, picked, cfg.split, cfg.in_cluster, cfg.built, cfg.fixup = build_choice(choice, plan, facts, plain,
-                                                                                         plan_ct)
+                                                                                         plan_ct, kernel_batch)
         cfg.config, cfg.chosen_by = picked.label, choice.chosen_by
         if picked.swap:
-            cfg.plan = plan_ct
+            cfg.plan, cfg.copied = plan_ct, copied_ct
     else:
-        cfg.split, cfg.in_cluster, cfg.fixup, cfg.built, cfg.unclustered = _rules_build(
-            spec, plan, params, tuned, facts, target, kernel_batch, plain)
+        cfg.split, cfg.in_cluster, cfg.fixup, cfg.built = _rules_build(spec, plan, params, tuned, facts, target,
+                                                                       kernel_batch, plain)
     return cfg
 
 
 def _rules_build(spec: KernelSpec, plan: LaunchPlan, params: dict | None, tuned: dict | None, facts: DeviceFacts,
-                 target: str, kernel_batch: int, plain: bool, rules_only: bool = False):
-    """(split, cluster S, in-kernel sum, build, Unclustered or None) of a kernel without a catalog
-    choice: params=, the tuning entry, else the spec's size and split rules (their clusters left
-    where the TMA kernel's time model says they add a wave: unclustered; rules_only: as the rules
-    give them, the configurations the time model's training calls were measured at)."""
+                 target: str, kernel_batch: int, plain: bool):
+    """(split, cluster S, in-kernel sum, build) of a kernel without a catalog choice: params=, the
+    tuning entry, else the spec's size and split rules."""
     split = split_k.choose_split(spec, plan, params, tuned, facts.sm_count, plain=plain)
     in_cluster = split_k.cluster_splits(spec, split, target, params if params is not None else tuned, plan,
                                         facts.sm_count)
     fixup = split_k.in_kernel_fixup(spec, split, params if params is not None else tuned, in_cluster)
     defines = {**split_k.switch_define(spec, split, in_cluster, fixup), **batch_defines(spec, kernel_batch, params),
                **c_stream_defines(spec, plan, kernel_batch, facts, params)}
-    built = _build_for(spec, plan, params, tuned, facts, target, defines)
-    apart = None
-    if not rules_only and params is None and tuned is None and split is None and isinstance(built, BuiltKernel):
-        apart = unclustered(spec, plan, built, facts)
-        if apart is not None:
-            built = _build_for(spec, plan, None, None, facts, target, {**defines, **apart.defines})
-    return split, in_cluster, fixup, built, apart
-
-
-class Unclustered(NamedTuple):
-    """The size rules' clusters left (unclustered): the TMA kernel's modelled time with them and
-    without, and the -D values that leave them."""
-    clustered_s: float
-    apart_s: float
-    defines: dict
-
-
-def unclustered(spec: KernelSpec, plan: LaunchPlan, built: BuiltKernel, facts: DeviceFacts) -> Unclustered | None:
-    """Where the size rules put tiles in clusters that share their loads (multicast) and the TMA
-    kernel's time model (path_model.TmaTime) has the same launch unclustered faster by more than
-    its error (path_model.cluster_margin): the cluster switches (the launch table's cluster_rows /
-    cluster_cols constants) at 1; else None. A persistent cluster walks cluster_rows x cluster_cols
-    tiles as one unit, so tile rows or columns that are not a multiple of it pad the last units,
-    and where the padded units no longer fit one wave each block walks twice the chain: 592 x 6656
-    x 5456 fp16 tn, 5 tile rows of 128 x 256 in clusters of 2 rows, 78 units of 2 tiles for 66
-    clusters, 120.6 us on the H200 against cuBLAS's 62.3 (docs/log/hgemm.md, "Clusters that add a
-    wave"). The multicast's saving of L2 traffic, which the model has no term for, is what the
-    size rules measured; the model moves a launch only where the walk itself changes."""
-    rows, cols = spec.launch.cluster_rows, spec.launch.cluster_cols
-    shared = built.cluster_rows * built.cluster_cols
-    if spec.launch.grid != "persistent" or not (rows or cols) or shared <= 1 or built.cluster != shared:
-        return None             # (clusters whose blocks split K are not a tile-sharing choice)
-    itemsize = DTYPE_ITEMSIZE[spec.dtypes.a]
-    timing = path_model.tma_time(facts.name)
-    clustered = path_model.tma_config_s(timing, *tma_terms(spec, built, plan, facts, itemsize), facts.dram_bytes_per_s)
-    alone = replace(built, cluster=1, cluster_rows=1, cluster_cols=1)
-    apart = path_model.tma_config_s(timing, *tma_terms(spec, alone, plan, facts, itemsize), facts.dram_bytes_per_s)
-    if clustered <= apart * path_model.cluster_margin(timing):
-        return None
-    return Unclustered(clustered, apart, {name: 1 for name in (rows, cols) if name})
+    return split, in_cluster, fixup, _build_for(spec, plan, params, tuned, facts, target, defines)
 
 
 # ---- the kernel: epilogue, routes, in_place ------------------------------------------------------
@@ -321,7 +285,8 @@ def _other_kernel(spec: KernelSpec, name: str, relation: str, bias, act: int, de
 
 
 def _in_place_or(spec: KernelSpec, plan: LaunchPlan, tma_plan: LaunchPlan, itemsize: int, facts: DeviceFacts,
-                 bias, act: int, tuned_tma: bool = False) -> tuple[KernelSpec, path_model.PathDecision | None]:
+                 bias, act: int, tuned_tma: bool = False, planned=None, ma: Matrix | None = None,
+                 mb: Matrix | None = None) -> tuple[KernelSpec, path_model.PathDecision | None]:
     """(the spec's `in_place` kernel where this launch would copy an operand into padded storage
     for `spec` (TMA cannot read its rows) and the path model expects the in-place kernel to finish
     no later than the copies and `spec`, else `spec` (also where the in-place kernel lacks this
@@ -354,13 +319,16 @@ def _in_place_or(spec: KernelSpec, plan: LaunchPlan, tma_plan: LaunchPlan, items
     if other is None:
         return spec, None
     tma_s = margin = None
-    if aligned:
-        terms = tma_launch_terms(spec, tma_plan, facts, itemsize, plain=bias is None and act == 0)
-        if terms is None:
+    if spec.configs:
+        # the TMA kernel's catalog ranked by the cost model, as configure runs it (C^T entries on
+        # the C^T launch): its pick's modelled GPU time is the TMA side, copies or none
+        tma_s = _catalog_gpu_s(spec, tma_plan, facts, bias is None and act == 0, planned, ma, mb)
+        if tma_s is None:
             return spec, None
-        timing = path_model.tma_time(facts.name)
-        tma_s = path_model.tma_config_s(timing, *terms, facts.dram_bytes_per_s)
-        margin = path_model.aligned_margin(timing)
+        margin = path_model.aligned_margin() if aligned else None
+    elif aligned:
+        return spec, None           # no model of a TMA kernel without a catalog to weigh
+
     in_place_s = tile = None
     if other.configs:
         # the cost model's time for the configuration gemm() would run in place (split-K where the
@@ -372,11 +340,11 @@ def _in_place_or(spec: KernelSpec, plan: LaunchPlan, tma_plan: LaunchPlan, items
         choice = dispatch.choose(other, plan.layout, plan.m, plan.n, plan.k, call_values=plan.call_values,
                                  gpu=facts.name, target=facts.target, sms=facts.sm_count, plain=plain,
                                  clock_hz=facts.clock_hz, dram_bytes_per_s=facts.dram_bytes_per_s)
-        if aligned and choice.ranked and min(e.gpu_s for e in choice.ranked) * margin > tma_s:
+        if aligned and choice.ranked and min(e.corrected_gpu_s for e in choice.ranked) * margin > tma_s:
             # no candidate can win by the margin, whichever builds: weighed on the model's pick, so
             # the TMA kernel keeps the call without a build of the in-place kernel (ptxas's seconds
             # on a cold cache, most calls)
-            in_place_s = choice.ranked[0].gpu_s
+            in_place_s = min(e.corrected_gpu_s for e in choice.ranked)
         else:
             try:
                 _, runs, _, _, _, _ = build_choice(choice, plan, facts, plain)
@@ -384,7 +352,7 @@ def _in_place_or(spec: KernelSpec, plan: LaunchPlan, tma_plan: LaunchPlan, items
                 return spec, None       # no configuration of the in-place kernel takes these operands
             picked = [e for e in choice.ranked if e.candidate is runs]
             if picked:
-                in_place_s = picked[0].gpu_s
+                in_place_s = picked[0].corrected_gpu_s
     else:
         chosen = other.size_rule(plan.m, plan.n, plan.k, facts.sm_count, call_defines(other, plan.call_values),
                                  dram_per_sm_cycle=facts.dram_per_sm_cycle)
@@ -396,42 +364,39 @@ def _in_place_or(spec: KernelSpec, plan: LaunchPlan, tma_plan: LaunchPlan, items
                                      tma_s=tma_s, margin=margin)
     else:
         decision = path_model.decide(tma_plan.m, tma_plan.n, plan.k, copied, model, tile, copies=len(unread),
-                                     in_place_s=in_place_s, c_bytes=c_bytes, c_wide=c_wide)
+                                     in_place_s=in_place_s, c_bytes=c_bytes, c_wide=c_wide,
+                                     tma_s=tma_s if c_wide else None)
     return (other if decision.in_place else spec), decision
 
 
-def tma_launch_terms(spec: KernelSpec, plan: LaunchPlan, facts: DeviceFacts, itemsize: int,
-                     plain: bool = True, rules_only: bool = False) -> tuple[int, int, float, int] | None:
-    """(chain of K tiles a block walks, tiles a block holds, tile area in 128 x 128 units, bytes of A,
-    B and C) of the TMA kernel's launch of `plan` as its size rules build it (the build gives the
-    tile and the cluster; it is the build configure makes next where the TMA kernel runs), the terms
-    of path_model.TmaTime; None for a split-K launch or a grid that is not persistent. plain: no
-    fused epilogue (a split rule may apply). Also what tools/fit_tma_time.py fits the coefficients
-    on, so the fit and the runtime read one launch alike (rules_only: the rules' clusters kept, the
-    configuration its training calls ran at)."""
-    if spec.launch.grid != "persistent":
+def _copies_more(copied_ct: tuple, copied: tuple) -> bool:
+    """Whether the C^T launch copies an operand the launch as called reads in place: the cost model
+    has no term for the copy, so such C^T entries are not offered (32 x 3184 x 31 fp16 nn: the
+    K-major A the kernel loads itself, A_LDG, becomes a B that TMA cannot read; the copy ran 7.6 us of
+    GPU and 47.6 a call against the in-place kernel's 5.3 and 31.6 on the H200)."""
+    return sum(1 for x in copied_ct if x) > sum(1 for x in copied if x)
+
+
+def _catalog_gpu_s(spec: KernelSpec, plan: LaunchPlan, facts: DeviceFacts, plain: bool, planned, ma, mb
+                   ) -> float | None:
+    """The modelled GPU time of the pick of `spec`'s catalog for `plan` (on the operands TMA would
+    read: padded copies where it cannot read them; C^T entries on the C^T launch), the first whose
+    build the kernel accepts; None where none does."""
+    plan, copied = _tma_plan(spec, ma, mb, plan, planned)
+    plan_ct = None
+    if not plan.swapped and plan.batch == 1 and any(e.swap for e in spec.configs):
+        plan_ct, copied_ct = _tma_plan(spec, ma, mb, planned(ma, mb, c_trans=True), planned)
+        if _copies_more(copied_ct, copied):
+            plan_ct = None
+    choice = dispatch.choose(spec, plan.layout, plan.m, plan.n, plan.k, call_values=plan.call_values,
+                             gpu=facts.name, target=facts.target, sms=facts.sm_count, plain=plain,
+                             clock_hz=facts.clock_hz, dram_bytes_per_s=facts.dram_bytes_per_s,
+                             swapped=(plan_ct.layout, plan_ct.call_values) if plan_ct is not None else None)
+    try:
+        _, runs, _, _, _, _ = build_choice(choice, plan, facts, plain, plan_ct)
+    except AsmError:
         return None
-    split, _, _, built, _ = _rules_build(spec, plan, None, None, facts, spec.build_target(facts.target), 1, plain,
-                                         rules_only)
-    if split is not None or not isinstance(built, BuiltKernel):
-        return None             # (not a BuiltKernel: a test's stand-in build)
-    return tma_terms(spec, built, plan, facts, itemsize)
-
-
-def tma_terms(spec: KernelSpec, built: BuiltKernel, plan: LaunchPlan, facts: DeviceFacts,
-              itemsize: int) -> tuple[int, int, float, int]:
-    """path_model.TmaTime's terms of one persistent launch of `built` (its tile and cluster) on `plan`:
-    (chain of K tiles a block walks, tiles a block holds, tile area in 128 x 128 units, bytes of A,
-    B and C)."""
-    units, clusters = persistent_walk(built, plan, facts.sm_count)
-    tiles_a_block = -(-units // clusters)
-    # a cluster's blocks beyond its unit's rows and columns split K among them (CLUSTER_K ranks)
-    k_ranks = max(1, built.cluster // (built.cluster_rows * built.cluster_cols))
-    k_tiles = -(-plan.k // path_model.TMA_K_TILE)
-    chain = tiles_a_block * -(-k_tiles // k_ranks)
-    area = built.tile_m * built.tile_n / (128 * 128)
-    moved = (plan.m * plan.k + plan.k * plan.n) * itemsize + plan.m * plan.n * DTYPE_ITEMSIZE[spec.dtypes.c]
-    return chain, tiles_a_block, area, moved
+    return next((e.corrected_gpu_s for e in choice.ranked if e.candidate is runs), None)
 
 
 def _takes_c_trans(spec: KernelSpec, plan: LaunchPlan, params: dict | None, sm_count: int) -> bool:
@@ -495,15 +460,18 @@ def _build_for(spec: KernelSpec, plan: LaunchPlan, params: dict | None, tuned: d
 
 
 def build_choice(choice: dispatch.Choice, plan: LaunchPlan, facts: DeviceFacts, plain: bool,
-                 plan_ct: LaunchPlan | None = None):
+                 plan_ct: LaunchPlan | None = None, kernel_batch: int = 1):
     """(spec, candidate, split, cluster S, build, in-kernel sum) of the first candidate of `choice` whose build the
     kernel's guards accept (a swap candidate built for `plan_ct`, the C^T launch); a refusal is
     remembered per build, so it costs one expansion per process. Every candidate refused: the
-    first refusal is the error."""
+    first refusal is the error. (A batch on the TMA kernel: its guards refuse the entries whose
+    clusters share tiles or split K, so the catalog's unclustered entries run it.)"""
+    def launch_defines(spec: KernelSpec, p: LaunchPlan) -> dict:
+        return c_stream_defines(spec, p, kernel_batch, facts, None)
     first = None
     for cand in choice.order:
         cb, built, why, error = dispatch.try_build(cand, plan_ct if cand.swap else plan, facts.sm_count, facts.target,
-                                                   plain)
+                                                   plain, launch_defines)
         if built is not None:
             return cb.spec, cand, cb.split, cb.in_cluster, built, cb.fixup
         first = first or error

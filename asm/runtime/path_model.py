@@ -7,10 +7,10 @@ Each path's time is modelled from the problem and a few per-GPU coefficients, ne
 threshold:
 
     copy path     = copies * copy_host_s + copied_bytes * 2 / copy_bytes_per_s + TMA kernel
-    TMA kernel    = max(padded flops / (tma_flops * fill),     tiles of 128 x 128, one a multiprocessor
-                        C bytes / the kernel's C store rate)   in elements or pairs where C's rows are
-                                                               not whole 16-byte pieces (wide_c = 0),
-                                                               far below DRAM's
+    TMA kernel    = the cost model's GPU time of the TMA kernel's pick (its catalog, on the padded
+                    operands), or where C is written in elements or pairs (C's rows not whole
+                    16-byte pieces, wide_c = 0) max(padded flops / (tma_flops * fill), C bytes / the
+                    kernel's C store rate, far below DRAM's), tiles of 128 x 128
     in-place path = the cost model's GPU time of the in-place kernel's pick (runtime/cost_model.py:
                     its catalog, split-K included), or, for a kernel without a catalog,
                     padded flops / (in_place_flops * fill) with its tile
@@ -27,12 +27,11 @@ both operands copied: 134 MB moved, ~58 us on the H200 by pad_copy.py's kernel) 
 GEMM in place; at 1000^3 the copies' host work alone costs more than the in-place GEMM.
 
 Operands TMA reads in place (aligned rows, C in whole 16-byte pieces) are weighed too, kernel against
-kernel: the TMA kernel's time at the configuration its size rules give (TmaTime: a launch's fixed
-cost, its blocks' chain of K tiles, each tile's epilogue, and the DRAM floor) against the cost
-model's time of the in-place kernel's pick, the in-place kernel running only where its time times
-the two estimates' combined error (`aligned_margin`) is still the shorter. The deep-K calls over
-few outputs are why: the size rules split K at most 4 ways where the in-place catalog splits 50-60
-ways (16x16x13344 tt on the H200: 22.8 us on the TMA kernel, 8.9 in place; docs/log/dispatch.md).
+kernel: the cost model's time of the TMA kernel's pick against that of the in-place kernel's pick,
+the in-place kernel running only where its time times the two estimates' combined error
+(`aligned_margin`) is still the shorter. The deep-K calls over few outputs are why: the TMA kernel
+splits K at most 4 ways where the in-place catalog splits 50-60 ways (16x16x13344 tt on the H200:
+22.8 us on the TMA kernel, 8.9 in place; docs/log/dispatch.md).
 
 Pure: the runtime passes the numbers; tests check the decision on the CPU.
 """
@@ -101,11 +100,10 @@ TMA_TILE = (128, 128)            # the TMA kernel's tile the fill is counted in 
 def tma_kernel_s(m: int, n: int, k: int, c: PathCoefficients, c_bytes: int = 0, c_wide: bool = True) -> float:
     """Modelled seconds of the TMA kernel: its padded flops at its rate times the share of the
     multiprocessors its tiles fill, or writing C (c_bytes) where that takes longer. A roofline of
-    128 x 128 tiles, not the kernel's size-rule configuration (BN, clusters along K) nor its fixed
-    cost a launch: good enough to weigh a copy or a narrow store, not to weigh the two kernels on
-    calls TMA reads and writes in place (there the in-place kernel won 26 of 44 launches under 8 us
-    and lost 15 of 22 large ones: tools/data/path_train_h100.json.gz); those are weighed with
-    TmaTime, the kernel at its own configuration (docs/log/dispatch.md)."""
+    128 x 128 tiles, not the kernel's own configuration nor its fixed cost a launch: good enough to
+    weigh a narrow store, not to weigh the two kernels on calls TMA reads and writes in place (there
+    the in-place kernel won 26 of 44 launches under 8 us and lost 15 of 22 large ones on the H100,
+    docs/log/dispatch.md); those are weighed with the cost model's time of the TMA kernel's pick."""
     tm, tn = TMA_TILE
     tiles = -(-m // tm) * -(-n // tn)
     fill = min(1.0, tiles / c.sms)
@@ -137,75 +135,22 @@ def in_place_path_s(m: int, n: int, k: int, c: PathCoefficients, tile: tuple[int
     return 2 * tiles * tm * tn * k / (c.in_place_flops * fill)
 
 
-@dataclass(frozen=True)
-class TmaTime:
-    """The TMA kernel's GPU time at one launch's own configuration (its size rule's tile, clusters
-    along K, a persistent grid of one block an SM), in the cost model's block form:
-
-        compute = launch_s + chain x (k_tile_s + k_tile_area_s x area) + tiles_a_block x tile_area_s x area
-        time    = max(compute, launch_s + the operands' and C's bytes / the nominal DRAM rate)
-
-    chain: the K tiles (64 elements, the 128-byte TMA box row) one block walks in turn, over every
-    tile it holds; area: the tile's rows x columns / (128 x 128). One wave is a latency chain of K
-    tiles (0.14 us each, plus the tensor cores' share by area), so the fixed cost and the chain
-    decide small launches and the area term large ones. Fitted by `tools/fit_tma_time.py` (log
-    error, least squares) on GPU times of the TMA kernel; rms_log is the fit's leave-one-out error."""
-    launch_s: float
-    k_tile_s: float
-    k_tile_area_s: float
-    tile_area_s: float
-    rms_log: float
-
-
-# NVIDIA H100 80GB HBM3: `python3 tools/fit_tma_time.py tools/data/path_train_h100.json.gz` (80 calls
-# of a training seed, fp16, sizes multiples of 16, the TMA kernel's GPU time with the in-place
-# choice off, 2026-11-28): rms log error 0.134 in sample, 0.138 leave-one-out. The same fit on 180
-# fresh aligned H200 calls (random:9154:60:16 fp16, 9155 bf16, 9156 align 8; 2026-11-29): 4.76 +
-# 0.152 / 0.280 a K tile, 0.978 a tile, error 0.147: the two GPUs' SMs are the same
-# (docs/log/dispatch.md, "The TMA kernel's own time").
-H100_TMA_TIME = TmaTime(launch_s=5.016e-6, k_tile_s=0.164e-6, k_tile_area_s=0.240e-6, tile_area_s=1.186e-6,
-                        rms_log=0.138)
-# The cost model's in-place estimate against the in-place kernel's measured GPU time on the calls
-# above (rms of log(estimate / measured)): 0.261 on the H100's training seed, 0.265 on the 180 H200
-# calls, with the model of before the twenty-first session (2026-11-29); the model refitted then (a
-# lone block's two shares, the variants' factor on the K steps, centred: cost_model.py) estimates
-# the configuration each of the 180 H200 calls ran at 0.216 (the H100's seed did not record its
-# configurations). Both errors together make the margin a move in place must clear (aligned_margin).
+# The TMA kernel's side of an aligned call: the modelled GPU time of its catalog's pick (cost_model.py,
+# the neighbours' correction included) against the measured, on the calls held out of the H200's fit
+# (154 calls of the sweep, 2026-11-29, docs/log/dispatch.md "The TMA kernel's catalog"): rms log error
+# 0.272 (mean -0.135; the launch floor brought the calls under 8 us from -1.06 to -0.20).
+TMA_PICK_RMS_LOG = 0.272
+# The cost model's in-place estimate against the in-place kernel's measured GPU time (rms of log(estimate
+# / measured)): 0.216 on 180 aligned H200 calls at the configuration each ran (2026-11-29; the model
+# refitted with a lone block's two shares, the variants' factor on the K steps, centred: cost_model.py).
 IN_PLACE_RMS_LOG = 0.216
-TMA_K_TILE = 64                  # elements of K a TMA load brings (kernels_ptx/hgemm/config.inc: TM x 64 halves)
 
 
-def tma_time(device_name: str) -> TmaTime:
-    """The TMA kernel's time coefficients of this device: the H100's for every device until another
-    is measured (the H200 shares its SMs and clock; its faster DRAM enters through the floor)."""
-    return H100_TMA_TIME
-
-
-def aligned_margin(t: TmaTime, in_place_rms_log: float = IN_PLACE_RMS_LOG) -> float:
+def aligned_margin(tma_rms_log: float = TMA_PICK_RMS_LOG, in_place_rms_log: float = IN_PLACE_RMS_LOG) -> float:
     """The factor by which the in-place estimate must beat the TMA kernel's: e^(the two estimates'
-    rms log errors combined), 1.29 for the H100's (a move is made where the model's advantage
-    exceeds one standard error of the difference, not on its point estimate)."""
-    return math.exp(math.hypot(t.rms_log, in_place_rms_log))
-
-
-def cluster_margin(t: TmaTime) -> float:
-    """The factor by which the TMA kernel's modelled time at one configuration must exceed another's
-    before the runtime leaves the size rules' clusters (launch_config.unclustered): e^(the
-    model's rms log error, two estimates taken as independent), 1.22 for the H100's. The two share
-    the model, so their errors are not independent; the margin is wider than it needs to be for
-    the clusters' multicast saving, which the model has no term for, to keep its measured calls."""
-    return math.exp(math.sqrt(2.0) * t.rms_log)
-
-
-def tma_config_s(t: TmaTime, chain: int, tiles_a_block: int, area: float, moved_bytes: int,
-                 dram_bytes_per_s: float) -> float:
-    """Modelled GPU seconds of the TMA kernel at one configuration (TmaTime's form): `chain` K
-    tiles a block walks in turn, `tiles_a_block` tiles it holds, tile `area` in 128 x 128 units,
-    `moved_bytes` of A, B and C at least once through DRAM (at its nominal rate: the floor the cost
-    model uses too)."""
-    compute = t.launch_s + chain * (t.k_tile_s + t.k_tile_area_s * area) + tiles_a_block * t.tile_area_s * area
-    floor = t.launch_s + moved_bytes / dram_bytes_per_s if dram_bytes_per_s > 0 else 0.0
-    return max(compute, floor)
+    rms log errors combined), 1.41 (a move is made where the model's advantage exceeds one standard
+    error of the difference, not on its point estimate)."""
+    return math.exp(math.hypot(tma_rms_log, in_place_rms_log))
 
 
 @dataclass(frozen=True)
@@ -220,8 +165,8 @@ class PathDecision:
     in_place_s: float
     in_place: bool               # the in-place kernel runs
     narrow_c: bool = False       # the TMA kernel would write C in elements or pairs
-    # operands TMA reads in place: tma_kernel_s is TmaTime's at the kernel's own configuration, and
-    # the in-place kernel runs only where in_place_s x margin is the shorter (aligned_margin)
+    # operands TMA reads in place: tma_kernel_s is the cost model's time of the TMA kernel's pick,
+    # and the in-place kernel runs only where in_place_s x margin is the shorter (aligned_margin)
     margin: float = 1.0
 
     @property
@@ -243,7 +188,7 @@ def decide(m: int, n: int, k: int, copied_bytes: int, c: PathCoefficients, tile:
     """The in-place kernel runs where it is expected to finish no later than the copies and the TMA
     kernel (its time x margin); in_place_s: its modelled time where the caller has one (the cost
     model's), else in_place_path_s with `tile`; tma_s: the TMA kernel's time at its own
-    configuration (tma_config_s) where the caller has one, else the roofline (tma_kernel_s)."""
+    configuration (the cost model's) where the caller has one, else the roofline (tma_kernel_s)."""
     if in_place_s is None:
         in_place_s = in_place_path_s(m, n, k, c, tile)
     host, moved, kernel = _copy_terms(m, n, k, copied_bytes, c, copies, c_bytes, c_wide)

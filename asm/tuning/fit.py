@@ -43,7 +43,7 @@ def _candidate(s: dict) -> Candidate:
         raise AsmError(f"sweep sample names configuration '{s['config']}', which {s['family']}'s catalog no "
                        "longer has: sweep again")
     return Candidate(s["family"], entry.name, entry.kernel, entry.set, entry.tile_for(s["layout"][1] == "t"),
-                     int(s["splits"]), s["reduce"], bool(s.get("swap", False)), _cluster(s))
+                     int(s["splits"]), s["reduce"], bool(s.get("swap", False)), _cluster(s), entry.cluster)
 
 
 def _cluster(s: dict) -> int:
@@ -266,8 +266,9 @@ def fit_model(doc: dict, samples: list[dict] | None = None) -> DeviceModel:
     dm = DeviceModel(doc["gpu"], int(doc["sms"]), float(doc["clock_hz"]) or 1.5e9,
                      float(doc["dram_bytes_per_s"]) or 1e12, source=f"fitted to a sweep of {doc['gpu']}")
     for s in samples:
-        if s.get("reduce") in ("cluster", "cluster+in_kernel") and s.get("clusters_at_once") and s.get("blocks_per_sm"):
-            size = _candidate(s).cluster_size
+        # (a split's clusters, or an entry's own: tiles sharing loads, blocks splitting K)
+        size = _candidate(s).cluster_size if s.get("clusters_at_once") and s.get("blocks_per_sm") else 0
+        if size > 1:
             key = cluster_key(size, int(s["blocks_per_sm"]))
             dm.cluster_slots[key] = max(dm.cluster_slots.get(key, 0), int(s["clusters_at_once"]) * size)
     groups: dict[str, list[dict]] = defaultdict(list)
@@ -279,6 +280,9 @@ def fit_model(doc: dict, samples: list[dict] | None = None) -> DeviceModel:
     for key, rate in load_rates(samples).items():
         if key in dm.configs:
             dm.configs[key] = replace(dm.configs[key], load_bytes_per_s=rate)
+    for key, floor in launch_floors(samples).items():
+        if key in dm.configs:
+            dm.configs[key] = replace(dm.configs[key], launch_floor_s=floor)
     # the reduce kernel: residual = fixed + bytes / bandwidth
     resid = []
     for s in samples:
@@ -351,6 +355,16 @@ def load_rates(samples: list[dict]) -> dict[str, float]:
         rates[f"{s['kernel']}:{s['config']}"].append(
             loaded_bytes(_candidate(s), s["m"], s["n"], s["k"], _sizes(s)[2]) / (s["gpu_ms"] * 1e-3))
     return {key: max(r) for key, r in rates.items() if len(r) >= LOAD_RATE_MIN_SAMPLES}
+
+
+def launch_floors(samples: list[dict]) -> dict[str, float]:
+    """"kernel:config" -> the least GPU time (seconds) an unsplit launch of it took (ConfigFit.
+    launch_floor_s), for each configuration with LOAD_RATE_MIN_SAMPLES unsplit samples or more."""
+    times: dict[str, list[float]] = defaultdict(list)
+    for s in samples:
+        if "error" not in s and s.get("gpu_ms") and s["splits"] == 1:
+            times[f"{s['kernel']}:{s['config']}"].append(s["gpu_ms"] * 1e-3)
+    return {key: min(t) for key, t in times.items() if len(t) >= LOAD_RATE_MIN_SAMPLES}
 
 
 def _residuals(dm: DeviceModel, samples: list[dict]) -> list[dict]:

@@ -8,7 +8,8 @@
 #             down 14336->4096) at T = 1, 8, 64, 256, 1024, 4096 tokens, B transposed (nt), every
 #             candidate timed;
 #   train     training shapes: per layout, TRAIN_COUNT shapes with M, N, K log-uniform in [1, 16384]
-#             and 2^18 <= M N K <= 2^36, the first half unrounded, the second rounded up to 16
+#             and 2^18 <= M N K <= 2^36, the first half unrounded (the TMA family: rounded up to 8),
+#             the second rounded up to 16
 #             (seed TRAIN_SEED; never the seeds the random benchmark is judged on), each
 #             configuration unsplit plus its best splits by the prior model;
 #   large_odd large shapes with odd leading dimensions: per layout, LARGE_COUNT shapes with M, N, K
@@ -61,16 +62,19 @@ PY
         done ;;
     train|large_odd)
         for layout in nn nt tn tt; do
-            if [[ $set_name == train ]]; then args=("$TRAIN_SEED" "$TRAIN_COUNT" "$layout" 1 18 36)
-            else args=("$LARGE_SEED" "$LARGE_COUNT" "$layout" 256 33 38); fi
+            # the TMA family's train set rounds every size up to 8 (rows TMA reads in place: the
+            # padded copies of odd rows are the path model's, not the catalog's)
+            odd=1; [[ $family =~ ^[hb]gemm(_f32c)?$ ]] && odd=8
+            if [[ $set_name == train ]]; then args=("$TRAIN_SEED" "$TRAIN_COUNT" "$layout" 1 18 36 "$odd")
+            else args=("$LARGE_SEED" "$LARGE_COUNT" "$layout" 256 33 38 "$odd"); fi
             python3 - "${args[@]}" > "/tmp/${set_name}_$layout.txt" <<'PY'
 import math, random, sys
-seed, count, layout, low, lo_log2, hi_log2 = sys.argv[1], int(sys.argv[2]), sys.argv[3], *map(int, sys.argv[4:])
+seed, count, layout, low, lo_log2, hi_log2, odd = sys.argv[1], int(sys.argv[2]), sys.argv[3], *map(int, sys.argv[4:])
 rng = random.Random(f"{seed}:{layout}")
 n = 0
 while n < count:
-    # train: the first half unrounded, the second rounded up to 16; large_odd: none rounded
-    align = 1 if low > 1 or n < count // 2 else 16
+    # train: the first half rounded up to `odd` (1: unrounded), the second to 16; large_odd: `odd`
+    align = odd if low > 1 or n < count // 2 else 16
     dims = [min(16384, -(-int(math.exp(rng.uniform(math.log(low), math.log(16384)))) // align) * align) for _ in range(3)]
     if 2**lo_log2 <= dims[0] * dims[1] * dims[2] <= 2**hi_log2:
         print(*dims, f"{'train' if low == 1 else 'large'} {layout} {n}")

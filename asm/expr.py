@@ -286,9 +286,8 @@ def _compare(op, a, b, node):
 def compile_expression(node) -> Callable[[dict], Value]:
     """The expression as a Python function of a dict of bound names, with evaluate()'s semantics
     (its checks and errors; an unbound name raises AsmError): nested closures built from the AST,
-    no text handed to Python's compile/eval. For hot loops over one expression (the dispatch
-    walk of tests/hgemm_dispatch_configs.py evaluates every size rule a few hundred thousand times),
-    where evaluate()'s per-node type dispatch would dominate."""
+    no text handed to Python's compile/eval. For hot loops over one expression (a walk of many
+    calls over a spec's rules), where evaluate()'s per-node type dispatch would dominate."""
     if isinstance(node, ast.Num):
         value = parse_number(node.text, node.span)
         return lambda values: value

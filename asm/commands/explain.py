@@ -84,7 +84,7 @@ def command(m, n, k, dtype, layout, fused, batch, gpu, top, no_build, as_json):
     family = spec_for_dtype(dtype, facts.target)
     if not family.configs and family.in_place:
         inner = get_spec(family.in_place)
-        note = (f"{family.name} (TMA) has no catalog yet: it runs by its size rules; calls whose operands TMA cannot "
+        note = (f"{family.name} (TMA) has no catalog: it runs by its size rules; calls whose operands TMA cannot "
                 f"read may run {inner.name}, explained here")
         family = inner
     elif not family.configs:

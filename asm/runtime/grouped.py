@@ -221,9 +221,10 @@ def a_multicast(n: int, tile_n: int) -> int:
 
 def grouped_params(spec: KernelSpec, plan: LaunchPlan, params: dict | None, sm_count: int,
                    dram_per_sm_cycle: int | None = None) -> dict:
-    """The -D values of a grouped launch of a kernel without a catalog: params= as given, else its
-    size rule for all tokens with grouped_defines and, on the persistent TMA kernel, its tile
-    columns in pairs where they pair up (a_multicast). dram_per_sm_cycle: the GPU's, as choose_params."""
+    """The -D values of a grouped launch on a kernel's own configuration (no catalog ranking):
+    params= as given, else its size rule for all tokens, if any (the source defaults on the TMA
+    kernel), with grouped_defines and, on the persistent TMA kernel, its tile columns in pairs where
+    they pair up (a_multicast). dram_per_sm_cycle: the GPU's, as choose_params."""
     defines = None if params is not None else grouped_defines(spec, plan)
     chosen = choose_params(spec, plan, params, None, sm_count, defines, dram_per_sm_cycle)
     if defines:

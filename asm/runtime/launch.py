@@ -91,8 +91,9 @@ def size_rule_index(spec: KernelSpec, plan: LaunchPlan, sm_count: int, dram_per_
                                 operand_pitches(spec, plan), dram_per_sm_cycle)
 
 
-# The tile height the rows of a batch are counted in for the size rules (rules_rows): the TMA kernel's
-# default tile (hgemm's 128 rows; path_model.TMA_TILE), each matrix starting a tile row of its own.
+# The tile height the rows of a batch are counted in for a persistent kernel's size rules (rules_rows):
+# the TMA kernel's default tile (128 rows; path_model.TMA_TILE), each matrix starting a tile row of
+# its own. (The shipped persistent kernel, hgemm, is dispatched by its catalog since 2026-11-29.)
 BATCH_ROWS_TILE = 128
 
 

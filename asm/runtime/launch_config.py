@@ -167,9 +167,9 @@ def configure(spec: KernelSpec, problem: Problem, facts: DeviceFacts,
             tma_kept = (tuned_tma, tma_plan)
         spec = chosen
     # the tuning cache's entry for the launch as called (an entry was timed unswapped: it keeps the
-    # call off the swap rule's transposed store)
+    # call off a C^T launch)
     # (none for a batch on a persistent kernel: the entries time 2-D GEMMs, and a batch of them is
-    # walked as the tiles of all its matrices, which the size rules see: launch.rules_rows)
+    # walked as the tiles of all its matrices)
     if tma_kept is not None:
         tuned = tma_kept[0]
     else:

@@ -60,14 +60,17 @@ def test_a_record_names_what_configure_chooses(tmp_path):
 
 @pytest.mark.slow
 def test_a_rules_choice_records_its_builds_values_so_a_changed_build_is_a_move(tmp_path):
-    """The TMA kernel's own rules (label null): the build's -D values, less the split switches
-    (params= name a split by its count), so that launch_config.unclustered's CLUSTER_M = 1 is a
-    move that `time` can run both ways as params=."""
+    """A kernel that chooses by its own rules (label null: hgemm's route to hgemm_skinny for two rows
+    of an M-major A into a wide B, K under the skinny kernel's split rule) records the build's -D
+    values, less the split switches (params= name a split by its count), so that a change to what
+    its rules build is a move `time` can run both ways as params=; a catalog's call records its
+    entry (label and params)."""
     out = tmp_path / "rec.json"
-    assert choice_ab.main(["record", "--gpu", "NVIDIA H200", "--shapes", "592x6656x5456", "--shapes", "512x6656x5456",
+    assert choice_ab.main(["record", "--gpu", "NVIDIA H200", "--shapes", "2x20000x500", "--shapes", "592x6656x5456",
                            "--dtypes", "float16", "--layouts", "tn", "--json", str(out)]) == 0
     rows = json.loads(out.read_text())["calls"]
-    assert [r["label"] for r in rows] == [None, None] and [r["kernel"] for r in rows] == ["hgemm", "hgemm"]
-    assert [r["params"]["CLUSTER_M"] for r in rows] == [1, 2] and "SPLIT_K" not in rows[0]["params"]
-    old = {"calls": [dict(rows[0], params={**rows[0]["params"], "CLUSTER_M": 2}), rows[1]]}
-    assert [n["m"] for _, n in choice_ab.moved(old, {"calls": rows})] == [592]
+    assert [r["kernel"] for r in rows] == ["hgemm_skinny", "hgemm"]
+    assert rows[0]["label"] is None and rows[0]["params"]["MR"] == 4 and "SPLIT_K" not in rows[0]["params"]
+    assert rows[1]["label"] and rows[1]["params"] and rows[1]["chosen_by"] in ("model", "database")
+    old = {"calls": [dict(rows[0], params={**rows[0]["params"], "MR": 16}), rows[1]]}
+    assert [n["m"] for _, n in choice_ab.moved(old, {"calls": rows})] == [2]

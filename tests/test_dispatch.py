@@ -1282,3 +1282,35 @@ def test_a_batched_call_runs_only_a_kernel_that_takes_the_batch(fake_fp32_gemm, 
     for i in range(3):
         np.testing.assert_allclose(np.asarray(out[i]), np.asarray(a[i], np.float64) @ np.asarray(b[i], np.float64),
                                    rtol=1e-4, atol=1e-3)
+
+
+def test_a_fit_keeps_the_other_families_of_the_gpus_database(tmp_path, run_cli):
+    """`asmgemm tune sgemm --fit` into a GPU's database that holds another family's fit (hgemm_mma,
+    swept before) keeps that family whole: its configurations, exact hits, neighbours and the shared
+    terms it was fitted with (model.family_terms), which it is priced by (and its twin bgemm_mma);
+    sgemm takes the new fit's. A second fit of sgemm replaces sgemm's alone."""
+    out = tmp_path / "db.json"
+    old = dict(database("Synthetic GPU", configs={"hgemm_mma:t128x128_w64x64": H100_FIT},
+                        best={"hgemm_mma|nn|64x64x64|plain": "t128x128_w64x64"}, host_s=30e-6,
+                        residuals=[{"family": "hgemm_mma", "variant": "nn:11:16/16", "m": 64, "n": 64, "k": 64,
+                                    "plain": True, "res": {"t128x128_w64x64": 0.1}}]),
+               families=["hgemm_mma"], clock_hz=1e9, sms=FIT_SMS)
+    out.write_text(json.dumps(old))
+    samples = tmp_path / "sweep.json"
+    samples.write_text(json.dumps(_sweep_doc()))
+    for _ in range(2):
+        code, _, err = run_cli("tune", "sgemm", "--fit", str(samples), "--out", str(out))
+        assert code == 0, err
+        db = json.loads(out.read_text())
+        assert db["families"] == ["hgemm_mma", "sgemm"]
+        assert "hgemm_mma:t128x128_w64x64" in db["model"]["configs"] and "sgemm:t64x64_k16" in db["model"]["configs"]
+        assert db["best"]["hgemm_mma|nn|64x64x64|plain"] == "t128x128_w64x64"
+        assert any(k.startswith("sgemm|") for k in db["best"])
+        assert {r["family"] for r in db["model"]["residuals"]} == {"hgemm_mma", "sgemm"}
+        assert sum(r["family"] == "hgemm_mma" for r in db["model"]["residuals"]) == 1
+        assert db["model"]["host_s"] == pytest.approx(10e-6)            # the synthetic sweep's host time
+        priced = {fam: dispatch_db.model_from(db, "test", None, dispatch_db.swept_family(db, fam)).host_s
+                  for fam in ("sgemm", "hgemm_mma", "bgemm_mma")}
+        assert priced == pytest.approx({"sgemm": 10e-6, "hgemm_mma": 30e-6, "bgemm_mma": 30e-6})
+    # a database of another GPU is not merged into
+    assert dispatch_db.merge_fit(dict(old, gpu="Other GPU"), db) == db

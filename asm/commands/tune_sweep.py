@@ -52,6 +52,13 @@ def run_sweep_or_fit(family, sweep_shapes, fit_files, layout, jobs, reps, warmup
         docs.append(doc)
     db, report = make_database(docs)
     out = Path(db_out) if db_out else dispatch_db.user_dir() / f"{dispatch_db.slug(db['gpu'])}.json"
+    if out.is_file():
+        # (another family's fit of this GPU already there stays: dispatch_db.merge_fit; a file that
+        # cannot be read is replaced)
+        try:
+            db = dispatch_db.merge_fit(dispatch_db.read(out), db)
+        except AsmError as exc:
+            click.echo(f"asmgemm: warning: {exc.message.splitlines()[0]}: replaced by this fit", err=True)
     dispatch_db.write(out, db)
     dispatch.forget()
     report["database"] = str(out)

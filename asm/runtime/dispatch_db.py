@@ -99,8 +99,19 @@ def _same_target(target: str) -> list[tuple[dict, Path]]:
             if str(data.get("target", "")).rstrip("af") == base]
 
 
-def model_from(data: dict, source: str, path: Path | None = None) -> DeviceModel:
+# The model's terms a whole fit shares (the host's, the reduce kernel's, the clusters'): a database
+# holding families fitted apart (merged: merge_fit) keeps each one's under "family_terms"
+SHARED_TERMS = ("host_s", "launch_s", "reduce_fixed_s", "reduce_bytes_per_s", "cluster_block_s", "fixup_fixed_s",
+                "scratch_s")
+
+
+def model_from(data: dict, source: str, path: Path | None = None, family: str | None = None) -> DeviceModel:
+    """The DeviceModel a database holds; for `family`, with the shared terms it was fitted with
+    (model.family_terms, where a merge kept them apart)."""
     m = data["model"]
+    own = m.get("family_terms", {}).get(family) if family else None
+    if own:
+        m = {**m, **own}
     try:
         return DeviceModel(
             gpu=data["gpu"], sms=int(data["sms"]), clock_hz=float(data["clock_hz"]),
@@ -153,14 +164,14 @@ def device_model(gpu: str, target: str, sms: int, clock_hz: float, dram_bytes_pe
         return family is None or not names or any(_twins(family, name) for name in names)
     own, own_path = database_for(gpu)
     if own is not None and swept(own):
-        dm = model_from(own, f"fitted on this GPU ({own_path})", own_path)
+        dm = model_from(own, f"fitted on this GPU ({own_path})", own_path, swept_family(own, family))
         if sms:
             dm.sms = sms
         return dm, dict(own.get("best", {}))
     for other, path in _same_target(target):
         if slug(str(other["gpu"])) != slug(gpu) and swept(other):
             dm = model_from(other, f"the model alone: coefficients of {other['gpu']} ({path.name}), scaled to this "
-                                   "GPU's clock; no exact hits", path)
+                                   "GPU's clock; no exact hits", path, swept_family(other, family))
             return _rescaled(dm, gpu, sms, clock_hz, dram_bytes_per_s), {}
     if own is not None:
         dm = model_from(own, f"fitted on this GPU ({own_path}), which has not swept {family}", own_path)
@@ -169,6 +180,46 @@ def device_model(gpu: str, target: str, sms: int, clock_hz: float, dram_bytes_pe
         return dm, dict(own.get("best", {}))
     return DeviceModel(gpu, sms or 1, clock_hz or 1.5e9, dram_bytes_per_s or 1e12,
                        source="the prior: no sweep of this GPU or its target (asmgemm tune --sweep fits one)"), {}
+
+
+def swept_family(data: dict, family: str | None) -> str | None:
+    """The family a database swept that prices `family` (itself, or its twin)."""
+    return next((name for name in data.get("families", []) if family and _twins(family, name)), family)
+
+
+def merge_fit(old: dict, new: dict) -> dict:
+    """A database of one GPU that `new` (a fit of some families) makes of `old` (the file it
+    replaces): new's families as new has them, old's other families kept whole: their
+    configurations, neighbours, exact hits and the shared terms they were fitted with
+    (model.family_terms), so that `asmgemm tune sgemm --sweep` then `tune hgemm --sweep` on one GPU
+    leaves both fitted. Old of another GPU or format: new alone."""
+    if old.get("gpu") != new.get("gpu") or old.get("format") != FORMAT or not isinstance(old.get("model"), dict):
+        return new
+    kept = [f for f in old.get("families", []) if f not in new.get("families", [])]
+    if not kept:
+        return new
+    om, nm = old["model"], new["model"]
+    keys = {f"{e.kernel}:{e.name}" for fam in kept for e in _configs_of(fam)}
+    terms = dict(nm.get("family_terms", {}))
+    for fam in kept:
+        terms[fam] = om.get("family_terms", {}).get(fam) or {t: om[t] for t in SHARED_TERMS if t in om}
+    model = {**nm, "configs": {**{k: v for k, v in om.get("configs", {}).items() if k in keys}, **nm["configs"]},
+             "cluster_slots": {**om.get("cluster_slots", {}), **nm.get("cluster_slots", {})},
+             "residuals": [r for r in om.get("residuals", []) if r.get("family") in kept] + list(nm.get("residuals", [])),
+             "family_terms": dict(sorted(terms.items()))}
+    best = {k: v for k, v in old.get("best", {}).items() if k.split("|", 1)[0] in kept}
+    fit = dict(new.get("fit", {}))
+    fit["held_out"] = {**{f: r for f, r in old.get("fit", {}).get("held_out", {}).items() if f in kept},
+                       **fit.get("held_out", {})}
+    return {**new, "families": sorted(set(kept) | set(new.get("families", []))), "model": model,
+            "best": dict(sorted({**best, **new.get("best", {})}.items())), "fit": fit}
+
+
+def _configs_of(family: str):
+    try:
+        return get_spec(family).configs
+    except AsmError:
+        return ()
 
 
 def _twins(family: str, swept: str) -> bool:

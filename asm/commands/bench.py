@@ -69,8 +69,8 @@ EXIT_REGRESSED = 3
 @click.option("-D", "defines", multiple=True, metavar="NAME=VALUE",
               help="Run the kernel with this parameter override (repeatable), instead of its defaults/tuned values.")
 @click.option("--defaults", "use_defaults", is_flag=True,
-              help="Ignore the tuning cache: run what asmgemm.gemm runs untuned (the kernel's defaults "
-                   "and the runtime's size rule).")
+              help="Ignore the tuning cache: run what asmgemm.gemm runs untuned (the catalog's pick by the "
+                   "cost model, or a kernel's defaults and size rule).")
 @click.option("--json", "json_out", is_flag=False, flag_value="-", default=None, metavar="[OUT]",
               help="Write every number as JSON to OUT, or to standard output (instead of the table) "
                    "when OUT is left out.")

@@ -64,7 +64,8 @@ def command(kernel, shape_text, layout, dry_run, jobs, reps, warmup, no_flush, n
        `.error`, spill, use local memory, or exceed the SM's threads/registers/shared memory
        (the reason is shown for each);
     3. check each survivor's result on the GPU against a float64 reference, then time the
-       survivors and untuned asmgemm.gemm (its defaults and size rule: the 'default' row)
+       survivors and untuned asmgemm.gemm (the catalog's pick, or the defaults and size rule: the
+       'default' row)
        interleaved (CUDA events, L2 flushed, median);
     4. store the fastest in the tuning cache under (GPU, dtype, layout, shape bucket: each
        dimension rounded up to a power of two), where asmgemm.gemm finds it; never a choice

@@ -299,9 +299,10 @@ def _in_place_or(spec: KernelSpec, plan: LaunchPlan, tma_plan: LaunchPlan, items
     in-place kernel stages C through shared memory and stored such a C at 0.91 TB/s where the TMA
     kernel managed 0.32-0.61 (docs/log/dispatch.md).
     And where TMA reads and writes everything in place (aligned operands, C in whole pieces): the
-    TMA kernel's time at the configuration its rules give (path_model.TmaTime) against the in-place
-    kernel's, which must win by path_model.aligned_margin; `tuned_tma`: the user's tuning entry
-    for the TMA kernel, which keeps it."""
+    cost model's GPU time of the TMA kernel's catalog pick against the in-place kernel's, which
+    must win by path_model.aligned_margin; `tuned_tma`: the user's tuning entry for the TMA
+    kernel, which keeps it. The TMA side is priced on the operands it would read (padded copies
+    where it cannot: planned, ma, mb are configure's)."""
     unread = unreadable(spec, tma_plan, itemsize)
     copied = sum(op.rows * op.cols * itemsize for op in unread)
     c_bytes = plan.m * plan.n * DTYPE_ITEMSIZE[spec.dtypes.c]

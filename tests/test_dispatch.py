@@ -6,6 +6,7 @@ checks, the fit recovering known coefficients, and asmgemm.gemm running what dis
 (through the stand-in CuPy) and saying so in last_launch()."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import textwrap
@@ -242,6 +243,31 @@ def test_a_split_in_clusters_fills_the_slots_the_driver_gives():
     assert (e.slots, e.full_waves, e.last_wave_blocks) == (6, 5, 2)
     assert e.compute_s == pytest.approx(28.75e-6) and e.split_s == pytest.approx(6e-6)
     assert e.call_s == pytest.approx(44.75e-6)
+
+
+def test_an_entrys_own_clusters_are_walked_whole_and_split_its_k():
+    """An entry's cluster (ConfigEntry.cluster): 2 tile rows sharing B round 5 tile rows of 128 up to
+    6 (24 tiles, not 20), in the slots clusters of 2 fill (6 at r = 2): 4 full waves of 9 us; 4 blocks
+    splitting each tile's K are 4 blocks a tile (80) of a quarter of the K steps, in the slots of
+    clusters of 4 (none recorded: the next larger size's, else r x SMs = 8)."""
+    from dataclasses import replace as swap
+    rows = swap(_cand(), tile_cluster=(2, 1, 1))
+    e = estimate(rows, 640, 512, 256, _model(), "float32", 4, 4)
+    assert (e.tiles, e.slots, e.steps, e.full_waves, e.last_wave_blocks) == (24, 6, 16, 4, 0)
+    assert rows.cluster_size == 2 and e.compute_s == pytest.approx(36e-6)
+    ks = swap(_cand(), tile_cluster=(1, 1, 4))
+    e = estimate(ks, 640, 512, 256, _model(), "float32", 4, 4)
+    assert (e.tiles, e.slots, e.steps) == (80, 8, 4) and ks.cluster_size == 4
+    assert _cand().cluster_size == 0 and e.split_s == 0
+
+
+def test_a_launch_takes_at_least_its_configurations_floor():
+    """ConfigFit.launch_floor_s (the least GPU time the sweep saw the configuration take): a call
+    whose blocks' terms come to less runs in the floor's time."""
+    dm = _model()
+    dm.configs["sgemm:t"] = dataclasses.replace(dm.configs["sgemm:t"], launch_floor_s=40e-6)
+    e = estimate(_cand(), 512, 512, 256, dm, "float32", 4, 4)
+    assert e.compute_s == pytest.approx(18e-6) and e.floor_s == 40e-6 and e.gpu_s == pytest.approx(40e-6)
 
 
 def test_cluster_capacity_is_the_drivers_count_for_the_size_and_blocks_an_sm():
@@ -519,6 +545,29 @@ def test_another_gpu_of_the_same_target_lends_its_coefficients_scaled_by_clock(d
     assert _choose(gpu="NVIDIA H100 80GB HBM3").chosen_by == "database"
 
 
+def test_each_family_is_priced_by_the_database_that_swept_it(dispatch_dir):
+    """An H200 database of the TMA family alone: hgemm (and its twin bgemm) from it with its exact
+    hits; sgemm from the H100's database as the model alone, with the H100's shared terms (its host
+    time), not the H200's; hgemm on the H100 likewise from the H200's."""
+    dispatch_dir("NVIDIA H100 80GB HBM3", clock_hz=1.98e9, configs={"sgemm:t128x128_k8": H100_FIT}, host_s=13e-6)
+    h200 = dispatch_dir.dir / "nvidia_h200.json"
+    h200.write_text(json.dumps(dict(database("NVIDIA H200", clock_hz=1.98e9, host_s=20e-6,
+                                             configs={"hgemm:t128x256_cm2": H100_FIT},
+                                             best={"hgemm|nn|64x64x64|plain": "t128x256_cm2"}),
+                                    families=["hgemm"])))
+    priced = {}
+    for gpu in ("NVIDIA H200", "NVIDIA H100 80GB HBM3"):
+        for fam in ("hgemm", "bgemm", "sgemm"):
+            dm, best = dispatch_db.device_model(gpu, "sm_90", 132, 1.98e9, 4.8e12, fam)
+            priced[gpu, fam] = (dm.host_s, dm.source.split(":")[0], bool(best))
+    assert priced["NVIDIA H200", "hgemm"] == (20e-6, "fitted on this GPU (" + str(h200) + ")", True)
+    assert priced["NVIDIA H200", "bgemm"][0] == 20e-6 and priced["NVIDIA H200", "bgemm"][2]
+    assert priced["NVIDIA H200", "sgemm"] == (13e-6, "the model alone", False)
+    assert priced["NVIDIA H100 80GB HBM3", "hgemm"] == (20e-6, "the model alone", False)
+    assert priced["NVIDIA H100 80GB HBM3", "sgemm"][:2] == (13e-6, priced["NVIDIA H100 80GB HBM3", "sgemm"][1])
+    assert priced["NVIDIA H100 80GB HBM3", "sgemm"][1].startswith("fitted on this GPU")
+
+
 def test_no_database_of_the_gpu_or_its_target_is_the_prior(dispatch_dir):
     dispatch_dir("NVIDIA H100 80GB HBM3", configs={"sgemm:t128x128_k8": H100_FIT})
     dm, best = dispatch_db.device_model("NVIDIA A100-SXM4-80GB", "sm_80", 108, 1.41e9, 2e12)
@@ -601,6 +650,8 @@ def test_an_entry_may_name_its_tile_for_a_k_major_b(tmp_path):
     (ENTRY + "max_m = 0\n", "max_m: a positive integer"),
     (ENTRY + "swap = 1\n", "swap: true or false"),
     (ENTRY + "tile_kmajor_b = [1, 32]\n", r"tile_kmajor_b: \[rows, columns, k\]"),
+    (ENTRY + "cluster = [2, 1]\n", r"cluster: \[rows, columns, k\] blocks"),
+    (ENTRY + "cluster = [4, 2, 2]\n", "at most 8"),
     (ENTRY.replace("set = { T = 64 }", 'set = { T = "x" }'), "PARAM = integer"),
     (ENTRY.replace("tile =", "tiles ="), "unknown key 'tiles'"),
     (ENTRY + ENTRY, "two entries share a name"),

@@ -213,3 +213,19 @@ def test_no_c_transposed_entry_where_that_launch_would_copy_what_the_call_reads_
     cfg = configure(spec, problem(32, 3184, 31, F16), H100)
     assert cfg.copied == (0, 0) and not cfg.plan.c_trans
     assert cfg.choice is None or not any(c.swap for c in cfg.choice.order)
+
+
+@needs_ptxas
+def test_untuned_params_run_what_an_untuned_call_runs():
+    """launch_config.untuned_params: a catalog's pick as its candidate's params= (its configuration
+    and split), a kernel that chooses by its rules as its build's -D values (hgemm's route to
+    hgemm_skinny: MR = 4), and a fused call configured with its bias and activation (no split)."""
+    from asmgemm.kernel_spec import activation_code
+    spec = pick_spec(None, "float32", None, H100)
+    cfg, params = launch_config.untuned_params(spec, 512, 768, 768, "nn", H100)
+    picked = next(c for c in cfg.choice.order if c.label == cfg.config)
+    assert cfg.spec.name.startswith("sgemm") and params == picked.params()
+    cfg, params = launch_config.untuned_params(pick_spec(None, "float16", None, H100), 2, 20000, 500, "tn", H100)
+    assert cfg.spec.name == "hgemm_skinny" and cfg.config is None and params["MR"] == 4 and "SPLIT_K" not in params
+    cfg, params = launch_config.untuned_params(spec, 64, 4096, 8192, "nn", H100, bias=1, act=activation_code("relu"))
+    assert cfg.plan.call_values["bias"] == 1 and cfg.split is None and not cfg.in_cluster and params is not None

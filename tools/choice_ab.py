@@ -49,10 +49,6 @@ SLOWER = 1.05            # new / old over this: the move made the call slower
 def record(args) -> int:
     from asmgemm.bench.shapes import parse_shapes
     from asmgemm.runtime import launch_config
-    from asmgemm.runtime.arrays import Dtype
-    from asmgemm.runtime.build_cache import defines_of
-    from asmgemm.runtime.kept_launch import rerun_params
-    from asmgemm.runtime.plan import fresh_operands
     facts = facts_of(args.gpu)
     out = []
     for spec in args.shapes:
@@ -60,23 +56,14 @@ def record(args) -> int:
             for dtype in args.dtypes:
                 for layout in ([shape.layout] if shape.layout else args.layouts):
                     row = {"shapes": spec, "m": shape.m, "n": shape.n, "k": shape.k, "layout": layout, "dtype": dtype}
-                    a, b, c, ta, tb = fresh_operands(shape.m, shape.n, shape.k, layout,
-                                                     Dtype(dtype, 4 if dtype == "float32" else 2))
                     try:
-                        cfg = launch_config.configure(launch_config.pick_spec(None, dtype, None, facts),
-                                                      launch_config.Problem(a, b, c, None, ta, tb, 0, None), facts)
+                        # (params: the catalog's pick, or a kernel's own rules' unsplit build, as
+                        # params= run it: a change to either is a move that `time` runs both ways)
+                        cfg, params = launch_config.untuned_params(launch_config.pick_spec(None, dtype, None, facts),
+                                                                   shape.m, shape.n, shape.k, layout, facts)
                     except AsmError as exc:
                         out.append({**row, "error": str(exc)})
                         continue
-                    params = None
-                    if cfg.config and cfg.choice is not None:
-                        found = [x for x in cfg.choice.order if x.label == cfg.config]
-                        params = found[0].params() if found else None
-                    elif cfg.built is not None and cfg.split is None and not cfg.in_cluster and cfg.copied == (0, 0):
-                        # the kernel's own rules, unsplit: its build as params= (last_launch's
-                        # rerun_params), so that a change to what the rules build
-                        # is a move, which `time` runs as params=
-                        params = rerun_params(cfg.spec.name, defines_of(cfg.built), None, False, 0)
                     out.append({**row, "kernel": cfg.spec.name, "label": cfg.config, "params": params,
                                 "chosen_by": cfg.chosen_by})
     with open(args.json, "w") as f:

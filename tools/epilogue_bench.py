@@ -51,9 +51,9 @@ def bench(shapes, kernel: str, activation: str | None, bias_mode: str, reps: int
     from asmgemm.bench.timing import L2Flusher, make_pre_roll, tflops, time_interleaved
     from asmgemm.runtime.gemm import gemm
     from asmgemm.runtime.gpu import device_facts, require_gpu
-    from asmgemm.runtime.launch import untuned_size_rule
+    from asmgemm.runtime.launch_config import untuned_params
     cp = require_gpu("tools/epilogue_bench.py")
-    sms = device_facts().sm_count
+    facts = device_facts()
     spec = get_spec(kernel)
     dtype = cp.dtype(spec.dtypes.c)
     ew = separate_pass(cp, activation, with_bias=bias_mode != "none")
@@ -67,12 +67,14 @@ def bench(shapes, kernel: str, activation: str | None, bias_mode: str, reps: int
                 rng.standard_normal((n,) if bias_mode == "cols" else (m, 1), dtype=cp.float32).astype(dtype, copy=False))
         c_plain, c_fused, c_sep, c_blas = (cp.empty((m, n), dtype=dtype) for _ in range(4))
 
-        # -D overrides over what the fused call runs untuned (its size rule, which sees the bias and
-        # the activation; fused calls are never split): params= alone would replace the size rule's
-        # choice with the source's defaults
-        untuned = untuned_size_rule(spec, m, n, k, "nn", sms, activation=activation_code(activation),
-                                    bias=BIAS_MODES[{"cols": "column", "rows": "row"}.get(bias_mode, "none")])
-        fused_call_params = {**untuned, **fused_params} if fused_params else None
+        # -D overrides over what the fused call runs untuned (the catalog's pick or the size rule,
+        # which see the bias and the activation; fused calls are never split): params= alone would
+        # replace that choice with the source's defaults
+        ran, untuned = untuned_params(spec, m, n, k, "nn", facts, act=activation_code(activation),
+                                      bias=BIAS_MODES[{"cols": "column", "rows": "row"}.get(bias_mode, "none")])
+        if ran.spec.name != spec.name:
+            untuned = None          # (the call runs another kernel, in place: the overrides go over the defaults)
+        fused_call_params = {**(untuned or {}), **fused_params} if fused_params else None
 
         def separate():
             gemm(a, b, c_sep, kernel=kernel)

@@ -13,8 +13,9 @@ from typing import NamedTuple
 
 from ..errors import AsmError
 from ..isa.arch import arch_for
-from ..kernel_spec import KernelSpec, get_spec
+from ..kernel_spec import KernelSpec
 from . import build_cache, split_k
+from .split_k import rerun_params
 from .arrays import row_major_strides
 from .build_cache import BuiltKernel, build_kernel
 from .cluster_capacity import blocks_per_sm, max_active_clusters
@@ -202,28 +203,6 @@ def _reduce_kind(kept: KeptLaunch) -> str | None:
 def _rerun_params(kept: KeptLaunch, params: dict) -> dict:
     """rerun_params of a kept launch's build."""
     return rerun_params(kept.spec_name, params, _split_of(kept), kept.fixup is not None, kept.cluster_splits)
-
-
-def rerun_params(spec_name: str, params: dict, split: split_k.Split | None, summed_in_kernel: bool,
-                 cluster_splits: int) -> dict:
-    """params= for a build's configuration (its -D values `params`): a plain build's split-K switch
-    is 0, while params= name a split by its count (S of a partial pass whose reduce is a kernel, or
-    that sums itself: then the fixup switch says which, 1 in the kernel, 0 the reduce kernel; S of
-    a split summed in clusters, whose build's cluster switch is S already: without the count,
-    params= would build the cluster kernel for an unsplit grid)."""
-    rerun = {k: int(v) for k, v in params.items()}
-    split_spec = get_spec(spec_name).split_k
-    if split_spec is not None:
-        rerun.pop(split_spec.switch, None)
-        if split_spec.fixup_switch is not None:
-            rerun.pop(split_spec.fixup_switch, None)
-        if split is not None:
-            rerun[split_spec.switch] = split.splits
-            if split_spec.fixup_switch is not None:
-                rerun[split_spec.fixup_switch] = int(summed_in_kernel)
-        elif cluster_splits:
-            rerun[split_spec.switch] = cluster_splits
-    return rerun
 
 
 def make(cupy, cfg: LaunchConfig, facts: DeviceFacts, c_align: int, device: int) -> KeptLaunch:

@@ -32,11 +32,11 @@ from ..errors import AsmError
 from ..files import warn_cache
 from ..kernel_spec import DTYPE_ITEMSIZE, KernelSpec, get_spec, spec_for_dtype
 from . import dispatch, path_model, split_k
-from .arrays import Matrix, padded_matrix, ptr_of
-from .build_cache import BuiltKernel, build_kernel
+from .arrays import FRESH_ALLOCATION, Dtype, Matrix, padded_matrix, ptr_of
+from .build_cache import BuiltKernel, build_kernel, defines_of
 from .gpu import DeviceFacts
 from .launch import call_defines, choose_params, takes_c_trans
-from .plan import LaunchPlan, plan_launch
+from .plan import LaunchPlan, fresh_operands, plan_launch
 from .tensor_map import addressable, batch_addressable
 from .tune_cache import lookup_tuned, lookups_disabled
 
@@ -223,6 +223,33 @@ def configure(spec: KernelSpec, problem: Problem, facts: DeviceFacts,
         cfg.split, cfg.in_cluster, cfg.fixup, cfg.built = _rules_build(spec, plan, params, tuned, facts, target,
                                                                        kernel_batch, plain)
     return cfg
+
+
+def untuned_params(spec: KernelSpec, m: int, n: int, k: int, layout: str, facts: DeviceFacts, *, bias: int = 0,
+                   act: int = 0) -> tuple[LaunchConfig, dict | None]:
+    """(configure's answer, the params= that run it again) for an untuned call of this shape and
+    layout on fresh operands (plan.fresh_operands; `bias` a kernel_spec.BIAS_MODES value, `act` an
+    activation code): a catalog's pick as its candidate's params (C^T and split included), a kernel
+    that chooses by its own rules as its build's -D values (split_k.rerun_params). params None
+    where the launch is one params= cannot name (a split of the rules, padded copies). For scripts
+    that time a change of kernel selection (tools/choice_ab.py) or lay -D values over what a call
+    runs (tools/epilogue_bench.py)."""
+    item = DTYPE_ITEMSIZE[spec.dtypes.a]
+    c_item = DTYPE_ITEMSIZE[spec.dtypes.c]
+    a, b, c, ta, tb = fresh_operands(m, n, k, layout, Dtype(spec.dtypes.a, item), Dtype(spec.dtypes.c, c_item))
+    vec = None
+    if bias:
+        rows = n if bias == 1 else m
+        vec = Matrix((rows,) if bias == 1 else (rows, 1), (c_item,) if bias == 1 else (c_item, c_item),
+                     Dtype(spec.dtypes.c, c_item), FRESH_ALLOCATION, 0)
+    cfg = configure(spec, Problem(a, b, c, vec, ta, tb, act, None), facts)
+    params = None
+    if cfg.config and cfg.choice is not None:
+        found = [x for x in cfg.choice.order if x.label == cfg.config]
+        params = found[0].params() if found else None
+    elif cfg.built is not None and cfg.split is None and not cfg.in_cluster and cfg.copied == (0, 0):
+        params = split_k.rerun_params(cfg.spec.name, defines_of(cfg.built), None, False, 0)
+    return cfg, params
 
 
 def _rules_build(spec: KernelSpec, plan: LaunchPlan, params: dict | None, tuned: dict | None, facts: DeviceFacts,

@@ -51,7 +51,7 @@ from dataclasses import dataclass, replace
 
 from ..errors import AsmError
 from ..isa.arch import arch_for
-from ..kernel_spec import Dtypes, KernelSpec, Launch
+from ..kernel_spec import Dtypes, KernelSpec, Launch, get_spec
 from .launch import launch_block, untuned_launch
 from .plan import LaunchPlan
 
@@ -345,3 +345,25 @@ class SplitLaunch:
         gemm_fn(gemm_grid, gemm_block, gemm_packer.pack(a_ptr, b_ptr, workspace_ptr, 1.0, 0.0), shared_mem=gemm_smem,
                 **kw)
         self.fn(self.grid, self.block, self.packer.pack(workspace_ptr, 0, c_ptr, alpha, beta), shared_mem=0, **kw)
+
+
+def rerun_params(spec_name: str, params: dict, split: Split | None, summed_in_kernel: bool,
+                 cluster_splits: int) -> dict:
+    """params= for a build's configuration (its -D values `params`): a plain build's split-K switch
+    is 0, while params= name a split by its count (S of a partial pass whose reduce is a kernel, or
+    that sums itself: then the fixup switch says which, 1 in the kernel, 0 the reduce kernel; S of
+    a split summed in clusters, whose build's cluster switch is S already: without the count,
+    params= would build the cluster kernel for an unsplit grid)."""
+    rerun = {k: int(v) for k, v in params.items()}
+    split_spec = get_spec(spec_name).split_k
+    if split_spec is not None:
+        rerun.pop(split_spec.switch, None)
+        if split_spec.fixup_switch is not None:
+            rerun.pop(split_spec.fixup_switch, None)
+        if split is not None:
+            rerun[split_spec.switch] = split.splits
+            if split_spec.fixup_switch is not None:
+                rerun[split_spec.fixup_switch] = int(summed_in_kernel)
+        elif cluster_splits:
+            rerun[split_spec.switch] = cluster_splits
+    return rerun

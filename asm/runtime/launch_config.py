@@ -189,11 +189,7 @@ def configure(spec: KernelSpec, problem: Problem, facts: DeviceFacts,
     copied_ct = (0, 0)
     if params is None and not tuned and spec.configs and min(plan.m, plan.n, plan.k) > 0:
         if kernel_batch == 1 and not plan.swapped and any(e.swap for e in spec.configs):
-            plan_ct = planned(ma, mb, c_trans=True)     # the catalog may run this call as C^T
-            if takes_tensor_maps(spec):
-                plan_ct, copied_ct = _tma_plan(spec, ma, mb, plan_ct, planned)
-                if _copies_more(copied_ct, copied):
-                    plan_ct = None
+            plan_ct, copied_ct = _c_trans_launch(spec, ma, mb, planned, copied)    # the catalog may run it as C^T
         choice = dispatch.choose(spec, plan.layout, plan.m, plan.n, plan.k, call_values=plan.call_values,
                                  gpu=facts.name, target=facts.target, sms=facts.sm_count, plain=plain,
                                  clock_hz=facts.clock_hz, dram_bytes_per_s=facts.dram_bytes_per_s,
@@ -397,12 +393,20 @@ def _in_place_or(spec: KernelSpec, plan: LaunchPlan, tma_plan: LaunchPlan, items
     return (other if decision.in_place else spec), decision
 
 
-def _copies_more(copied_ct: tuple, copied: tuple) -> bool:
-    """Whether the C^T launch copies an operand the launch as called reads in place: the cost model
-    has no term for the copy, so such C^T entries are not offered (32 x 3184 x 31 fp16 nn: the
-    K-major A the kernel loads itself, A_LDG, becomes a B that TMA cannot read; the copy ran 7.6 us of
-    GPU and 47.6 a call against the in-place kernel's 5.3 and 31.6 on the H200)."""
-    return sum(1 for x in copied_ct if x) > sum(1 for x in copied if x)
+def _c_trans_launch(spec: KernelSpec, ma: Matrix, mb: Matrix, planned, copied: tuple
+                    ) -> tuple[LaunchPlan | None, tuple]:
+    """(the C^T launch's plan, what it copies) for the catalog's swap entries: on a TMA kernel with
+    the operands TMA would read (_tma_plan), and None where that launch copies an operand the launch
+    as called (`copied`) reads in place: the cost model has no term for the copy, so such C^T entries
+    are not offered (32 x 3184 x 31 fp16 nn: the K-major A the kernel loads itself, A_LDG, becomes a
+    B that TMA cannot read; the copy ran 7.6 us of GPU and 47.6 a call against the in-place kernel's
+    5.3 and 31.6 on the H200)."""
+    plan_ct, copied_ct = planned(ma, mb, c_trans=True), (0, 0)
+    if takes_tensor_maps(spec):
+        plan_ct, copied_ct = _tma_plan(spec, ma, mb, plan_ct, planned)
+        if sum(1 for x in copied_ct if x) > sum(1 for x in copied if x):
+            return None, (0, 0)
+    return plan_ct, copied_ct
 
 
 def _catalog_gpu_s(spec: KernelSpec, plan: LaunchPlan, facts: DeviceFacts, plain: bool, planned, ma, mb
@@ -413,9 +417,7 @@ def _catalog_gpu_s(spec: KernelSpec, plan: LaunchPlan, facts: DeviceFacts, plain
     plan, copied = _tma_plan(spec, ma, mb, plan, planned)
     plan_ct = None
     if not plan.swapped and plan.batch == 1 and any(e.swap for e in spec.configs):
-        plan_ct, copied_ct = _tma_plan(spec, ma, mb, planned(ma, mb, c_trans=True), planned)
-        if _copies_more(copied_ct, copied):
-            plan_ct = None
+        plan_ct, _ = _c_trans_launch(spec, ma, mb, planned, copied)
     choice = dispatch.choose(spec, plan.layout, plan.m, plan.n, plan.k, call_values=plan.call_values,
                              gpu=facts.name, target=facts.target, sms=facts.sm_count, plain=plain,
                              clock_hz=facts.clock_hz, dram_bytes_per_s=facts.dram_bytes_per_s,

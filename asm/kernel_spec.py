@@ -1146,6 +1146,13 @@ def refresh_specs() -> None:
     _version_memo[0] = float("-inf")
 
 
+def twins(a: KernelSpec, b: KernelSpec) -> bool:
+    """Whether two kernels are the same source entry built for operands of one width (bgemm_mma is
+    hgemm_mma with BF16=1, hgemm_f32c is hgemm with C_F32=1: the same loads, the same MMA rate), so
+    a sweep of one prices the other (the cost model's twin fit, the dispatch database's family)."""
+    return (a.source, a.entry) == (b.source, b.entry) and DTYPE_ITEMSIZE[a.dtypes.a] == DTYPE_ITEMSIZE[b.dtypes.a]
+
+
 def get_spec(name: str) -> KernelSpec:
     specs = all_specs()
     name = name[:-5] if name.endswith(".sasm") else name

@@ -70,7 +70,7 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 
-from ..kernel_spec import DTYPE_ITEMSIZE, get_spec
+from ..kernel_spec import get_spec, twins
 from .catalog import Candidate, label_parts
 from .split_k import grid_splits, slices
 
@@ -216,13 +216,9 @@ class DeviceModel:
         operands of the same width (bgemm_mma is hgemm_mma with BF16=1: the same loads, the same
         mma.sync rate), where the sweep timed the twin and not this one."""
         spec = get_spec(cand.kernel)
-        width = DTYPE_ITEMSIZE[spec.dtypes.a]
         for key, fit in self.configs.items():
             kernel, _, config = key.partition(":")
-            if config != cand.config or kernel == cand.kernel:
-                continue
-            other = get_spec(kernel)
-            if (other.source, other.entry) == (spec.source, spec.entry) and DTYPE_ITEMSIZE[other.dtypes.a] == width:
+            if config == cand.config and kernel != cand.kernel and twins(get_spec(kernel), spec):
                 return fit
         return None
 
@@ -314,15 +310,14 @@ def estimate(cand: Candidate, m: int, n: int, k: int, dm: DeviceModel, dtype: st
     fit = dm.fit_of(cand, dtype)
     bm, bn, bk = cand.tile
     s = cand.splits
-    c_tiles = (ceil_div(m, bm) * batch + extra_tile_rows) * ceil_div(n, bn)
-    # (a cluster+in_kernel grid rounds S up to whole clusters: its extra blocks have no k range)
-    tiles = c_tiles * grid_splits(s, cand.cluster)
+    tile_rows, tile_cols = ceil_div(m, bm) * batch + extra_tile_rows, ceil_div(n, bn)
+    c_tiles = tile_rows * tile_cols
+    # the entry's own clusters are walked as units (tile rows and columns round up to whole
+    # clusters) and each tile is ks blocks, each a ks-th of K; a cluster+in_kernel grid rounds S up
+    # to whole clusters (its extra blocks have no k range)
     rows, cols, ks = cand.tile_cluster
-    if rows * cols * ks > 1:
-        # the entry's own clusters, walked as units: tile rows and columns round up to whole
-        # clusters, and each tile is ks blocks, each a ks-th of K
-        tiles = (ceil_div(ceil_div(m, bm) * batch + extra_tile_rows, rows) * rows
-                 * ceil_div(ceil_div(n, bn), cols) * cols * ks * grid_splits(s, cand.cluster))
+    tiles = (ceil_div(tile_rows, rows) * rows * ceil_div(tile_cols, cols) * cols * ks
+             * grid_splits(s, cand.cluster))
     r = max(1, fit.blocks(variant))
     slots = dm.sms * r
     if cand.cluster_size > 1:

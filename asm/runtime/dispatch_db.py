@@ -23,7 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..errors import AsmError
-from ..kernel_spec import DTYPE_ITEMSIZE, get_spec
+from ..kernel_spec import get_spec, twins
 from .cost_model import PRIOR_FIXUP_FIXED_S, PRIOR_SCRATCH_S, ConfigFit, DeviceModel
 
 FORMAT = 1
@@ -223,16 +223,13 @@ def _configs_of(family: str):
 
 
 def _twins(family: str, swept: str) -> bool:
-    """Whether a sweep of family `swept` prices `family`: the same, or the same source and entry
-    built for operands of the same width (bgemm_mma and hgemm_f32c are hgemm_mma and hgemm with
-    other -D values: cost_model.DeviceModel._twin_fit)."""
+    """Whether a sweep of family `swept` prices `family`: the same, or its twin (kernel_spec.twins)."""
     if family == swept:
         return True
     try:
-        a, b = get_spec(family), get_spec(swept)
+        return twins(get_spec(family), get_spec(swept))
     except AsmError:
         return False
-    return (a.source, a.entry) == (b.source, b.entry) and DTYPE_ITEMSIZE[a.dtypes.a] == DTYPE_ITEMSIZE[b.dtypes.a]
 
 
 def _rescaled(dm: DeviceModel, gpu: str, sms: int, clock_hz: float, dram_bytes_per_s: float) -> DeviceModel:

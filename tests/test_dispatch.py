@@ -261,13 +261,34 @@ def test_an_entrys_own_clusters_are_walked_whole_and_split_its_k():
     assert _cand().cluster_size == 0 and e.split_s == 0
 
 
-def test_a_launch_takes_at_least_its_configurations_floor():
-    """ConfigFit.launch_floor_s (the least GPU time the sweep saw the configuration take): a call
-    whose blocks' terms come to less runs in the floor's time."""
+def test_a_launchs_own_time_is_counted_once_a_launch():
+    """ConfigFit.launch_fixed_s (c, a launch's start and drain): added once to compute whatever the
+    blocks and waves, and kept through the database's JSON."""
     dm = _model()
-    dm.configs["sgemm:t"] = dataclasses.replace(dm.configs["sgemm:t"], launch_floor_s=40e-6)
+    base = estimate(_cand(), 512, 512, 256, dm, "float32", 4, 4)
+    dm.configs["sgemm:t"] = dataclasses.replace(dm.configs["sgemm:t"], launch_fixed_s=5e-6)
     e = estimate(_cand(), 512, 512, 256, dm, "float32", 4, 4)
-    assert e.compute_s == pytest.approx(18e-6) and e.floor_s == 40e-6 and e.gpu_s == pytest.approx(40e-6)
+    assert e.compute_s == pytest.approx(base.compute_s + 5e-6) and e.launch_s == 5e-6
+    assert e.to_json()["launch_us"] == 5.0
+    big = estimate(_cand(), 4096, 4096, 256, dm, "float32", 4, 4)
+    assert big.full_waves > 1 and big.launch_s == 5e-6
+    back = dispatch_db.model_from({"gpu": "g", "sms": 132, "clock_hz": 1.98e9, "dram_bytes_per_s": 3.35e12,
+                                   "model": dispatch_db.model_to_json(dm)}, "test")
+    assert back.configs["sgemm:t"].launch_fixed_s == 5e-6
+
+
+def test_the_fit_finds_a_launchs_own_time():
+    """fit._best_fit: samples made by c + a (c0 + c1 g) + b steps (c0 + c1 f) give back c, a, b, f
+    and g (c0 waves of blocks, c1 what a lone block adds, as _wave_terms makes them)."""
+    from asmgemm.tuning import fit
+    c, a, b, f, g = 5e-6, 1e-6, 0.3e-6, 0.25, 0.5
+    terms = []
+    for c0, c1, steps in [(0.5, 0.5, 4), (1.0, 0.0, 16), (0.25, 0.75, 64), (3.0, 0.0, 8), (0.5, 0.5, 200),
+                          (8.0, 0.0, 100), (0.125, 0.875, 2), (2.0, 0.0, 1)]:
+        y = c + a * (c0 + c1 * g) + b * steps * (c0 + c1 * f)
+        terms.append((c0, c1, steps, 1 / y, 1 / y, 1.0))
+    got = fit._best_fit(terms)
+    assert got == pytest.approx((c, a, b, f, g), rel=1e-6)
 
 
 def test_cluster_capacity_is_the_drivers_count_for_the_size_and_blocks_an_sm():

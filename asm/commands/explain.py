@@ -56,8 +56,8 @@ def command(m, n, k, dtype, layout, fused, batch, gpu, top, no_build, as_json):
       block         one block's modelled time (fixed part + K steps, times that factor)
       load          the load floor: the bytes all the blocks load (L2 hits and misses) at the
                     fastest rate the sweep saw the configuration load them
-      floor         (--json) the launch floor: the least GPU time the sweep saw the configuration
-                    take, a launch's fixed time
+      launch        (--json) the launch's own fixed time (its start and drain), once a launch
+                    whatever its blocks; part of compute
       sum           where a split's slices are added: "kernel" (the reduce kernel, a second
                     launch), "cluster" (inside clusters of S blocks), "in_kernel" (the last
                     block of each tile, one launch) or "cluster+in_kernel" (past 8 splits:

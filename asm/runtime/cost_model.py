@@ -15,7 +15,8 @@ slots (cluster candidates: the slots the driver says their clusters fill):
                j = ceil((T mod P) / SMs) blocks and takes a (g + (1 - g) j / r) + b s v (f + (1 - f)
                j / r): alone a block runs faster than with r - 1 neighbours, but not r times (f of
                a full wave's time for its K steps, g for its fixed part)
-    compute    W t + last wave
+    compute    c + W t + last wave                        c: the launch's own fixed time, once a launch
+                                                          whatever its blocks (its start and drain)
     memory     (A + B + C bytes) / DRAM bandwidth         a floor: no kernel beats the stream
     load       L / the configuration's load rate          a floor: the bytes all the blocks load,
                L = (ceil(N / BN) M G + (ceil(M / BM) G + E) N) K    hits and misses alike (each tile
@@ -145,11 +146,11 @@ class ConfigFit:
     # a fit of before the two shares (a database's entry without "alone_block"), read as it was
     # fitted: g = f and the variant's factor on the whole block, not on its K steps alone
     alone_block: float | None = None
-    # the least GPU time the sweep measured a launch of this configuration take, whatever its size:
-    # a launch's fixed time (its start, prologue and drain), which a + b s, fitted per block and K
-    # step, leaves out (the TMA kernel: 5-7 us on the H200 where its blocks' terms gave 2); 0: no
-    # floor (a fit of before it, or too few samples)
-    launch_floor_s: float = 0.0
+    # c: a launch's own fixed time, once a launch whatever its blocks (its start, the grid's
+    # dispatch and its drain), fitted with a and b (fit._best_fit); 0: a fit of before it. Without
+    # it a and b carry the launch for every block and K step: the TMA kernel's estimates ran 1.4x
+    # short under 8 us and 1.5x long over 16 us (docs/log/dispatch.md, "A launch's own time")
+    launch_fixed_s: float = 0.0
 
     @property
     def alone_fixed(self) -> float:
@@ -250,13 +251,13 @@ class Estimate:
     fitted: bool
     correction: float = 1.0          # the neighbours' factor (neighbour_factors)
     load_s: float = 0.0              # the load floor (loaded_bytes at the configuration's load rate)
-    floor_s: float = 0.0             # the launch floor (ConfigFit.launch_floor_s)
+    launch_s: float = 0.0            # c, the launch's own fixed time (in compute_s)
     variant_factor: float = 1.0      # the K steps' factor for the call's load variant (ConfigFit.factor_from)
     factor_from: str = "none"        # "variant", "layout" (the variant was never swept) or "none"
 
     @property
     def gpu_s(self) -> float:
-        return max(self.compute_s, self.memory_s, self.load_s, self.floor_s) + self.split_s
+        return max(self.compute_s, self.memory_s, self.load_s) + self.split_s
 
     @property
     def call_s(self) -> float:
@@ -279,7 +280,7 @@ class Estimate:
                 "waves": round(self.waves, 3), "last_wave_blocks": self.last_wave_blocks, "k_steps": self.steps,
                 "block_us": round(self.block_s * 1e6, 3), "compute_us": round(self.compute_s * 1e6, 3),
                 "memory_us": round(self.memory_s * 1e6, 3), "load_us": round(self.load_s * 1e6, 3),
-                "floor_us": round(self.floor_s * 1e6, 3),
+                "launch_us": round(self.launch_s * 1e6, 3),
                 "split_us": round(self.split_s * 1e6, 3),
                 "host_us": round(self.host_s * 1e6, 3), "gpu_us": round(self.gpu_s * 1e6, 3),
                 "call_us": round(self.call_s * 1e6, 3), "fitted": self.fitted,
@@ -328,7 +329,7 @@ def estimate(cand: Candidate, m: int, n: int, k: int, dm: DeviceModel, dtype: st
     fixed, stepping = fit.block_s * (factor if fit.alone_block is None else 1.0), fit.step_s * steps * factor
     block = fixed + stepping
     full, rest = divmod(tiles, slots)
-    compute = full * block
+    compute = fit.launch_fixed_s + full * block
     if rest:
         # the busiest SM of the last wave: its blocks, at most r
         share = min(r, ceil_div(rest, min(dm.sms, slots))) / r
@@ -358,7 +359,7 @@ def estimate(cand: Candidate, m: int, n: int, k: int, dm: DeviceModel, dtype: st
                  + (g * m * n * 4 + m * n * c_bytes) / (bw * share))
     return Estimate(cand, tiles, slots, full, rest, steps, block, compute, memory, split, host,
                     fit.samples > 0, load_s=load, variant_factor=factor, factor_from=factor_from,
-                    floor_s=fit.launch_floor_s)
+                    launch_s=fit.launch_fixed_s)
 
 
 # A split's host work beyond an unsplit call's, by where it is summed: (the DeviceModel term, what

@@ -126,7 +126,7 @@ def model_from(data: dict, source: str, path: Path | None = None, family: str | 
                                   {str(a): int(b) for a, b in v.get("variant_blocks", {}).items()},
                                   float(v.get("load_bytes_per_s", 0.0)),
                                   float(v["alone_block"]) if "alone_block" in v else None,
-                                  float(v.get("launch_floor_s", 0.0)))
+                                  float(v.get("launch_fixed_s", 0.0)))
                      for k, v in m["configs"].items()},
             cluster_slots={k: int(v) for k, v in m.get("cluster_slots", {}).items()}, source=source,
             residuals=list(m.get("residuals", [])))
@@ -146,7 +146,7 @@ def model_to_json(dm: DeviceModel) -> dict:
                             "variants": dict(sorted(f.variants.items())),
                             "variant_blocks": dict(sorted(f.variant_blocks.items())),
                             "load_bytes_per_s": f.load_bytes_per_s,
-                            **({"launch_floor_s": f.launch_floor_s} if f.launch_floor_s else {})}
+                            **({"launch_fixed_s": f.launch_fixed_s} if f.launch_fixed_s else {})}
                         for k, f in sorted(dm.configs.items())},
             "cluster_slots": dict(sorted(dm.cluster_slots.items())), "residuals": dm.residuals}
 
@@ -237,7 +237,7 @@ def _rescaled(dm: DeviceModel, gpu: str, sms: int, clock_hz: float, dram_bytes_p
     scale = (dm.clock_hz / clock_hz) if clock_hz and dm.clock_hz else 1.0
     # times follow the clock, and so does the rate the blocks load at (L2 and the SMs run on it)
     dm.configs = {k: replace(f, block_s=f.block_s * scale, step_s=f.step_s * scale,
-                             load_bytes_per_s=f.load_bytes_per_s / scale, launch_floor_s=f.launch_floor_s * scale)
+                             load_bytes_per_s=f.load_bytes_per_s / scale, launch_fixed_s=f.launch_fixed_s * scale)
                   for k, f in dm.configs.items()}
     dm.gpu, dm.sms = gpu, sms or dm.sms
     dm.clock_hz = clock_hz or dm.clock_hz

@@ -1,15 +1,15 @@
 """Fit the cost model (runtime/cost_model.py) to sweep samples (sweep.py), check it on calls held
 out of the fit, and make the GPU's dispatch database (runtime/dispatch_db.py).
 
-Per configuration, a (per block), b (per K step), f and g (a lone block's shares of a wave for its
-K steps and its fixed part) minimise the squared relative error of the modelled GPU time over its
-unsplit samples: f and g on a grid of 0.05, a and b by least squares for each pair (both kept >= 0),
-r from the driver's occupancy; then each load variant's factor on the K steps (_variant_factors),
-and a, b, f, g again with it, VARIANT_ROUNDS times. Then,
-with those fixed, the reduce kernel's fixed cost and bandwidth from the residuals of the split
-samples, the clusters' extra per block-wave from the clustered ones, and the host costs from the
-measured host time of a call; and each configuration's load rate (cost_model's load floor): the
-largest loaded_bytes / GPU time over its samples, where it has LOAD_RATE_MIN_SAMPLES of them.
+Per configuration, c (per launch), a (per block), b (per K step), f and g (a lone block's shares of
+a wave for its K steps and its fixed part) minimise the squared relative error of the modelled GPU
+time over its unsplit samples: f and g on a grid of 0.05, c, a and b by least squares for each pair
+(all kept >= 0), r from the driver's occupancy; then each load variant's factor on the K steps
+(_variant_factors), and c, a, b, f, g again with it, VARIANT_ROUNDS times. Then, with those fixed,
+the reduce kernel's fixed cost and bandwidth from the residuals of the split samples, the clusters'
+extra per block-wave from the clustered ones, and the host costs from the measured host time of a
+call; and each configuration's load rate (cost_model's load floor): the largest loaded_bytes / GPU
+time over its samples, where it has LOAD_RATE_MIN_SAMPLES of them.
 Pure Python: no GPU, no numpy."""
 from __future__ import annotations
 
@@ -134,32 +134,79 @@ def _wave_terms(cand: Candidate, s: dict, dm: DeviceModel, r: int, variant_block
     return e0.compute_s, e1.compute_s - e0.compute_s, e0.steps
 
 
-def _best_fit(terms: list[tuple[float, float, int, float, float, float]]) -> tuple[float, float, float, float]:
-    """(a, b, f, g) minimising the weighted squared relative error of the modelled compute time
-    a (c0 + c1 g) + b steps v (c0 + c1 f) over the samples' (c0, c1, steps, scale, step_scale,
+def _best_fit(terms: list[tuple[float, float, int, float, float, float]]) -> tuple[float, float, float, float, float]:
+    """(c, a, b, f, g) minimising the weighted squared relative error of the modelled compute time
+    c + a (c0 + c1 g) + b steps v (c0 + c1 f) over the samples' (c0, c1, steps, scale, step_scale,
     weight) (_wave_terms; scale = weight / measured time, step_scale = scale x v, the variant's
-    factor), with f and g each on ALONE_GRID. Every row is linear in f and in g, so the sums of
-    products the least squares needs are summed once and each (f, g) pair costs O(1)."""
+    factor), with f and g each on ALONE_GRID and c, a, b >= 0. Every row
+    is linear in f and in g, so the sums of products the least squares needs are summed once and
+    each (f, g) pair costs O(1)."""
     sums: dict[str, float] = defaultdict(float)
     for c0, c1, steps, scale, step_scale, w in terms:
-        x = {"p": c0 * scale, "P": c1 * scale, "q": c0 * step_scale * steps, "Q": c1 * step_scale * steps, "y": w}
+        x = {"o": scale, "p": c0 * scale, "P": c1 * scale, "q": c0 * step_scale * steps,
+             "Q": c1 * step_scale * steps, "y": w}
         for u, v in _PRODUCTS:
             sums[u + v] += x[u] * x[v]
     best = None
     for g in ALONE_GRID:
         s11 = sums["pp"] + 2 * g * sums["pP"] + g * g * sums["PP"]          # x1 = p + g P
         s1y = sums["py"] + g * sums["Py"]
+        s01 = sums["op"] + g * sums["oP"]
         for f in ALONE_GRID:
             s22 = sums["qq"] + 2 * f * sums["qQ"] + f * f * sums["QQ"]      # x2 = q + f Q
             s12 = sums["pq"] + f * sums["pQ"] + g * sums["Pq"] + g * f * sums["PQ"]
             s2y = sums["qy"] + f * sums["Qy"]
-            a, b, err = _solve2_moments(s11, s22, s12, s1y, s2y, sums["yy"])
+            s02 = sums["oq"] + f * sums["oQ"]
+            gram = [[sums["oo"], s01, s02], [s01, s11, s12], [s02, s12, s22]]
+            coef, err = _nonneg_least_squares(gram, [sums["oy"], s1y, s2y], sums["yy"])
             if best is None or err < best[0]:
-                best = (err, a, b, f, g)
+                best = (err, *coef, f, g)
     return best[1:]
 
 
-_PRODUCTS = [("p", "p"), ("p", "P"), ("P", "P"), ("q", "q"), ("q", "Q"), ("Q", "Q"), ("p", "q"), ("p", "Q"),
+def _nonneg_least_squares(gram: list[list[float]], xy: list[float], yy: float) -> tuple[list[float], float]:
+    """(x >= 0, the squared error) minimising |A x - y|^2 from its normal equations' sums (gram =
+    A^T A, xy = A^T y, yy = y^T y): the best of the unconstrained solutions on each subset of the
+    variables (the others at 0) that come out non-negative. Three variables: eight subsets."""
+    n = len(xy)
+    best = ([0.0] * n, yy)
+    for mask in range(1, 1 << n):
+        idx = [i for i in range(n) if mask >> i & 1]
+        sol = _solve_linear([[gram[i][j] for j in idx] for i in idx], [xy[i] for i in idx])
+        if sol is None or min(sol) < 0:
+            continue
+        x = [0.0] * n
+        for i, v in zip(idx, sol):
+            x[i] = v
+        err = yy - 2 * sum(x[i] * xy[i] for i in range(n)) + sum(x[i] * x[j] * gram[i][j]
+                                                                for i in range(n) for j in range(n))
+        if err < best[1]:
+            best = (x, err)
+    return best
+
+
+def _solve_linear(m: list[list[float]], v: list[float]) -> list[float] | None:
+    """m x = v by Gaussian elimination with partial pivoting; None where m is (nearly) singular."""
+    n = len(v)
+    a = [row[:] + [v[i]] for i, row in enumerate(m)]
+    scale = max((abs(a[i][i]) for i in range(n)), default=0.0)
+    for c in range(n):
+        piv = max(range(c, n), key=lambda r: abs(a[r][c]))
+        if abs(a[piv][c]) <= 1e-12 * max(scale, 1e-300):
+            return None
+        a[c], a[piv] = a[piv], a[c]
+        for r in range(c + 1, n):
+            k = a[r][c] / a[c][c]
+            for j in range(c, n + 1):
+                a[r][j] -= k * a[c][j]
+    x = [0.0] * n
+    for r in range(n - 1, -1, -1):
+        x[r] = (a[r][n] - sum(a[r][j] * x[j] for j in range(r + 1, n))) / a[r][r]
+    return x
+
+
+_PRODUCTS = [("o", "o"), ("o", "p"), ("o", "P"), ("o", "q"), ("o", "Q"), ("o", "y"),
+             ("p", "p"), ("p", "P"), ("P", "P"), ("q", "q"), ("q", "Q"), ("Q", "Q"), ("p", "q"), ("p", "Q"),
              ("P", "q"), ("P", "Q"), ("p", "y"), ("P", "y"), ("q", "y"), ("Q", "y"), ("y", "y")]
 
 
@@ -227,15 +274,15 @@ def _fit_config(rows: list[dict], dm: DeviceModel) -> ConfigFit:
     variants: dict[str, float] = {}
     fit = None
     for _ in range(VARIANT_ROUNDS):
-        a, b, f, g = _best_fit([(c0, c1, steps, w / (s["gpu_ms"] * 1e-3),
-                                 w * variants.get(_variant(s), 1.0) / (s["gpu_ms"] * 1e-3), w)
-                                for (c0, c1, steps), s, w in zip(terms, rows, weights)])
-        fit = ConfigFit(a, b, f, r, len(rows), variant_blocks=rv, alone_block=g)
+        c, a, b, f, g = _best_fit([(c0, c1, steps, w / (s["gpu_ms"] * 1e-3),
+                                    w * variants.get(_variant(s), 1.0) / (s["gpu_ms"] * 1e-3), w)
+                                   for (c0, c1, steps), s, w in zip(terms, rows, weights)])
+        fit = ConfigFit(a, b, f, r, len(rows), variant_blocks=rv, alone_block=g, launch_fixed_s=c)
         # each sample's implied step factor: (measured - fixed part) / step part
         logs: dict[str, list[tuple[float, float]]] = defaultdict(list)
         for s, (c0, c1, steps) in zip(rows, terms):
             y = s["gpu_ms"] * 1e-3
-            fixed, stepping = a * (c0 + c1 * g), b * steps * (c0 + c1 * f)
+            fixed, stepping = c + a * (c0 + c1 * g), b * steps * (c0 + c1 * f)
             if stepping > 0:
                 implied = min(VARIANT_CLAMP, max(1.0 / VARIANT_CLAMP, (y - fixed) / stepping))
                 logs[_variant(s)].append((stepping / y, math.log(implied)))
@@ -243,15 +290,16 @@ def _fit_config(rows: list[dict], dm: DeviceModel) -> ConfigFit:
     fit = replace(fit, variants=dict(sorted(variants.items())))
     # centred: least squares of relative errors leaves the estimates low on average where the
     # samples scatter (an estimate of 1.5x the measured time costs 0.5^2, one of 1/1.5 of it only
-    # 0.33^2); the path model compares them with the TMA kernel's time as they are, so a and b are
-    # scaled by e^(mean log residual)
+    # 0.33^2); the path model compares them with the TMA kernel's time as they are, so c, a and b
+    # are scaled by e^(mean log residual)
     residuals = []
     for s in rows:
         e = estimate(_candidate(s), s["m"], s["n"], s["k"], _with(dm, s, fit), *_sizes(s), _variant(s))
         if e.compute_s > 0:
             residuals.append(math.log(s["gpu_ms"] * 1e-3 / e.compute_s))
     centre = math.exp(sum(residuals) / len(residuals)) if residuals else 1.0
-    return replace(fit, block_s=fit.block_s * centre, step_s=fit.step_s * centre)
+    return replace(fit, block_s=fit.block_s * centre, step_s=fit.step_s * centre,
+                   launch_fixed_s=fit.launch_fixed_s * centre)
 
 
 def _with(dm: DeviceModel, s: dict, fit: ConfigFit) -> DeviceModel:
@@ -280,9 +328,6 @@ def fit_model(doc: dict, samples: list[dict] | None = None) -> DeviceModel:
     for key, rate in load_rates(samples).items():
         if key in dm.configs:
             dm.configs[key] = replace(dm.configs[key], load_bytes_per_s=rate)
-    for key, floor in launch_floors(samples).items():
-        if key in dm.configs:
-            dm.configs[key] = replace(dm.configs[key], launch_floor_s=floor)
     # the reduce kernel: residual = fixed + bytes / bandwidth
     resid = []
     for s in samples:
@@ -355,16 +400,6 @@ def load_rates(samples: list[dict]) -> dict[str, float]:
         rates[f"{s['kernel']}:{s['config']}"].append(
             loaded_bytes(_candidate(s), s["m"], s["n"], s["k"], _sizes(s)[2]) / (s["gpu_ms"] * 1e-3))
     return {key: max(r) for key, r in rates.items() if len(r) >= LOAD_RATE_MIN_SAMPLES}
-
-
-def launch_floors(samples: list[dict]) -> dict[str, float]:
-    """"kernel:config" -> the least GPU time (seconds) an unsplit launch of it took (ConfigFit.
-    launch_floor_s), for each configuration with LOAD_RATE_MIN_SAMPLES unsplit samples or more."""
-    times: dict[str, list[float]] = defaultdict(list)
-    for s in samples:
-        if "error" not in s and s.get("gpu_ms") and s["splits"] == 1:
-            times[f"{s['kernel']}:{s['config']}"].append(s["gpu_ms"] * 1e-3)
-    return {key: min(t) for key, t in times.items() if len(t) >= LOAD_RATE_MIN_SAMPLES}
 
 
 def _residuals(dm: DeviceModel, samples: list[dict]) -> list[dict]:

@@ -277,6 +277,18 @@ def test_a_launchs_own_time_is_counted_once_a_launch():
     assert back.configs["sgemm:t"].launch_fixed_s == 5e-6
 
 
+def test_a_tie_at_the_dram_floor_goes_to_the_candidate_whose_blocks_take_least():
+    """rank: two configurations both under a DRAM floor of 2 ms (1 GB/s) model the same call time;
+    the one whose blocks take less (a 3x cheaper K step) ranks first, whichever the catalog lists
+    first (32 x (2048 x 2048 . 2048 x 64) on the H100's facts took a 192-wide tile for 64 columns)."""
+    dm = _model(dram=1e9)
+    dm.configs["sgemm:u"] = ConfigFit(1e-6, 0.5e-6 / 3, 0.5, 2, samples=5)
+    slow, fast = _cand(), replace(_cand(), config="u")
+    ests = cost_model.rank([slow, fast], 512, 512, 256, dm, "float32", 4, 4)
+    assert ests[0].call_s == ests[1].call_s and ests[0].compute_s < ests[1].compute_s
+    assert [e.candidate.config for e in ests] == ["u", "t"]
+
+
 def test_the_fit_finds_a_launchs_own_time():
     """fit._best_fit: samples made by c + a (c0 + c1 g) + b steps (c0 + c1 f) give back c, a, b, f
     and g (c0 waves of blocks, c1 what a lone block adds, as _wave_terms makes them)."""

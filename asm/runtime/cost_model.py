@@ -470,7 +470,8 @@ def rank(cands: list[Candidate], m: int, n: int, k: int, dm: DeviceModel, dtype:
          ab_bytes: int, variant: str | None = None, family: str | None = None,
          plain: bool = True, neighbours_of: tuple | None = None, batch: int = 1,
          extra_tile_rows: int = 0) -> list[Estimate]:
-    """The candidates' estimates, fastest call first (a tie keeps catalog order), each scaled by
+    """The candidates' estimates, fastest call first (a tie, e.g. at the DRAM floor, goes to the one
+    whose blocks take least: the floor leaves it the most slack; then catalog order), each scaled by
     its neighbours' factor where the sweep measured calls near this one (neighbours_of: (variant,
     m, n) of the call as the sweep keys it, where these sizes are a swapped launch's); batch,
     extra_tile_rows: a batched or grouped launch's (estimate)."""
@@ -479,7 +480,14 @@ def rank(cands: list[Candidate], m: int, n: int, k: int, dm: DeviceModel, dtype:
     ests = [estimate(c, m, n, k, dm, dtype, c_bytes, ab_bytes, variant, batch, extra_tile_rows) for c in cands]
     if factors:
         ests = [replace(e, correction=factor_for(factors, e.candidate.label)) for e in ests]
-    return sorted(ests, key=lambda e: e.call_s)
+    return sorted(ests, key=rank_key)
+
+
+def rank_key(e: Estimate) -> tuple[float, float]:
+    """The order rank sorts by: the call's modelled time, then (a tie at the DRAM floor: 32 x (2048
+    x 2048 . 2048 x 64), every tile shape the same 85 us) the blocks' own time, so the floor's tie
+    does not go to whichever entry the catalog lists first (there a 192-wide tile over 64 columns)."""
+    return e.call_s, e.compute_s * e.correction
 
 
 def why_slower(e: Estimate, best: Estimate) -> str:

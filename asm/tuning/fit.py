@@ -23,7 +23,7 @@ from ..errors import AsmError
 from ..kernel_spec import DTYPE_ITEMSIZE, get_spec
 from ..runtime.catalog import Candidate, label_parts
 from ..runtime.cost_model import (RETIRED_VARIANT, ConfigFit, DeviceModel, cluster_key, estimate, factor_for,
-                                  loaded_bytes, neighbour_factors, split_host_s, variant_layout, variant_of)
+                                  loaded_bytes, neighbour_factors, rank_key, split_host_s, variant_layout, variant_of)
 from ..runtime.dispatch_db import FORMAT, exact_key, model_to_json
 from ..runtime.plan import fresh_plan
 from ..runtime.split_k import hybrid_cluster
@@ -451,9 +451,9 @@ def evaluate(dm: DeviceModel, samples: list[dict], dtype: str = "float32", c_byt
         s0 = rows[0]
         variant, m, n = _call_sizes(s0)
         factors = neighbour_factors(dm, s0["family"], variant, m, n, s0["k"], True)
-        ests = [(estimate(_candidate(s), s["m"], s["n"], s["k"], dm, dtype, c_bytes, ab_bytes, _variant(s)).call_s
-                 * factor_for(factors, s["label"]), s) for s in rows]
-        pick = min(ests, key=lambda t: t[0])[1]
+        ests = [(replace(estimate(_candidate(s), s["m"], s["n"], s["k"], dm, dtype, c_bytes, ab_bytes, _variant(s)),
+                         correction=factor_for(factors, s["label"])), s) for s in rows]
+        pick = min(ests, key=lambda t: rank_key(t[0]))[1]
         ratio = _call_ms(pick, dm) / _call_ms(best, dm)
         ratios.append(ratio)
         if ratio > 1 + WITHIN:

@@ -144,6 +144,28 @@ def test_swap_entries_only_where_the_call_may_run_as_c_transposed(tmp_path, disp
     assert tiles == {"plain": 64 * 1, "ct": 1 * 256}       # 4096 x 16 in 64 x 64; C^T 16 x 4096 in 128 x 16
 
 
+def test_a_tie_between_a_launch_and_its_c_transposed_launch_goes_to_the_cheaper_blocks(tmp_path, dispatch_dir,
+                                                                                         monkeypatch):
+    """The plain and the C^T candidates are ranked apart and merged (dispatch.choose): the merged
+    order is rank's (cost_model.rank_key), so where a DRAM floor ties them the one whose blocks take
+    less leads, not the plain list that comes first (7 x 15739 x 6600 nt bf16 on the H200 took
+    t64x128 for 7 rows, 76.7 us, over ct_t128x16_st's 62.7). Each list's estimates are made here:
+    both at an 8 us floor, the C^T launch's blocks 2 us against 5."""
+    _, (fam,) = _load(tmp_path, SWAP_FAMILY)
+    dispatch_dir("Test GPU")
+    real_rank = cost_model.rank
+
+    def tied(cands, *args, **kw):
+        ests = real_rank(cands, *args, **kw)
+        return [replace(e, compute_s=2e-6 if e.candidate.swap else 5e-6, memory_s=8e-6, load_s=0.0, split_s=0.0,
+                        correction=1.0) for e in ests]
+    monkeypatch.setattr(dispatch, "rank", tied)
+    ch = dispatch.choose(fam, "nn", 4096, 16, 512, gpu="Test GPU", target="sm_90", sms=132, plain=False,
+                         swapped=("nn", {}))
+    assert ch.ranked[0].call_s == ch.ranked[1].call_s
+    assert [e.candidate.label for e in ch.ranked] == ["ct", "plain"]
+
+
 def test_a_candidates_params_say_split_and_reduce():
     """params() is what runs exactly this candidate through gemm(params=...): the set, S under the
     split-K switch, the cluster switch 1 (the reduce kernel) or the cluster's size, and the fixup

@@ -14,7 +14,7 @@ from ..kernel_spec import DTYPE_ITEMSIZE, KernelSpec, get_spec
 from . import split_k
 from .build_cache import BuiltKernel, build_kernel
 from .catalog import Candidate, candidates
-from .cost_model import DeviceModel, Estimate, rank, variant_of
+from .cost_model import DeviceModel, Estimate, rank, rank_key, variant_of
 from .dispatch_db import device_model, exact_key
 from .launch import choose_params
 
@@ -91,7 +91,7 @@ def choose(family: KernelSpec, layout: str, m: int, n: int, k: int, *, gpu: str,
         # keeps what it measured under the call, whichever way a candidate ran it)
         ranked += rank([c for c in cands if c.swap], n, m, k, dm, family.dtypes.a, *sizes,
                        variant_of(swapped[0], swapped[1]), family.name, plain, neighbours_of=(variant, m, n))
-        ranked.sort(key=lambda e: e.call_s)
+        ranked.sort(key=rank_key)
     key = exact_key(family.name, layout, m, n, k, plain)
     order = [e.candidate for e in ranked]
     chosen_by = "model"

@@ -451,7 +451,7 @@ def fake_mma_gemm(fake_gpu, monkeypatch):
     monkeypatch.setattr(cp, "float16", np.float16, raising=False)
     monkeypatch.setattr(cp, "matmul", _matmul_any)
     from asmgemm.runtime import gemm as gemm_mod
-    from asmgemm.runtime import launch
+    from asmgemm.runtime import launch_config
     state = {"last": None, "wrong": False}
 
     def gemm(a, b, c=None, *, trans_a=False, trans_b=False, params=None, kernel=None, **kw):
@@ -464,7 +464,7 @@ def fake_mma_gemm(fake_gpu, monkeypatch):
     monkeypatch.setattr(gemm_mod, "gemm", gemm)
     monkeypatch.setattr(gemm_mod, "last_launch", lambda: state["last"])
     monkeypatch.setattr(gemm_mod, "clear_last_launch", lambda: state.update(last=None))
-    monkeypatch.setattr(launch, "untuned_size_rule", lambda spec, m, n, k, layout, sms, **kw: {"BM": 64, "WN": 32})
+    monkeypatch.setattr(launch_config, "untuned_defines", lambda spec, m, n, k, layout, facts: {"BM": 64, "WN": 32})
     return state
 
 
@@ -479,7 +479,7 @@ def test_mma_bench_runs_every_part(fake_mma_gemm, tmp_path, capsys):
     rep = json.loads(out.read_text())
     (a,) = rep["a"]
     assert [v["name"] for v in a["variants"]] == ["base", "s3"] and set(a["tflops"]) == {"base", "s3", "cupy"}
-    # base runs as gemm(kernel="hgemm_mma") does; s3's overrides lie over the untuned size rule
+    # base runs as gemm(kernel="hgemm_mma") does; s3's overrides lie over the untuned call's choice
     assert a["ran"]["base"]["params"] == {"BM": 128}
     assert a["ran"]["s3"]["params"] == {"BM": 64, "WN": 32, "STAGES": 3}
     assert a["variants"][0]["to_cublas"] == 2.0 and a["variants"][1]["to_cublas"] == 1.25     # 0.5, 0.8 vs 1 ms

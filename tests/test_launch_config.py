@@ -229,3 +229,19 @@ def test_untuned_params_run_what_an_untuned_call_runs():
     assert cfg.spec.name == "hgemm_skinny" and cfg.config is None and params["MR"] == 4 and "SPLIT_K" not in params
     cfg, params = launch_config.untuned_params(spec, 64, 4096, 8192, "nn", H100, bias=1, act=activation_code("relu"))
     assert cfg.plan.call_values["bias"] == 1 and cfg.split is None and not cfg.in_cluster and params is not None
+
+
+@needs_ptxas
+def test_scripts_lay_their_overrides_over_what_the_untuned_call_runs():
+    """launch_config.untuned_defines (tools/variant_ab.py, tools/mma_bench.py): for a catalog family
+    the pick's params= (4 x 4096 x 4096 on hgemm_mma: a 64 x 64 tile split in clusters, not the
+    source's 128 x 128 defaults the size rule gives); where the call runs another kernel (fp16 2 x
+    20000 x 500 tn on hgemm goes to hgemm_skinny) the size rule's choice for the kernel asked."""
+    from asmgemm.runtime.launch import untuned_size_rule
+    mma = launch_config.get_spec("hgemm_mma")
+    cfg, params = launch_config.untuned_params(mma, 4, 4096, 4096, "nn", H100)
+    got = launch_config.untuned_defines(mma, 4, 4096, 4096, "nn", H100)
+    assert cfg.spec.name == "hgemm_mma" and got == params and got != untuned_size_rule(mma, 4, 4096, 4096, "nn", 132)
+    hgemm = launch_config.get_spec("hgemm")
+    assert launch_config.untuned_defines(hgemm, 2, 20000, 500, "tn", H100) == \
+        untuned_size_rule(hgemm, 2, 20000, 500, "tn", 132)

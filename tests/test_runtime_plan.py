@@ -182,9 +182,9 @@ def test_default_params_are_the_tunables():
 
 
 def test_untuned_size_rule_is_the_runtimes_choice():
-    """What the scripts lay -D overrides over (tools/variant_ab.py, epilogue_bench.py): the size
-    rule with the call values the runtime computes, for a kernel dispatched by rules (sgemm_skinny:
-    MR = 4 to 4 rows, 16 past 8); a family with a catalog (sgemm, hgemm) has no rule to lay over
+    """The size rule with the call values the runtime computes (what launch_config.untuned_defines
+    falls back to where params= cannot name the untuned launch), for a kernel dispatched by rules
+    (sgemm_skinny: MR = 4 to 4 rows, 16 past 8); a family with a catalog (sgemm, hgemm) has no rule to lay over
     the defaults, its cost model decides (runtime/dispatch.py)."""
     from asmgemm.runtime.launch import untuned_size_rule
     spec = get_spec("sgemm_skinny")

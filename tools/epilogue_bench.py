@@ -51,7 +51,7 @@ def bench(shapes, kernel: str, activation: str | None, bias_mode: str, reps: int
     from asmgemm.bench.timing import L2Flusher, make_pre_roll, tflops, time_interleaved
     from asmgemm.runtime.gemm import gemm
     from asmgemm.runtime.gpu import device_facts, require_gpu
-    from asmgemm.runtime.launch_config import untuned_params
+    from asmgemm.runtime.launch_config import untuned_defines
     cp = require_gpu("tools/epilogue_bench.py")
     facts = device_facts()
     spec = get_spec(kernel)
@@ -70,11 +70,9 @@ def bench(shapes, kernel: str, activation: str | None, bias_mode: str, reps: int
         # -D overrides over what the fused call runs untuned (the catalog's pick or the size rule,
         # which see the bias and the activation; fused calls are never split): params= alone would
         # replace that choice with the source's defaults
-        ran, untuned = untuned_params(spec, m, n, k, "nn", facts, act=activation_code(activation),
-                                      bias=BIAS_MODES[{"cols": "column", "rows": "row"}.get(bias_mode, "none")])
-        if ran.spec.name != spec.name:
-            untuned = None          # (the call runs another kernel, in place: the overrides go over the defaults)
-        fused_call_params = {**(untuned or {}), **fused_params} if fused_params else None
+        untuned = untuned_defines(spec, m, n, k, "nn", facts, act=activation_code(activation),
+                                  bias=BIAS_MODES[{"cols": "column", "rows": "row"}.get(bias_mode, "none")])
+        fused_call_params = {**untuned, **fused_params} if fused_params else None
 
         def separate():
             gemm(a, b, c_sep, kernel=kernel)

@@ -9,7 +9,8 @@
      median of --reps). Ratios to Triton's mma.sync path and to cuBLAS; the goal: >= 1.15x Triton's
      mma.sync path (the issue's anchors, measured earlier with Triton 3.6, are shown beside it).
      --params JSON and --variant NAME:JSON (repeatable, timed interleaved) lay -D overrides over what
-     asmgemm.gemm(kernel=...) runs untuned at that shape (its defaults and size rule); with neither,
+     asmgemm.gemm(kernel=...) runs untuned at that shape (launch_config.untuned_defines: the catalog's
+     pick, split included); with neither,
      the forced call runs exactly as a user's gemm(a, b, kernel="hgemm_mma") does.
   b  odd operands (leading dimensions that are not multiples of 8) by the default choice,
      asmgemm.gemm(a, b) with no kernel= and C allocated as torch.matmul allocates it, on fp16 torch
@@ -205,7 +206,7 @@ class Gpu:
         from asmgemm.bench.runner import torch_module
         self.torch = torch_module() if use_torch else None
         self.name = gpu_name()
-        self.sms = device_facts().sm_count
+        self.facts = device_facts()
 
     def sync(self):
         self.cp.cuda.Device().synchronize()
@@ -301,7 +302,7 @@ def part_a(gpu: Gpu, dtypes, shapes, layout, variants, reps, warmup, use_triton,
     from asmgemm.bench.timing import L2Flusher, make_pre_roll, tflops, time_interleaved
     from asmgemm.kernel_spec import get_spec
     from asmgemm.runtime.gemm import gemm
-    from asmgemm.runtime.launch import untuned_size_rule
+    from asmgemm.runtime.launch_config import untuned_defines
     torch = gpu.torch
     flush, pre_roll = L2Flusher(), make_pre_roll(True)
     make_tmma = None
@@ -324,7 +325,7 @@ def part_a(gpu: Gpu, dtypes, shapes, layout, variants, reps, warmup, use_triton,
             untuned = None
             for name, over in variants:
                 if over and untuned is None:
-                    untuned = untuned_size_rule(spec, m, n, k, layout, gpu.sms)
+                    untuned = untuned_defines(spec, m, n, k, layout, gpu.facts)
                 params = {**untuned, **over} if over else None
                 c = outs[name] = gpu.new_c(ops.a, m, n)
                 fns[name] = (lambda c=c, p=params: gemm(ops.a, ops.b, c, trans_a=ops.trans_a, trans_b=ops.trans_b,

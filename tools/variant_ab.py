@@ -2,9 +2,10 @@
 """Time -D variants of one spec'd kernel against each other and cuBLAS, interleaved in one process.
 
 Each variant is a name and a set of -D overrides laid over what `asmgemm.gemm` would run untuned at
-that shape with this kernel (its defaults, its spec's size rule and split rule: SPLIT_K=S; with
---from-dispatch, the configuration gemm's dispatch runs for the plain kernel, database or cost
-model, as last_launch() names it), so `--variant old:DEFER_C_ASKED=0` changes one knob and nothing
+that shape with this kernel, as configured on the CPU (launch_config.untuned_defines: the catalog's
+pick with its split, or the spec's size rule and split rule: SPLIT_K=S; with --from-dispatch, what
+gemm's dispatch ran for the plain kernel on the GPU, database exact hits included, as last_launch()
+names it), so `--variant old:DEFER_C_ASKED=0` changes one knob and nothing
 else. A variant may also patch the cubin's control codes (issue 35): `NAME:K=V@reuse,stall,
 yield_every=4,rules=FILE` runs the same build through a copy of the kernel's table with that
 `sass_patch` (kernel_spec.SASS_PATCH_KEYS; docs/design/sass-patching.md), so ptxas's code and the
@@ -37,8 +38,7 @@ from asmgemm.files import write_atomic
 from asmgemm.kernel_spec import SASS_PATCH_KEYS, get_spec, register, with_sass_patch
 from asmgemm.runtime.gemm import gemm, last_launch
 from asmgemm.runtime.gpu import device_facts, require_gpu
-from asmgemm.runtime.launch import untuned_size_rule
-from asmgemm.runtime.split_k import untuned_split
+from asmgemm.runtime.launch_config import untuned_defines
 
 
 def parse_variant(text: str) -> tuple[str, dict[str, int], dict[str, object]]:
@@ -116,7 +116,7 @@ def dispatch_params(spec, a, b, c, ta: bool, tb: bool) -> dict:
     return ran["rerun_params"]
 
 
-def run_shape(cp, torch, spec, sms: int, shape, layout: str, variants, reps: int, flush, pre_roll,
+def run_shape(cp, torch, spec, facts, shape, layout: str, variants, reps: int, flush, pre_roll,
               from_dispatch: bool = False, kernels: dict | None = None) -> dict:
     """One shape's check and timing of every variant; `kernels`: variant name -> the kernel it
     runs (variant_kernel, made once for all shapes; default: the spec itself)."""
@@ -128,10 +128,7 @@ def run_shape(cp, torch, spec, sms: int, shape, layout: str, variants, reps: int
     ref = cp.matmul(op_a.astype(cp.float32), op_b.astype(cp.float32))
     untuned = dispatch_params(spec, a, b, cp.empty((m, n), dtype=c_dtype), ta, tb) if from_dispatch else None
     if untuned is None:
-        untuned = untuned_size_rule(spec, m, n, k, layout, sms)
-        split = untuned_split(spec, m, n, k, sms, layout)
-        if split is not None:           # params= turn the rule's split off unless they name it
-            untuned[spec.split_k.switch] = split.splits
+        untuned = untuned_defines(spec, m, n, k, layout, facts)
     fns, outs, errors, refused = {}, {}, {}, {}
     for name, defines, patch in variants:
         params = {**untuned, **defines}
@@ -206,12 +203,12 @@ def main(argv=None) -> int:
                 torch = _torch if _torch.cuda.is_available() else None
             except ImportError:
                 torch = None
-        sms = device_facts().sm_count
+        facts = device_facts()
         kernels = {name: variant_kernel(spec, name, patch) for name, _defines, patch in variants}
         flush, pre_roll = L2Flusher(), make_pre_roll(True)
         results = []
         for shape in shapes:
-            r = run_shape(cp, torch, spec, sms, shape, args.layout, variants, args.reps, flush, pre_roll,
+            r = run_shape(cp, torch, spec, facts, shape, args.layout, variants, args.reps, flush, pre_roll,
                           args.from_dispatch, kernels)
             results.append(r)
             m, n, k = r["shape"]

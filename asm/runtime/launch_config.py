@@ -35,7 +35,7 @@ from . import dispatch, path_model, split_k
 from .arrays import FRESH_ALLOCATION, Dtype, Matrix, padded_matrix, ptr_of
 from .build_cache import BuiltKernel, build_kernel, defines_of
 from .gpu import DeviceFacts
-from .launch import call_defines, choose_params, takes_c_trans
+from .launch import call_defines, choose_params, takes_c_trans, untuned_size_rule
 from .plan import LaunchPlan, fresh_operands, plan_launch
 from .tensor_map import addressable, batch_addressable
 from .tune_cache import lookup_tuned, lookups_disabled
@@ -246,6 +246,25 @@ def untuned_params(spec: KernelSpec, m: int, n: int, k: int, layout: str, facts:
     elif cfg.built is not None and cfg.split is None and not cfg.in_cluster and cfg.copied == (0, 0):
         params = split_k.rerun_params(cfg.spec.name, defines_of(cfg.built), None, False, 0)
     return cfg, params
+
+
+def untuned_defines(spec: KernelSpec, m: int, n: int, k: int, layout: str, facts: DeviceFacts, *, bias: int = 0,
+                    act: int = 0) -> dict:
+    """The -D values a script's overrides lie over to change one knob of what an untuned call of
+    `spec` at this shape runs (tools/variant_ab.py, mma_bench.py, epilogue_bench.py; bias and act as
+    untuned_params takes them): untuned_params' params= (a catalog's pick with its split, or a rules
+    kernel's build), else, where the call runs another kernel (a route, in place) or a launch params=
+    cannot name (the rules' split, padded copies), the size rule's choice for this kernel, with the
+    split rule's S under its switch for a plain call (a fused one is never split). Before, the scripts
+    took the size rule alone, which for a catalog family is the source's defaults."""
+    cfg, params = untuned_params(spec, m, n, k, layout, facts, bias=bias, act=act)
+    if params is not None and cfg.spec.name == spec.name:
+        return dict(params)
+    chosen = untuned_size_rule(spec, m, n, k, layout, facts.sm_count, bias=bias, activation=act)
+    split = split_k.untuned_split(spec, m, n, k, facts.sm_count, layout) if not (bias or act) else None
+    if split is not None:           # params= turn the rule's split off unless they name it
+        chosen[spec.split_k.switch] = split.splits
+    return chosen
 
 
 def _rules_build(spec: KernelSpec, plan: LaunchPlan, params: dict | None, tuned: dict | None, facts: DeviceFacts,

@@ -101,24 +101,8 @@ def _solve2(rows: list[tuple[float, float, float]]) -> tuple[float, float]:
     s1y = sum(x1 * y for x1, _, y in rows)
     s2y = sum(x2 * y for _, x2, y in rows)
     syy = sum(y * y for _, _, y in rows)
-    return _solve2_moments(s11, s22, s12, s1y, s2y, syy)[:2]
-
-
-def _solve2_moments(s11: float, s22: float, s12: float, s1y: float, s2y: float,
-                    syy: float) -> tuple[float, float, float]:
-    """_solve2 from the rows' sums of products: (a, b, the squared error), a, b >= 0."""
-    def err(a, b):
-        return a * a * s11 + b * b * s22 + 2 * a * b * s12 - 2 * a * s1y - 2 * b * s2y + syy
-    det = s11 * s22 - s12 * s12
-    if det > 1e-30 * max(1.0, s11 * s22):
-        a, b = (s1y * s22 - s2y * s12) / det, (s2y * s11 - s1y * s12) / det
-        if a >= 0 and b >= 0:
-            return a, b, err(a, b)
-    # one of them at zero: the better of the two one-term fits
-    a_only = (max(0.0, s1y / s11) if s11 > 0 else 0.0, 0.0)
-    b_only = (0.0, max(0.0, s2y / s22) if s22 > 0 else 0.0)
-    a, b = min(a_only, b_only, key=lambda ab: err(*ab))
-    return a, b, err(a, b)
+    (a, b), _ = _nonneg_least_squares([[s11, s12], [s12, s22]], [s1y, s2y], syy)
+    return a, b
 
 
 def _wave_terms(cand: Candidate, s: dict, dm: DeviceModel, r: int, variant_blocks: dict) -> tuple[float, float, int]:
@@ -167,7 +151,7 @@ def _best_fit(terms: list[tuple[float, float, int, float, float, float]]) -> tup
 def _nonneg_least_squares(gram: list[list[float]], xy: list[float], yy: float) -> tuple[list[float], float]:
     """(x >= 0, the squared error) minimising |A x - y|^2 from its normal equations' sums (gram =
     A^T A, xy = A^T y, yy = y^T y): the best of the unconstrained solutions on each subset of the
-    variables (the others at 0) that come out non-negative. Three variables: eight subsets."""
+    variables (the others at 0) that come out non-negative (2^n subsets: n is 2 or 3 here)."""
     n = len(xy)
     best = ([0.0] * n, yy)
     for mask in range(1, 1 << n):

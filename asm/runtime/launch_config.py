@@ -383,11 +383,12 @@ def _in_place_or(spec: KernelSpec, plan: LaunchPlan, tma_plan: LaunchPlan, items
         choice = dispatch.choose(other, plan.layout, plan.m, plan.n, plan.k, call_values=plan.call_values,
                                  gpu=facts.name, target=facts.target, sms=facts.sm_count, plain=plain,
                                  clock_hz=facts.clock_hz, dram_bytes_per_s=facts.dram_bytes_per_s)
-        if aligned and choice.ranked and min(e.corrected_gpu_s for e in choice.ranked) * margin > tma_s:
+        fastest = min((e.corrected_gpu_s for e in choice.ranked), default=None)
+        if aligned and fastest is not None and fastest * margin > tma_s:
             # no candidate can win by the margin, whichever builds: weighed on the model's pick, so
             # the TMA kernel keeps the call without a build of the in-place kernel (ptxas's seconds
             # on a cold cache, most calls)
-            in_place_s = min(e.corrected_gpu_s for e in choice.ranked)
+            in_place_s = fastest
         else:
             try:
                 _, runs, _, _, _, _ = build_choice(choice, plan, facts, plain)

@@ -143,6 +143,14 @@ def configure(spec: KernelSpec, problem: Problem, facts: DeviceFacts,
         return plan_launch(a, b, mc, trans_a=trans_a, trans_b=trans_b, ptr_of=ptr_of, bias=mbias, activation=act,
                            batch=kernel_batch, batch_strides=batch_strides, c_trans=c_trans)
     plan = planned(ma, mb)
+    rankings: dict = {}
+
+    def rank_catalog(family: KernelSpec, launch: LaunchPlan) -> CatalogRanking:
+        # once a configure: the path model's TMA side and the launch it keeps rank the same catalog
+        key = (family.name, id(launch))
+        if key not in rankings:
+            rankings[key] = (launch, _rank_catalog(family, launch, ma, mb, planned, facts, mbias, act, kernel_batch))
+        return rankings[key][1]
     if kernel_batch > 1 and takes_tensor_maps(spec):
         # a batch TMA cannot read in place runs on the in-place kernel (no padded copies of a batch)
         spec = _batch_in_place_or(spec, plan, ma.dtype.itemsize, facts, mbias, act, pinned=params is not None)
@@ -162,7 +170,7 @@ def configure(spec: KernelSpec, problem: Problem, facts: DeviceFacts,
         swaps = not tuned_tma and _takes_c_trans(spec, plan, None, facts.sm_count)
         tma_plan = planned(ma, mb, c_trans=True) if swaps else plan
         chosen, path = _in_place_or(spec, plan, tma_plan, ma.dtype.itemsize, facts, mbias, act,
-                                    tuned_tma=bool(tuned_tma), planned=planned, ma=ma, mb=mb)
+                                    tuned_tma=bool(tuned_tma), rank_catalog=rank_catalog)
         if chosen is spec:
             tma_kept = (tuned_tma, tma_plan)
         spec = chosen
@@ -182,22 +190,14 @@ def configure(spec: KernelSpec, problem: Problem, facts: DeviceFacts,
         plan = tma_kept[1]      # as the in-place check planned it (params None: the same swap rule)
     elif not tuned and _takes_c_trans(spec, plan, params, facts.sm_count):
         plan = planned(ma, mb, c_trans=True)
-    copied = (0, 0)
-    if takes_tensor_maps(spec):
-        plan, copied = _tma_plan(spec, ma, mb, plan, planned)
     choice = plan_ct = None
-    copied_ct = (0, 0)
+    copied, copied_ct = (0, 0), (0, 0)
     if params is None and not tuned and spec.configs and min(plan.m, plan.n, plan.k) > 0:
-        if kernel_batch == 1 and not plan.swapped and any(e.swap for e in spec.configs):
-            plan_ct, copied_ct = _c_trans_launch(spec, ma, mb, planned, copied)    # the catalog may run it as C^T
-        choice = dispatch.choose(spec, plan.layout, plan.m, plan.n, plan.k, call_values=plan.call_values,
-                                 gpu=facts.name, target=facts.target, sms=facts.sm_count, plain=plain,
-                                 clock_hz=facts.clock_hz, dram_bytes_per_s=facts.dram_bytes_per_s,
-                                 usable=lambda name: takes_call(get_spec(name), mbias, act, kernel_batch),
-                                 swapped=(plan_ct.layout, plan_ct.call_values) if plan_ct is not None else None,
-                                 batch=kernel_batch)
+        plan, copied, plan_ct, copied_ct, choice = rank_catalog(spec, plan)
         if choice.chosen_by == "model" and not plan.swapped and autotune is not None:
             autotune(choice)
+    elif takes_tensor_maps(spec):
+        plan, copied = _tma_plan(spec, ma, mb, plan, planned)
     cfg = LaunchConfig(spec, plan, c_shape, new_c_dtype(spec), kernel_batch, copied, choice=choice,
                        chosen_by="params" if params is not None else "tuning cache" if tuned else "size rules",
                        path=path)
@@ -327,8 +327,9 @@ def _other_kernel(spec: KernelSpec, name: str, relation: str, bias, act: int, de
 
 
 def _in_place_or(spec: KernelSpec, plan: LaunchPlan, tma_plan: LaunchPlan, itemsize: int, facts: DeviceFacts,
-                 bias, act: int, tuned_tma: bool = False, planned=None, ma: Matrix | None = None,
-                 mb: Matrix | None = None) -> tuple[KernelSpec, path_model.PathDecision | None]:
+                 bias, act: int, tuned_tma: bool = False,
+                 rank_catalog: Callable[[KernelSpec, LaunchPlan], "CatalogRanking"] | None = None
+                 ) -> tuple[KernelSpec, path_model.PathDecision | None]:
     """(the spec's `in_place` kernel where this launch would copy an operand into padded storage
     for `spec` (TMA cannot read its rows) and the path model expects the in-place kernel to finish
     no later than the copies and `spec`, else `spec` (also where the in-place kernel lacks this
@@ -344,7 +345,7 @@ def _in_place_or(spec: KernelSpec, plan: LaunchPlan, tma_plan: LaunchPlan, items
     cost model's GPU time of the TMA kernel's catalog pick against the in-place kernel's, which
     must win by path_model.aligned_margin; `tuned_tma`: the user's tuning entry for the TMA
     kernel, which keeps it. The TMA side is priced on the operands it would read (padded copies
-    where it cannot: planned, ma, mb are configure's)."""
+    where it cannot), ranked by configure's rank_catalog, which keeps the ranking for the launch."""
     unread = unreadable(spec, tma_plan, itemsize)
     copied = sum(op.rows * op.cols * itemsize for op in unread)
     c_bytes = plan.m * plan.n * DTYPE_ITEMSIZE[spec.dtypes.c]
@@ -365,7 +366,7 @@ def _in_place_or(spec: KernelSpec, plan: LaunchPlan, tma_plan: LaunchPlan, items
     if spec.configs:
         # the TMA kernel's catalog ranked by the cost model, as configure runs it (C^T entries on
         # the C^T launch): its pick's modelled GPU time is the TMA side, copies or none
-        tma_s = _catalog_gpu_s(spec, tma_plan, facts, bias is None and act == 0, planned, ma, mb)
+        tma_s = _catalog_gpu_s(rank_catalog(spec, tma_plan), facts, bias is None and act == 0)
         if tma_s is None:
             return spec, None
         margin = path_model.aligned_margin() if aligned else None
@@ -429,24 +430,43 @@ def _c_trans_launch(spec: KernelSpec, ma: Matrix, mb: Matrix, planned, copied: t
     return plan_ct, copied_ct
 
 
-def _catalog_gpu_s(spec: KernelSpec, plan: LaunchPlan, facts: DeviceFacts, plain: bool, planned, ma, mb
-                   ) -> float | None:
-    """The modelled GPU time of the pick of `spec`'s catalog for `plan` (on the operands TMA would
-    read: padded copies where it cannot read them; C^T entries on the C^T launch), the first whose
-    build the kernel accepts; None where none does."""
-    plan, copied = _tma_plan(spec, ma, mb, plan, planned)
-    plan_ct = None
-    if not plan.swapped and plan.batch == 1 and any(e.swap for e in spec.configs):
-        plan_ct, _ = _c_trans_launch(spec, ma, mb, planned, copied)
+class CatalogRanking(NamedTuple):
+    """A TMA kernel's catalog ranked for one launch (_rank_catalog)."""
+    plan: LaunchPlan            # on the operands TMA reads (padded copies where it cannot)
+    copied: tuple               # what that launch copies (_tma_plan)
+    plan_ct: LaunchPlan | None  # the C^T launch the catalog's swap entries run (_c_trans_launch)
+    copied_ct: tuple
+    choice: dispatch.Choice
+
+
+def _rank_catalog(spec: KernelSpec, plan: LaunchPlan, ma: Matrix, mb: Matrix, planned, facts: DeviceFacts, bias,
+                  act: int, kernel_batch: int) -> CatalogRanking:
+    """`spec`'s catalog ranked for the launch `plan` (configure's planned, ma, mb): on the operands
+    TMA would read, C^T entries on the C^T launch, entries whose kernel takes the call's epilogue."""
+    copied = (0, 0)
+    if takes_tensor_maps(spec):
+        plan, copied = _tma_plan(spec, ma, mb, plan, planned)
+    plan_ct, copied_ct = None, (0, 0)
+    if kernel_batch == 1 and not plan.swapped and any(e.swap for e in spec.configs):
+        plan_ct, copied_ct = _c_trans_launch(spec, ma, mb, planned, copied)    # the catalog may run it as C^T
     choice = dispatch.choose(spec, plan.layout, plan.m, plan.n, plan.k, call_values=plan.call_values,
-                             gpu=facts.name, target=facts.target, sms=facts.sm_count, plain=plain,
+                             gpu=facts.name, target=facts.target, sms=facts.sm_count,
+                             plain=bias is None and act == 0 and kernel_batch == 1,
                              clock_hz=facts.clock_hz, dram_bytes_per_s=facts.dram_bytes_per_s,
-                             swapped=(plan_ct.layout, plan_ct.call_values) if plan_ct is not None else None)
+                             usable=lambda name: takes_call(get_spec(name), bias, act, kernel_batch),
+                             swapped=(plan_ct.layout, plan_ct.call_values) if plan_ct is not None else None,
+                             batch=kernel_batch)
+    return CatalogRanking(plan, copied, plan_ct, copied_ct, choice)
+
+
+def _catalog_gpu_s(ranked: CatalogRanking, facts: DeviceFacts, plain: bool) -> float | None:
+    """The modelled GPU time of the ranking's pick, the first whose build the kernel accepts; None
+    where none does."""
     try:
-        _, runs, _, _, _, _ = build_choice(choice, plan, facts, plain, plan_ct)
+        _, runs, _, _, _, _ = build_choice(ranked.choice, ranked.plan, facts, plain, ranked.plan_ct)
     except AsmError:
         return None
-    return next((e.corrected_gpu_s for e in choice.ranked if e.candidate is runs), None)
+    return next((e.corrected_gpu_s for e in ranked.choice.ranked if e.candidate is runs), None)
 
 
 def _takes_c_trans(spec: KernelSpec, plan: LaunchPlan, params: dict | None, sm_count: int) -> bool:

@@ -55,8 +55,10 @@ SMEM_FALLBACK = arch_for("sm_86").sm_limits.shared_per_block_optin
 
 ENTRIES = {e.name: e for e in SPEC.configs}
 # the catalog's entries these builds pick per call (as the retired size rules did): the source's
-# defaults, the eight-warp tiling that makes room for a 2-byte copy, the 64 x 64 tiles for a small problem
+# defaults, the eight-warp tiling that makes room for a 2-byte copy, the 64 x 64 tiles for a small problem;
+# and the eight-warp 256-wide tiles, which a Config names (`entry`) to build them on every target
 DEFAULT, NARROW, SMALL_TILES = "t128x128_w64x64", "t128x128_w64x32", "t64x64_w32x32"
+WIDE = ("t128x256_w64x64", "t256x128_w64x64")
 
 
 def tiling_name(shape: tuple[int, int, int], align_a: int = 16, align_b: int = 16) -> str:
@@ -85,6 +87,11 @@ class Config:
     epilogue: tuple = ()          # (("WIDE_C", 1), ("BIAS", 1), ("ACT", 2)): the fused epilogue's -D values
     realign: int = 1              # ALIGN 2: 1 16-byte granules realigned in registers (the default), 2 through a
                                   # cp.async ring, 0 2-byte loads
+    entry: str = ""               # a catalog entry named outright, else tiling_name's for the call
+
+    @property
+    def tiling(self) -> str:
+        return self.entry or tiling_name(self.shape, self.align_a, self.align_b)
 
     @property
     def kernel(self) -> str:
@@ -94,13 +101,13 @@ class Config:
     def defines(self) -> dict[str, int]:
         """What the runtime builds for this call: the size rule's tiling, the call parameters, the
         kernel's own defines (BF16, C_F32)."""
-        return {**untuned(self.shape, self.layout, self.align_a, self.align_b),
+        return {**dict(ENTRIES[self.tiling].set),
                 "TRANS_A": int(self.layout[0] == "t"), "TRANS_B": int(self.layout[1] == "t"),
                 "ALIGN_A": self.align_a, "ALIGN_B": self.align_b, **dict(self.epilogue),
                 **dict(get_spec(self.kernel).defines), **({} if self.realign == 1 else {"REALIGN": self.realign})}
 
     def __str__(self) -> str:
-        tiling = untuned(self.shape, self.layout, self.align_a, self.align_b)
+        tiling = dict(ENTRIES[self.tiling].set)
         parts = [self.target, self.kernel, self.layout, f"align{self.align_a}/{self.align_b}"]
         parts += [f"{k}={v}" for k, v in {**tiling, **dict(self.epilogue)}.items()]
         return " ".join(parts + ([] if self.realign == 1 else [f"REALIGN={self.realign}"]))
@@ -126,8 +133,9 @@ LAUNCH_MODES = ("BATCHED", "GROUPED")
 def configs() -> list[Config]:
     """The builds: LAYOUT_ALIGNS on the large problem (the default tiling, or WN = 32 where a copy
     is 2 bytes wide) and KERNEL_EPILOGUES (bf16, fp32 C, bias per column and per row, each
-    activation, WIDE_C), spread over the targets; then, for each target, each untuned tiling it
-    has not been built with yet (the large problem aligned and with a 2-byte A, the small one)."""
+    activation, WIDE_C), spread over the targets; then, for each target, each catalog tiling it
+    has not been built with yet (the large problem aligned and with a 2-byte A, the small one, the
+    256-wide tiles)."""
     out = [Config(TARGETS[n % len(TARGETS)], LARGE, layout, a, b) for n, (layout, a, b) in enumerate(LAYOUT_ALIGNS)]
     out += [Config(TARGETS[(n + 3) % len(TARGETS)], shape, layout, a, 16, bf16, c_f32, epi)
             for n, ((bf16, c_f32), shape, layout, a, epi) in enumerate(KERNEL_EPILOGUES)]
@@ -143,7 +151,9 @@ def configs() -> list[Config]:
     out += [Config("sm_90", LARGE, layout, 2, 2, realign=2) for layout in ("nn", "tn")]
     have = {(c.target, _tiling_key(c)) for c in out}
     for ti, target in enumerate(TARGETS):
-        for n, cfg in enumerate([Config(target, LARGE), Config(target, SMALL), Config(target, LARGE, align_a=2)]):
+        # (the wide tiles copy 16-byte rows only: their guard, test_bad_parameters_... below)
+        wide = [Config(target, LARGE, entry=name) for name in WIDE]
+        for n, cfg in enumerate([Config(target, LARGE), Config(target, SMALL), Config(target, LARGE, align_a=2)] + wide):
             cfg = dataclasses.replace(cfg, layout=LAYOUTS[(ti + n) % 4])
             if (target, _tiling_key(cfg)) not in have:
                 out.append(cfg)
@@ -152,11 +162,11 @@ def configs() -> list[Config]:
 
 
 def _tiling_key(c: Config) -> tuple:
-    return tuple(sorted(untuned(c.shape, c.layout, c.align_a, c.align_b).items()))
+    return tuple(sorted(dict(ENTRIES[c.tiling].set).items()))
 
 
 CONFIGS = configs()
-# every 10th: four of the 31 builds, each with ptxas and nvdisasm, sm_120 among them
+# every 10th: five of the 41 builds, each with ptxas and nvdisasm, sm_120 and a 256-wide tile among them
 PARAMS = sample_every(10, CONFIGS)
 
 
@@ -223,7 +233,7 @@ def test_every_catalog_tiling_is_built_on_every_target():
     """The tilings built below are the catalog's entries, every one on every target; hgemm_mma has
     no size rules left to pick behind the catalog's back, and a call's candidates are its entries."""
     from asmgemm.runtime.catalog import candidates
-    assert {DEFAULT, NARROW, SMALL_TILES} == set(ENTRIES) and not SPEC.size_rules
+    assert {DEFAULT, NARROW, SMALL_TILES, *WIDE} == set(ENTRIES) and not SPEC.size_rules
     wanted = {tuple(sorted(dict(e.set).items())) for e in SPEC.configs}
     for target in TARGETS:
         assert {_tiling_key(c) for c in CONFIGS if c.target == target} == wanted, f"{target} misses a tiling"
@@ -269,7 +279,7 @@ def test_builds_without_spills_or_local_memory(cfg):
     smem = limits.shared_per_block_optin if limits else SMEM_FALLBACK
     assert c["SMEM_BYTES"] + k.shared_bytes <= smem, f"{cfg}: {c['SMEM_BYTES']} bytes of shared memory"
     # the catalog entry's tile (the cost model's unit of work) is the build's own
-    assert (c["BM"], c["BN"], c["BK"]) == ENTRIES[tiling_name(cfg.shape, cfg.align_a, cfg.align_b)].tile, cfg
+    assert (c["BM"], c["BN"], c["BK"]) == ENTRIES[cfg.tiling].tile, cfg
 
 
 # ---- SASS ----------------------------------------------------------------------------------------
@@ -395,6 +405,9 @@ def _parsed():
     (dict(REALIGN=3), "REALIGN is 0"),
     # one warp: an MN-major A's chunk rows 4 apart, each at its own granule offset
     (dict(BM=64, BN=64, WM=64, WN=64, TRANS_A=1, ALIGN_A=2), "REALIGN = 1 needs"),
+    # the 256-wide catalog tiles: ptxas spills them with 8- or 4-byte copies on sm_80-sm_89
+    (dict(BN=256, ALIGN_B=4), "eight warps of 64 x 64 copy 16-byte rows only"),
+    (dict(BM=256, ALIGN_A=8, TRANS_B=1), "eight warps of 64 x 64 copy 16-byte rows only"),
 ])
 def test_bad_parameters_stop_at_the_kernels_error(defines, message):
     """Refused while expanding (as a build does; the first one through build_file itself), with

@@ -19,6 +19,8 @@ import cupy as cp  # noqa: E402
 
 import asmgemm  # noqa: E402
 from asmgemm.runtime.gemm import clear_plan_cache, last_launch  # noqa: E402
+from asmgemm.errors import AsmError  # noqa: E402
+from asmgemm.kernel_spec import get_spec  # noqa: E402
 from asmgemm.runtime.gpu import TARGET_ENV, device_facts  # noqa: E402
 
 if int(device_facts().target[3:].rstrip("af")) < 80:
@@ -237,6 +239,35 @@ def test_tilings(params, layout):
     _check(77, 61, 45, layout, params=params, lda_pad=3, ldb_pad=3)
 
 
+# every entry of the catalog the cost model ranks (kernels.toml [[hgemm_mma.config]]), as its set= builds it
+CATALOG_NAMES = [e.name for e in get_spec("hgemm_mma").configs]
+CATALOG_SETS = [dict(e.set) for e in get_spec("hgemm_mma").configs]
+
+
+def _copies_16_bytes_only(params: dict) -> bool:
+    """The eight-warp 64 x 64 warp tiles (128 x 256, 256 x 128) take 16-byte rows only (the kernel's
+    guard: narrower copies need more than 255 registers a thread on sm_80-sm_89)."""
+    p = {"BM": 128, "BN": 128, "WM": 64, "WN": 64, **params}
+    return p["WM"] * p["WN"] >= 64 * 64 and (p["BM"] // p["WM"]) * (p["BN"] // p["WN"]) >= 8
+
+
+@pytest.mark.parametrize("params", CATALOG_SETS, ids=CATALOG_NAMES)
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+def test_every_catalog_entry(params, layout):
+    """Each configuration the model may pick, forced, at three shapes with edges in M, N and K: rows
+    of 16-byte copies (304, 392, 520 elements), a deep K over a few tiles of C with alpha and beta
+    (rows of 48, 296, 2048), and rows of 8-byte (A) and 4-byte (B) copies in every layout (A 204 or
+    332 elements, B 518 or 202), which an entry that takes 16-byte rows only refuses with its
+    guard's error; odd rows, which the 64 x 64 warp tiles refuse, are test_odd_leading_dimensions'."""
+    _check(520, 392, 304, layout, params=params)
+    _check(48, 296, 2048, layout, params=params, alpha=0.5, beta=-1.0)
+    if _copies_16_bytes_only(params):
+        with pytest.raises(AsmError, match="16-byte rows"):
+            _check(328, 516, 200, layout, params=params, lda_pad=4, ldb_pad=2)
+    else:
+        _check(328, 516, 200, layout, params=params, lda_pad=4, ldb_pad=2)
+
+
 def test_sm80_build_runs_here(monkeypatch):
     """What an A100 runs: with $ASMGEMM_TARGET=sm_80 a float16 call picks hgemm_mma by dtype alone
     (the Hopper kernels are sm_90a only) and its sm_80 cubin runs on this GPU."""
@@ -365,8 +396,7 @@ def test_narrow_c_odd_ldc(m, n, k, ldc_pad, c_offset, layout, dtype, c_f32):
                     beta=-1.0, bias="row")
 
 
-@pytest.mark.parametrize("params", [{}, {"WN": 32}, {"BM": 64, "BN": 64, "WM": 32, "WN": 32}],
-                         ids=["t128x128_w64x64", "t128x128_w64x32", "t64x64_w32x32"])
+@pytest.mark.parametrize("params", CATALOG_SETS, ids=CATALOG_NAMES)
 @pytest.mark.parametrize("dtype,c_f32", [("float16", False), ("bfloat16", False), ("float16", True)])
 @pytest.mark.parametrize("bias,activation", [("column", "gelu"), ("row", "relu"), (None, None)])
 def test_narrow_c_catalog_tilings(params, dtype, c_f32, bias, activation):

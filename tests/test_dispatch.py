@@ -520,6 +520,26 @@ def test_the_prior_from_peak_rates():
     assert not estimate(_cand(), 512, 512, 256, dm, "float32", 4, 4).fitted
 
 
+def test_a_configuration_the_sweep_never_timed_ranks_after_every_fitted_one():
+    """A catalog entry added after a GPU's sweep (no fit there: the prior's peak rates) ranks after
+    the configurations the sweep fitted, however fast the prior makes it, and explain says why; where
+    no configuration was fitted (a GPU with no sweep) the prior alone orders them by time."""
+    dm = _model()
+    dm.configs = {"sgemm:t": ConfigFit(100e-6, 50e-6, 0.5, 2, samples=5)}     # a slow fit: 0.9 ms a block
+    fitted = _cand()
+    new = Candidate("sgemm", "new", "sgemm", (("BK", 16), ("BN", 256)), (128, 256, 16))
+    prior_alone = estimate(new, 512, 512, 256, dm, "float32", 4, 4)
+    assert not prior_alone.fitted and prior_alone.call_s < estimate(fitted, 512, 512, 256, dm, "float32", 4, 4).call_s
+    ranked = rank([new, fitted], 512, 512, 256, dm, "float32", 4, 4)
+    assert [e.candidate for e in ranked] == [fitted, new]
+    assert "never swept on this GPU" in cost_model.why_slower(ranked[1], ranked[0])
+    nothing_fitted = DeviceModel("Prior GPU", sms=4, clock_hz=1e9, dram_bytes_per_s=1e12)
+    by_prior = rank([fitted, new], 512, 512, 256, nothing_fitted, "float32", 4, 4)
+    assert [e.candidate for e in by_prior] == sorted([fitted, new], key=lambda c: estimate(
+        c, 512, 512, 256, nothing_fitted, "float32", 4, 4).call_s)
+    assert "never swept" not in cost_model.why_slower(by_prior[1], by_prior[0])
+
+
 def test_rank_orders_by_call_time_and_keeps_catalog_order_on_ties():
     dm = _model()
     c_a = _cand()

@@ -483,17 +483,24 @@ def rank(cands: list[Candidate], m: int, n: int, k: int, dm: DeviceModel, dtype:
     return sorted(ests, key=rank_key)
 
 
-def rank_key(e: Estimate) -> tuple[float, float]:
-    """The order rank sorts by: the call's modelled time, then (a tie at the DRAM floor: 32 x (2048
-    x 2048 . 2048 x 64), every tile shape the same 85 us) the blocks' own time, so the floor's tie
-    does not go to whichever entry the catalog lists first (there a 192-wide tile over 64 columns)."""
-    return e.call_s, e.compute_s * e.correction
+def rank_key(e: Estimate) -> tuple[bool, float, float]:
+    """The order rank sorts by: a configuration the GPU's sweep timed before one it never did (a
+    catalog entry added after the sweep, e.g. the 128 x 256 in-place tiles, fitted on the H200 and
+    not on the H100: their prior's peak rates, beside fits that no kernel reaches, moved 45 of 240
+    random calls on the H100's facts, 13 of them off the TMA kernel; a GPU with no sweep at all has
+    every candidate on the prior, and this changes nothing there); then the call's modelled time,
+    then (a tie at the DRAM floor: 32 x (2048 x 2048 . 2048 x 64), every tile shape the same 85 us)
+    the blocks' own time, so the floor's tie does not go to whichever entry the catalog lists first
+    (there a 192-wide tile over 64 columns)."""
+    return not e.fitted, e.call_s, e.compute_s * e.correction
 
 
 def why_slower(e: Estimate, best: Estimate) -> str:
     """The main reason `e` lost to `best`, in the model's own terms."""
     if e is best:
         return "the pick"
+    if best.fitted and not e.fitted:
+        return "never swept on this GPU (`asmgemm tune --sweep` times it): ranked after every configuration it fitted"
     reasons = []
     host = e.host_s - best.host_s
     if host > 0.25 * (e.call_s - best.call_s):

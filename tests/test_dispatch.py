@@ -1440,3 +1440,40 @@ def test_a_fit_keeps_the_other_families_of_the_gpus_database(tmp_path, run_cli):
         assert priced == pytest.approx({"sgemm": 10e-6, "hgemm_mma": 30e-6, "bgemm_mma": 30e-6})
     # a database of another GPU is not merged into
     assert dispatch_db.merge_fit(dict(old, gpu="Other GPU"), db) == db
+
+
+def test_a_sweep_stopped_by_a_time_limit_keeps_the_calls_it_timed(tmp_path, monkeypatch, run_cli):
+    """`tune --sweep --samples FILE` checkpoints FILE as the calls are timed (whole, atomically, at
+    most every CHECKPOINT_S): a sweep killed by `timeout` on the GPU machine leaves the calls it
+    finished, marked calls_timed < calls; `--fit` fits them and says the sweep stopped."""
+    from asmgemm.commands import tune_sweep
+    from asmgemm.runtime.gpu import DeviceFacts
+    from asmgemm.tuning import sweep as sweep_module
+    facts = DeviceFacts(0, "Synthetic GPU", "sm_90", FIT_SMS, 1e9, 3.35e12, 50 << 20)
+    monkeypatch.setattr(sweep_module, "require_gpu", lambda what: object())
+    monkeypatch.setattr(sweep_module, "device_facts", lambda: facts)
+    monkeypatch.setattr(sweep_module, "plan_calls", lambda family, shapes, facts, exhaustive: ["c0", "c1", "c2"])
+    monkeypatch.setattr(sweep_module, "prebuild", lambda calls, facts, jobs, on_done: {})
+    full = _sweep_doc()["samples"]
+
+    def time_two_then_stop(cp, family, calls, facts, *, reps, warmup, on_call=None, checkpoint=None):
+        samples = []
+        for i, _ in enumerate(calls):
+            samples += full[i::3]
+            checkpoint(samples, i + 1)
+            if i == 1:
+                raise KeyboardInterrupt          # what the time limit's signal ends the sweep with
+        return samples
+    monkeypatch.setattr(sweep_module, "time_calls", time_two_then_stop)
+    monkeypatch.setattr(tune_sweep, "CHECKPOINT_S", 0.0)
+    out = tmp_path / "sweep.json"
+    with pytest.raises(KeyboardInterrupt):
+        tune_sweep.run_sweep_or_fit("sgemm", "64x64x64", [], "nn", 1, 1, 0, str(out), str(tmp_path / "x.json"), False)
+    doc = json.loads(out.read_text())
+    assert (doc["calls"], doc["calls_timed"]) == (3, 2) and doc["gpu"] == "Synthetic GPU"
+    assert doc["samples"] == full[0::3] + full[1::3]
+    assert not list(tmp_path.glob("*.tmp*")) and not (tmp_path / "x.json").exists()
+    code, _, err = run_cli("tune", "sgemm", "--fit", str(out), "--out", str(tmp_path / "db.json"))
+    assert code == 0, err
+    assert "a sweep stopped after 2 of its 3 calls" in err
+    assert json.loads((tmp_path / "db.json").read_text())["fit"]["samples"] == len(doc["samples"])

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The sweeps the shipped dispatch database was fitted on (run on the GPU machine from the repository
 # root, e.g. through the device tool: `bash tools/dispatch_sweep.sh FAMILY`; samples land in
-# $OUT). Three sets, each its own samples file, so one that runs out of time loses only itself:
+# $OUT). Sets, each its own samples file, which `tune --sweep` checkpoints as it times the calls: a set
+# that runs out of time keeps the calls it finished (calls_timed < calls in the file):
 #   presets   bench's square, odd and transformer presets, nn, every candidate timed (their exact
 #             hits keep the tuned shapes where the measured best is);
 #   linear    nn.Linear layers of a Llama block (QKV 4096->6144, O 4096->4096, gate+up 4096->28672,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import time
 from pathlib import Path
 
 import click
@@ -29,7 +30,28 @@ def _read_samples(path: str) -> dict:
         raise AsmError(f"cannot read sweep samples {path}: {exc}") from None
     if not isinstance(doc, dict) or doc.get("format") != 1 or not isinstance(doc.get("samples"), list):
         raise AsmError(f"{path}: not sweep samples (write them with `asmgemm tune FAMILY --sweep SHAPES --samples FILE`)")
+    timed, calls = doc.get("calls_timed"), doc.get("calls")
+    if isinstance(timed, int) and isinstance(calls, int) and timed < calls:
+        click.echo(f"asmgemm: note: {path}: a sweep stopped after {timed} of its {calls} calls; "
+                   "fitting the samples of those", err=True)
     return doc
+
+
+# seconds between two checkpoints of the samples file (each rewrites it whole, atomically): a sweep
+# stopped by a time limit loses at most this much of its timing
+CHECKPOINT_S = 5.0
+
+
+def _checkpoints(path: str):
+    """A sweep's checkpoint: the samples so far written to `path` (dispatch_db.write: whole or not
+    at all), at most every CHECKPOINT_S seconds; the finished sweep writes it once more."""
+    last = [time.monotonic()]
+
+    def write(doc: dict) -> None:
+        if time.monotonic() - last[0] >= CHECKPOINT_S:
+            dispatch_db.write(Path(path), doc)
+            last[0] = time.monotonic()
+    return write
 
 
 def run_sweep_or_fit(family, sweep_shapes, fit_files, layout, jobs, reps, warmup, samples_out, db_out, as_json,
@@ -46,7 +68,8 @@ def run_sweep_or_fit(family, sweep_shapes, fit_files, layout, jobs, reps, warmup
                     text = "building the catalog's variants" if stage == "build" else "timing the candidates"
                     tasks[stage] = bars.add_task(text, total=total)
                 bars.update(tasks[stage], completed=done)
-            doc = sweep(family, shapes, reps=reps, warmup=warmup, jobs=jobs, exhaustive=exhaustive, progress=progress)
+            doc = sweep(family, shapes, reps=reps, warmup=warmup, jobs=jobs, exhaustive=exhaustive, progress=progress,
+                        checkpoint=_checkpoints(samples_out) if samples_out else None)
         if samples_out:
             dispatch_db.write(Path(samples_out), doc)
         docs.append(doc)

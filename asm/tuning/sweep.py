@@ -123,9 +123,11 @@ def prebuild(calls: list[SweepCall], facts, jobs: int = 0, on_done: Callable[[in
 
 
 def time_calls(cp, family: KernelSpec, calls: list[SweepCall], facts, *, reps: int, warmup: int,
-               on_call: Callable[[int, int], None] | None = None) -> list[dict]:
+               on_call: Callable[[int, int], None] | None = None,
+               checkpoint: Callable[[list[dict], int], None] | None = None) -> list[dict]:
     """GPU-only time of every candidate of every call (module docstring); one sample per candidate
-    that ran correctly, and one with "error" for one that did not."""
+    that ran correctly, and one with "error" for one that did not. checkpoint(samples, calls done)
+    after each call: what a sweep stopped later keeps."""
 
     flush = L2Flusher()
     pre_roll = make_pre_roll(True)
@@ -173,15 +175,20 @@ def time_calls(cp, family: KernelSpec, calls: list[SweepCall], facts, *, reps: i
                 samples.append({**meta[label], "gpu_ms": st.median_ms, "min_ms": st.min_ms,
                                 "host_us": st.host_us})
         del prob, outs, fns
+        if checkpoint:
+            checkpoint(samples, i + 1)
         if on_call:
             on_call(i + 1, len(calls))
     return samples
 
 
 def sweep(family_name: str, shapes: list[tuple[Shape, str]], *, reps: int = 5, warmup: int = 1, jobs: int = 0,
-          exhaustive: bool = False, progress: Callable[[str, int, int], None] | None = None) -> dict:
+          exhaustive: bool = False, progress: Callable[[str, int, int], None] | None = None,
+          checkpoint: Callable[[dict], None] | None = None) -> dict:
     """The whole sweep on the current GPU: plan, prebuild, time. Returns the samples document
-    (fit.py's input): the GPU's facts and one record per timed candidate."""
+    (fit.py's input): the GPU's facts and one record per timed candidate. checkpoint(document)
+    after each timed call, with the calls timed so far ("calls_timed" below "calls"): a sweep run
+    under a time limit (`timeout` on the GPU machine) keeps what it measured before the limit."""
     cp = require_gpu("asmgemm tune --sweep")
     facts = device_facts()
     family = get_spec(family_name)
@@ -191,12 +198,16 @@ def sweep(family_name: str, shapes: list[tuple[Shape, str]], *, reps: int = 5, w
     started = time.time()
     calls = plan_calls(family, shapes, facts, exhaustive)
     refused = prebuild(calls, facts, jobs, (lambda d, t: progress("build", d, t)) if progress else None)
+
+    def document(samples: list[dict], timed: int) -> dict:
+        return {"format": 1, "gpu": facts.name, "target": facts.target, "sms": facts.sm_count,
+                "clock_hz": facts.clock_hz, "dram_bytes_per_s": facts.dram_bytes_per_s, "family": family_name,
+                "calls": len(calls), "calls_timed": timed, "builds_refused": len(refused),
+                "seconds": round(time.time() - started, 1), "samples": samples}
     samples = time_calls(cp, family, calls, facts, reps=reps, warmup=warmup,
-                         on_call=(lambda d, t: progress("time", d, t)) if progress else None)
-    return {"format": 1, "gpu": facts.name, "target": facts.target, "sms": facts.sm_count,
-            "clock_hz": facts.clock_hz, "dram_bytes_per_s": facts.dram_bytes_per_s, "family": family_name,
-            "calls": len(calls), "builds_refused": len(refused), "seconds": round(time.time() - started, 1),
-            "samples": samples}
+                         on_call=(lambda d, t: progress("time", d, t)) if progress else None,
+                         checkpoint=(lambda done, timed: checkpoint(document(done, timed))) if checkpoint else None)
+    return document(samples, len(calls))
 
 
 def _all_specs():

@@ -487,7 +487,7 @@ def rank_key(e: Estimate) -> tuple[bool, float, float]:
     """The order rank sorts by: a configuration the GPU's sweep timed before one it never did (a
     catalog entry added after the sweep, e.g. the 128 x 256 in-place tiles, fitted on the H200 and
     not on the H100: their prior's peak rates, beside fits that no kernel reaches, moved 45 of 240
-    random calls on the H100's facts, 13 of them off the TMA kernel; a GPU with no sweep at all has
+    random calls on the H100's facts, 10 of them off the TMA kernel; a GPU with no sweep at all has
     every candidate on the prior, and this changes nothing there); then the call's modelled time,
     then (a tie at the DRAM floor: 32 x (2048 x 2048 . 2048 x 64), every tile shape the same 85 us)
     the blocks' own time, so the floor's tie does not go to whichever entry the catalog lists first

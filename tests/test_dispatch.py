@@ -967,6 +967,31 @@ def test_explain_plans_a_batch_as_gemm_does(run_cli, private_cache):
     assert code == 0 and out.startswith("a batch of 12 x 77 x 65 x 33 bfloat16")
 
 
+@pytest.mark.toolchain
+@needs_ptxas
+def test_explain_of_a_named_kernels_catalog(run_cli, private_cache):
+    """--kernel NAME explains that kernel's catalog as gemm(kernel=NAME) plans the call: the in-place
+    kernel at 4096^3 on the H100's database (which sends 16-bit calls to the TMA kernel by dtype),
+    its dtype taken from the kernel, the entries that database never timed (the 256-wide tiles)
+    ranked last with that reason; a dtype the kernel does not take is refused in its words."""
+    h100 = "NVIDIA H100 80GB HBM3"
+    code, out, err = run_cli("explain", 4096, 4096, 4096, "--kernel", "hgemm_mma", "--gpu", h100, "--json",
+                             "--no-build", "--top", 1000)
+    assert code == 0, err
+    rep = json.loads(out)
+    assert rep["family"] == "hgemm_mma" and rep["call"]["dtype"] == "float16" and rep["call"]["kernel"] == "hgemm_mma"
+    fitted = [r["fitted"] for r in rep["rows"]]
+    assert not all(fitted) and fitted == sorted(fitted, reverse=True)       # the never-timed ones last
+    assert all("never swept on this GPU" in r["why"] for r in rep["rows"] if not r["fitted"])
+    assert {r["config"] for r in rep["rows"] if not r["fitted"]} == {"t128x256_w64x64", "t256x128_w64x64"}
+    code, out, err = run_cli("explain", 4096, 4096, 4096, "--kernel", "hgemm_mma", "--gpu", h100, "--json", "--top", 1)
+    assert code == 0, err
+    assert json.loads(out)["runs"]["kernel"] == "hgemm_mma" and json.loads(out)["runs"]["copies"] == []
+    code, out, err = run_cli("explain", 64, 64, 64, "--kernel", "hgemm_mma", "--dtype", "float32", "--gpu", h100,
+                             "--no-build")
+    assert code != 0 and "takes A/B float16" in err and "Traceback" not in err + out
+
+
 @pytest.mark.parametrize("args, words", [(("--dtype", "float64"), "float64"), (("--layout", "xx"), "xx")])
 def test_explain_refuses_bad_options_without_a_traceback(run_cli, args, words):
     code, out, err = run_cli("explain", 64, 64, 64, *args)

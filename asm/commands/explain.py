@@ -23,7 +23,12 @@ DTYPES = ("float32", "float16", "bfloat16")
 @click.argument("m", type=click.IntRange(1, 1 << 20))
 @click.argument("n", type=click.IntRange(1, 1 << 20))
 @click.argument("k", type=click.IntRange(1, 1 << 20))
-@click.option("--dtype", type=click.Choice(DTYPES), default="float32", show_default=True, help="A and B's dtype.")
+@click.option("--dtype", type=click.Choice(DTYPES), default=None,
+              help="A and B's dtype.  [default: float32, or the dtype --kernel takes]")
+@click.option("--kernel", "kernel", default=None, metavar="NAME",
+              help="Explain this kernel's catalog, as gemm(kernel=NAME) runs the call (e.g. hgemm_mma, the "
+                   "in-place kernel, on a GPU whose 16-bit calls otherwise go to the TMA kernel). Default: the "
+                   "kernel gemm() picks by dtype.")
 @click.option("--layout", type=LAYOUT, default="nn", show_default=True,
               help="Storage of A and B: first letter A, second B; n = as is, t = stored transposed.")
 @click.option("--fused", is_flag=True, help="The call has a fused bias or activation (no split-K then).")
@@ -39,7 +44,7 @@ DTYPES = ("float32", "float16", "bfloat16")
                    "pick shown is then the model's first, which a guard might still refuse, and the 'runs' line, "
                    "which plans the call as gemm() does, is left out).")
 @click.option("--json", "as_json", is_flag=True, help="Every candidate and term as JSON.")
-def command(m, n, k, dtype, layout, fused, batch, gpu, top, no_build, as_json):
+def command(m, n, k, dtype, layout, fused, batch, gpu, kernel, top, no_build, as_json):
     """Show the candidates of an M x N x K call, the cost model's estimate for each, the pick, and
     why the others lost.
 
@@ -79,9 +84,13 @@ def command(m, n, k, dtype, layout, fused, batch, gpu, top, no_build, as_json):
       asmgemm explain 1 4096 14336 --layout nt
       asmgemm explain 305 923 6 --dtype float16 --json
       asmgemm explain 4096 4096 128 --dtype float16 --layout nt --batch 128    # attention's Q.K^T
+      asmgemm explain 4096 4096 4096 --kernel hgemm_mma    # the in-place kernel's catalog on an H100
     """
     facts = _facts(gpu)
-    family = spec_for_dtype(dtype, facts.target)
+    if dtype is None:
+        dtype = get_spec(kernel).dtypes.a if kernel else "float32"
+    act = activation_code("relu") if fused else 0
+    family = pick_spec(kernel, dtype, None, facts, None, act) if kernel else spec_for_dtype(dtype, facts.target)
     if not family.configs and family.in_place:
         inner = get_spec(family.in_place)
         note = (f"{family.name} (TMA) has no catalog: it runs by its size rules; calls whose operands TMA cannot "
@@ -127,8 +136,9 @@ def command(m, n, k, dtype, layout, fused, batch, gpu, top, no_build, as_json):
         else:
             why = why_slower(e, best)
         rows.append({**e.to_json(), "why": why})
-    runs = None if no_build else _what_runs(m, n, k, dtype, layout, fused, facts, batch)
-    report = {"call": {"m": m, "n": n, "k": k, "dtype": dtype, "layout": layout, "fused": fused, "batch": batch},
+    runs = None if no_build else _what_runs(m, n, k, dtype, layout, fused, facts, batch, kernel)
+    report = {"call": {"m": m, "n": n, "k": k, "dtype": dtype, "layout": layout, "fused": fused, "batch": batch,
+                       "kernel": kernel},
               "runs": runs,
               "kernel_call": {"m": plan.m, "n": plan.n, "k": plan.k, "layout": plan.layout, "swapped": plan.swapped},
               "gpu": facts.name, "sms": facts.sm_count, "family": family.name, "note": note,
@@ -144,12 +154,12 @@ def command(m, n, k, dtype, layout, fused, batch, gpu, top, no_build, as_json):
 
 
 def _what_runs(m: int, n: int, k: int, dtype: str, layout: str, fused: bool, facts: DeviceFacts,
-               batch: int = 1) -> dict:
-    """What asmgemm.gemm launches for this call on fresh contiguous operands and a C it allocates
-    (batch > 1: 3-D ones): launch_config.configure on their descriptions, as gemm plans (no GPU
-    needed; builds cached)."""
+               batch: int = 1, kernel: str | None = None) -> dict:
+    """What asmgemm.gemm (kernel=`kernel`, None: by dtype) launches for this call on fresh contiguous
+    operands and a C it allocates (batch > 1: 3-D ones): launch_config.configure on their
+    descriptions, as gemm plans (no GPU needed; builds cached)."""
     act = activation_code("relu") if fused else 0
-    spec = pick_spec(None, dtype, None, facts, None, act)
+    spec = pick_spec(kernel, dtype, None, facts, None, act)
     c_name = new_c_dtype(spec) or dtype
     a, b, c, trans_a, trans_b = fresh_operands(m, n, k, layout, Dtype(dtype, DTYPE_ITEMSIZE[dtype]),
                                                Dtype(c_name, DTYPE_ITEMSIZE[c_name]), batch)

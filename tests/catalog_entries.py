@@ -10,6 +10,12 @@ def catalog_entry(name: str, family: str = "hgemm"):
     return next(e for e in get_spec(family).configs if e.name == name)
 
 
+def entries_that_split(family: str = "hgemm_mma") -> list:
+    """The family's catalog entries that offer a K split (splits past 1; the mma.sync family's
+    256-wide tiles run unsplit: kernels.toml)."""
+    return [e for e in get_spec(family).configs if max(e.splits) > 1]
+
+
 def entry_params(name: str, family: str = "hgemm", k: int = 0, splits: int = 1) -> dict:
     """params= that run the catalog entry `name` as the dispatch builds it (C_T=1 for an entry that
     runs as C^T), its K split `splits` ways by the partial pass and the reduce kernel where the entry

@@ -28,6 +28,7 @@ from asmgemm.kernel_spec import get_spec
 from asmgemm.pipeline import BuildOptions, assemble, build_file
 from asmgemm.runtime import catalog, dispatch, split_k
 from asmgemm.toolchain import disassemble, find_tool
+from catalog_entries import entries_that_split
 from ptx_sim import Kernel, Memory, aligned_array as _aligned
 from split_sim import partial_pass
 from sweeps import sample_every
@@ -167,8 +168,7 @@ def _kernel_defines(name: str) -> dict:
     return {k: int(v) for k, v in dict(get_spec(name).defines).items()}
 
 
-# the catalog's entries that split K (the 256-wide tiles run unsplit: kernels.toml)
-SPLIT_ENTRIES = [e for e in SPEC.configs if max(e.splits) > 1]
+SPLIT_ENTRIES = entries_that_split("hgemm_mma")
 # each of their tilings x kernel x S, in a layout and with copy widths that vary along the sweep (the
 # eight-warp tiling with 2-byte copies of both operands: the odd leading dimensions it is there for)
 BUILDS = [(entry.name, name, s) for entry in SPLIT_ENTRIES for name in KERNELS for s in (2, 4, 8)]

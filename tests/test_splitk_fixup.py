@@ -30,6 +30,7 @@ from asmgemm.runtime import catalog, split_k, split_scratch
 from asmgemm.runtime.catalog import Candidate
 from asmgemm.runtime.cost_model import ConfigFit, DeviceModel, estimate
 from asmgemm.toolchain import disassemble, find_tool
+from catalog_entries import entries_that_split
 from ptx_sim import Kernel, Memory, SimError, aligned_array as _aligned
 from sweeps import sample_every
 
@@ -217,8 +218,7 @@ def test_the_kernel_refuses_what_the_mode_does_not_support(defines, message):
         build_file("mma_gemm", BuildOptions(defines={k: str(v) for k, v in defines.items()}, target="sm_90"))
 
 
-# the catalog's entries that split K (the 256-wide tiles run unsplit: kernels.toml)
-ENTRIES = {e.name: dict(e.set) for e in get_spec("hgemm_mma").configs if max(e.splits) > 1}
+ENTRIES = {e.name: dict(e.set) for e in entries_that_split("hgemm_mma")}
 # (kernel, catalog entry, layout, copy width): the default tiling with 16-byte copies, the others
 # with the 2-byte copies they exist for, and the 64 x 64 tiles with 16-byte copies too (a small
 # aligned problem's)

@@ -5,7 +5,7 @@ import click
 from rich.table import Table
 
 from ..errors import AsmError
-from ..kernel_spec import DTYPE_ITEMSIZE, activation_code, get_spec, spec_for_dtype
+from ..kernel_spec import DTYPE_ITEMSIZE, KernelSpec, activation_code, get_spec
 from ..runtime import dispatch, dispatch_db
 from ..runtime.arrays import Dtype
 from ..runtime.build_cache import defines_of
@@ -90,7 +90,8 @@ def command(m, n, k, dtype, layout, fused, batch, gpu, kernel, top, no_build, as
     if dtype is None:
         dtype = get_spec(kernel).dtypes.a if kernel else "float32"
     act = activation_code("relu") if fused else 0
-    family = pick_spec(kernel, dtype, None, facts, None, act) if kernel else spec_for_dtype(dtype, facts.target)
+    runs_with = pick_spec(kernel, dtype, None, facts, None, act)      # the spec gemm() plans the call with
+    family = runs_with
     if not family.configs and family.in_place:
         inner = get_spec(family.in_place)
         note = (f"{family.name} (TMA) has no catalog: it runs by its size rules; calls whose operands TMA cannot "
@@ -136,7 +137,7 @@ def command(m, n, k, dtype, layout, fused, batch, gpu, kernel, top, no_build, as
         else:
             why = why_slower(e, best)
         rows.append({**e.to_json(), "why": why})
-    runs = None if no_build else _what_runs(m, n, k, dtype, layout, fused, facts, batch, kernel)
+    runs = None if no_build else _what_runs(runs_with, m, n, k, dtype, layout, act, facts, batch)
     report = {"call": {"m": m, "n": n, "k": k, "dtype": dtype, "layout": layout, "fused": fused, "batch": batch,
                        "kernel": kernel},
               "runs": runs,
@@ -153,13 +154,11 @@ def command(m, n, k, dtype, layout, fused, batch, gpu, kernel, top, no_build, as
     _print(report)
 
 
-def _what_runs(m: int, n: int, k: int, dtype: str, layout: str, fused: bool, facts: DeviceFacts,
-               batch: int = 1, kernel: str | None = None) -> dict:
-    """What asmgemm.gemm (kernel=`kernel`, None: by dtype) launches for this call on fresh contiguous
-    operands and a C it allocates (batch > 1: 3-D ones): launch_config.configure on their
-    descriptions, as gemm plans (no GPU needed; builds cached)."""
-    act = activation_code("relu") if fused else 0
-    spec = pick_spec(kernel, dtype, None, facts, None, act)
+def _what_runs(spec: KernelSpec, m: int, n: int, k: int, dtype: str, layout: str, act: int, facts: DeviceFacts,
+               batch: int = 1) -> dict:
+    """What asmgemm.gemm launches with `spec` (pick_spec's: kernel= or by dtype) for this call on
+    fresh contiguous operands and a C it allocates (batch > 1: 3-D ones), `act` its activation code:
+    launch_config.configure on their descriptions, as gemm plans (no GPU needed; builds cached)."""
     c_name = new_c_dtype(spec) or dtype
     a, b, c, trans_a, trans_b = fresh_operands(m, n, k, layout, Dtype(dtype, DTYPE_ITEMSIZE[dtype]),
                                                Dtype(c_name, DTYPE_ITEMSIZE[c_name]), batch)

@@ -147,6 +147,7 @@ def configure(spec: KernelSpec, problem: Problem, facts: DeviceFacts,
 
     def rank_catalog(family: KernelSpec, launch: LaunchPlan) -> CatalogRanking:
         # once a configure: the path model's TMA side and the launch it keeps rank the same catalog
+        # (keyed by the plan's identity; the entry holds the plan, so its id is not reused meanwhile)
         key = (family.name, id(launch))
         if key not in rankings:
             rankings[key] = (launch, _rank_catalog(family, launch, ma, mb, planned, facts, mbias, act, kernel_batch))

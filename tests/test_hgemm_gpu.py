@@ -659,7 +659,7 @@ def test_fp32_c_stored_by_tma(kernel, params):
 # test_hgemm_fused_gpu.py's) meets every shape. Edges in every direction: M = 1, 3, 17, 33 (part of
 # a kernel tile column), M above the tile's width (several columns), N not a multiple of the
 # 128-row tile, K odd (A's rows are then not 16-byte aligned: the padded copy), K = 1.
-SWAP_ENTRIES = ["ct_t128x16_st", "ct_t64x16_st", "ct_t128x32_st", "ct_t128x64_st", "ct_t64x64_st"]
+SWAP_ENTRIES = ["ct_t128x16_st", "ct_t64x16_st", "ct_t128x32_st", "ct_t128x64_st", "ct_t64x64_st", "ct_t128x192_st"]
 SWAP_SHAPES = [(1, 768, 768), (3, 100, 64), (16, 3072, 768), (17, 300, 257), (33, 1000, 700), (64, 520, 136),
                (50, 77, 1), (16, 7, 9), (64, 4096, 1000)]
 

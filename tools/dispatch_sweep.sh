@@ -22,6 +22,11 @@
 #             log-uniform, seed ROWS_SEED, every candidate timed: the blocks of one call contend for
 #             L2 there, the regime the cost model's load floor (cost_model.py) is fitted on and the
 #             train set almost never draws (docs/log/dispatch.md, "The load floor").
+#   wide_b    a few tile rows over a large B (the TMA family's 16-bit calls): per layout, WIDE_COUNT
+#             calls with M in [129, 512] (2-4 tile rows of 128), N in [4096, 16384], K in [2048, 16384],
+#             log-uniform, seed WIDE_SEED: there unclustered tile rows read B from DRAM again (ncu: up
+#             to 2.5x its bytes) and the C^T entries read it once, a regime the train set seldom
+#             draws (docs/log/dispatch.md, "A few tile rows over a large B").
 #   clusters  calls where the catalog's cluster splits of every size 2-8 are candidates (K picked so
 #             split_for lands on 5 and 7 too; skinny M for sgemm_skinny), nn and tn, every candidate
 #             timed: the driver's clusters at once for each size (cost_model.cluster_slots; sizes
@@ -31,6 +36,7 @@ set -u
 family=${1:-sgemm}
 : "${OUT:?set OUT}" "${TRAIN_SEED:=9001}" "${TRAIN_COUNT:=10}" "${SETS:=presets linear train}"
 : "${LARGE_SEED:=9003}" "${LARGE_COUNT:=8}" "${ROWS_SEED:=9005}" "${ROWS_COUNT:=3}"
+: "${WIDE_SEED:=9406}" "${WIDE_COUNT:=12}"
 source tools/device_setup.sh >/dev/null || exit 1
 sweep() {   # name, seconds, args...
     local name=$1 secs=$2; shift 2
@@ -50,16 +56,21 @@ for set_name in $SETS; do
             else shapes=439x593x1451,439x593x1700,439x593x620,211x307x2100,977x701x610,448x592x1456; fi
             sweep "clusters_$layout" "${SET_SECONDS:-100}" "$shapes" --layout "$layout" --exhaustive
         done ;;
-    rows)
+    rows|wide_b)
         for layout in nn nt tn tt; do
-            shapes=$(python3 - "$ROWS_SEED" "$ROWS_COUNT" "$layout" <<'PY'
+            # rows: M, N, K ranges of sgemm's skinny class; wide_b: the TMA family's, rounded up to 8
+            if [[ $set_name == rows ]]; then args=("$ROWS_SEED" "$ROWS_COUNT" "$layout" 17 128 2048 16384 512 8192 1)
+            else args=("$WIDE_SEED" "$WIDE_COUNT" "$layout" 129 512 4096 16384 2048 16384 8); fi
+            shapes=$(python3 - "${args[@]}" <<'PY'
 import math, random, sys
-rng = random.Random(f"{sys.argv[1]}:{sys.argv[3]}")
-draw = lambda lo, hi: int(math.exp(rng.uniform(math.log(lo), math.log(hi))))
-print(",".join(f"{draw(17, 128)}x{draw(2048, 16384)}x{draw(512, 8192)}" for _ in range(int(sys.argv[2]))))
+seed, count, layout, *bounds = sys.argv[1:]
+m_lo, m_hi, n_lo, n_hi, k_lo, k_hi, align = map(int, bounds)
+rng = random.Random(f"{seed}:{layout}")
+draw = lambda lo, hi: -(-int(math.exp(rng.uniform(math.log(lo), math.log(hi)))) // align) * align
+print(",".join(f"{draw(m_lo, m_hi)}x{draw(n_lo, n_hi)}x{draw(k_lo, k_hi)}" for _ in range(int(count))))
 PY
 )
-            sweep "rows_$layout" "${SET_SECONDS:-100}" "$shapes" --layout "$layout" --exhaustive
+            sweep "${set_name}_$layout" "${SET_SECONDS:-100}" "$shapes" --layout "$layout" --exhaustive
         done ;;
     train|large_odd)
         for layout in nn nt tn tt; do

@@ -139,7 +139,9 @@ def in_place_path_s(m: int, n: int, k: int, c: PathCoefficients, tile: tuple[int
 # the neighbours' correction included) against the measured, on the calls held out of the H200's fit
 # (217 calls of the sweep, 2026-11-29, docs/log/dispatch.md "A launch's own time"): rms log error
 # 0.133 (mean -0.027), since each configuration's launch has a fixed time of its own in the fit (0.261,
-# mean -0.125, with a least-time floor in its place).
+# mean -0.125, with a least-time floor in its place). The refit of 2026-11-30 (ct_t128x192_st, 283
+# held-out calls, "A few tile rows over a large B") gives 0.130 (mean -0.027): the margin moves 0.2%,
+# so the constant stays, and the choices tools/choice_ab.py timed are the ones that ship.
 TMA_PICK_RMS_LOG = 0.133
 # The cost model's in-place estimate against the in-place kernel's measured GPU time (rms of log(estimate
 # / measured)): 0.216 on 180 aligned H200 calls at the configuration each ran (2026-11-29; the model

@@ -64,19 +64,15 @@ def main() -> int:
     import numpy as np
 
     import asmgemm
-    from asmgemm.bench.timing import L2Flusher, make_pre_roll, time_interleaved
+    from asmgemm.bench.timing import time_interleaved
     from asmgemm.errors import AsmError
-    from asmgemm.runtime.gemm import last_launch
-    try:
-        import torch
-    except ImportError:
-        torch = None
-
     from asmgemm.kernel_spec import get_spec
+    from asmgemm.runtime.gemm import last_launch
+    from probe_common import cublas_calls, gpu_timing
+
     limit = get_spec("hgemm").rel_err_limit
     rows, wrong = [], []
-    flush = L2Flusher()
-    pre_roll = make_pre_roll()
+    flush, pre_roll = gpu_timing()
     for layout in args.layout or ["nn"]:
         ta, tb = layout[0] == "t", layout[1] == "t"
         for m, n, k in args.shape:
@@ -97,11 +93,7 @@ def main() -> int:
 
             fns = {"default": ours()}
             fns.update({name: ours(entry_params(name)) for name in args.config or DEFAULT_CONFIGS})
-            fns["cupy"] = lambda: cp.matmul(av, bv, out=c)
-            if torch is not None:
-                ta_t, tb_t = torch.as_tensor(av, device="cuda"), torch.as_tensor(bv, device="cuda")
-                tc = torch.as_tensor(c, device="cuda")
-                fns["torch"] = lambda: torch.matmul(ta_t, tb_t, out=tc)
+            fns.update(cublas_calls(cp, av, bv, c))
             if args.only:
                 for name in args.only.split(","):
                     if name not in fns:

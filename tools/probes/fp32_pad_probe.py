@@ -45,16 +45,13 @@ def main() -> int:
 
     import asmgemm
     from asmgemm.bench.shapes import parse_shapes
-    from asmgemm.bench.timing import L2Flusher, make_pre_roll, time_interleaved
+    from asmgemm.bench.timing import time_interleaved
     from asmgemm.kernel_spec import get_spec
     from asmgemm.runtime.gemm import last_launch
-    try:
-        import torch
-    except ImportError:
-        torch = None
+    from probe_common import cublas_calls, gpu_timing
 
     limit = get_spec("sgemm").rel_err_limit
-    flush, pre_roll = L2Flusher(), make_pre_roll()
+    flush, pre_roll = gpu_timing()
     rows, wrong = [], []
     for shape in parse_shapes(args.shapes):
         m, n, k = shape.m, shape.n, shape.k
@@ -79,11 +76,7 @@ def main() -> int:
 
         fns = {"in_place": lambda: asmgemm.gemm(a, b, c, trans_a=ta, trans_b=tb),
                "padded": lambda: asmgemm.gemm(a_pad, b_pad, c, trans_a=ta, trans_b=tb),
-               "copies": copies,
-               "cupy": lambda: cp.matmul(av, bv, out=c)}
-        if torch is not None:
-            t_a, t_b, t_c = (torch.as_tensor(x, device="cuda") for x in (av, bv, c))
-            fns["torch"] = lambda: torch.matmul(t_a, t_b, out=t_c)
+               "copies": copies, **cublas_calls(cp, av, bv, c)}
         ran = {}
         for name in ("in_place", "padded"):
             c.fill(float("nan"))

@@ -31,6 +31,7 @@
 #             split_for lands on 5 and 7 too; skinny M for sgemm_skinny), nn and tn, every candidate
 #             timed: the driver's clusters at once for each size (cost_model.cluster_slots; sizes
 #             3, 5, 6 and 7 pack the GPCs differently from 2, 4 and 8) and their times.
+# The drawn sets' shapes come from tools/sweep_shapes.py (the same seed, the same shapes).
 # Fit afterwards, on any machine: asmgemm tune FAMILY --fit $OUT/sweep_*.json --out DB.json
 set -u
 family=${1:-sgemm}
@@ -58,40 +59,20 @@ for set_name in $SETS; do
         done ;;
     rows|wide_b)
         for layout in nn nt tn tt; do
-            # rows: M, N, K ranges of sgemm's skinny class; wide_b: the TMA family's, rounded up to 8
-            if [[ $set_name == rows ]]; then args=("$ROWS_SEED" "$ROWS_COUNT" "$layout" 17 128 2048 16384 512 8192 1)
-            else args=("$WIDE_SEED" "$WIDE_COUNT" "$layout" 129 512 4096 16384 2048 16384 8); fi
-            shapes=$(python3 - "${args[@]}" <<'PY'
-import math, random, sys
-seed, count, layout, *bounds = sys.argv[1:]
-m_lo, m_hi, n_lo, n_hi, k_lo, k_hi, align = map(int, bounds)
-rng = random.Random(f"{seed}:{layout}")
-draw = lambda lo, hi: -(-int(math.exp(rng.uniform(math.log(lo), math.log(hi)))) // align) * align
-print(",".join(f"{draw(m_lo, m_hi)}x{draw(n_lo, n_hi)}x{draw(k_lo, k_hi)}" for _ in range(int(count))))
-PY
-)
+            # rows: sgemm's skinny class, unrounded; wide_b: the TMA family's, rounded up to 8
+            if [[ $set_name == rows ]]; then args=(rows "$ROWS_SEED" "$ROWS_COUNT" "$layout")
+            else args=(wide_b "$WIDE_SEED" "$WIDE_COUNT" "$layout" --align 8); fi
+            shapes=$(python3 tools/sweep_shapes.py "${args[@]}") || exit 1
             sweep "${set_name}_$layout" "${SET_SECONDS:-100}" "$shapes" --layout "$layout" --exhaustive
         done ;;
     train|large_odd)
         for layout in nn nt tn tt; do
-            # the TMA family's train set rounds every size up to 8 (rows TMA reads in place: the
-            # padded copies of odd rows are the path model's, not the catalog's)
+            # the TMA family's sets round every size up to 8 (rows TMA reads in place: the padded
+            # copies of odd rows are the path model's, not the catalog's)
             odd=1; [[ $family =~ ^[hb]gemm(_f32c)?$ ]] && odd=8
-            if [[ $set_name == train ]]; then args=("$TRAIN_SEED" "$TRAIN_COUNT" "$layout" 1 18 36 "$odd")
-            else args=("$LARGE_SEED" "$LARGE_COUNT" "$layout" 256 33 38 "$odd"); fi
-            python3 - "${args[@]}" > "/tmp/${set_name}_$layout.txt" <<'PY'
-import math, random, sys
-seed, count, layout, low, lo_log2, hi_log2, odd = sys.argv[1], int(sys.argv[2]), sys.argv[3], *map(int, sys.argv[4:])
-rng = random.Random(f"{seed}:{layout}")
-n = 0
-while n < count:
-    # train: the first half rounded up to `odd` (1: unrounded), the second to 16; large_odd: `odd`
-    align = odd if low > 1 or n < count // 2 else 16
-    dims = [min(16384, -(-int(math.exp(rng.uniform(math.log(low), math.log(16384)))) // align) * align) for _ in range(3)]
-    if 2**lo_log2 <= dims[0] * dims[1] * dims[2] <= 2**hi_log2:
-        print(*dims, f"{'train' if low == 1 else 'large'} {layout} {n}")
-        n += 1
-PY
+            if [[ $set_name == train ]]; then args=(train "$TRAIN_SEED" "$TRAIN_COUNT")
+            else args=(large_odd "$LARGE_SEED" "$LARGE_COUNT"); fi
+            python3 tools/sweep_shapes.py "${args[@]}" "$layout" --align "$odd" > "/tmp/${set_name}_$layout.txt" || exit 1
             sweep "${set_name}_$layout" "${SET_SECONDS:-100}" "/tmp/${set_name}_$layout.txt" --layout "$layout"
         done ;;
     esac

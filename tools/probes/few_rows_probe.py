@@ -26,31 +26,31 @@ DEFAULT_CONFIGS = ["t128x256", "t128x256_cm2", "t128x192_cm2", "ct_t128x64_st", 
 
 
 def entry_params(name: str) -> dict:
-    """The params= that force the TMA kernel's catalog entry `name` (its -D set; C_T = 1 for C^T)."""
+    """The params= that force the TMA kernel's catalog entry `name`, unsplit, as the dispatch passes
+    them (Candidate.params: its -D set, C_T = 1 for a C^T entry, the split switches at 1)."""
     from asmgemm.kernel_spec import get_spec
+    from asmgemm.runtime.catalog import entry_candidates
     spec = get_spec("hgemm")
     entry = next((e for e in spec.configs if e.name == name), None)
     if entry is None:
         raise SystemExit(f"--config {name}: not in hgemm's catalog ({', '.join(e.name for e in spec.configs)})")
-    params = dict(entry.set)
-    if entry.swap:
-        params[spec.call_value_param("c_trans")] = 1
-    return params
+    return entry_candidates(entry, spec.name, 0, plain=False, clusters=False)[0].params()
 
 
-def parse_shape(text: str) -> tuple[int, int, int]:
+def shape_arg(text: str) -> tuple[int, int, int]:
+    """--shape through the benchmark's own parser (asmgemm.bench.shapes.parse_shape)."""
+    from asmgemm.bench.shapes import parse_shape
+    from asmgemm.errors import AsmError
     try:
-        m, n, k = (int(v) for v in text.lower().split("x"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"shape {text!r}: expected MxNxK, e.g. 176x15696x16336") from None
-    if min(m, n, k) < 1:
-        raise argparse.ArgumentTypeError(f"shape {text!r}: sizes must be >= 1")
-    return m, n, k
+        shape = parse_shape(text)
+    except AsmError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+    return shape.m, shape.n, shape.k
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shape", type=parse_shape, action="append", required=True, help="MxNxK (repeatable)")
+    ap.add_argument("--shape", type=shape_arg, action="append", required=True, help="MxNxK (repeatable)")
     ap.add_argument("--layout", action="append", choices=["nn", "nt", "tn", "tt"],
                     help="operand layouts (repeatable; default nn)")
     ap.add_argument("--config", action="append", help=f"a catalog entry to force (repeatable; default "

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from asmgemm.bench.shapes import (LAYOUTS, PRESETS, TRANSFORMER_MODELS, Shape, layout_flags, load_shape_file,
-                                  parse_layouts, parse_shape, parse_shapes)
+                                  parse_layouts, parse_shape, parse_shapes, shape_argument)
 from asmgemm.errors import AsmError
 
 
@@ -40,6 +40,19 @@ def test_parse_shape_forms(text):
 def test_parse_shape_rejects(text):
     with pytest.raises(AsmError):
         parse_shape(text)
+
+
+def test_shape_argument_is_parse_shape_for_argparse():
+    """The tools' --shape type: parse_shape's sizes as a tuple, its refusal as argparse's usage error."""
+    import argparse
+    assert shape_argument("176x15696x16336") == (176, 15696, 16336) == shape_argument("176,15696,16336")
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--shape", type=shape_argument)
+    assert parser.parse_args(["--shape", "3x4x5"]).shape == (3, 4, 5)
+    with pytest.raises(argparse.ArgumentTypeError, match="out of range"):
+        shape_argument("3x0x5")
+    with pytest.raises(argparse.ArgumentTypeError, match="is not a shape"):
+        shape_argument("12xx3")
 
 
 def test_parse_shapes_mixes_presets_and_shapes_and_dedupes():

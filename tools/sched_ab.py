@@ -35,7 +35,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from asmgemm.bench.shapes import parse_shape
+from asmgemm.bench.shapes import shape_argument
 from asmgemm.bench.timing import L2Flusher, make_pre_roll, tflops, time_interleaved
 from asmgemm.errors import AsmError
 from asmgemm.files import write_atomic
@@ -105,15 +105,6 @@ def describe(pair) -> dict:
     return info
 
 
-def _parse_shape(text: str) -> tuple[int, int, int]:
-    """M,N,K (or MxNxK) as asmgemm's own shape parser reads it, bounds included."""
-    try:
-        s = parse_shape(text)
-    except AsmError as exc:
-        raise argparse.ArgumentTypeError(exc.message) from None
-    return s.m, s.n, s.k
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("kernel", nargs="?", default="sgemm",
@@ -123,7 +114,7 @@ def main(argv=None) -> int:
     ap.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE",
                     help="parameter override for both builds (repeatable)")
     ap.add_argument("--target", default="sm_90", help="GPU target of the builds (default sm_90)")
-    ap.add_argument("--shape", action="append", type=_parse_shape, default=[], metavar="M,N,K",
+    ap.add_argument("--shape", action="append", type=shape_argument, default=[], metavar="M,N,K",
                     help="repeatable; default 4096,4096,4096 and 1000,3000,700")
     ap.add_argument("--reps", type=int, default=25, help="timed repetitions per variant, median reported (default 25)")
     ap.add_argument("--warmup", type=int, default=3, help="untimed calls per variant first (default 3)")

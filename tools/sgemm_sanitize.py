@@ -21,7 +21,7 @@ import json
 import sys
 from pathlib import Path
 
-from asmgemm.bench.shapes import parse_shape
+from asmgemm.bench.shapes import shape_argument
 from asmgemm.errors import AsmError
 from asmgemm.kernel_spec import get_spec
 from asmgemm.runtime.gemm import gemm
@@ -52,22 +52,13 @@ def _params(text: str):
     return value
 
 
-def _shape(text: str) -> tuple[int, int, int]:
-    """M,N,K (or MxNxK) as asmgemm's own shape parser reads it, bounds included."""
-    try:
-        s = parse_shape(text)
-    except AsmError as exc:
-        raise argparse.ArgumentTypeError(exc.message) from None
-    return s.m, s.n, s.k
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("kernel", nargs="?", default="sgemm", help="kernel spec name (`asmgemm kernels`; default sgemm)")
     ap.add_argument("--params", type=_params, action="append", metavar="JSON",
                     help="a variant's -D overrides, e.g. '{\"BK\": 16}', or null for gemm's own choice "
                          "(repeatable; default: the sgemm variants listed above, or null for other kernels)")
-    ap.add_argument("--shape", type=_shape, default=(131, 67, 45), metavar="M,N,K",
+    ap.add_argument("--shape", type=shape_argument, default=(131, 67, 45), metavar="M,N,K",
                     help="the odd shape (default 131,67,45)")
     ap.add_argument("--max-err", type=float, default=None,
                     help=f"largest ‖C − ref‖/‖ref‖ against float64 that passes (default {FP32_MAX_ERR} for "

@@ -251,6 +251,17 @@ def parse_shape(text: str, where: str = "") -> Shape:
     return make_shape(*(int(g) for g in m.groups()), where=where)
 
 
+def shape_argument(text: str) -> tuple[int, int, int]:
+    """(M, N, K) of parse_shape(text), as an argparse `type=` for the tools' --shape options: a bad
+    shape becomes argparse's usage error (its message, exit status 2), not a traceback."""
+    import argparse
+    try:
+        shape = parse_shape(text)
+    except AsmError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+    return shape.m, shape.n, shape.k
+
+
 def parse_shapes(spec: str) -> list[Shape]:
     """SPEC: preset names and/or MxNxK shapes separated by commas ('square,3000x5000x700'), or the
     path of a shape file (see `load_shape_file`); `random:SEED:COUNT[:ALIGN]` among them draws random

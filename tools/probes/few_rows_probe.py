@@ -21,6 +21,8 @@ import argparse
 import json
 import sys
 
+from asmgemm.bench.shapes import shape_argument
+
 # the catalog's entries (kernels_ptx/kernels.toml [[hgemm.config]]) timed by default
 DEFAULT_CONFIGS = ["t128x256", "t128x256_cm2", "t128x192_cm2", "ct_t128x64_st", "ct_t128x192_st"]
 
@@ -37,20 +39,9 @@ def entry_params(name: str) -> dict:
     return entry_candidates(entry, spec.name, 0, plain=False, clusters=False)[0].params()
 
 
-def shape_arg(text: str) -> tuple[int, int, int]:
-    """--shape through the benchmark's own parser (asmgemm.bench.shapes.parse_shape)."""
-    from asmgemm.bench.shapes import parse_shape
-    from asmgemm.errors import AsmError
-    try:
-        shape = parse_shape(text)
-    except AsmError as exc:
-        raise argparse.ArgumentTypeError(exc.message) from None
-    return shape.m, shape.n, shape.k
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shape", type=shape_arg, action="append", required=True, help="MxNxK (repeatable)")
+    ap.add_argument("--shape", type=shape_argument, action="append", required=True, help="MxNxK (repeatable)")
     ap.add_argument("--layout", action="append", choices=["nn", "nt", "tn", "tt"],
                     help="operand layouts (repeatable; default nn)")
     ap.add_argument("--config", action="append", help=f"a catalog entry to force (repeatable; default "

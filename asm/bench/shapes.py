@@ -49,6 +49,7 @@ The QKV projection's output width is hidden + 2 · kv_heads · head_dim (grouped
 """
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import random
@@ -254,7 +255,6 @@ def parse_shape(text: str, where: str = "") -> Shape:
 def shape_argument(text: str) -> tuple[int, int, int]:
     """(M, N, K) of parse_shape(text), as an argparse `type=` for the tools' --shape options: a bad
     shape becomes argparse's usage error (its message, exit status 2), not a traceback."""
-    import argparse
     try:
         shape = parse_shape(text)
     except AsmError as exc:

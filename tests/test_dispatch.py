@@ -416,19 +416,24 @@ def _residual_model(label: str) -> DeviceModel:
     the same in tn (another layout: never a neighbour), and 64 times the rows (past the radius)."""
     dm = _model()
     near = {"family": "sgemm", "variant": "nn:11:16/16", "m": 512, "n": 512, "k": 256, "plain": True,
-            "res": {label: math.log(2)}}
-    dm.residuals = [near, {**near, "variant": "tn:11:16/16", "res": {label: math.log(8)}},
-                    {**near, "m": 512 * 64, "res": {label: math.log(8)}}]
+            "gpu_res": {label: math.log(2)}}
+    dm.residuals = [near, {**near, "variant": "tn:11:16/16", "gpu_res": {label: math.log(8)}},
+                    {**near, "m": 512 * 64, "gpu_res": {label: math.log(8)}}]
     return dm
 
 
 def test_the_nearest_sweep_call_scales_a_candidates_estimate():
     """One measured call at distance 0 (weight 1), shrunk by the prior's 0.5: 2 ** (1 / 1.5) =
-    1.5874 on the candidate's modelled call time; a fused call has no plain neighbours."""
+    1.5874 on the candidate's modelled blocks, and on its split with them (the blocks bind there);
+    not on the host's 15 us (the call's and the reduce kernel's launch); a fused call has no plain
+    neighbours."""
     dm = _residual_model("t/s2")
     ranked = rank([_cand(2, "kernel")], 512, 512, 256, dm, "float32", 4, 4, "nn:11:16/16", "sgemm", True)
-    assert ranked[0].correction == pytest.approx(2 ** (1 / 1.5))
-    assert ranked[0].call_s == pytest.approx(89.4288e-6 * 2 ** (1 / 1.5))
+    assert ranked[0].correction == pytest.approx(2 ** (1 / 1.5)) and ranked[0].floor_correction == 1.0
+    e = estimate(_cand(2, "kernel"), 512, 512, 256, dm, "float32", 4, 4, "nn:11:16/16")
+    assert e.compute_s > e.memory_s and e.host_s == pytest.approx(15e-6)
+    assert ranked[0].call_s == pytest.approx((e.compute_s + e.split_s) * 2 ** (1 / 1.5) + 15e-6)
+    assert e.call_s == pytest.approx(89.4288e-6)
     fused = rank([_cand(2, "kernel")], 512, 512, 256, dm, "float32", 4, 4, "nn:11:16/16", "sgemm", False)
     assert fused[0].correction == 1.0
 
@@ -466,12 +471,77 @@ def test_a_label_reads_back_into_the_candidate_it_names():
     factors = cost_model.neighbour_factors(
         DeviceModel("G", 4, 1e9, 1e12, residuals=[{"family": "sgemm", "variant": "nn:11:16/16", "m": 64, "n": 64,
                                                    "k": 64, "plain": True,
-                                                   "res": {"t/s4": math.log(2), "t/s8c": math.log(4)}}]),
-        "sgemm", "nn:11:16/16", 64, 64, 64, True)
+                                                   "gpu_res": {"t/s4": math.log(2), "t/s8c": math.log(4)}}]),
+        "sgemm", "nn:11:16/16", 64, 64, 64, True).blocks
     assert cost_model.factor_for(factors, "t/s6") == pytest.approx(2 ** (1 / 1.5))
     assert cost_model.factor_for(factors, "t/s3c") == pytest.approx(4 ** (1 / 1.5))
     assert cost_model.factor_for(factors, "t") == pytest.approx(8 ** (1 / 2.5))
     assert cost_model.factor_for(factors, "u/s4") == 1.0 and cost_model.factor_for(factors, "u") == 1.0
+
+
+def test_a_blocks_factor_leaves_a_floor_alone():
+    """The neighbour measured the blocks 2x the model (they bound it there); at 1 GB/s the call is
+    DRAM-bound (2.097 ms against 18 us of blocks): the blocks' factor, x1.587, leaves the floor as
+    it is, where a factor of call times scaled the floor with it (8 x 28672 x 4096 nt on the H100's
+    facts: docs/log/dispatch.md, "The neighbours' factor on its own term")."""
+    dm = _residual_model("t")
+    dm.dram_bytes_per_s = 1e9
+    e = rank([_cand()], 512, 512, 256, dm, "float32", 4, 4, "nn:11:16/16", "sgemm", True)[0]
+    assert e.correction == pytest.approx(2 ** (1 / 1.5)) and e.floor_binds
+    assert e.corrected_gpu_s == pytest.approx(e.memory_s) and e.call_s == pytest.approx(e.memory_s + 10e-6)
+
+
+def test_a_floor_bound_neighbour_scales_the_floor():
+    """A neighbour whose model the DRAM floor bound ("floor" names it for its label) measured the
+    floor 2x: the floor takes the factor, the blocks none; where the blocks bind, nothing changes."""
+    dm = _residual_model("t")
+    dm.residuals[0] = {**dm.residuals[0], "floor": {"t": "dram"}}
+    dm.dram_bytes_per_s = 1e9
+    e = rank([_cand()], 512, 512, 256, dm, "float32", 4, 4, "nn:11:16/16", "sgemm", True)[0]
+    assert (e.correction, e.floor_correction) == (1.0, pytest.approx(2 ** (1 / 1.5)))
+    assert e.corrected_gpu_s == pytest.approx(e.memory_s * 2 ** (1 / 1.5))
+    dm.dram_bytes_per_s = 1e12
+    e = rank([_cand()], 512, 512, 256, dm, "float32", 4, 4, "nn:11:16/16", "sgemm", True)[0]
+    assert not e.floor_binds and e.call_s == pytest.approx(28e-6)
+
+
+def test_a_residual_is_of_gpu_time_and_says_which_term_bound():
+    """cost_model.residual_entry: log(measured / modelled GPU time), host time out of it, and the
+    floor that bound the model: none at 1 TB/s (the blocks), DRAM at 1 GB/s, the configuration's
+    load floor where its load rate is slow enough."""
+    blocks = estimate(_cand(), 512, 512, 256, _model(), "float32", 4, 4)
+    assert cost_model.residual_entry(blocks, 36e-6) == (pytest.approx(math.log(2)), None)
+    floor = estimate(_cand(), 512, 512, 256, _model(dram=1e9), "float32", 4, 4)
+    assert cost_model.residual_entry(floor, floor.memory_s) == (pytest.approx(0.0), "dram")
+    dm = _model()
+    dm.configs["sgemm:t"] = replace(dm.configs["sgemm:t"], load_bytes_per_s=1e9)
+    load = estimate(_cand(), 512, 512, 256, dm, "float32", 4, 4)
+    assert cost_model.residual_entry(load, load.load_s)[1] == "load"
+
+
+def test_a_dram_floor_never_measured_for_a_candidate_takes_the_others():
+    """A neighbour measured configuration u at the DRAM floor 2x and t only where its blocks bound:
+    at a call where the floor binds both, t takes u's floor factor (ANY_CONFIG), so a candidate
+    the sweep never saw at the floor does not win the floor's tie on a factor of 1; a load floor
+    (the configuration's own rate) is not lent."""
+    dm = _residual_model("t")
+    dm.residuals[0] = {**dm.residuals[0], "gpu_res": {"t": math.log(2), "u": math.log(2)}, "floor": {"u": "dram"}}
+    factors = cost_model.neighbour_factors(dm, "sgemm", "nn:11:16/16", 512, 512, 256, True)
+    dm.dram_bytes_per_s = 1e9
+    e = factors.applied(estimate(_cand(), 512, 512, 256, dm, "float32", 4, 4))
+    assert e.floor_correction == pytest.approx(2 ** (1 / 1.5)) and e.correction == pytest.approx(2 ** (1 / 1.5))
+    dm.residuals[0]["floor"] = {"u": "load"}
+    factors = cost_model.neighbour_factors(dm, "sgemm", "nn:11:16/16", 512, 512, 256, True)
+    assert factors.applied(estimate(_cand(), 512, 512, 256, dm, "float32", 4, 4)).floor_correction == 1.0
+
+
+def test_neighbours_of_the_earlier_form_are_not_read():
+    """A database whose residuals are ratios of call times ("res", before 2026-11-30) keeps its
+    coefficients; its neighbours are dropped and the model's source says so."""
+    db = database("Old GPU", residuals=[{"family": "sgemm", "variant": "nn:11:16/16", "m": 64, "n": 64, "k": 64,
+                                         "plain": True, "res": {"t128x128_k8": 0.1}}])
+    dm = dispatch_db.model_from(db, "fitted")
+    assert dm.residuals == [] and "1 of its neighbours are of an earlier form" in dm.source
 
 
 def test_dram_is_a_floor():
@@ -1133,7 +1203,7 @@ def test_the_fit_reads_a_hybrid_splits_cluster_from_its_label():
     doc["samples"] += hybrid
     dm = fit.fit_model(doc)
     assert dm.cluster_slots == {"4x2": 20, "8x2": 16}
-    assert all(math.isfinite(v) for r in dm.residuals for v in r["res"].values())
+    assert all(math.isfinite(v) for r in dm.residuals for v in r["gpu_res"].values())
 
 
 def test_the_fit_reads_the_in_kernel_sums_hand_off_from_hybrids_beside_cluster_splits():
@@ -1188,6 +1258,32 @@ def test_the_fit_takes_the_kept_scratchs_host_time_from_in_kernel_sums():
                                    ("kernel", 0, dm.launch_s), ("cluster", 0, 0.0), (None, 0, 0.0)):
         c = replace(cand, splits=12 if cluster else (1 if reduce is None else 8), reduce=reduce, cluster=cluster)
         assert estimate(c, 128, 128, 3000, dm, "float32", 4, 4).host_s == pytest.approx(dm.host_s + extra), reduce
+
+
+def test_rebuilt_residuals_are_the_fits_and_only_its_own_sweeps_rebuild_them():
+    """fit.rebuild_residuals: a database whose neighbours are of the earlier form (call times,
+    "res") gets the fit's present ones back from the sweep it was fitted on, coefficients and hits
+    untouched; a sweep of other timings, or without one of its calls, is refused."""
+    from asmgemm.tuning import fit
+    doc = _sweep_doc()
+    db, _ = fit.make_database([doc])
+    dm = dispatch_db.model_from(db, "test")
+    earlier = []
+    for r in db["model"]["residuals"]:
+        rows = [s for s in doc["samples"] if (s["m"], s["n"], s["k"]) == (r["m"], r["n"], r["k"])]
+        earlier.append({**{k: v for k, v in r.items() if k != "gpu_res"}, "res": {
+            s["label"]: math.log(fit._call_ms(s, dm) * 1e-3 / estimate(fit._candidate(s), s["m"], s["n"], s["k"], dm,
+                                                                       "float32", 4, 4, fit._variant(s)).call_s)
+            for s in rows}})
+    old = {**db, "model": {**db["model"], "residuals": earlier}}
+    new, report = fit.rebuild_residuals(old, [doc])
+    assert new == db and report["calls"] == 45 and report["residuals_checked"] == 90
+    slower = {**doc, "samples": [{**s, "gpu_ms": s["gpu_ms"] * 1.1} for s in doc["samples"]]}
+    with pytest.raises(AsmError, match="not the samples these coefficients were fitted on"):
+        fit.rebuild_residuals(old, [slower])
+    fewer = {**doc, "samples": [s for s in doc["samples"] if s["m"] != 128]}
+    with pytest.raises(AsmError, match="in none of the sweeps"):
+        fit.rebuild_residuals(old, [fewer])
 
 
 def test_the_fitted_model_picks_the_measured_best_and_the_database_says_so():
@@ -1406,7 +1502,7 @@ def test_an_empty_call_returns_before_the_model(fake_fp32_gemm, dispatch_dir, m,
     GPU's model holds (here a measured call near this one: the neighbours' log2 of the sizes)."""
     import asmgemm
     near = {"family": "sgemm", "variant": "nn:11:16/16", "m": 8, "n": 8, "k": 8, "plain": True,
-            "res": {"t128x128_k8": 0.1}}
+            "gpu_res": {"t128x128_k8": 0.1}}
     dispatch_dir("Fake GPU", residuals=[near])
     _, launches = fake_fp32_gemm
     a = np.zeros((8, 8), np.float32)[:m, :k].view(FakeArray)      # views of real rows: a stride of their own
@@ -1444,7 +1540,7 @@ def test_a_fit_keeps_the_other_families_of_the_gpus_database(tmp_path, run_cli):
     old = dict(database("Synthetic GPU", configs={"hgemm_mma:t128x128_w64x64": H100_FIT},
                         best={"hgemm_mma|nn|64x64x64|plain": "t128x128_w64x64"}, host_s=30e-6,
                         residuals=[{"family": "hgemm_mma", "variant": "nn:11:16/16", "m": 64, "n": 64, "k": 64,
-                                    "plain": True, "res": {"t128x128_w64x64": 0.1}}]),
+                                    "plain": True, "gpu_res": {"t128x128_w64x64": 0.1}}]),
                families=["hgemm_mma"], clock_hz=1e9, sms=FIT_SMS)
     out.write_text(json.dumps(old))
     samples = tmp_path / "sweep.json"

@@ -229,6 +229,15 @@ def _factor(row: dict) -> str:
     return f"{row['variant_factor']:.2f}" + (" (layout)" if row["factor_from"] == "layout" else "")
 
 
+def _neighbours(row: dict) -> str:
+    """The neighbours column: the factor the sweep's nearest calls give the blocks' time, then the
+    floors' ("f") where it is not 1 (cost_model.NEIGHBOURS)."""
+    blocks, floor = row["neighbours"], row["floor_neighbours"]
+    if blocks == 1.0 and floor == 1.0:
+        return "-"
+    return f"{blocks:.2f}" + (f" f{floor:.2f}" if floor != 1.0 else "")
+
+
 def _print(r: dict) -> None:
     console = make_console()
     c, kc = r["call"], r["kernel_call"]
@@ -279,6 +288,8 @@ def _print(r: dict) -> None:
                           f"kernel's {p['in_place_us']:.1f} us (GPU): "
                           f"{'in place' if p['in_place'] else 'the TMA kernel'} (runtime/path_model.py)")
     console.print(f"  coefficients: {r['model']}")
+    console.print("  neighbours: measured / modelled GPU time on the sweep's nearest calls, on the term each was "
+                  "measured against: the blocks' time, or (f) the floors'; call us = the GPU time so corrected + host us")
     layout, vec, widths = (r["load_variant"].split(":") + ["", ""])[:3]
     console.print(f"  load variant {r['load_variant']}: layout {layout}, 128-bit loads of A and B {' and '.join(vec) or '-'}, "
                   f"copy widths {widths.replace('/', ' and ')} bytes; the 'variant' column is its factor on a block's "
@@ -288,7 +299,7 @@ def _print(r: dict) -> None:
                   f"  params={r['pick_params']}")
     t = Table(show_edge=False, pad_edge=False)
     for col in ("config", "kernel", "tile", "tiles/slots", "waves", "k steps", "variant", "block us", "load us",
-                "sum", "split us", "host us", "call us", "why"):
+                "sum", "split us", "host us", "neighbours", "call us", "why"):
         # (the numbers never wrap: the reasons take what the terminal's width leaves)
         t.add_column(col, justify="left" if col in ("config", "kernel", "sum", "why") else "right",
                      no_wrap=col not in ("config", "sum", "why"))
@@ -296,5 +307,6 @@ def _print(r: dict) -> None:
         t.add_row(row["config"], row["kernel"], "x".join(map(str, row["tile"])), f"{row['tiles']}/{row['slots']}",
                   f"{row['waves']:.2f}", str(row["k_steps"]), _factor(row), f"{row['block_us']:.1f}",
                   f"{row['load_us']:.1f}" if row["load_us"] else "-", row["reduce"] or "-",
-                  f"{row['split_us']:.1f}", f"{row['host_us']:.1f}", f"{row['call_us']:.1f}", row["why"])
+                  f"{row['split_us']:.1f}", f"{row['host_us']:.1f}", _neighbours(row), f"{row['call_us']:.1f}",
+                  row["why"])
     console.print(t)

@@ -249,25 +249,35 @@ class Estimate:
     split_s: float
     host_s: float
     fitted: bool
-    correction: float = 1.0          # the neighbours' factor (neighbour_factors)
+    correction: float = 1.0          # the neighbours' factor on the blocks' time (neighbour_factors)
     load_s: float = 0.0              # the load floor (loaded_bytes at the configuration's load rate)
     launch_s: float = 0.0            # c, the launch's own fixed time (in compute_s)
     variant_factor: float = 1.0      # the K steps' factor for the call's load variant (ConfigFit.factor_from)
     factor_from: str = "none"        # "variant", "layout" (the variant was never swept) or "none"
+    floor_correction: float = 1.0    # the neighbours' factor on the floors (memory and load)
 
     @property
     def gpu_s(self) -> float:
         return max(self.compute_s, self.memory_s, self.load_s) + self.split_s
 
     @property
-    def call_s(self) -> float:
-        return (self.gpu_s + self.host_s) * self.correction
+    def floor_binds(self) -> bool:
+        """Whether a floor, not the blocks, sets the corrected GPU time."""
+        return max(self.memory_s, self.load_s) * self.floor_correction > self.compute_s * self.correction
 
     @property
     def corrected_gpu_s(self) -> float:
-        """The GPU time as the neighbours correct the call (what the path model weighs kernels of
-        two families by: their raw estimates can be 1.5x off where the sweep measured nearby)."""
-        return self.gpu_s * self.correction
+        """The GPU time as the neighbours correct it (NEIGHBOURS below: each factor scales the term it
+        was measured against, and the split with whichever binds); what the path model weighs
+        kernels of two families by, since raw estimates can be 1.5x off where the sweep measured
+        nearby."""
+        blocks = self.compute_s * self.correction
+        floor = max(self.memory_s, self.load_s) * self.floor_correction
+        return max(blocks, floor) + self.split_s * (self.floor_correction if floor > blocks else self.correction)
+
+    @property
+    def call_s(self) -> float:
+        return self.corrected_gpu_s + self.host_s
 
     @property
     def waves(self) -> float:
@@ -284,7 +294,8 @@ class Estimate:
                 "split_us": round(self.split_s * 1e6, 3),
                 "host_us": round(self.host_s * 1e6, 3), "gpu_us": round(self.gpu_s * 1e6, 3),
                 "call_us": round(self.call_s * 1e6, 3), "fitted": self.fitted,
-                "neighbours": round(self.correction, 4), "variant_factor": round(self.variant_factor, 4),
+                "neighbours": round(self.correction, 4), "floor_neighbours": round(self.floor_correction, 4),
+                "floor_binds": self.floor_binds, "variant_factor": round(self.variant_factor, 4),
                 "factor_from": self.factor_from}
 
 
@@ -406,20 +417,62 @@ _CLUSTER_KEY = re.compile(r"(\d+)x(\d+)")     # cluster_key's form (a database o
 
 # Neighbours: the model's error on a measured call is mostly shared by calls near it (the same
 # layout and load variant, sizes within a few factors of two), so a candidate's estimate is scaled
-# by its measured/modelled ratio on the nearest sweep calls, weighted by closeness and shrunk toward
-# 1 (NEIGHBOUR_PRIOR: as if that much more weight had no error). Distance: the sum over M, N, K of
-# |log2 ratio|, plus 1 for another load variant of the same layout; calls farther than
+# by its measured/modelled GPU time on the nearest sweep calls, weighted by closeness and shrunk
+# toward 1 (NEIGHBOUR_PRIOR: as if that much more weight had no error). Distance: the sum over M, N,
+# K of |log2 ratio|, plus 1 for another load variant of the same layout; calls farther than
 # NEIGHBOUR_RADIUS, or of another family, layout or plain/fused kind, do not count.
+#
+# Each ratio scales the term it was measured against: where the model's blocks bound the sample
+# (compute over both floors), the call's blocks; where a floor bound it, the call's floors; the
+# split goes with whichever binds (Estimate.corrected_gpu_s); the host time with neither (the sweep
+# does not measure it per call: fit._call_ms). Until 2026-11-30 one ratio of call times scaled the
+# whole call, floors and host included. On the GPU that measured it the two agree wherever one term
+# binds on both sides; on another GPU (the model alone: the H200's TMA sweep priced on the H100's
+# DRAM, 3.35 TB/s against 4.8) the floors are not the ones the ratio was measured against, and a
+# blocks' ratio on a call at the DRAM floor ranked the candidates by how far the H200's model was off
+# for each: 8 x 28672 x 4096 nt went from ct_t128x64_st_k4 (69.6 us on the H200) to t128x128_st_k2
+# (84.0) on a difference of 1% (docs/log/dispatch.md, "The neighbours' factor on its own term").
 NEIGHBOURS = 4
 NEIGHBOUR_RADIUS = 4.0
 NEIGHBOUR_PRIOR = 0.5
+ANY_CONFIG = "*"        # the DRAM floor's factor pooled over every configuration measured at it
+
+
+@dataclass(frozen=True)
+class NeighbourFactors:
+    """label -> the factor the nearest sweep calls give that candidate's blocks, and its floors."""
+    blocks: dict = field(default_factory=dict)
+    floor: dict = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.blocks or self.floor)
+
+    def applied(self, e: Estimate) -> Estimate:
+        """`e` with its factors (factor_for: its label's, else its split kind's, else its
+        configuration's); a floor the sweep never saw this configuration held to near here takes
+        the DRAM floor's factor of every configuration it did (ANY_CONFIG): how far the GPU streams
+        under its nominal rate is mostly the GPU's, and a candidate left at 1 there would win every
+        tie at the floor against the ones measured at it."""
+        label = e.candidate.label
+        return replace(e, correction=factor_for(self.blocks, label),
+                       floor_correction=factor_for(self.floor, label, self.floor.get(ANY_CONFIG, 1.0)))
+
+
+def residual_entry(e: Estimate, measured_gpu_s: float) -> tuple[float, str | None]:
+    """(log of measured / modelled GPU time, the floor that bound the model: "dram", "load" or None
+    where the blocks did) of one timed candidate: what a sweep's call stores for its neighbours
+    (fit._residuals)."""
+    ratio = math.log(measured_gpu_s / e.gpu_s)
+    if max(e.memory_s, e.load_s) <= e.compute_s:
+        return ratio, None
+    return ratio, "dram" if e.memory_s >= e.load_s else "load"
 
 
 def neighbour_factors(dm: DeviceModel, family: str, variant: str | None, m: int, n: int, k: int,
-                      plain: bool) -> dict[str, float]:
-    """label -> the factor the nearest sweep calls give that candidate's modelled call time."""
+                      plain: bool) -> NeighbourFactors:
+    """The factors the nearest sweep calls give each candidate's blocks and floors."""
     if not dm.residuals or variant is None or min(m, n, k) < 1:
-        return {}
+        return NeighbourFactors()
     layout = variant_layout(variant)
     near = []
     lm, ln, lk = math.log2(m), math.log2(n), math.log2(k)
@@ -431,18 +484,24 @@ def neighbour_factors(dm: DeviceModel, family: str, variant: str | None, m: int,
         if d <= NEIGHBOUR_RADIUS:
             near.append((d, r))
     near.sort(key=lambda t: t[0])
-    sums: dict[str, list[float]] = {}
+    sums: dict[str, dict[str, list[float]]] = {"blocks": {}, "floor": {}}
     for d, r in near[:NEIGHBOURS]:
         w = 1.0 / (1.0 + d) ** 2
-        for label, res in r["res"].items():
+        floors = r.get("floor", {})
+        for label, res in r["gpu_res"].items():
+            term = sums["floor" if label in floors else "blocks"]
             # the label itself, its kind (the configuration with any split of the same
             # reduction), which a split count the sweep did not time near here falls back on, and
-            # the configuration at any split, for a kind it did not time near here either
-            for key in {label, split_kind(label), config_kind(label)}:
-                acc = sums.setdefault(key, [0.0, 0.0])
+            # the configuration at any split, for a kind it did not time near here either; a DRAM
+            # floor's also pooled over the configurations (ANY_CONFIG; a load floor is the
+            # configuration's own rate)
+            keys = {label, split_kind(label), config_kind(label)} | ({ANY_CONFIG} if floors.get(label) == "dram" else set())
+            for key in keys:
+                acc = term.setdefault(key, [0.0, 0.0])
                 acc[0] += w * res
                 acc[1] += w
-    return {label: math.exp(s / (wt + NEIGHBOUR_PRIOR)) for label, (s, wt) in sums.items()}
+    return NeighbourFactors(*({label: math.exp(s / (wt + NEIGHBOUR_PRIOR)) for label, (s, wt) in sums[t].items()}
+                              for t in ("blocks", "floor")))
 
 
 def split_kind(label: str) -> str:
@@ -460,10 +519,10 @@ def config_kind(label: str) -> str:
     return label.partition("/")[0] + "/*"
 
 
-def factor_for(factors: dict[str, float], label: str) -> float:
+def factor_for(factors: dict[str, float], label: str, default: float = 1.0) -> float:
     """A candidate's neighbour factor: its own, else its split kind's, else its configuration's at
-    any split (the sweep timed it near here only in another split kind), else 1."""
-    return factors.get(label, factors.get(split_kind(label), factors.get(config_kind(label), 1.0)))
+    any split (the sweep timed it near here only in another split kind), else `default`."""
+    return factors.get(label, factors.get(split_kind(label), factors.get(config_kind(label), default)))
 
 
 def rank(cands: list[Candidate], m: int, n: int, k: int, dm: DeviceModel, dtype: str, c_bytes: int,
@@ -479,7 +538,7 @@ def rank(cands: list[Candidate], m: int, n: int, k: int, dm: DeviceModel, dtype:
     factors = neighbour_factors(dm, family or (cands[0].family if cands else ""), nv, nm, nn, k, plain)
     ests = [estimate(c, m, n, k, dm, dtype, c_bytes, ab_bytes, variant, batch, extra_tile_rows) for c in cands]
     if factors:
-        ests = [replace(e, correction=factor_for(factors, e.candidate.label)) for e in ests]
+        ests = [factors.applied(e) for e in ests]
     return sorted(ests, key=rank_key)
 
 

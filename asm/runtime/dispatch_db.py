@@ -112,6 +112,12 @@ def model_from(data: dict, source: str, path: Path | None = None, family: str | 
     own = m.get("family_terms", {}).get(family) if family else None
     if own:
         m = {**m, **own}
+    # neighbours of the earlier form (ratios of call times, "res", until 2026-11-30) are not read:
+    # cost_model now scales the term each ratio was measured against, which that form does not say
+    residuals = [r for r in m.get("residuals", []) if isinstance(r, dict) and "gpu_res" in r]
+    if len(residuals) < len(m.get("residuals", [])):
+        source += (f"; {len(m['residuals']) - len(residuals)} of its neighbours are of an earlier form and unused "
+                   "(tools/rebuild_residuals.py rewrites them from the sweeps it was fitted on)")
     try:
         return DeviceModel(
             gpu=data["gpu"], sms=int(data["sms"]), clock_hz=float(data["clock_hz"]),
@@ -129,7 +135,7 @@ def model_from(data: dict, source: str, path: Path | None = None, family: str | 
                                   float(v.get("launch_fixed_s", 0.0)))
                      for k, v in m["configs"].items()},
             cluster_slots={k: int(v) for k, v in m.get("cluster_slots", {}).items()}, source=source,
-            residuals=list(m.get("residuals", [])))
+            residuals=residuals)
     except (KeyError, TypeError, ValueError) as exc:
         where = str(path) if path is not None else f"the dispatch database of {data.get('gpu')}"
         raise AsmError(f"{where}: a model entry is malformed ({type(exc).__name__}: {exc})",

@@ -22,9 +22,10 @@ from dataclasses import replace
 from ..errors import AsmError
 from ..kernel_spec import DTYPE_ITEMSIZE, get_spec
 from ..runtime.catalog import Candidate, label_parts
-from ..runtime.cost_model import (RETIRED_VARIANT, ConfigFit, DeviceModel, cluster_key, estimate, factor_for,
-                                  loaded_bytes, neighbour_factors, rank_key, split_host_s, variant_layout, variant_of)
-from ..runtime.dispatch_db import FORMAT, exact_key, model_to_json
+from ..runtime.cost_model import (RETIRED_VARIANT, ConfigFit, DeviceModel, cluster_key, estimate, loaded_bytes,
+                                  neighbour_factors, rank_key, residual_entry, split_host_s, variant_layout,
+                                  variant_of)
+from ..runtime.dispatch_db import FORMAT, exact_key, model_from, model_to_json
 from ..runtime.plan import fresh_plan
 from ..runtime.split_k import hybrid_cluster
 
@@ -387,18 +388,23 @@ def load_rates(samples: list[dict]) -> dict[str, float]:
 
 
 def _residuals(dm: DeviceModel, samples: list[dict]) -> list[dict]:
-    """Per measured call: log(measured call time / modelled) of each candidate timed there (the
-    neighbours cost_model.rank corrects with)."""
+    """Per measured call: log(measured GPU time / modelled) of each candidate timed there, and the
+    floor that bound the model for those a floor bound ("dram" or "load"; the neighbours
+    cost_model.rank corrects with: each ratio scales the term it was measured against)."""
     out = []
     for key, rows in _by_call(samples).items():
         s0 = rows[0]
         variant, m, n = _call_sizes(s0)
-        res = {}
+        res, floor = {}, {}
         for s in rows:
             e = estimate(_candidate(s), s["m"], s["n"], s["k"], dm, *_sizes(s), _variant(s))
-            res[s["label"]] = round(math.log(_call_ms(s, dm) * 1e-3 / e.call_s), 4)
+            ratio, bound = residual_entry(e, s["gpu_ms"] * 1e-3)
+            res[s["label"]] = round(ratio, 4)
+            floor.pop(s["label"], None)
+            if bound:
+                floor[s["label"]] = bound
         out.append({"family": s0["family"], "variant": variant, "m": m, "n": n, "k": s0["k"], "plain": True,
-                    "res": res})
+                    "gpu_res": res, **({"floor": dict(sorted(floor.items()))} if floor else {})})
     return out
 
 
@@ -435,8 +441,8 @@ def evaluate(dm: DeviceModel, samples: list[dict], dtype: str = "float32", c_byt
         s0 = rows[0]
         variant, m, n = _call_sizes(s0)
         factors = neighbour_factors(dm, s0["family"], variant, m, n, s0["k"], True)
-        ests = [(replace(estimate(_candidate(s), s["m"], s["n"], s["k"], dm, dtype, c_bytes, ab_bytes, _variant(s)),
-                         correction=factor_for(factors, s["label"])), s) for s in rows]
+        ests = [(factors.applied(estimate(_candidate(s), s["m"], s["n"], s["k"], dm, dtype, c_bytes, ab_bytes,
+                                          _variant(s))), s) for s in rows]
         pick = min(ests, key=lambda t: rank_key(t[0]))[1]
         ratio = _call_ms(pick, dm) / _call_ms(best, dm)
         ratios.append(ratio)
@@ -449,6 +455,53 @@ def evaluate(dm: DeviceModel, samples: list[dict], dtype: str = "float32", c_byt
             "worst": sorted(misses, key=lambda m: -m["slower"])[:10]}
 
 
+def usable_samples(docs: list[dict]) -> list[dict]:
+    """The samples of sweep documents that a fit takes: none of a load variant the kernels no
+    longer make (it timed code that no call runs now)."""
+    every = [s for d in docs for s in d["samples"]]
+    return [s for s in every if not RETIRED_VARIANT.search(_variant(s))
+            and not RETIRED_VARIANT.search(s.get("call_variant") or "")]
+
+
+def rebuild_residuals(db: dict, docs: list[dict]) -> tuple[dict, dict]:
+    """(the database with its neighbours' residuals recomputed from the sweeps it was fitted on, at
+    its own coefficients, none refitted; a report): for a database written before the residuals'
+    present form (cost_model.residual_entry), or whose coefficients were kept when the fit's code
+    moved on (the H100's: docs/log/dispatch.md). Every call of the stored residuals must be in the
+    sweeps, and where the stored ones are of the earlier form (call times, "res") each must come
+    out as stored, so that sweeps of another fit cannot pass for its own."""
+    samples = usable_samples(docs)
+    stored = {(r["family"], r["variant"], r["m"], r["n"], r["k"]): r for r in db["model"].get("residuals", [])}
+    rebuilt, checked, worst = [], 0, 0.0
+    for fam in db.get("families", []):
+        dm = model_from(db, "rebuild", None, fam)
+        for rows in _by_call([s for s in samples if s["family"] == fam]).values():
+            s0 = rows[0]
+            variant, m, n = _call_sizes(s0)
+            old = stored.pop((fam, variant, m, n, s0["k"]), None)
+            if old is None:
+                raise AsmError(f"the sweeps time {fam} {variant} {m}x{n}x{s0['k']}, a call the database was not "
+                               "fitted on: give the sweeps it was fitted on")
+            # the earlier form: log(call time measured / modelled), host time the model's; a label
+            # timed twice (a call in two sweeps) keeps its last sample's, as _residuals does
+            earlier = {s["label"]: math.log(_call_ms(s, dm) * 1e-3 / estimate(
+                _candidate(s), s["m"], s["n"], s["k"], dm, *_sizes(s), _variant(s)).call_s) for s in rows}
+            for label, value in earlier.items() if "res" in old else ():
+                worst = max(worst, abs(old["res"].get(label, math.inf) - value))
+                checked += 1
+            rebuilt.extend(_residuals(dm, rows))
+    if stored:
+        family, variant, m, n, k = next(iter(stored))
+        raise AsmError(f"{len(stored)} of the database's calls are in none of the sweeps (e.g. {family} {variant} "
+                       f"{m}x{n}x{k}): give every sweep it was fitted on")
+    if worst > 2e-4:
+        raise AsmError(f"the sweeps do not give the database's stored residuals (off by up to {worst:.4g} in log): "
+                       "they are not the samples these coefficients were fitted on")
+    model = {**db["model"], "residuals": rebuilt}
+    return {**db, "model": model}, {"calls": len(rebuilt), "residuals_checked": checked,
+                                    "worst_log_difference": round(worst, 6)}
+
+
 def make_database(docs: list[dict]) -> tuple[dict, dict]:
     """(the dispatch database, the fit report) from one GPU's sweep documents: the held-out check
     (fit on 3 of 4 calls, judged on the 4th), then the model refitted on every call, and the best
@@ -459,9 +512,7 @@ def make_database(docs: list[dict]) -> tuple[dict, dict]:
     doc = dict(docs[0])
     families = sorted({d["family"] for d in docs})
     every = [s for d in docs for s in d["samples"]]
-    # a sample of a load variant the kernels no longer make timed code that no call runs now
-    samples = [s for s in every if not RETIRED_VARIANT.search(_variant(s))
-               and not RETIRED_VARIANT.search(s.get("call_variant") or "")]
+    samples = usable_samples(docs)
     dtypes = {fam: _family_sizes(fam) for fam in families}
     train = [s for s in samples if not _held_out(_call_key(s))]
     test = [s for s in samples if _held_out(_call_key(s))]

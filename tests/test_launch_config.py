@@ -168,7 +168,8 @@ def test_an_aligned_deep_k_call_over_few_outputs_runs_in_place(m, n, k, layout):
     p = cfg.path
     assert cfg.spec.name == "hgemm_mma" and cfg.copied == (0, 0)
     assert p.copies == 0 and not p.narrow_c and p.in_place
-    assert p.in_place_s * p.margin <= p.tma_kernel_s and p.margin == pytest.approx(path_model.aligned_margin())
+    assert p.in_place_s * p.margin <= p.tma_kernel_s
+    assert p.margin == pytest.approx(path_model.aligned_margin(p.tma_kernel_s, p.in_place_s))
 
 
 @needs_ptxas

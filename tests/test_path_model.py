@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import math
+
 import pytest
 
 from asmgemm.runtime import path_model
@@ -170,11 +172,17 @@ def test_in_place_off_keeps_the_tma_kernel_inside_and_restores_the_decision_afte
 
 
 # ---- operands TMA reads in place: the two kernels' picks by the cost model -------------------------
-def test_the_margin_is_the_two_estimates_errors_combined():
-    assert path_model.aligned_margin(0.3, 0.4) == pytest.approx(2.718281828 ** 0.5)
-    assert path_model.aligned_margin() == pytest.approx(
-        2.718281828 ** ((path_model.TMA_PICK_RMS_LOG ** 2 + path_model.IN_PLACE_RMS_LOG ** 2) ** 0.5))
-    assert 1.2 < path_model.aligned_margin() < 1.6
+def test_the_margin_is_the_two_estimates_errors_at_their_sizes_combined():
+    """e^hypot of each estimate's rms log error at its own size: a 3-4-5 triangle gives e^0.5; the
+    shipped tables give a narrower margin on tiny calls than on long ones, and never a narrower one
+    for a longer in-place estimate (launch_config's shortcut weighs the fastest candidate only)."""
+    tables = dict(tma_table=((1e-5, 0.3), (math.inf, 0.6)), in_place_table=((1e-5, 0.4), (math.inf, 0.8)))
+    assert path_model.aligned_margin(5e-6, 5e-6, **tables) == pytest.approx(math.e ** 0.5)
+    assert path_model.aligned_margin(5e-6, 2e-5, **tables) == pytest.approx(math.e ** math.hypot(0.3, 0.8))
+    tiny, long = path_model.aligned_margin(5e-6, 4e-6), path_model.aligned_margin(40e-6, 30e-6)
+    assert 1.1 < tiny < long < 1.6
+    margins = [path_model.aligned_margin(10e-6, s * 1e-6) for s in range(1, 100)]
+    assert margins == sorted(margins)
 
 
 def test_an_aligned_call_runs_in_place_only_where_it_wins_by_the_margin():

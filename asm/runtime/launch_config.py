@@ -363,14 +363,13 @@ def _in_place_or(spec: KernelSpec, plan: LaunchPlan, tma_plan: LaunchPlan, items
     other = _other_kernel(spec, spec.in_place, "names in_place", bias, act, facts.target)
     if other is None:
         return spec, None
-    tma_s = margin = None
+    tma_s = None
     if spec.configs:
         # the TMA kernel's catalog ranked by the cost model, as configure runs it (C^T entries on
         # the C^T launch): its pick's modelled GPU time is the TMA side, copies or none
         tma_s = _catalog_gpu_s(rank_catalog(spec, tma_plan), facts, bias is None and act == 0)
         if tma_s is None:
             return spec, None
-        margin = path_model.aligned_margin() if aligned else None
     elif aligned:
         return spec, None           # no model of a TMA kernel without a catalog to weigh
 
@@ -386,7 +385,7 @@ def _in_place_or(spec: KernelSpec, plan: LaunchPlan, tma_plan: LaunchPlan, items
                                  gpu=facts.name, target=facts.target, sms=facts.sm_count, plain=plain,
                                  clock_hz=facts.clock_hz, dram_bytes_per_s=facts.dram_bytes_per_s)
         fastest = min((e.corrected_gpu_s for e in choice.ranked), default=None)
-        if aligned and fastest is not None and fastest * margin > tma_s:
+        if aligned and fastest is not None and fastest * path_model.aligned_margin(tma_s, fastest) > tma_s:
             # no candidate can win by the margin, whichever builds: weighed on the model's pick, so
             # the TMA kernel keeps the call without a build of the in-place kernel (ptxas's seconds
             # on a cold cache, most calls)
@@ -407,7 +406,7 @@ def _in_place_or(spec: KernelSpec, plan: LaunchPlan, tma_plan: LaunchPlan, items
         if in_place_s is None:
             return spec, None       # no catalog estimate of the in-place kernel to weigh
         decision = path_model.decide(tma_plan.m, tma_plan.n, plan.k, 0, model, copies=0, in_place_s=in_place_s,
-                                     tma_s=tma_s, margin=margin)
+                                     tma_s=tma_s, margin=path_model.aligned_margin(tma_s, in_place_s))
     else:
         decision = path_model.decide(tma_plan.m, tma_plan.n, plan.k, copied, model, tile, copies=len(unread),
                                      in_place_s=in_place_s, c_bytes=c_bytes, c_wide=c_wide,

@@ -28,8 +28,8 @@ GEMM in place; at 1000^3 the copies' host work alone costs more than the in-plac
 
 Operands TMA reads in place (aligned rows, C in whole 16-byte pieces) are weighed too, kernel against
 kernel: the cost model's time of the TMA kernel's pick against that of the in-place kernel's pick,
-the in-place kernel running only where its time times the two estimates' combined error
-(`aligned_margin`) is still the shorter. The deep-K calls over few outputs are why: the TMA kernel
+the in-place kernel running only where its time times the two estimates' combined error at their
+sizes (`aligned_margin`) is still the shorter. The deep-K calls over few outputs are why: the TMA kernel
 splits K at most 4 ways where the in-place catalog splits 50-60 ways (16x16x13344 tt on the H200:
 22.8 us on the TMA kernel, 8.9 in place; docs/log/dispatch.md).
 
@@ -135,25 +135,36 @@ def in_place_path_s(m: int, n: int, k: int, c: PathCoefficients, tile: tuple[int
     return 2 * tiles * tm * tn * k / (c.in_place_flops * fill)
 
 
-# The TMA kernel's side of an aligned call: the modelled GPU time of its catalog's pick (cost_model.py,
-# the neighbours' correction included) against the measured, on the calls held out of the H200's fit
-# (217 calls of the sweep, 2026-11-29, docs/log/dispatch.md "A launch's own time"): rms log error
-# 0.133 (mean -0.027), since each configuration's launch has a fixed time of its own in the fit (0.261,
-# mean -0.125, with a least-time floor in its place). The refit of 2026-11-30 (ct_t128x192_st, 283
-# held-out calls, "A few tile rows over a large B") gives 0.130 (mean -0.027): the margin moves 0.2%,
-# so the constant stays, and the choices tools/choice_ab.py timed are the ones that ship.
-TMA_PICK_RMS_LOG = 0.133
-# The cost model's in-place estimate against the in-place kernel's measured GPU time (rms of log(estimate
-# / measured)): 0.216 on 180 aligned H200 calls at the configuration each ran (2026-11-29; the model
-# refitted with a lone block's two shares, the variants' factor on the K steps, centred: cost_model.py).
-IN_PLACE_RMS_LOG = 0.216
+# The two estimates' errors, by how long each estimate is (rms of log(estimate / measured) over the
+# calls whose estimate is under each bound, seconds): the error grows with the call, and one rms for
+# all sizes (the constants 0.133 and 0.216 until 2026-11-30) made the margin on tiny aligned calls,
+# where both estimates are good to 7-14%, as wide as on 30 us ones, where the in-place one errs by
+# 28%: tiny calls the in-place kernel runs 10-20% faster stayed on the TMA kernel (docs/log/dispatch.md,
+# "The neighbours' factor on its own term"). Both tables are of the cost model whose neighbours scale
+# the term they were measured against (cost_model.py, 2026-11-30).
+# The TMA kernel's side: the modelled GPU time of its catalog's pick (neighbours included) against
+# the measured, on the 283 calls held out of the H200's fit ("A few tile rows over a large B"):
+# 126 / 78 / 79 calls (all sizes: 0.117).
+TMA_PICK_RMS_LOG = ((8e-6, 0.072), (16e-6, 0.125), (math.inf, 0.159))
+# The in-place kernel's: the estimate the path weighs against its measured GPU time, on 180 aligned
+# H200 calls of training seeds (`git show a3d138b:tools/data/path_aligned_h200.json.gz`, random_9154-
+# 9156): 74 / 65 / 41 calls (all sizes: 0.209).
+IN_PLACE_RMS_LOG = ((8e-6, 0.144), (16e-6, 0.218), (math.inf, 0.280))
 
 
-def aligned_margin(tma_rms_log: float = TMA_PICK_RMS_LOG, in_place_rms_log: float = IN_PLACE_RMS_LOG) -> float:
+def rms_log_at(table: tuple, estimate_s: float) -> float:
+    """The rms log error of an estimate of `estimate_s` seconds (TMA_PICK_RMS_LOG, IN_PLACE_RMS_LOG)."""
+    return next(rms for bound, rms in table if estimate_s < bound)
+
+
+def aligned_margin(tma_s: float, in_place_s: float, tma_table: tuple = TMA_PICK_RMS_LOG,
+                   in_place_table: tuple = IN_PLACE_RMS_LOG) -> float:
     """The factor by which the in-place estimate must beat the TMA kernel's: e^(the two estimates'
-    rms log errors combined), 1.29 (a move is made where the model's advantage exceeds one standard
-    error of the difference, not on its point estimate)."""
-    return math.exp(math.hypot(tma_rms_log, in_place_rms_log))
+    rms log errors at their sizes, combined): 1.17 where both are under 8 us, 1.38 past 16 (a move
+    is made where the model's advantage exceeds one standard error of the difference, not on its
+    point estimate). It does not fall as in_place_s grows, so a candidate that cannot win by it
+    leaves every slower one unable to."""
+    return math.exp(math.hypot(rms_log_at(tma_table, tma_s), rms_log_at(in_place_table, in_place_s)))
 
 
 @dataclass(frozen=True)

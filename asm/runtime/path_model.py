@@ -148,7 +148,8 @@ def in_place_path_s(m: int, n: int, k: int, c: PathCoefficients, tile: tuple[int
 TMA_PICK_RMS_LOG = ((8e-6, 0.072), (16e-6, 0.125), (math.inf, 0.159))
 # The in-place kernel's: the estimate the path weighs against its measured GPU time, on 180 aligned
 # H200 calls of training seeds (`git show a3d138b:tools/data/path_aligned_h200.json.gz`, random_9154-
-# 9156): 74 / 65 / 41 calls (all sizes: 0.209).
+# 9156): 74 / 65 / 41 calls (all sizes: 0.209). Both trees' estimates on those calls and the choices
+# timed: tools/data/neighbours_2026-11-30/ (at the commit that adds it).
 IN_PLACE_RMS_LOG = ((8e-6, 0.144), (16e-6, 0.218), (math.inf, 0.280))
 
 

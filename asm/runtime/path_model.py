@@ -149,7 +149,7 @@ TMA_PICK_RMS_LOG = ((8e-6, 0.072), (16e-6, 0.125), (math.inf, 0.159))
 # The in-place kernel's: the estimate the path weighs against its measured GPU time, on 180 aligned
 # H200 calls of training seeds (`git show a3d138b:tools/data/path_aligned_h200.json.gz`, random_9154-
 # 9156): 74 / 65 / 41 calls (all sizes: 0.209). Both trees' estimates on those calls and the choices
-# timed: tools/data/neighbours_2026-11-30/ (at the commit that adds it).
+# timed: `git show ba85375:tools/data/neighbours_2026-11-30/`.
 IN_PLACE_RMS_LOG = ((8e-6, 0.144), (16e-6, 0.218), (math.inf, 0.280))
 
 

@@ -1,5 +1,5 @@
 """Files asmgemm reads and writes: `read_source` (a .sasm/.ptx file as text, or a located error),
-the one atomic-write helper and the one cache-folder lookup. Reading lives here, not in source.py,
+`read_json` (a JSON document, gzipped or not: sweep samples, kept measurements), the one atomic-write helper and the one cache-folder lookup. Reading lives here, not in source.py,
 because its errors are AsmErrors and errors.py builds on source.py's positions.
 
 Every output (PTX, cubin, JSON reports, the kernel and tuning caches, benchmark baselines) goes
@@ -21,6 +21,8 @@ What a destination may be:
 from __future__ import annotations
 
 import contextlib
+import gzip
+import json
 import os
 import secrets
 import stat
@@ -316,6 +318,22 @@ def write_atomic(path: str | os.PathLike, data: str | bytes, *, durable: bool = 
                  inputs: Iterable = ()) -> None:
     """Write one output: `write_files([(path, data)], ...)`."""
     write_files([(path, data)], inputs=inputs, durable=durable)
+
+
+# ---- reading a JSON document ---------------------------------------------------------------
+def read_json(path: str | Path, what: str = "a JSON document"):
+    """A .json or .json.gz file's document; a missing, damaged or invalid one is an AsmError that
+    names the file (and the line and column of invalid JSON)."""
+    name = str(path)
+    try:
+        raw = Path(path).read_bytes()
+        if name.endswith(".gz"):
+            raw = gzip.decompress(raw)
+        return json.loads(raw.decode("utf-8"))
+    except json.JSONDecodeError as exc:
+        raise AsmError(f"{name}:{exc.lineno}:{exc.colno}: error: not valid JSON: {exc.msg}") from None
+    except (OSError, UnicodeDecodeError, EOFError, ValueError) as exc:    # (gzip: a damaged stream)
+        raise AsmError(f"cannot read {what} {name}: {exc}") from None
 
 
 # ---- reading a source file -----------------------------------------------------------------

@@ -96,3 +96,23 @@ def test_dry_run_of_a_bfloat16_kernel(run_cli):
                              "-D", "GROUP_M=8", "-D", "CLUSTER_M=1", "-D", "CLUSTER_N=1")
     assert code == 0, err
     assert "candidates: 2" in out and "internal error" not in err
+
+
+def test_fit_reads_plain_and_gzipped_samples_and_names_a_bad_file(tmp_path, run_cli):
+    """files.read_json, what `tune --fit` and the tools read sweeps with: .json and .json.gz alike;
+    invalid JSON is located (file:line:col), a damaged gzip stream and a missing file are named."""
+    import gzip
+    from asmgemm.errors import AsmError
+    from asmgemm.files import read_json
+    doc = {"format": 1, "samples": []}
+    (tmp_path / "a.json").write_text(json.dumps(doc))
+    (tmp_path / "a.json.gz").write_bytes(gzip.compress(json.dumps(doc).encode()))
+    assert read_json(tmp_path / "a.json") == read_json(tmp_path / "a.json.gz") == doc
+    (tmp_path / "bad.json").write_text('{"format": 1,\n  "samples": [}')
+    with pytest.raises(AsmError, match=r"bad\.json:2:15: error: not valid JSON"):
+        read_json(tmp_path / "bad.json")
+    (tmp_path / "bad.json.gz").write_bytes(b"\x1f\x8b not gzip")
+    with pytest.raises(AsmError, match=r"cannot read sweep samples .*bad\.json\.gz"):
+        read_json(tmp_path / "bad.json.gz", "sweep samples")
+    code, _, err = run_cli("tune", "sgemm", "--fit", str(tmp_path / "missing.json"))
+    assert code != 0 and "missing.json" in err and "Traceback" not in err

@@ -18,7 +18,6 @@ layout's" (2026-11-29): 52 calls timed exhaustively on an H200, never fitted on,
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import shutil
@@ -26,14 +25,15 @@ import sys
 import tempfile
 from pathlib import Path
 
+from asmgemm.errors import AsmError
+from asmgemm.files import read_json
+
 
 def _read(path: str) -> dict:
-    opener = gzip.open if path.endswith(".gz") else open
     try:
-        with opener(path, "rt", encoding="utf-8") as fh:
-            return json.load(fh)
-    except (OSError, ValueError) as exc:
-        sys.exit(f"judge_model: cannot read {path}: {exc}")
+        return read_json(path)
+    except AsmError as exc:
+        sys.exit(str(exc))
 
 
 def expand(doc: dict) -> dict:

@@ -17,23 +17,21 @@ The shipped H200 file's sweeps are in git's history (docs/log/dispatch.md names 
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import sys
 from pathlib import Path
 
 from asmgemm.errors import AsmError
+from asmgemm.files import read_json
 from asmgemm.runtime.dispatch_db import write
 from asmgemm.tuning.fit import rebuild_residuals
 
 
 def _read(path: str) -> dict:
-    opener = gzip.open if path.endswith(".gz") else open
     try:
-        with opener(path, "rt", encoding="utf-8") as fh:
-            return json.load(fh)
-    except (OSError, ValueError) as exc:
-        sys.exit(f"rebuild_residuals: cannot read {path}: {exc}")
+        return read_json(path)
+    except AsmError as exc:
+        sys.exit(str(exc))
 
 
 def main() -> int:

@@ -2,8 +2,6 @@
 write the GPU's dispatch database (asm/tuning/sweep.py, asm/tuning/fit.py)."""
 from __future__ import annotations
 
-import gzip
-import json
 import time
 from pathlib import Path
 
@@ -12,6 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..bench.shapes import parse_shapes
 from ..errors import AsmError
+from ..files import read_json
 from ..runtime import dispatch, dispatch_db
 from ..tuning.fit import make_database
 from ..tuning.sweep import sweep
@@ -19,15 +18,7 @@ from .common import emit_json, make_console
 
 
 def _read_samples(path: str) -> dict:
-    try:
-        raw = Path(path).read_bytes()
-        if path.endswith(".gz"):
-            raw = gzip.decompress(raw)
-        doc = json.loads(raw.decode("utf-8"))
-    except json.JSONDecodeError as exc:
-        raise AsmError(f"{path}:{exc.lineno}:{exc.colno}: error: not valid JSON: {exc.msg}") from None
-    except (OSError, UnicodeDecodeError, EOFError, ValueError) as exc:    # (gzip: a damaged stream)
-        raise AsmError(f"cannot read sweep samples {path}: {exc}") from None
+    doc = read_json(path, "sweep samples")
     if not isinstance(doc, dict) or doc.get("format") != 1 or not isinstance(doc.get("samples"), list):
         raise AsmError(f"{path}: not sweep samples (write them with `asmgemm tune FAMILY --sweep SHAPES --samples FILE`)")
     timed, calls = doc.get("calls_timed"), doc.get("calls")

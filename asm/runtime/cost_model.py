@@ -420,7 +420,9 @@ _CLUSTER_KEY = re.compile(r"(\d+)x(\d+)")     # cluster_key's form (a database o
 # by its measured/modelled GPU time on the nearest sweep calls, weighted by closeness and shrunk
 # toward 1 (NEIGHBOUR_PRIOR: as if that much more weight had no error). Distance: the sum over M, N,
 # K of |log2 ratio|, plus 1 for another load variant of the same layout; calls farther than
-# NEIGHBOUR_RADIUS, or of another family, layout or plain/fused kind, do not count.
+# NEIGHBOUR_RADIUS, or of another family, layout or plain/fused kind, do not count. (Another layout's
+# calls at distance 1 gained the TMA family 6 of 283 held-out calls but moved presets to 1.5x slower:
+# docs/log/dispatch.md, "The neighbours' factor on its own term"; tools/data/neighbours_2026-11-30/ )
 #
 # Each ratio scales the term it was measured against: where the model's blocks bound the sample
 # (compute over both floors), the call's blocks; where a floor bound it, the call's floors; the

@@ -1,6 +1,7 @@
 """Files asmgemm reads and writes: `read_source` (a .sasm/.ptx file as text, or a located error),
-`read_json` (a JSON document, gzipped or not: sweep samples, kept measurements), the one atomic-write helper and the one cache-folder lookup. Reading lives here, not in source.py,
-because its errors are AsmErrors and errors.py builds on source.py's positions.
+`read_json` (a JSON document, gzipped or not: sweep samples, kept measurements), the one
+atomic-write helper and the one cache-folder lookup. Reading lives here, not in source.py, because
+its errors are AsmErrors and errors.py builds on source.py's positions.
 
 Every output (PTX, cubin, JSON reports, the kernel and tuning caches, benchmark baselines) goes
 through `write_files` (several outputs of one command, committed together) or `write_atomic`

@@ -288,8 +288,9 @@ def _print(r: dict) -> None:
                           f"kernel's {p['in_place_us']:.1f} us (GPU): "
                           f"{'in place' if p['in_place'] else 'the TMA kernel'} (runtime/path_model.py)")
     console.print(f"  coefficients: {r['model']}")
-    console.print("  neighbours: measured / modelled GPU time on the sweep's nearest calls, on the term each was "
-                  "measured against: the blocks' time, or (f) the floors'; call us = the GPU time so corrected + host us")
+    console.print("  neighbours: measured / modelled GPU time on the sweep's nearest calls, on the term each "
+                  "was measured against: the blocks' time, or (f) the floors'; call us = the GPU time so "
+                  "corrected + host us")
     layout, vec, widths = (r["load_variant"].split(":") + ["", ""])[:3]
     console.print(f"  load variant {r['load_variant']}: layout {layout}, 128-bit loads of A and B {' and '.join(vec) or '-'}, "
                   f"copy widths {widths.replace('/', ' and ')} bytes; the 'variant' column is its factor on a block's "

@@ -422,7 +422,8 @@ _CLUSTER_KEY = re.compile(r"(\d+)x(\d+)")     # cluster_key's form (a database o
 # K of |log2 ratio|, plus 1 for another load variant of the same layout; calls farther than
 # NEIGHBOUR_RADIUS, or of another family, layout or plain/fused kind, do not count. (Another layout's
 # calls at distance 1 gained the TMA family 6 of 283 held-out calls but moved presets to 1.5x slower:
-# docs/log/dispatch.md, "The neighbours' factor on its own term"; git show 6eb016e:tools/data/neighbours_2026-11-30/)
+# docs/log/dispatch.md, "The neighbours' factor on its own term";
+# git show 6eb016e:tools/data/neighbours_2026-11-30/)
 #
 # Each ratio scales the term it was measured against: where the model's blocks bound the sample
 # (compute over both floors), the call's blocks; where a floor bound it, the call's floors; the
@@ -497,8 +498,8 @@ def neighbour_factors(dm: DeviceModel, family: str, variant: str | None, m: int,
             # the configuration at any split, for a kind it did not time near here either; a DRAM
             # floor's also pooled over the configurations (ANY_CONFIG; a load floor is the
             # configuration's own rate)
-            keys = {label, split_kind(label), config_kind(label)} | ({ANY_CONFIG} if floors.get(label) == "dram" else set())
-            for key in keys:
+            keys = {label, split_kind(label), config_kind(label)}
+            for key in keys | {ANY_CONFIG} if floors.get(label) == "dram" else keys:
                 acc = term.setdefault(key, [0.0, 0.0])
                 acc[0] += w * res
                 acc[1] += w

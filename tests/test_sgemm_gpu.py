@@ -86,6 +86,16 @@ def test_variants(variant, layout, m, n, k):
     _check(m, n, k, layout, params=variant)
 
 
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if v.get("ASYNC")], ids=_vid)
+@pytest.mark.parametrize("layout", ["nn", "nt", "tn", "tt"])
+@pytest.mark.parametrize("m,n,k", [(1000, 16, 48), (16, 1000, 48), (7, 5, 33)])
+def test_async_copies_nothing_past_the_edge(variant, layout, m, n, k):
+    """ASYNC=1 copies nothing for an MN-contiguous operand's columns past M or N (src-size 0:
+    zero-filled) where it used to clamp them onto the last ones: tiles much wider than the matrix,
+    the C columns they feed never stored."""
+    _check(m, n, k, layout, params=variant)
+
+
 @pytest.mark.parametrize("variant", VARIANTS, ids=_vid)
 def test_variants_scalar_loads_and_beta(variant):
     """Odd leading dimensions (scalar-load paths of every operand), beta != 0, a K tail."""

@@ -260,10 +260,15 @@ class Estimate:
     def gpu_s(self) -> float:
         return max(self.compute_s, self.memory_s, self.load_s) + self.split_s
 
+    def _corrected_terms(self) -> tuple[float, float]:
+        """(the blocks' time, the floors') as the neighbours correct them."""
+        return self.compute_s * self.correction, max(self.memory_s, self.load_s) * self.floor_correction
+
     @property
     def floor_binds(self) -> bool:
         """Whether a floor, not the blocks, sets the corrected GPU time."""
-        return max(self.memory_s, self.load_s) * self.floor_correction > self.compute_s * self.correction
+        blocks, floor = self._corrected_terms()
+        return floor > blocks
 
     @property
     def corrected_gpu_s(self) -> float:
@@ -271,8 +276,7 @@ class Estimate:
         was measured against, and the split with whichever binds); what the path model weighs
         kernels of two families by, since raw estimates can be 1.5x off where the sweep measured
         nearby."""
-        blocks = self.compute_s * self.correction
-        floor = max(self.memory_s, self.load_s) * self.floor_correction
+        blocks, floor = self._corrected_terms()
         return max(blocks, floor) + self.split_s * (self.floor_correction if floor > blocks else self.correction)
 
     @property

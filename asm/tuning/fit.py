@@ -482,13 +482,14 @@ def rebuild_residuals(db: dict, docs: list[dict]) -> tuple[dict, dict]:
             if old is None:
                 raise AsmError(f"the sweeps time {fam} {variant} {m}x{n}x{s0['k']}, a call the database was not "
                                "fitted on: give the sweeps it was fitted on")
-            # the earlier form: log(call time measured / modelled), host time the model's; a label
-            # timed twice (a call in two sweeps) keeps its last sample's, as _residuals does
-            earlier = {s["label"]: math.log(_call_ms(s, dm) * 1e-3 / estimate(
-                _candidate(s), s["m"], s["n"], s["k"], dm, *_sizes(s), _variant(s)).call_s) for s in rows}
-            for label, value in earlier.items() if "res" in old else ():
-                worst = max(worst, abs(old["res"].get(label, math.inf) - value))
-                checked += 1
+            if "res" in old:
+                # the earlier form: log(call time measured / modelled), host time the model's; a
+                # label timed twice (a call in two sweeps) keeps its last sample's, as _residuals does
+                earlier = {s["label"]: math.log(_call_ms(s, dm) * 1e-3 / estimate(
+                    _candidate(s), s["m"], s["n"], s["k"], dm, *_sizes(s), _variant(s)).call_s) for s in rows}
+                for label, value in earlier.items():
+                    worst = max(worst, abs(old["res"].get(label, math.inf) - value))
+                    checked += 1
             rebuilt.extend(_residuals(dm, rows))
     if stored:
         family, variant, m, n, k = next(iter(stored))

@@ -267,6 +267,23 @@ def test_a_split_in_clusters_fills_the_slots_the_driver_gives():
     assert e.call_s == pytest.approx(44.75e-6)
 
 
+def test_a_cluster_splits_last_wave_spreads_only_as_far_as_the_driver_places_clusters():
+    """S = 2 in clusters, 256 x 128: 4 blocks of 5 us, all a last wave. Where the driver places two
+    clusters of 2 a block an SM ("2x1": 4) the busiest SM holds one of its r = 2 (f = g = 0.5):
+    3.75 us. Where it places one ("2x1": 2, as the H100 does 105 blocks of clusters of 7, not 132),
+    the other shares an SM with it: a whole block's time, though 4 blocks would fit 4 SMs."""
+    dm = _model()
+    dm.cluster_slots["2x1"] = 4
+    spread = estimate(_cand(2, "cluster"), 256, 128, 256, dm, "float32", 4, 4)
+    assert (spread.tiles, spread.full_waves, spread.last_wave_blocks) == (4, 0, 4)
+    assert spread.compute_s == pytest.approx(3.75e-6)
+    dm.cluster_slots["2x1"] = 2
+    packed = estimate(_cand(2, "cluster"), 256, 128, 256, dm, "float32", 4, 4)
+    assert packed.compute_s == pytest.approx(5e-6)
+    # the unclustered launch of the same blocks spreads over every SM
+    assert estimate(_cand(), 256, 256, 128, dm, "float32", 4, 4).compute_s == pytest.approx(3.75e-6)
+
+
 def test_an_entrys_own_clusters_are_walked_whole_and_split_its_k():
     """An entry's cluster (ConfigEntry.cluster): 2 tile rows sharing B round 5 tile rows of 128 up to
     6 (24 tiles, not 20), in the slots clusters of 2 fill (6 at r = 2): 4 full waves of 9 us; 4 blocks

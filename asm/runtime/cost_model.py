@@ -14,7 +14,9 @@ slots (cluster candidates: the slots the driver says their clusters fill):
     waves      W = T // P full waves, then a last one of T mod P blocks, whose busiest SM holds
                j = ceil((T mod P) / SMs) blocks and takes a (g + (1 - g) j / r) + b s v (f + (1 - f)
                j / r): alone a block runs faster than with r - 1 neighbours, but not r times (f of
-               a full wave's time for its K steps, g for its fixed part)
+               a full wave's time for its K steps, g for its fixed part). Clusters spread over
+               fewer SMs than that: in place of SMs, the blocks the driver places one an SM
+               (cluster_slots at r = 1; the H100: 105 of clusters of 7, 110 of 5)
     compute    c + W t + last wave                        c: the launch's own fixed time, once a launch
                                                           whatever its blocks (its start and drain)
     memory     (A + B + C bytes) / DRAM bandwidth         a floor: no kernel beats the stream
@@ -346,8 +348,13 @@ def estimate(cand: Candidate, m: int, n: int, k: int, dm: DeviceModel, dtype: st
     full, rest = divmod(tiles, slots)
     compute = fit.launch_fixed_s + full * block
     if rest:
-        # the busiest SM of the last wave: its blocks, at most r
-        share = min(r, ceil_div(rest, min(dm.sms, slots))) / r
+        # the busiest SM of the last wave: its blocks, at most r. Clusters spread a block an SM
+        # only as far as the driver places them so (cluster_slots at r = 1: on the H100 105 blocks
+        # of clusters of 7, not 132), past that SMs take two
+        spread = min(dm.sms, slots)
+        if cand.cluster_size > 1:
+            spread = max(1, min(spread, cluster_slots(dm, cand, 1, spread)))
+        share = min(r, ceil_div(rest, spread)) / r
         g, f = fit.alone_fixed, fit.alone
         compute += fixed * (g + (1.0 - g) * share) + stepping * (f + (1.0 - f) * share)
     memory = ((m * k + k * n) * ab_bytes + m * n * c_bytes) * batch / dm.dram_bytes_per_s

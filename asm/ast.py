@@ -326,7 +326,13 @@ class ErrorDirective:
     span: Span
 
 
-Stmt = Union[Tune, ErrorDirective, Version, Target, AddressSize, RawDirective, Decl, Function, Label, Instr, Scope,
+@dataclass(slots=True)
+class PtxasAlternative:
+    options: str               # as written between the quotes: ptxas options, space-separated
+    span: Span
+
+
+Stmt = Union[Tune, ErrorDirective, PtxasAlternative, Version, Target, AddressSize, RawDirective, Decl, Function, Label, Instr, Scope,
              ConstDef, MacroDef, MacroCall, For, If, Include, Schedule, Control, RegsDecl]
 
 

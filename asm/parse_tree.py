@@ -448,6 +448,9 @@ class AstBuilder:
     def s_error_dir(self, t):
         return ast.ErrorDirective(_unquote(t.children[1].value), self.span(t))
 
+    def s_ptxas_alternative(self, t):
+        return ast.PtxasAlternative(_unquote(t.children[1].value), self.span(t))
+
     # ---- sub-parses ----------------------------------------------------------------------------
     def line_expr(self, tok: Token):
         return self.sub_parse(tok, "expr")

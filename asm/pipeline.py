@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from . import ast, build_memo, ir
+from . import ast, build_memo, ir, ptxas_choice
 from .emit import EmittedPtx, LineLayout, TRACE_MODES, emit_ptx
 from .errors import AsmError, Note
 from .expand import ExpandResult, expand
@@ -24,6 +24,7 @@ from .isa.arch import (DEFAULT_TARGET, FEATURE_USES, arch_for, check_features, i
                        required_features)
 from .parse import parse_source
 from .parse_fast import PLAIN_PTX_NODES, Statements
+from .ptxas_choice import PtxasChoice
 from .ptxas_names import locate as locate_named
 from .regalloc import Allocation, allocate
 from .sass.control_directive import ControlReport, apply_controls, has_controls
@@ -59,6 +60,8 @@ class BuildResult:
     target: str
     emitted: EmittedPtx
     includes: tuple[Path, ...] = ()    # every file the build `.include`d, as the expander found it
+    # `.ptxas_alternative` option sets: assemble() tries each beside ptxas's defaults (ptxas_choice.py)
+    ptxas_alternatives: tuple[tuple[str, ...], ...] = ()
 
     @property
     def input_files(self) -> list[Path]:
@@ -160,7 +163,8 @@ def _build(source: SourceFile, options: BuildOptions | None) -> BuildResult:
     emitted = emit_ptx(scheduled, target, trace=options.trace, source_name=source.path,
                        ptx_name=Path(source.path).with_suffix(".ptx").name, layout=layout)
     return BuildResult(source, options, tree, result.parameters, result.tunables, result.constants,
-                       allocated, allocation, scheduled, report, target, emitted, result.includes)
+                       allocated, allocation, scheduled, report, target, emitted, result.includes,
+                       result.ptxas_alternatives)
 
 
 def _top_level(tree: ast.Module) -> ast.Module:
@@ -300,24 +304,45 @@ class AssembleResult:
     warnings: list[str]
     log: str
     control: ControlReport | None = None   # what the `.control` directives did to ptxas's code
+    # which ptxas run shipped, where the source names `.ptxas_alternative`s (ptxas_choice.py)
+    ptxas_choice: PtxasChoice | None = None
+
+    @property
+    def ptxas_options(self) -> tuple[str, ...]:
+        return self.ptxas_choice.options if self.ptxas_choice is not None else ()
 
 
 def assemble(result: BuildResult, extra_args: list[str] | None = None) -> AssembleResult:
     """ptxas the build's PTX; ptxas errors become AsmErrors at the .sasm line that produced them.
     When the build has `.control` directives, the cubin returned is ptxas's with their control
     fields written and checked (sass/control_directive.py); a refused patch is an AsmError at the
-    directive, and no cubin comes back."""
+    directive, and no cubin comes back. When the source names `.ptxas_alternative`s, ptxas runs
+    with each as well and the run ptxas_choice.choose keeps is the one returned (its
+    `ptxas_choice` says which and why)."""
     assembled = _run_ptxas(result, extra_args)
+    if result.ptxas_alternatives:
+        assembled = _choose_run(result, extra_args, assembled)
     if not has_controls(result.scheduled):
         return assembled
+    args = list(extra_args or []) + list(assembled.ptxas_options)
     if result.options.trace == "ptx-lines":
         traced, traced_ptx = assembled.cubin, result.ptx      # the cubin carries its own line table
     else:
         traced_build = _traced(result)
-        traced, traced_ptx = _run_ptxas(traced_build, extra_args).cubin, traced_build.ptx
+        traced, traced_ptx = _run_ptxas(traced_build, args).cubin, traced_build.ptx
     report = apply_controls(result.scheduled, assembled.cubin, traced, traced_ptx, result.source.path,
                             result.target)
     return dataclasses.replace(assembled, cubin=report.cubin, control=report)
+
+
+def _choose_run(result: BuildResult, extra_args: list[str] | None, defaults: AssembleResult) -> AssembleResult:
+    """The build assembled with each `.ptxas_alternative` too; the run ptxas_choice.choose keeps."""
+    runs = [defaults] + [_run_ptxas(result, list(extra_args or []) + list(options))
+                         for options in result.ptxas_alternatives]
+    trials = [ptxas_choice.trial(options, run.cubin, result.target, run.kernels)
+              for options, run in zip(((),) + result.ptxas_alternatives, runs)]
+    choice = ptxas_choice.choose(trials)
+    return dataclasses.replace(runs[choice.chosen], ptxas_choice=choice)
 
 
 def _run_ptxas(result: BuildResult, extra_args: list[str] | None) -> AssembleResult:

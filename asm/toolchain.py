@@ -28,7 +28,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .errors import ToolchainError
+from .errors import AsmError, ToolchainError
 
 _EXTRA_FOR = {"ptxas": "cuda-tools", "nvdisasm": "cuda-tools"}
 _PIP_PACKAGE_FOR = {"ptxas": "nvidia-cuda-nvcc==13.0.88", "nvdisasm": "nvidia-cuda-nvdisasm"}
@@ -317,6 +317,32 @@ def _memo_write(path: Path, suffix: str, data: bytes) -> None:
     with os.fdopen(fd, "wb") as f:
         f.write(data)
     os.replace(tmp, path.with_suffix(suffix))
+
+
+# The ptxas options a source may ask to be assembled with as well (`.ptxas_alternative`): options
+# that change how ptxas allocates and schedules the same program, nothing that changes what the
+# cubin is for or where it goes. --register-usage-level: CUDA 12.8+ ptxas, "controls the
+# aggressiveness of optimizations that affect register usage" (ptxas --help; default 5).
+PTXAS_ALTERNATIVE_OPTIONS = {
+    "--register-usage-level": lambda v: v.isdigit() and 0 <= int(v) <= 10,
+    "--allow-expensive-optimizations": lambda v: v in ("true", "false"),
+}
+
+
+def parse_ptxas_alternative(text: str) -> tuple[str, ...]:
+    """The options of a `.ptxas_alternative "..."` line, each `--name=value` from
+    PTXAS_ALTERNATIVE_OPTIONS; AsmError (no span: the caller adds it) for anything else."""
+    allowed = ", ".join(f"{name}=..." for name in PTXAS_ALTERNATIVE_OPTIONS)
+    words = text.split()
+    if not words:
+        raise AsmError(f"'.ptxas_alternative' names no options (it takes {allowed})")
+    for word in words:
+        name, eq, value = word.partition("=")
+        check = PTXAS_ALTERNATIVE_OPTIONS.get(name)
+        if check is None or not eq or not check(value):
+            raise AsmError(f"'.ptxas_alternative': '{word}' is not an option it takes ({allowed}; "
+                           "--register-usage-level 0 to 10, --allow-expensive-optimizations true or false)")
+    return tuple(words)
 
 
 def run_ptxas(ptx: str, target: str = "sm_90", extra_args: list[str] | None = None,

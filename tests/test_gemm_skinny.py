@@ -232,7 +232,7 @@ def test_gemm_launches_the_named_kernel_and_says_so(fake_fp32_gemm):
     assert {k: v for k, v in ran.items() if k not in ("target", "params", "rerun_params")} == {
         "kernel": "sgemm_skinny", "entry": "gemm_skinny", "grid": (3, 1, 1), "block": (256, 1, 1), "tile": (4, 128),
         "cluster": 1, "splits": 1, "reduce": None, "c_trans": False, "copies": (), "a_ldg": False, "c_shifted": False,
-        "config": None, "chosen_by": "size rules", "sass_patch": None, "blocks_per_sm": None,
+        "config": None, "chosen_by": "size rules", "sass_patch": None, "ptxas_options": None, "blocks_per_sm": None,
         "clusters_at_once": None}
     assert ran["target"] == "sm_90" and ran["params"]["MR"] == "4", ran
     # params= that run this configuration again: the build's defines as integers, without the

@@ -47,7 +47,8 @@ DATA_PACKAGES = ["asmgemm.kernels_ptx.hgemm", "asmgemm.kernels_ptx.mma_gemm", "a
 # (ast, ir) and reading files; expressions, the parser cache and the ISA facts; the toolchain
 # (ptxas, nvdisasm) and the reader of a `.control` line; the accepted targets, the grammars' shared tree builder and ptxas's names; the
 # fast parser and the stages after expansion (register planner, scheduler, emitter); the parser
-# and the SASS inspector and patcher (whose hazard check reads the scheduler's latencies); the expander and the kernel specs; the pipeline that runs a build; the
+# and the SASS inspector and patcher (whose hazard check reads the scheduler's latencies); the expander, the kernel specs and the
+# choice among ptxas runs (which the inspector judges); the pipeline that runs a build; the
 # runtime; the library (benchmark, tuner); the command line.
 STAGE_RANK = {
     "version": 0, "source": 0, "grammar": 0, "kernels_ptx": 0, "list_view": 0, "environment": 0,
@@ -58,7 +59,7 @@ STAGE_RANK = {
     "targets": 5, "parse_tree": 5, "ptxas_names": 5,
     "parse_fast": 6, "regalloc": 6, "scheduler": 6, "emit": 6,
     "parse": 7, "sass": 7, "slow_ops": 7,
-    "expand": 8, "kernel_spec": 8,
+    "expand": 8, "kernel_spec": 8, "ptxas_choice": 8,
     "pipeline": 9,
     "runtime": 10,
     "bench": 11, "tuning": 11,

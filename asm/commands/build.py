@@ -55,12 +55,12 @@ def _build(file, output, cubin, trace, no_schedule, annotate, as_json, defines, 
     result = build_file(file, opts)
     cubin_bytes = None
     kernels = []
-    control = None
+    control = choice = None
     if cubin:
         asm = assemble(result)          # with `.control` directives: ptxas's code, patched and checked
         cubin_bytes = asm.cubin
         kernels = [k.to_json() for k in asm.kernels]
-        control = asm.control
+        control, choice = asm.control, asm.ptxas_choice
         for w in asm.warnings:
             click.echo(f"ptxas warning: {w}", err=True)
     if output is None:
@@ -83,8 +83,11 @@ def _build(file, output, cubin, trace, no_schedule, annotate, as_json, defines, 
     if as_json:
         emit_json({"source": result.source.path, "ptx": output, "cubin": cubin, "target": result.target,
                    "kernels": result.kernel_names, "parameters": result.parameters, "ptxas": kernels,
-                   "note": note, "control": control.to_json() if control else pending})
+                   "note": note, "control": control.to_json() if control else pending,
+                   "ptxas_choice": choice.to_json() if choice else None})
     else:
+        if choice is not None:
+            click.echo(choice.describe(), err=True)
         for line in control.lines() if control else ([f"note: .control {pending}"] if pending else []):
             click.echo(line, err=True)
         extra = f" and {cubin}" if cubin else ""

@@ -76,7 +76,7 @@ def command(files, diff, kernel_name, only_loops, as_json, defines, target, incl
         raise AsmError(f"give one FILE (got {len(files)}); to compare two cubins use --diff A.cubin B.cubin")
     file = files[0]
 
-    control = None
+    control = choice = None
     if _is_cubin(file):
         path = Path(file)
         if not path.is_file():
@@ -92,6 +92,7 @@ def command(files, diff, kernel_name, only_loops, as_json, defines, target, incl
         traced = assemble_traced(result)
         report = inspect_build(traced)
         control = traced.assembled.control      # the listing is of the code with its `.control`s applied
+        choice = traced.assembled.ptxas_choice  # and of the ptxas run that ships (.ptxas_alternative)
     kernels = list(report.kernels.values())
     if kernel_name is not None:
         kernels = [k for k in kernels if k.name == kernel_name]
@@ -102,12 +103,16 @@ def command(files, diff, kernel_name, only_loops, as_json, defines, target, incl
         data["kernels"] = [k.to_json(only_loops) for k in kernels]
         if control is not None:
             data["control"] = control.to_json()
+        if choice is not None:
+            data["ptxas_choice"] = choice.to_json()
         emit_json(data)
         return
     console = make_console(piped_width=240)    # piped listings keep one instruction per line
     render_report(report, kernels, only_loops, console)
     for line in control.lines() if control is not None else []:
         click.echo(line, err=True)
+    if choice is not None:
+        click.echo(choice.describe(), err=True)
 
 
 def _diff(files, kernel_name, as_json) -> None:

@@ -46,6 +46,7 @@ class ExpandResult:
     parameters: dict[str, object]      # every overridable constant and the value used
     constants: dict[str, object]       # every top-level constant (parameters too) and its value
     includes: tuple[Path, ...] = ()    # every file `.include` read, as found
+    ptxas_alternatives: tuple[tuple[str, ...], ...] = ()   # `.ptxas_alternative` option sets, in order
 
 
 class Expander(Preprocessor, RegisterDeclarations, OperandLowering):
@@ -69,6 +70,7 @@ class Expander(Preprocessor, RegisterDeclarations, OperandLowering):
         self.fn: FunctionContext | None = None
         self.tunables: dict[str, list] = {}
         self.tune_spans: dict[str, Span] = {}
+        self.ptxas_alternatives: list[tuple[tuple[str, ...], Span]] = []
         # Active .for loops, innermost last: [remaining trips including this one, trips, span].
         self.loops: list[list] = []
         # .for variables bound by the loops around the current statement, per macro body: a macro
@@ -108,7 +110,8 @@ class Expander(Preprocessor, RegisterDeclarations, OperandLowering):
                 raise AsmError(f"'.tune {name}' names no parameter: declare it with `.const {name} ?= default`", span)
         mod = ir.Module(self.version, self.target, self.address_size, top, module.source.path)
         constants = {k: v for k, v in root.values.items() if isinstance(v, (int, float, str))}
-        return ExpandResult(mod, dict(self.tunables), dict(self.parameters), constants, tuple(self.included))
+        return ExpandResult(mod, dict(self.tunables), dict(self.parameters), constants, tuple(self.included),
+                            tuple(options for options, _ in self.ptxas_alternatives))
 
     # ---- statements ----------------------------------------------------------------------------
     def _count(self, n: int, span: Span):

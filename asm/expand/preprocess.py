@@ -18,6 +18,7 @@ from ..expr import evaluate
 from ..files import read_source
 from ..parse import parse_source
 from ..parse_tree import parse_expression
+from ..toolchain import parse_ptxas_alternative
 from ..source import SourceFile, Span
 from .scope import Scope
 
@@ -194,6 +195,20 @@ class Preprocessor:
 
     def _s_ErrorDirective(self, s: ast.ErrorDirective, scope, out, toplevel):
         raise AsmError(s.message, s.span)
+
+    def _s_PtxasAlternative(self, s: ast.PtxasAlternative, scope, out, toplevel):
+        if not toplevel or self.fn is not None:
+            raise AsmError("'.ptxas_alternative' belongs at the top level of the source (it is about the "
+                           "whole module's assembly), not inside a function or a block", s.span)
+        try:
+            options = parse_ptxas_alternative(s.options)
+        except AsmError as exc:
+            raise AsmError(exc.message, s.span) from None
+        for seen, span in self.ptxas_alternatives:
+            if seen == options:
+                raise AsmError(f"'.ptxas_alternative \"{s.options}\"' appears twice", s.span,
+                               notes=[Note("first here", span)])
+        self.ptxas_alternatives.append((options, s.span))
 
 
 def _range_length(*args: int) -> int:

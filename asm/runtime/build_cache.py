@@ -57,6 +57,9 @@ class BuiltKernel:
     # ptxas's own code. A patched kernel loads from its cubin only (no PTX fallback: ptxas would
     # schedule it again and the launch would silently run ptxas's codes).
     sass_patch: tuple[tuple[str, object], ...] = ()
+    # the ptxas options of the run that shipped, where the source names `.ptxas_alternative`s
+    # (asmgemm.ptxas_choice); () for ptxas's defaults
+    ptxas_options: tuple[str, ...] = ()
 
 
 def cache_dir() -> Path:
@@ -224,7 +227,7 @@ def entry_metadata(built: BuiltKernel, cubin: bytes, ptx: bytes) -> dict:
             "params": [list(p) for p in built.params],
             "cubin": f"{built.key}.cubin", "ptx": f"{built.key}.ptx",
             "cubin_sha256": _sha256(cubin), "ptx_sha256": _sha256(ptx),
-            "sass_patch": dict(built.sass_patch)}
+            "sass_patch": dict(built.sass_patch), "ptxas_options": list(built.ptxas_options)}
     meta["sha256"] = _meta_digest(meta)
     return meta
 
@@ -274,6 +277,9 @@ def read_entry(meta_path: Path, key: str, spec: KernelSpec, target: str) -> Buil
     for n, t in params:
         if t not in ARGUMENTS[n]:
             raise DamagedEntry(f"param {n} has type {t!r}, not one of {'/'.join(ARGUMENTS[n])}")
+    options = meta.get("ptxas_options", [])
+    if not (isinstance(options, list) and all(isinstance(o, str) for o in options)):
+        raise DamagedEntry(f"ptxas_options is {options!r}, not a list of options")
     if meta.get("sass_patch") != dict(spec.sass_patch):
         raise DamagedEntry(f"sass_patch is {meta.get('sass_patch')!r}, expected {dict(spec.sass_patch)!r}")
     if meta.get("sha256") != _meta_digest(meta):
@@ -290,7 +296,7 @@ def read_entry(meta_path: Path, key: str, spec: KernelSpec, target: str) -> Buil
             raise DamagedEntry(f"{expected[kind]} ({len(data)} bytes) does not match its sha256")
     return BuiltKernel(key, spec.entry, threads, tile_m, tile_n, smem, params,
                        str(folder / expected["cubin"]), str(folder / expected["ptx"]), target, tuple(box_rows), cluster,
-                       cluster_rows, cluster_cols, spec.sass_patch)
+                       cluster_rows, cluster_cols, spec.sass_patch, tuple(options))
 
 
 def patched_cubin(spec: KernelSpec, cubin: bytes, source: str) -> bytes:
@@ -350,7 +356,8 @@ def _build_kernel(spec: KernelSpec, defines: dict, target: str) -> BuiltKernel:
     result = build_file(spec.source, BuildOptions(defines=defines, target=target))
     geo = launch_geometry(spec, result)
     params = abi_params(spec, result)
-    cubin = assemble(result).cubin
+    assembled = assemble(result)
+    cubin = assembled.cubin
     if spec.sass_patch:
         cubin = patched_cubin(spec, cubin, f"{spec.source.name} ({spec.name}, {target})")
     ptx = result.ptx.encode("utf-8")
@@ -359,7 +366,7 @@ def _build_kernel(spec: KernelSpec, defines: dict, target: str) -> BuiltKernel:
         built = BuiltKernel(key, spec.entry, geo["threads"], geo["tile_m"], geo["tile_n"], geo["smem_bytes"],
                             params, str(where / f"{key}.cubin"), str(where / f"{key}.ptx"), target,
                             (geo["box_rows_a"], geo["box_rows_b"], geo["box_rows_c"]), geo["cluster"],
-                            geo["cluster_rows"], geo["cluster_cols"], spec.sass_patch)
+                            geo["cluster_rows"], geo["cluster_cols"], spec.sass_patch, assembled.ptxas_options)
         meta = json.dumps(entry_metadata(built, cubin, ptx), indent=1) + "\n"
         # one commit, the metadata with its files: a reader finds all three or the old entry
         return built, [(built.cubin_path, cubin), (built.ptx_path, ptx), (where / f"{key}.json", meta)]

@@ -159,7 +159,8 @@ def last_launch() -> dict | None:
     family's catalog, e.g. 't128x128_k16/s4'; None where no catalog decided) and "chosen_by" (what
     decided: "database", "model", "params", "tuning cache" or "size rules"), "sass_patch" (the
     control-code passes applied to the cubin after ptxas, from the spec's sass_patch; None: ptxas's
-    own codes), "rerun_params" (the params= that make gemm run this configuration again: "params"
+    own codes), "ptxas_options" (the options of the ptxas run that shipped where the source names
+    `.ptxas_alternative`s, asmgemm.ptxas_choice; None: ptxas's defaults), "rerun_params" (the params= that make gemm run this configuration again: "params"
     with split-K's switch given as the split count, the way params= name a split), "blocks_per_sm" and
     "clusters_at_once" (the driver's occupancy of the build; None where it cannot say). A launch in
     the kernel's batched mode shows it in its params (BATCHED=1; a batch folded into one GEMM does
@@ -180,6 +181,7 @@ def last_launch() -> dict | None:
             "rerun_params": _rerun_params(kept, params),
             "config": kept.config, "chosen_by": kept.chosen_by,
             "sass_patch": {k: v for k, v in kept.built.sass_patch} or None,
+            "ptxas_options": list(kept.built.ptxas_options) or None,
             "blocks_per_sm": blocks_per_sm(kept.fn, kept.built, kept.device),
             "clusters_at_once": max_active_clusters(kept.fn, kept.built, kept.device, kept.cluster_splits)}
 

@@ -18,8 +18,8 @@ cycles, spills no more, and needs no more registers per thread at the allocation
 the choice took the faster or one within 1% on 19, and missed a 3% gain on one whose two loops
 modelled 0.2% apart (docs/log/sgemm.md, "ptxas's register allocation, chosen per build").
 
-Where the inspector cannot decode the target (it reads sm_90/sm_90a), the defaults ship and the
-choice says why."""
+Where the inspector cannot decode the target (it reads sm_90/sm_90a) or cannot run (no nvdisasm),
+the defaults ship and the choice says why."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -40,11 +40,12 @@ class Trial:
     loop_bank_conflicts: int | None
     registers: int                      # the most any kernel of the module uses
     spills: int                         # spill stores and loads, all kernels
+    unmodelled: str = ""                # why loop_issue_cycles is None
 
     def to_json(self) -> dict:
         return {"options": list(self.options), "loop_issue_cycles": self.loop_issue_cycles,
                 "loop_bank_conflicts": self.loop_bank_conflicts, "registers": self.registers,
-                "spills": self.spills}
+                "spills": self.spills, **({"unmodelled": self.unmodelled} if self.unmodelled else {})}
 
 
 @dataclass(frozen=True)
@@ -70,11 +71,12 @@ def trial(options: tuple[str, ...], cubin: bytes, target: str, kernels: list) ->
     registers = max((k.registers for k in kernels), default=0)
     spills = sum(k.spill_stores + k.spill_loads for k in kernels)
     if target not in DECODABLE_TARGETS:
-        return Trial(options, None, None, registers, spills)
+        return Trial(options, None, None, registers, spills,
+                     f"the SASS inspector reads {'/'.join(DECODABLE_TARGETS)} cubins, not {target}'s")
     try:
         report = inspect_cubin(cubin, target)
-    except AsmError:
-        return Trial(options, None, None, registers, spills)
+    except AsmError as exc:             # nvdisasm missing or failing: ptxas's defaults ship, and say why
+        return Trial(options, None, None, registers, spills, f"the SASS inspector failed: {exc.message}")
     cycles = conflicts = 0
     for kernel in report.kernels.values():
         if kernel.loop_summaries:
@@ -94,8 +96,8 @@ def choose(trials: list[Trial]) -> PtxasChoice:
     larger register granule than the defaults'."""
     base = trials[0]
     if base.loop_issue_cycles is None:
-        return PtxasChoice(tuple(trials), 0, "the SASS inspector cannot model this target's loops "
-                           f"(it reads {'/'.join(DECODABLE_TARGETS)}): ptxas's defaults")
+        return PtxasChoice(tuple(trials), 0, f"not modelled ({base.unmodelled or 'no loop cycles'}): "
+                           "ptxas's defaults")
     best, notes = 0, []
     for i, t in enumerate(trials[1:], 1):
         name = " ".join(t.options)

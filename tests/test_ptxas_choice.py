@@ -113,8 +113,9 @@ def test_more_spills_or_a_larger_register_granule_refuse_an_alternative():
 
 
 def test_a_target_the_inspector_cannot_read_keeps_the_defaults():
-    got = choose([Trial((), None, None, 100, 0), Trial(ALT, None, None, 90, 0)])
-    assert got.chosen == 0 and "cannot model" in got.why
+    why = "the SASS inspector reads sm_90/sm_90a cubins, not sm_80's"
+    got = choose([Trial((), None, None, 100, 0, why), Trial(ALT, None, None, 90, 0, why)])
+    assert got.chosen == 0 and why in got.why
     doc = got.to_json()
     assert doc["chosen"] == [] and len(doc["trials"]) == 2 and doc["trials"][1]["options"] == list(ALT)
 
@@ -156,3 +157,15 @@ def test_sass_and_build_say_which_run_shipped(tmp_path, run_cli):
                              "--json")
     assert code == 0, err
     assert json.loads(out)["ptxas_choice"]["chosen"] == ["--register-usage-level=0"]
+
+
+@TOOLS
+def test_a_target_the_inspector_cannot_read_is_assembled_with_the_defaults():
+    """mma_gemm for sm_80 with an alternative added to its source: ptxas runs both ways, the
+    defaults ship, and the choice says the inspector reads sm_90/sm_90a only."""
+    from asmgemm.pipeline import resolve_input
+    src = resolve_input("mma_gemm").read_text(encoding="utf-8")
+    got = assemble(build_source('.ptxas_alternative "--register-usage-level=0"\n' + src,
+                                str(resolve_input("mma_gemm")), BuildOptions(target="sm_80")))
+    assert got.ptxas_options == () and "not sm_80's" in got.ptxas_choice.why
+    assert [t.loop_issue_cycles for t in got.ptxas_choice.trials] == [None, None]

@@ -34,6 +34,20 @@ def test_key_covers_source_includes_defines_target_and_ptxas(kernel_dir):
     assert base != cache_key(main, {"BK": "8"}, "sm_90", "V13.0.88"), "an include edit must change the key"
 
 
+def test_a_source_with_ptxas_alternatives_is_keyed_by_the_code_that_chooses(kernel_dir, monkeypatch):
+    """The run that ships depends on the SASS inspector and ptxas_choice (asmgemm.ptxas_choice):
+    a change to that code changes the key of a source naming `.ptxas_alternative` (here in an
+    include), and of no other source."""
+    main, inc = kernel_dir
+    plain = cache_key(main, {}, "sm_90", "v")
+    inc.write_text('.ptxas_alternative "--register-usage-level=0"\n')
+    chosen = cache_key(main, {}, "sm_90", "v")
+    monkeypatch.setattr(build_cache, "_sass_code_digest", lambda: "another inspector")
+    assert cache_key(main, {}, "sm_90", "v") != chosen
+    inc.write_text("// include v1\n")
+    assert cache_key(main, {}, "sm_90", "v") == plain
+
+
 def test_define_order_does_not_matter(kernel_dir):
     main, _ = kernel_dir
     assert cache_key(main, {"A": "1", "B": "2"}, "sm_90", "v") == cache_key(main, {"B": "2", "A": "1"}, "sm_90", "v")

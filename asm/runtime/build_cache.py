@@ -104,10 +104,15 @@ def source_digest(source_path: Path) -> str:
 
 def cache_key(source_path: Path, defines: dict, target: str, ptxas: str, entry: str = "",
               sass_patch: tuple = ()) -> str:
-    h = hashlib.sha256(source_digest(source_path).encode() + b"\0")
+    files = source_files(source_path)
+    h = hashlib.sha256(digest_files(files).encode() + b"\0")
     for k in sorted(defines):
         h.update(f"-D{k}={defines[k]}\0".encode())
     h.update(f"target={target}\0ptxas={ptxas}\0asmgemm={__version__}\0entry={entry}\0meta={META_FORMAT}".encode())
+    # a source naming `.ptxas_alternative`s ships the run the SASS inspector models fastest
+    # (asmgemm.ptxas_choice): a changed inspector or choice may choose another, so they key it too
+    if any(data is not None and b".ptxas_alternative" in data for _, data in files):
+        h.update(b"\0ptxas_choice=" + _sass_code_digest().encode())
     if sass_patch:
         h.update(b"\0sass=" + json.dumps(dict(sass_patch)).encode() + _sass_code_digest().encode())
         rules = dict(sass_patch).get("rules")
@@ -118,11 +123,12 @@ def cache_key(source_path: Path, defines: dict, target: str, ptxas: str, entry: 
 
 @functools.lru_cache(maxsize=1)
 def _sass_code_digest() -> str:
-    """sha256 over the code that patches cubins (asm/sass, asm/isa, the latency table): a pass that
-    changes makes new entries, so a cached cubin is never one an older pass wrote."""
+    """sha256 over the code that patches or judges cubins (asm/sass, asm/isa, the latency table,
+    ptxas_choice.py): a pass that changes makes new entries, so a cached cubin is never one an
+    older pass wrote or chose."""
     root = Path(__file__).resolve().parent.parent
     files = sorted([*(root / "sass").glob("*.py"), *(root / "isa").glob("*.py"),
-                    *(root / "scheduler").glob("latencies*.py")])
+                    *(root / "scheduler").glob("latencies*.py"), root / "ptxas_choice.py"])
     return digest_files([(p, p.read_bytes()) for p in files])
 
 

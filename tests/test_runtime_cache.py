@@ -94,3 +94,25 @@ def test_build_once_then_memory_then_disk(monkeypatch, tmp_path):
     again = build_cache.build_kernel(get_spec("sgemm"), defines, "sm_90")
     assert again.key == built.key and again.cubin_path == built.cubin_path
     build_cache.clear_memory_cache()
+
+
+@pytest.mark.toolchain
+@pytest.mark.skipif(find_tool("ptxas", required=False) is None or find_tool("nvdisasm", required=False) is None,
+                    reason="ptxas and nvdisasm not installed")
+def test_the_kernel_cache_keeps_the_ptxas_run_that_shipped(monkeypatch, tmp_path):
+    """sgemm's cluster-sum build ships ptxas's --register-usage-level=0 run (its `.ptxas_alternative`,
+    asmgemm.ptxas_choice): the entry's metadata records the options and a disk hit reads them back,
+    so last_launch() can name them; a build that keeps the defaults records none."""
+    monkeypatch.setenv("ASMGEMM_CACHE_DIR", str(tmp_path))
+    build_cache.clear_memory_cache()
+    spec = get_spec("sgemm")
+    cluster = {"THREADS": 256, "RQ": 2, "BK": 16, "TRANS_A": 0, "TRANS_B": 1, "VEC_A": 1, "VEC_B": 1, "CLUSTER_K": 2}
+    built = build_cache.build_kernel(spec, cluster, "sm_90")
+    assert built.ptxas_options == ("--register-usage-level=0",)
+    meta = json.loads((tmp_path / "kernels" / f"{built.key}.json").read_text())
+    assert meta["ptxas_options"] == ["--register-usage-level=0"]
+    build_cache.clear_memory_cache()
+    assert build_cache.build_kernel(spec, cluster, "sm_90").ptxas_options == built.ptxas_options
+    staged = {"THREADS": 64, "BK": 16, "ASYNC": 1, "TRANS_A": 0, "TRANS_B": 0, "VEC_A": 1, "VEC_B": 1}
+    assert build_cache.build_kernel(spec, staged, "sm_90").ptxas_options == ()
+    build_cache.clear_memory_cache()

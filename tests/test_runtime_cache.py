@@ -116,3 +116,25 @@ def test_the_kernel_cache_keeps_the_ptxas_run_that_shipped(monkeypatch, tmp_path
     staged = {"THREADS": 64, "BK": 16, "ASYNC": 1, "TRANS_A": 0, "TRANS_B": 0, "VEC_A": 1, "VEC_B": 1}
     assert build_cache.build_kernel(spec, staged, "sm_90").ptxas_options == ()
     build_cache.clear_memory_cache()
+
+
+def test_the_patching_code_digest_covers_the_latency_table(monkeypatch):
+    """_sass_code_digest reads the scheduler's latency table wherever asmgemm.scheduler lives (in
+    the source tree it is scheduler/, not under asm/): an edited table changes the digest."""
+    from importlib import resources
+    table = sorted(Path(str(resources.files("asmgemm.scheduler"))).glob("latencies*.py"))
+    assert table, "no latency table found beside asmgemm.scheduler"
+    build_cache._sass_code_digest.cache_clear()
+    before = build_cache._sass_code_digest()
+    original = Path.read_bytes
+
+    def edited(self):
+        data = original(self)
+        return data + b"\n# edited\n" if self == table[0] else data
+    monkeypatch.setattr(Path, "read_bytes", edited)
+    build_cache._sass_code_digest.cache_clear()
+    try:
+        assert build_cache._sass_code_digest() != before
+    finally:
+        monkeypatch.undo()
+        build_cache._sass_code_digest.cache_clear()

@@ -21,6 +21,7 @@ import json
 import re
 import tempfile
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 from ..errors import AsmError
@@ -127,8 +128,11 @@ def _sass_code_digest() -> str:
     ptxas_choice.py): a pass that changes makes new entries, so a cached cubin is never one an
     older pass wrote or chose."""
     root = Path(__file__).resolve().parent.parent
+    # asmgemm.scheduler is its own folder (scheduler/ in the source tree, mapped into the package
+    # when installed): found as the package, not under asm/, where the source tree has none
+    scheduler = Path(str(resources.files("asmgemm.scheduler")))
     files = sorted([*(root / "sass").glob("*.py"), *(root / "isa").glob("*.py"),
-                    *(root / "scheduler").glob("latencies*.py"), root / "ptxas_choice.py"])
+                    *scheduler.glob("latencies*.py"), root / "ptxas_choice.py"])
     return digest_files([(p, p.read_bytes()) for p in files])
 
 

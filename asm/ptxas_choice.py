@@ -9,8 +9,8 @@ ran ~10% slower per block on the H200 than the same loop built for the reduce ke
 conflicts or issue slots (sgemm's cp.async 64x64 nn loop: 0 -> 37). No one setting is right for
 every build, so each build is assembled both ways and judged by what the SASS inspector models.
 
-The judgement, per trial: every kernel's main loop (its largest loop by instruction count: the
-K loop of a GEMM; a loop the epilogue runs twice weighs nothing beside it), the issue cycles the
+The judgement, per trial: every kernel's main loop (SassKernel.main_loop: its largest by
+instruction count, a GEMM's K loop), the issue cycles the
 inspector models for it (sass.analysis.summarise: stall counts plus one per register-bank conflict)
 summed over the kernels. A trial replaces the defaults only if it models at least MARGIN fewer
 cycles, spills no more, and needs no more registers per thread at the allocation's granule
@@ -79,10 +79,10 @@ def trial(options: tuple[str, ...], cubin: bytes, target: str, kernels: list) ->
         return Trial(options, None, None, registers, spills, f"the SASS inspector failed: {exc.message}")
     cycles = conflicts = 0
     for kernel in report.kernels.values():
-        if kernel.loop_summaries:
-            main = max(kernel.loop_summaries, key=lambda s: s.instructions)
-            cycles += main.issue_cycles
-            conflicts += main.bank_conflicts
+        i = kernel.main_loop()
+        if i is not None:
+            cycles += kernel.loop_summaries[i].issue_cycles
+            conflicts += kernel.loop_summaries[i].bank_conflicts
     return Trial(options, cycles, conflicts, registers, spills)
 
 

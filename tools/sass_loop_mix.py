@@ -32,10 +32,10 @@ def hottest_loops(report, kernel: str | None = None) -> list[dict]:
     for name, k in report.kernels.items():
         if kernel is not None and name != kernel:
             continue
-        if not k.loops:
+        i = k.main_loop()
+        if i is None:
             out.append({"kernel": name, "loop": None})
             continue
-        i = max(range(len(k.loops)), key=lambda j: k.loop_summaries[j].instructions)
         s = k.loop_summaries[i]
         out.append({"kernel": name, "loop": k.loops[i].index, "instructions": s.instructions,
                     "ffma": s.mix.get("FFMA", 0), "stall_cycles": s.stall_cycles,

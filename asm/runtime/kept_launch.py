@@ -160,8 +160,9 @@ def last_launch() -> dict | None:
     decided: "database", "model", "params", "tuning cache" or "size rules"), "sass_patch" (the
     control-code passes applied to the cubin after ptxas, from the spec's sass_patch; None: ptxas's
     own codes), "ptxas_options" (the options of the ptxas run that shipped where the source names
-    `.ptxas_alternative`s, asmgemm.ptxas_choice; None: ptxas's defaults), "rerun_params" (the params= that make gemm run this configuration again: "params"
-    with split-K's switch given as the split count, the way params= name a split), "blocks_per_sm" and
+    `.ptxas_alternative`s, asmgemm.ptxas_choice; None: ptxas's defaults), "rerun_params" (the
+    params= that make gemm run this configuration again: "params" with split-K's switch given as
+    the split count, the way params= name a split), "blocks_per_sm" and
     "clusters_at_once" (the driver's occupancy of the build; None where it cannot say). A launch in
     the kernel's batched mode shows it in its params (BATCHED=1; a batch folded into one GEMM does
     not: it ran as that GEMM). For reports such as `asmgemm bench`'s;

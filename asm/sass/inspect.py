@@ -51,6 +51,14 @@ class SassKernel:
     def loop_instructions(self, loop: Loop) -> list[SassInstruction]:
         return [self.instructions[i] for i in loop.instruction_indices(self.blocks)]
 
+    def main_loop(self) -> int | None:
+        """The index (into loops and loop_summaries) of the kernel's largest loop by instruction
+        count, its main loop: a GEMM's K loop, beside which a loop its epilogue runs twice weighs
+        nothing; None without loops."""
+        if not self.loops:
+            return None
+        return max(range(len(self.loops)), key=lambda j: self.loop_summaries[j].instructions)
+
     def to_json(self, only_loops: bool = False) -> dict:
         loops = []
         for lp, s in zip(self.loops, self.loop_summaries):
